@@ -1,0 +1,64 @@
+"""The reference backend: slow, obviously-correct NumPy, the oracle for every other backend.
+
+Each family module (``ops_*.py``) ends with ``OPS = {"OpType": fn}``; ``fn(*inputs, **attrs)``
+takes NumPy arrays (None for an absent optional input) and the spec attributes as keyword
+arguments with the spec defaults, and returns one array or a tuple of arrays. The generic
+``sprat.ir.fused`` attributes (layout, residual, activation) are applied here, once, for all ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW, apply_activation, split_attrs
+from ...ir.graph import Node
+from ...ir.tensorinfo import TensorInfo
+from ..base import Backend, Kernel
+
+OPS: dict = {}
+
+
+def _load_ops() -> dict:
+    if not OPS:
+        from . import families
+
+        OPS.update(families.OPS)
+    return OPS
+
+
+def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
+    """Compute a node's outputs with the reference kernels (used for folding and as the oracle)."""
+    fn = _load_ops()[node.op_type]
+    attrs, internal = split_attrs(node.attrs)
+    ins = list(ins)
+    residual = ins.pop() if internal.get("_residual") else None
+    nhwc = internal.get("_layout") == "NHWC"
+    if nhwc:
+        ins[0] = np.ascontiguousarray(ins[0].transpose(NHWC_TO_NCHW[ins[0].ndim]))
+    res = fn(*ins, **attrs)
+    outs = list(res) if isinstance(res, (tuple, list)) else [res]
+    if nhwc:
+        outs[0] = np.ascontiguousarray(outs[0].transpose(NCHW_TO_NHWC[outs[0].ndim]))
+    if residual is not None:
+        outs[0] = outs[0] + residual
+    outs[0] = apply_activation(outs[0], internal.get("_activation"), internal.get("_act_params", ()))
+    return [np.asarray(o) for o in outs]
+
+
+class ReferenceKernel(Kernel):
+    def run(self, ins, outs):
+        results = evaluate(self.node, ins)
+        for dst, src in zip(outs, results):
+            if dst.shape != src.shape:
+                raise ValueError(f"kernel produced shape {src.shape}, planned {dst.shape}")
+            np.copyto(dst, src, casting="unsafe")
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+
+    def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
+        return node.op_type in _load_ops()
+
+    def make_kernel(self, node: Node) -> Kernel:
+        return ReferenceKernel(node)

@@ -1,0 +1,3 @@
+"""Reference kernels: elementwise ops."""
+
+OPS: dict = {}

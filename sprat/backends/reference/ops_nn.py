@@ -1,0 +1,3 @@
+"""Reference kernels: nn ops."""
+
+OPS: dict = {}

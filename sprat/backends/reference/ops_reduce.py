@@ -1,0 +1,3 @@
+"""Reference kernels: reduce ops."""
+
+OPS: dict = {}

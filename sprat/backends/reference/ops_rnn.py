@@ -1,0 +1,3 @@
+"""Reference kernels: rnn ops."""
+
+OPS: dict = {}

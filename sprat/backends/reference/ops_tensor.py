@@ -1,0 +1,3 @@
+"""Reference kernels: tensor ops."""
+
+OPS: dict = {}

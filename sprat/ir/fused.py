@@ -1,0 +1,55 @@
+"""sprat-internal node attributes set by passes, and the generic meaning of each.
+
+These let a pass fuse work into a node without inventing a new op type, and let every backend
+(and every shape function) honour the fusion through one generic wrapper:
+
+- ``_layout="NHWC"``: the node's first input and first output are NHWC instead of the spec's NCHW
+  (conv-family, pooling, normalisation and resize ops). Weights keep their ONNX layout.
+- ``_residual=True``: the node has one extra input, last, added to its first output before the
+  activation: ``Y = act(op(...) + R)``.
+- ``_activation="Relu"|"Clip"|"Sigmoid"|"HardSigmoid"|"HardSwish"|"LeakyRelu"|"Tanh"`` with
+  ``_act_params`` (list of floats: Clip min,max; HardSigmoid alpha,beta; LeakyRelu alpha) applied
+  last to the first output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NCHW_TO_NHWC = {3: (0, 2, 1), 4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
+NHWC_TO_NCHW = {3: (0, 2, 1), 4: (0, 3, 1, 2), 5: (0, 4, 1, 2, 3)}
+
+
+def split_attrs(attrs: dict) -> tuple[dict, dict]:
+    """(spec attributes, sprat-internal attributes) of a node's attribute dict."""
+    spec = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    internal = {k: v for k, v in attrs.items() if k.startswith("_")}
+    return spec, internal
+
+
+def apply_activation(y: np.ndarray, name: str | None, params=()) -> np.ndarray:
+    """Reference (NumPy) form of a fused activation; returns a new array or ``y`` itself."""
+    if name is None:
+        return y
+    if name == "Relu":
+        return np.maximum(y, 0).astype(y.dtype, copy=False)
+    if name == "Clip":
+        lo, hi = params
+        return np.clip(y, lo, hi).astype(y.dtype, copy=False)
+    if name == "Sigmoid":
+        return (1.0 / (1.0 + np.exp(-y))).astype(y.dtype, copy=False)
+    if name == "Tanh":
+        return np.tanh(y)
+    if name == "HardSigmoid":
+        alpha, beta = params
+        return np.clip(alpha * y + beta, 0, 1).astype(y.dtype, copy=False)
+    if name == "HardSwish":
+        return (y * np.clip(y / 6.0 + 0.5, 0, 1)).astype(y.dtype, copy=False)
+    if name == "LeakyRelu":
+        (alpha,) = params
+        return np.where(y >= 0, y, alpha * y).astype(y.dtype, copy=False)
+    raise ValueError(f"unknown fused activation {name!r}")
+
+
+def permute_shape(shape, perm):
+    return tuple(shape[p] for p in perm)

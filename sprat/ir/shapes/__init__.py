@@ -1,0 +1,51 @@
+"""Shape functions: for each op type, output shapes and dtypes from input TensorInfos.
+
+Each family module ends with ``SHAPES = {"OpType": fn}``; ``fn(ins, **attrs)`` gets the inputs as
+``TensorInfo`` (None for an absent optional input) and the node's spec attributes as keyword
+arguments with the spec defaults in its signature, and returns a list of ``(shape, dtype)``, one
+per output. A data-dependent output shape reads ``ins[k].value`` and raises ShapeError if it is
+unknown. ``infer`` wraps every function with the generic handling of ``sprat.ir.fused`` attributes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeError
+from ..fused import NCHW_TO_NHWC, NHWC_TO_NCHW, permute_shape, split_attrs
+from ..graph import Node
+from ..tensorinfo import TensorInfo
+
+SHAPES: dict = {}
+
+
+def _register_families():
+    from . import families  # noqa: F401  (explicit table, see families.py)
+
+    SHAPES.update(families.SHAPES)
+
+
+def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """Output (shape, dtype) of ``node`` for concrete inputs. Raises ShapeError naming the node."""
+    if not SHAPES:
+        _register_families()
+    fn = SHAPES.get(node.op_type)
+    if fn is None:
+        raise ShapeError(f"node {node.name!r}: no shape function for op {node.op_type!r}")
+    attrs, internal = split_attrs(node.attrs)
+    if internal.get("_residual"):
+        ins = ins[:-1]
+    nhwc = internal.get("_layout") == "NHWC"
+    if nhwc:
+        x = ins[0]
+        ins = [TensorInfo(permute_shape(x.shape, NHWC_TO_NCHW[len(x.shape)]), x.dtype)] + list(ins[1:])
+    try:
+        outs = fn(ins, **attrs)
+    except ShapeError as e:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): {e}") from None
+    except (ValueError, IndexError, TypeError, KeyError) as e:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): {type(e).__name__}: {e}") from e
+    if nhwc:
+        s, dt = outs[0]
+        outs = [(permute_shape(s, NCHW_TO_NHWC[len(s)]), dt)] + list(outs[1:])
+    return [(tuple(int(d) for d in s), np.dtype(dt)) for s, dt in outs]

@@ -1,0 +1,3 @@
+"""Shape functions: elementwise ops."""
+
+SHAPES: dict = {}

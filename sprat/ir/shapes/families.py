@@ -1,0 +1,9 @@
+"""The explicit table of shape-function families (STYLE §2: registries are explicit tables)."""
+
+from . import elementwise, nn, reduce, rnn, tensor
+
+SHAPES: dict = {}
+for _family in (elementwise, tensor, reduce, nn, rnn):
+    _dup = SHAPES.keys() & _family.SHAPES.keys()
+    assert not _dup, f"op types registered twice: {_dup}"
+    SHAPES.update(_family.SHAPES)

@@ -1,0 +1,3 @@
+"""Shape functions: nn ops."""
+
+SHAPES: dict = {}

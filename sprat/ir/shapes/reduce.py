@@ -1,0 +1,3 @@
+"""Shape functions: reduce ops."""
+
+SHAPES: dict = {}

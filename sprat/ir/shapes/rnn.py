@@ -1,0 +1,3 @@
+"""Shape functions: rnn ops."""
+
+SHAPES: dict = {}

@@ -1,0 +1,3 @@
+"""Shape functions: tensor ops."""
+
+SHAPES: dict = {}
