@@ -1,5 +1,13 @@
-"""sprat: a small, fast neural-network inference engine for Python."""
+"""sprat: a small, fast neural-network inference engine for Python.
 
+    import sprat
+    sprat.convert("model.onnx", "model.sprat")
+    interp = sprat.Interpreter.from_file("model.sprat")
+    sess = interp.create_session(sprat.ScheduleConfig(num_threads=2))
+    out = sess.run({"x": x})
+"""
+
+from .convert import convert  # noqa: F401
 from .errors import (  # noqa: F401
     ConvertError,
     InputError,
@@ -10,5 +18,9 @@ from .errors import (  # noqa: F401
     SpratError,
     UnsupportedOpError,
 )
+from .runtime.config import ScheduleConfig  # noqa: F401
+from .runtime.inference_session import InferenceSession  # noqa: F401
+from .runtime.interpreter import Interpreter  # noqa: F401
+from .runtime.session import Session, TensorSpec  # noqa: F401
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401

@@ -41,3 +41,8 @@ class Backend:
 
     def make_kernel(self, node: Node) -> Kernel:
         raise NotImplementedError
+
+
+def run_context_of(backends) -> list:
+    """Context managers the backends want entered around a run (thread limits and the like)."""
+    return [b.run_context() for b in backends if hasattr(b, "run_context")]

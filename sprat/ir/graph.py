@@ -81,39 +81,36 @@ class Graph:
             dtype = data.dtype
             shape = tuple(int(d) for d in data.shape)
         self.values.append(Value(name, None if dtype is None else np.dtype(dtype), shape, data))
+        self.__dict__.get("_names", set()).add(name)
         return len(self.values) - 1
 
     def add_const(self, name: str, data: np.ndarray) -> int:
         """Append a constant value holding ``data`` (made C-contiguous) and return its index."""
-        return self.add_value(self.unique_name(name), data=np.ascontiguousarray(data))
+        return self.add_value(self.unique_name(name), data=contiguous(data))
 
     def add_node(self, op_type: str, inputs: list[int], outputs: list[int],
                  attrs: dict[str, Any] | None = None, name: str | None = None,
                  domain: str = "") -> Node:
-        node = Node(op_type, name or self.unique_name(op_type), list(inputs), list(outputs),
-                    dict(attrs or {}), domain)
+        if name is None:
+            name = self.unique_name(op_type)
+        else:
+            self.__dict__.get("_names", set()).add(name)
+        node = Node(op_type, name, list(inputs), list(outputs), dict(attrs or {}), domain)
         self.nodes.append(node)
         return node
 
     def unique_name(self, base: str) -> str:
-        names = self._names()
-        if base not in names:
-            names.add(base)
-            return base
-        i = 1
-        while f"{base}_{i}" in names:
+        """A value/node name not used yet in this graph, ``base`` itself when free."""
+        names = self.__dict__.get("_names")
+        if names is None:
+            names = {v.name for v in self.values} | {n.name for n in self.nodes}
+            self.__dict__["_names"] = names
+        name, i = base, 0
+        while name in names:
             i += 1
-        names.add(f"{base}_{i}")
-        return f"{base}_{i}"
-
-    def _names(self) -> set[str]:
-        cache = self.__dict__.get("_name_cache")
-        if cache is None or cache[0] != (len(self.values), len(self.nodes)):
-            s = {v.name for v in self.values} | {n.name for n in self.nodes}
-            cache = [(len(self.values), len(self.nodes)), s]
-            self.__dict__["_name_cache"] = cache
-        cache[0] = (len(self.values) + 1, len(self.nodes) + 1)  # invalidated by the next add
-        return cache[1]
+            name = f"{base}_{i}"
+        names.add(name)
+        return name
 
     # ---- queries --------------------------------------------------------------------------
     def value_index(self, name: str) -> int:
@@ -159,7 +156,7 @@ class Graph:
             n.outputs = [remap[i] for i in n.outputs]
         self.inputs = [remap[i] for i in self.inputs]
         self.outputs = [remap[i] for i in self.outputs]
-        self.__dict__.pop("_name_cache", None)
+        self.__dict__.pop("_names", None)
         return self
 
     def dump(self) -> str:
@@ -184,3 +181,9 @@ def _short(v: Any) -> str:
         return f"tensor{list(v.shape)}"
     s = repr(v)
     return s if len(s) < 60 else s[:57] + "..."
+
+
+def contiguous(a) -> np.ndarray:
+    """``a`` as a C-contiguous ndarray, keeping 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")

@@ -1,0 +1,31 @@
+"""Graph passes, each a pure-ish ``Graph -> Graph`` function; DEFAULT_PIPELINE runs them in order."""
+
+from __future__ import annotations
+
+from ..ir.graph import Graph
+from .drop_identity import drop_identity
+from .fold_batchnorm import fold_batchnorm
+from .fold_constants import fold_constants
+from .fuse import fuse_activation, fuse_hardswish, fuse_residual
+from .layout import to_nhwc
+from .transposes import optimize_transposes
+
+DEFAULT_PIPELINE = [
+    ("drop_identity", drop_identity),
+    ("fold_constants", fold_constants),
+    ("fold_batchnorm", fold_batchnorm),
+    ("fuse_hardswish", fuse_hardswish),
+    ("layout", to_nhwc),
+    ("transposes", optimize_transposes),
+    ("fuse_residual", fuse_residual),
+    ("fuse_activation", fuse_activation),
+]
+
+
+def optimize(g: Graph, pipeline=None, until: str | None = None) -> Graph:
+    """Run the passes of ``pipeline`` (default DEFAULT_PIPELINE) in order; stop after ``until``."""
+    for name, fn in pipeline if pipeline is not None else DEFAULT_PIPELINE:
+        g = fn(g)
+        if name == until:
+            break
+    return g

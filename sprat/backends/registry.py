@@ -1,0 +1,22 @@
+"""Backends by name (an explicit table; STYLE §2)."""
+
+from __future__ import annotations
+
+from .base import Backend
+
+
+def make_backend(name: str, num_threads: int = 1) -> Backend:
+    """Instantiate the backend called ``name``. Raises ValueError for an unknown name."""
+    if name == "reference":
+        from .reference import ReferenceBackend
+
+        return ReferenceBackend()
+    if name == "cpu":
+        from .cpu import CpuBackend
+
+        return CpuBackend(num_threads=num_threads)
+    if name == "null":
+        from .null import NullBackend
+
+        return NullBackend()
+    raise ValueError(f"unknown backend {name!r}; allowed: cpu, reference, null")

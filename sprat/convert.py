@@ -1,0 +1,41 @@
+"""``sprat.convert``: a source model (ONNX) -> optimized sprat Graph -> ``.sprat`` bytes."""
+
+from __future__ import annotations
+
+import os
+
+from .ir.graph import Graph
+
+
+def convert_graph(src, *, optimize: bool = True) -> Graph:
+    """Import an ONNX model (path, bytes or ``onnx.ModelProto``) and run the default passes.
+
+    Raises ModelFormatError (not an ONNX model), UnsupportedOpError (listing every missing op),
+    ConvertError (malformed graph). Needs the ``onnx`` package.
+    """
+    try:
+        import onnx  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("converting ONNX models needs the 'onnx' package: "
+                          "pip install 'sprat[onnx]'") from e
+    from .frontends.onnx.importer import import_model, load
+    from .passes import optimize as run_passes
+
+    g = import_model(load(src))
+    return run_passes(g) if optimize else g
+
+
+def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | None = None) -> bytes:
+    """Convert an ONNX model to the ``.sprat`` format.
+
+    Args:
+        src: path to a ``.onnx`` file, its bytes, or an ``onnx.ModelProto``.
+        dst: where to write the ``.sprat`` file; None writes nothing.
+        external_data: file name (relative to ``dst``) to hold the weights instead of the model.
+    Returns: the ``.sprat`` bytes (without the weights when ``external_data`` is given).
+    Raises: ModelFormatError, UnsupportedOpError, ConvertError (see ``convert_graph``).
+    """
+    from .format import write_model
+
+    g = convert_graph(src)
+    return write_model(g, dst, external_data=external_data)

@@ -1,0 +1,205 @@
+"""ONNX frontend: ``onnx.ModelProto`` -> ``sprat.ir.Graph``, translated once.
+
+Supports the default domain (``""`` / ``"ai.onnx"``) at opsets 7 up to the newest onnx ships.
+Older nodes are brought to the newest form of their op (see ``legacy.py``). Every op type the
+model uses that sprat lacks is reported at once in an ``UnsupportedOpError``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ...version import __version__
+from ...errors import ConvertError, ModelFormatError, UnsupportedOpError
+from ...ir.graph import MISSING, Graph, contiguous
+from . import legacy
+
+MIN_OPSET = 7
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def load(src) -> "onnx.ModelProto":  # noqa: F821
+    """Load an ONNX model from a path, bytes, or pass a ModelProto through.
+
+    Raises ModelFormatError when the bytes are not a parsable ONNX model.
+    """
+    import onnx
+
+    if isinstance(src, onnx.ModelProto):
+        return src
+    try:
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            return onnx.load_from_string(bytes(src))
+        path = os.fspath(src)
+        if not os.path.exists(path):
+            raise FileNotFoundError(path)
+        return onnx.load(path)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # protobuf raises DecodeError and others
+        raise ModelFormatError(f"not a valid ONNX model: {type(e).__name__}: {e}") from e
+
+
+def import_model(model) -> Graph:
+    """Translate an ONNX ModelProto into a sprat Graph.
+
+    Value shapes come from the graph's declared inputs/outputs and onnx shape inference
+    (symbolic dims stay strings). Raises UnsupportedOpError (all missing op types at once),
+    ConvertError for malformed graphs or opsets below 7.
+    """
+    import onnx
+    from onnx import numpy_helper, shape_inference
+
+    from ...backends.reference import _load_ops
+
+    opset = _default_opset(model)
+    if opset < MIN_OPSET:
+        raise ConvertError(f"ONNX opset {opset} is older than the oldest supported ({MIN_OPSET})")
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 — inference is a help, not a requirement
+        inferred = model
+    src = inferred.graph
+
+    known_ops = set(_load_ops()) | {"Constant", "Upsample"}
+    missing: dict[str, list[str]] = {}
+    for node in src.node:
+        op = node.op_type
+        if node.domain not in _DEFAULT_DOMAINS:
+            missing.setdefault(f"{node.domain}.{op}", []).append(node.name or op)
+        elif op not in known_ops:
+            missing.setdefault(op, []).append(node.name or op)
+    if missing:
+        raise UnsupportedOpError(missing)
+
+    g = Graph()
+    g.metadata.update({
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "source_format": "onnx",
+        "source_opset": opset,
+        "sprat_version": __version__,
+    })
+    for p in model.metadata_props:
+        g.metadata[p.key] = p.value
+
+    infos = {}
+    for vi in list(src.value_info) + list(src.input) + list(src.output):
+        infos[vi.name] = vi
+    index: dict[str, int] = {}
+    anon = [0]
+
+    def shape_of(vi):
+        t = vi.type.tensor_type
+        if not t.HasField("shape"):
+            return None
+        dims = []
+        for d in t.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                anon[0] += 1
+                dims.append(f"unk__{anon[0]}")
+        return tuple(dims)
+
+    def dtype_of(vi):
+        code = vi.type.tensor_type.elem_type
+        return onnx.helper.tensor_dtype_to_np_dtype(code) if code else None
+
+    def value(name: str) -> int:
+        if name == "":
+            return MISSING
+        if name not in index:
+            vi = infos.get(name)
+            if vi is None:
+                index[name] = g.add_value(name)
+            else:
+                index[name] = g.add_value(name, dtype_of(vi), shape_of(vi))
+        return index[name]
+
+    for init in src.initializer:
+        arr = numpy_helper.to_array(init)
+        index[init.name] = g.add_value(init.name, data=contiguous(arr))
+    for vi in src.input:
+        if vi.name in index:
+            continue  # an initializer with a default; treated as constant (ORT does likewise)
+        g.inputs.append(value(vi.name))
+
+    for node in src.node:
+        name = node.name or g.unique_name(f"{node.op_type}_{len(g.nodes)}")
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+        if node.op_type == "Constant":
+            arr = _constant_value(attrs, name)
+            index[node.output[0]] = g.add_value(node.output[0], data=arr)
+            continue
+        inputs = [value(n) for n in node.input]
+        outputs = [value(n) for n in node.output]
+        op, inputs, attrs = legacy.upgrade(g, node.op_type, inputs, attrs, opset, name)
+        if legacy.needs_flatten_softmax(op, opset):
+            _flatten_softmax(g, op, inputs, outputs, attrs, name)
+            continue
+        g.add_node(op, inputs, outputs, attrs, name=name)
+
+    for vi in src.output:
+        if vi.name not in index:
+            raise ConvertError(f"graph output {vi.name!r} is produced by no node")
+        g.outputs.append(index[vi.name])
+    return g
+
+
+def _default_opset(model) -> int:
+    for imp in model.opset_import:
+        if imp.domain in _DEFAULT_DOMAINS:
+            return int(imp.version)
+    raise ConvertError("model imports no version of the default ONNX domain")
+
+
+def _attr_value(a):
+    from onnx import AttributeProto, helper, numpy_helper
+
+    if a.type == AttributeProto.TENSOR:
+        return contiguous(numpy_helper.to_array(a.t))
+    if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+        raise ConvertError(f"attribute {a.name!r}: subgraphs (If/Loop/Scan) are not supported yet")
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    if isinstance(v, list):
+        return [x.decode("utf-8") if isinstance(x, bytes) else x for x in v]
+    return v
+
+
+def _constant_value(attrs: dict, name: str) -> np.ndarray:
+    if "value" in attrs:
+        return contiguous(attrs["value"])
+    if "value_float" in attrs:
+        return np.array(attrs["value_float"], np.float32)
+    if "value_floats" in attrs:
+        return np.array(attrs["value_floats"], np.float32)
+    if "value_int" in attrs:
+        return np.array(attrs["value_int"], np.int64)
+    if "value_ints" in attrs:
+        return np.array(attrs["value_ints"], np.int64)
+    raise ConvertError(f"Constant node {name!r}: unsupported value attribute {sorted(attrs)}")
+
+
+def _flatten_softmax(g: Graph, op, inputs, outputs, attrs, name):
+    """Opset < 13 Softmax family: flatten to 2-D at ``axis``, normalise the last axis, reshape back.
+
+    When the rank is known and ``axis`` is the last axis this is the opset-13 op itself.
+    """
+    axis = attrs.get("axis", 1)
+    shape = g.values[inputs[0]].shape
+    if shape is not None and axis % max(len(shape), 1) == len(shape) - 1:
+        g.add_node(op, inputs, outputs, {"axis": -1}, name=name)
+        return
+    shp = g.add_value(g.unique_name(f"{name}/shape"), np.int64)
+    flat = g.add_value(g.unique_name(f"{name}/flat"), g.values[inputs[0]].dtype)
+    soft = g.add_value(g.unique_name(f"{name}/soft"), g.values[inputs[0]].dtype)
+    g.add_node("Shape", [inputs[0]], [shp], name=g.unique_name(f"{name}/Shape"))
+    g.add_node("Flatten", [inputs[0]], [flat], {"axis": axis}, name=g.unique_name(f"{name}/Flatten"))
+    g.add_node(op, [flat], [soft], {"axis": -1}, name=name)
+    g.add_node("Reshape", [soft, shp], outputs, name=g.unique_name(f"{name}/Reshape"))

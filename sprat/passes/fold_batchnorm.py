@@ -1,0 +1,51 @@
+"""Fold an inference BatchNormalization into the Conv that feeds it.
+
+``BN(conv(x, W) + B) = conv(x, W * s) + (B - mean) * s + beta`` with
+``s = scale / sqrt(var + epsilon)`` per output channel (ONNX BatchNormalization-15, inference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import MISSING, Graph
+from .util import remove_dead, replace_uses, single_consumer
+
+
+def fold_batchnorm(g: Graph) -> Graph:
+    consumers = g.consumers()
+    producers = g.producers()
+    for bn in list(g.nodes):
+        if bn.op_type != "BatchNormalization" or len(bn.outputs) > 1:
+            continue
+        conv = producers.get(bn.inputs[0])
+        if conv is None or conv.op_type != "Conv" or any(k.startswith("_") for k in conv.attrs):
+            continue
+        if single_consumer(g, consumers, conv.outputs[0]) is not bn:
+            continue
+        params = [g.values[i].data for i in bn.inputs[1:5]]
+        w = g.values[conv.inputs[1]].data
+        if w is None or any(p is None for p in params) or w.dtype != np.float32:
+            continue
+        scale, beta, mean, var = (p.astype(np.float64) for p in params)
+        s = scale / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
+        b = (g.values[conv.inputs[2]].data.astype(np.float64)
+             if len(conv.inputs) > 2 and conv.inputs[2] != MISSING else np.zeros_like(mean))
+        if b is None:
+            continue
+        new_w = (w.astype(np.float64) * s.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+        new_b = ((b - mean) * s + beta).astype(np.float32)
+        conv.inputs = [conv.inputs[0],
+                       g.add_const(f"{conv.name}/W_bn", new_w),
+                       g.add_const(f"{conv.name}/B_bn", new_b)]
+        replace_uses(g, bn.outputs[0], conv.outputs[0])
+        _keep_name(g, bn.outputs[0], conv.outputs[0])
+        bn.op_type = "__dead__"
+    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    return remove_dead(g)
+
+
+def _keep_name(g: Graph, old: int, new: int) -> None:
+    """When ``old`` was a graph output, ``new`` takes its name (names are the user contract)."""
+    if new in g.outputs:
+        g.values[new].name, g.values[old].name = g.values[old].name, g.values[new].name + "/_"

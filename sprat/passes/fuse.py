@@ -1,0 +1,143 @@
+"""Fuse residual adds and activations into the node that produces their input.
+
+- ``Conv -> Add(·, r)`` with ``r`` of the same shape becomes Conv with ``_residual=True`` and ``r``
+  as an extra last input (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z).
+- ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
+  activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu
+  becomes ``_activation`` on X.
+- Paddle's hard-swish ``x * Clip(x + 3, 0, 6) / 6`` and ``x * HardSigmoid(x)`` (alpha 1/6, beta
+  0.5) become one HardSwish.
+See ``sprat.ir.fused`` for what the attributes mean.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import MISSING, Graph
+from .util import remove_dead, replace_uses, single_consumer
+
+ACT_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul"}
+ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu"}
+
+
+def _scalar(g: Graph, idx: int):
+    if idx == MISSING:
+        return None
+    d = g.values[idx].data
+    if d is None or d.size != 1:
+        return None
+    return float(d.reshape(()))
+
+
+def _act_params(g: Graph, act) -> list[float] | None:
+    op = act.op_type
+    if op == "Clip":
+        lo = _scalar(g, act.inputs[1]) if len(act.inputs) > 1 else None
+        hi = _scalar(g, act.inputs[2]) if len(act.inputs) > 2 else None
+        has_lo = len(act.inputs) > 1 and act.inputs[1] != MISSING
+        has_hi = len(act.inputs) > 2 and act.inputs[2] != MISSING
+        if (has_lo and lo is None) or (has_hi and hi is None):
+            return None
+        return [lo if lo is not None else -np.inf, hi if hi is not None else np.inf]
+    if op == "HardSigmoid":
+        return [act.attrs.get("alpha", 0.2), act.attrs.get("beta", 0.5)]
+    if op == "LeakyRelu":
+        return [act.attrs.get("alpha", 0.01)]
+    return []
+
+
+def _rewire_output(g: Graph, producer, act) -> None:
+    """``producer`` now writes what ``act`` wrote."""
+    old, new = producer.outputs[0], act.outputs[0]
+    producer.outputs[0] = new
+    replace_uses(g, old, new)
+    act.op_type = "__dead__"
+
+
+def fuse_residual(g: Graph) -> Graph:
+    consumers, producers = g.consumers(), g.producers()
+    for add in g.nodes:
+        if add.op_type != "Add" or len(add.inputs) != 2 or add.attrs:
+            continue
+        for k in (0, 1):
+            conv = producers.get(add.inputs[k])
+            other = add.inputs[1 - k]
+            if (conv is None or conv.op_type != "Conv" or conv.attrs.get("_layout") != "NHWC"
+                    or any(a in conv.attrs for a in ("_residual", "_activation"))
+                    or single_consumer(g, consumers, conv.outputs[0]) is not add
+                    or g.values[other].data is not None):
+                continue
+            s1, s2 = g.values[conv.outputs[0]].shape, g.values[other].shape
+            if s1 is None or s2 is None or tuple(s1) != tuple(s2):
+                continue
+            # NOTE: ``other`` must be computed before the conv runs: true if its producer
+            # comes earlier in the node order (it always does for inputs/constants).
+            op = producers.get(other)
+            if op is not None and g.nodes.index(op) > g.nodes.index(conv):
+                continue
+            conv.inputs.append(other)
+            conv.attrs["_residual"] = True
+            _rewire_output(g, conv, add)
+            break
+    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    return remove_dead(g)
+
+
+def fuse_hardswish(g: Graph) -> Graph:
+    consumers, producers = g.consumers(), g.producers()
+    for mul in g.nodes:
+        if mul.op_type != "Mul" or len(mul.inputs) != 2:
+            continue
+        for k in (0, 1):
+            x, h = mul.inputs[k], mul.inputs[1 - k]
+            hs = producers.get(h)
+            if hs is None or single_consumer(g, consumers, h) is not mul:
+                continue
+            if hs.op_type == "HardSigmoid" and hs.inputs[0] == x and np.isclose(
+                    hs.attrs.get("alpha", 0.2), 1 / 6) and np.isclose(hs.attrs.get("beta", 0.5), 0.5):
+                mul.op_type, mul.inputs, mul.attrs = "HardSwish", [x], {}
+                hs.op_type = "__dead__"
+                break
+            # x * (Clip(x + 3, 0, 6) / 6)
+            if hs.op_type == "Div" and _scalar(g, hs.inputs[1]) == 6.0:
+                clip = producers.get(hs.inputs[0])
+                if (clip is None or clip.op_type != "Clip"
+                        or single_consumer(g, consumers, hs.inputs[0]) is not hs
+                        or _act_params(g, clip) != [0.0, 6.0]):
+                    continue
+                add = producers.get(clip.inputs[0])
+                if (add is None or add.op_type != "Add"
+                        or single_consumer(g, consumers, clip.inputs[0]) is not clip):
+                    continue
+                if not ({add.inputs[0], add.inputs[1]} >= {x} and
+                        any(_scalar(g, i) == 3.0 for i in add.inputs)):
+                    continue
+                mul.op_type, mul.inputs, mul.attrs = "HardSwish", [x], {}
+                for dead in (hs, clip, add):
+                    dead.op_type = "__dead__"
+                break
+    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    return remove_dead(g)
+
+
+def fuse_activation(g: Graph) -> Graph:
+    consumers, producers = g.consumers(), g.producers()
+    for act in g.nodes:
+        if act.op_type not in ACTIVATIONS or act.op_type == "__dead__":
+            continue
+        prod = producers.get(act.inputs[0])
+        if (prod is None or prod.op_type not in ACT_PRODUCERS or "_activation" in prod.attrs
+                or len(prod.outputs) != 1
+                or single_consumer(g, consumers, prod.outputs[0]) is not act):
+            continue
+        params = _act_params(g, act)
+        if params is None:
+            continue
+        prod.attrs["_activation"] = act.op_type
+        if params:
+            prod.attrs["_act_params"] = [float(p) for p in params]
+        _rewire_output(g, prod, act)
+        producers = g.producers()
+    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    return remove_dead(g)

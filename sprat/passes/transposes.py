@@ -1,0 +1,168 @@
+"""Cancel and sink Transposes (the NHWC pass leaves one at each edge of every conv-family node).
+
+Three rewrites, repeated until nothing changes (the onnxruntime transpose optimizer's core):
+1. sink: a layout-agnostic node whose every non-constant input is ``Transpose(perm=P)`` runs on
+   the untransposed inputs instead (constants are permuted, Concat's axis remapped), and one
+   ``Transpose(P)`` follows it;
+2. cancel: ``Transpose(Transpose(x, P1), P2)`` becomes ``x`` when the perms compose to identity,
+   else one Transpose;
+3. a Transpose that only moves size-1 dims is a Reshape (no data movement).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import MISSING, Graph
+from .util import remove_dead, replace_uses
+
+UNARY = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Neg", "Sqrt", "Reciprocal", "Floor",
+         "Ceil", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Clip",
+         "Cast", "Log", "Round", "Sign", "Not", "Mish", "Gelu", "Celu", "Softsign", "Identity",
+         "PRelu"}
+BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less",
+          "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod"}
+# inputs beyond these positions are not tensors to transpose (Clip min/max are scalars)
+_DATA_INPUTS = {"Clip": 1, "Cast": 1}
+
+
+def optimize_transposes(g: Graph) -> Graph:
+    for _ in range(64):
+        changed = _sink(g)
+        changed |= _cancel(g)
+        changed |= _to_reshape(g)
+        g = remove_dead(g)
+        if not changed:
+            break
+    return g
+
+
+def _perm_of(node):
+    return tuple(node.attrs.get("perm", ()))
+
+
+def _sink(g: Graph) -> bool:
+    producers = g.producers()
+    changed = False
+    new_nodes = []
+    for n in g.nodes:
+        new_nodes.append(n)
+        if n.op_type not in UNARY and n.op_type not in BINARY and n.op_type != "Concat":
+            continue
+        if len(n.outputs) != 1 or any(k.startswith("_") for k in n.attrs):
+            continue
+        limit = _DATA_INPUTS.get(n.op_type, len(n.inputs))
+        perm = None
+        ok = True
+        for pos, i in enumerate(n.inputs[:limit]):
+            if i == MISSING or g.values[i].data is not None:
+                continue
+            p = producers.get(i)
+            if p is None or p.op_type != "Transpose" or not _perm_of(p):
+                ok = False
+                break
+            if perm is None:
+                perm = _perm_of(p)
+            elif _perm_of(p) != perm:
+                ok = False
+                break
+        if not ok or perm is None:
+            continue
+        rank = len(perm)
+        consts_ok = all(
+            i == MISSING or g.values[i].data is None or g.values[i].data.ndim <= rank
+            for i in n.inputs[:limit])
+        if not consts_ok:
+            continue
+        new_inputs = []
+        for pos, i in enumerate(n.inputs):
+            if pos >= limit or i == MISSING:
+                new_inputs.append(i)
+            elif g.values[i].data is None:
+                new_inputs.append(producers[i].inputs[0])
+            else:
+                data = g.values[i].data
+                if data.ndim == 0 or data.size == 1 and data.ndim <= 1:
+                    new_inputs.append(i)
+                    continue
+                full = data.reshape((1,) * (rank - data.ndim) + data.shape)
+                inv = tuple(int(np.argsort(perm)[k]) for k in range(rank))
+                new_inputs.append(g.add_const(f"{g.values[i].name}/perm",
+                                              np.ascontiguousarray(full.transpose(inv))))
+        if n.op_type == "Concat":
+            axis = n.attrs.get("axis") % rank
+            n.attrs["axis"] = int(perm[axis])
+        out = g.values[n.outputs[0]]
+        inv = np.argsort(perm)
+        inner = g.add_value(g.unique_name(f"{out.name}/pre"), out.dtype,
+                            tuple(out.shape[k] for k in inv) if out.shape else None)
+        t = g.add_node("Transpose", [inner], [n.outputs[0]], {"perm": list(perm)},
+                       name=g.unique_name(f"{n.name}/sunk_transpose"))
+        g.nodes.pop()
+        n.inputs = new_inputs
+        n.outputs = [inner]
+        new_nodes.append(t)
+        changed = True
+    g.nodes = new_nodes
+    return changed
+
+
+def _cancel(g: Graph) -> bool:
+    producers = g.producers()
+    changed = False
+    for n in g.nodes:
+        if n.op_type != "Transpose" or not _perm_of(n):
+            continue
+        p = producers.get(n.inputs[0])
+        if p is None or p.op_type != "Transpose" or not _perm_of(p):
+            continue
+        p1, p2 = _perm_of(p), _perm_of(n)
+        if len(p1) != len(p2):
+            continue
+        composed = [p1[k] for k in p2]
+        if composed == list(range(len(composed))):
+            src, dst = p.inputs[0], n.outputs[0]
+            if dst in g.outputs:
+                if src in g.inputs or src in g.outputs:
+                    n.op_type, n.attrs = "Identity", {}
+                    n.inputs = [src]
+                    changed = True
+                    continue
+                g.values[src].name, g.values[dst].name = g.values[dst].name, g.values[src].name
+            replace_uses(g, dst, src)
+        else:
+            n.inputs = [p.inputs[0]]
+            n.attrs = {"perm": composed}
+        changed = True
+    return changed
+
+
+def _to_reshape(g: Graph) -> bool:
+    changed = False
+    for n in g.nodes:
+        if n.op_type != "Transpose" or not _perm_of(n):
+            continue
+        shape = g.values[n.inputs[0]].shape
+        if shape is None:
+            continue
+        perm = _perm_of(n)
+        moved = [shape[k] for k in perm if shape[k] != 1]
+        kept = [d for d in shape if d != 1]
+        if moved != kept:
+            continue
+        out_shape = [shape[k] for k in perm]
+        target = []
+        for pos, d in enumerate(out_shape):
+            if isinstance(d, int):
+                target.append(d)
+            elif pos < len(shape) and shape[pos] == d:
+                target.append(0)
+            else:
+                target.append(-1)
+        if target.count(-1) > 1:
+            continue
+        n.op_type = "Reshape"
+        n.attrs = {}
+        n.inputs = [n.inputs[0], g.add_const(f"{n.name}/shape", np.array(target, np.int64))]
+        changed = True
+    return changed

@@ -1,0 +1,55 @@
+"""ScheduleConfig: how a Session runs (threads, backends, precision, memory)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BACKENDS = ("cpu", "reference")
+PRECISIONS = ("normal", "high", "low")
+MEMORY_MODES = ("normal", "low")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Options of a Session, checked when created (MNN ``ScheduleConfig``).
+
+    Attributes:
+        num_threads: worker threads for kernels and BLAS, >= 1.
+        backends: backend names in order of preference; each node goes to the first that
+            supports it. Allowed: ``"cpu"`` (fast), ``"reference"`` (NumPy oracle).
+        backup: the backend taking every node no backend in ``backends`` supports.
+        precision: ``"normal"`` (fp32), ``"high"`` (fp32, no fastmath shortcuts) or ``"low"``
+            (reserved for reduced-precision kernels; runs as ``"normal"`` today).
+        memory: ``"normal"`` or ``"low"`` (reserved; runs as ``"normal"`` today).
+
+    Raises:
+        ValueError: an unknown backend, precision or memory mode (naming the allowed values),
+            or ``num_threads`` < 1.
+    """
+
+    num_threads: int = 1
+    backends: tuple[str, ...] = ("cpu",)
+    backup: str = "reference"
+    precision: str = "normal"
+    memory: str = "normal"
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        if isinstance(self.backends, str):
+            object.__setattr__(self, "backends", (self.backends,))
+        else:
+            object.__setattr__(self, "backends", tuple(self.backends))
+        if not isinstance(self.num_threads, int) or isinstance(self.num_threads, bool) \
+                or self.num_threads < 1:
+            raise ValueError(f"num_threads must be an int >= 1, got {self.num_threads!r}")
+        for b in (*self.backends, self.backup):
+            if b not in BACKENDS:
+                raise ValueError(f"unknown backend {b!r}; allowed: {', '.join(BACKENDS)}")
+        if not self.backends:
+            raise ValueError(f"backends must name at least one of {', '.join(BACKENDS)}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; allowed: {', '.join(PRECISIONS)}")
+        if self.memory not in MEMORY_MODES:
+            raise ValueError(f"unknown memory mode {self.memory!r}; allowed: {', '.join(MEMORY_MODES)}")
+        if self.extra:
+            raise ValueError(f"unknown ScheduleConfig options {sorted(self.extra)}")

@@ -1,0 +1,302 @@
+"""Session: one prepared execution of a model for one set of input shapes.
+
+``prepare`` (on resize, once per input shape) computes every shape, folds shape-computing chains
+to constants, assigns each node a backend, prepares the kernels, plans one arena, and binds every
+tensor to a view of it. ``run`` then only copies the feeds in, calls the kernels and copies the
+outputs out — MNN's ``Session::resize`` / ``Session::run`` split.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+
+from ..backends.reference import evaluate
+from ..backends.registry import make_backend
+from ..errors import InputError, KernelError, SessionBusyError, ShapeError, SpratError
+from ..ir.graph import MISSING, Graph
+from ..ir.shapes import infer
+from ..ir.shapes.values import infer_values
+from ..ir.tensorinfo import TensorInfo
+from ..memory.lifetimes import lifetimes
+from ..memory.planner import ALIGN, plan_memory
+from ..schedule.assign import assign
+from .config import ScheduleConfig
+
+log = logging.getLogger("sprat")
+
+
+class TensorSpec(NamedTuple):
+    """A graph input or output: name, shape (ints, or str for symbolic dims), numpy dtype."""
+
+    name: str
+    shape: tuple
+    dtype: np.dtype
+
+
+class _Step(NamedTuple):
+    node: object
+    backend: str
+    kernel: object
+    ins: list
+    outs: list
+
+
+class Session:
+    """Runs one model with one ScheduleConfig. Create with ``Interpreter.create_session``.
+
+    A session runs one call at a time: a second concurrent ``run`` raises SessionBusyError.
+    """
+
+    def __init__(self, graph: Graph, config: ScheduleConfig | None = None):
+        self.config = config if config is not None else ScheduleConfig()
+        self._graph = graph
+        self._backends = [make_backend(n, self.config.num_threads) for n in self.config.backends]
+        self._backup = make_backend(self.config.backup, self.config.num_threads)
+        self._lock = threading.Lock()
+        self._shapes: dict[str, tuple[int, ...]] | None = None
+        self._plan: tuple = ()
+        self._steps: list[_Step] = []
+        self._input_views: dict[str, np.ndarray] = {}
+        self._output_arrays: list[tuple[str, np.ndarray]] = []
+        self._arena = None
+        self._in_specs = [self._spec(i) for i in graph.inputs]
+        self._out_specs = [self._spec(i) for i in graph.outputs]
+
+    def _spec(self, idx: int) -> TensorSpec:
+        v = self._graph.values[idx]
+        return TensorSpec(v.name, tuple(v.shape) if v.shape is not None else None, v.dtype)
+
+    # ---- public API -----------------------------------------------------------------------
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        """Graph inputs as declared by the model (symbolic dims are strings)."""
+        return list(self._in_specs)
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        """Graph outputs; after a resize, their shapes are the concrete planned ones."""
+        if self._shapes is None:
+            return list(self._out_specs)
+        return [TensorSpec(n, a.shape, a.dtype) for n, a in self._output_arrays]
+
+    def resize(self, shapes: Mapping[str, tuple]) -> None:
+        """Prepare for new input shapes ``{input name: shape}`` (inputs not named keep their
+        current shape, or their declared one when fully fixed).
+
+        Raises InputError for an unknown input name or a shape that contradicts the model's
+        fixed dims; ShapeError when the model cannot run at that shape.
+        """
+        with self._busy():
+            self._prepare(self._complete_shapes(shapes))
+
+    def run(self, feeds: Mapping[str, np.ndarray], output_names=None) -> dict[str, np.ndarray]:
+        """Run the model. ``feeds``: ``{input name: np.ndarray}`` with the declared dtypes.
+
+        Returns ``{output name: np.ndarray}`` (new arrays owned by the caller), all outputs or
+        those in ``output_names``. A feed shape other than the prepared one resizes first
+        (logged at debug level). Raises InputError (names, dtypes, shapes), KernelError (naming
+        the node), SessionBusyError (another call is running on this session).
+        """
+        with self._busy():
+            feeds = self._check_feeds(feeds)
+            shapes = {k: tuple(a.shape) for k, a in feeds.items()}
+            if shapes != self._shapes:
+                if self._shapes is not None:
+                    log.debug("session: input shapes changed to %s; resizing", shapes)
+                self._prepare(shapes)
+            for name, arr in feeds.items():
+                np.copyto(self._input_views[name], arr)
+            self._execute()
+            wanted = self._check_output_names(output_names)
+            return {n: a.copy() for n, a in self._output_arrays if wanted is None or n in wanted}
+
+    # ---- checks ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _busy(self):
+        if not self._lock.acquire(blocking=False):
+            raise SessionBusyError("this session is already running a call; use one session per "
+                                   "thread (Interpreter.create_session) for concurrent runs")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _check_output_names(self, output_names):
+        if output_names is None:
+            return None
+        known = [s.name for s in self._out_specs]
+        bad = [n for n in output_names if n not in known]
+        if bad:
+            raise InputError(f"unknown output name(s) {bad}; the model's outputs are {known}")
+        return set(output_names)
+
+    def _check_feeds(self, feeds) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, Mapping):
+            raise InputError(f"feeds must be a dict {{input name: array}}, got {type(feeds).__name__}")
+        names = [s.name for s in self._in_specs]
+        unknown = [k for k in feeds if k not in names]
+        missing = [n for n in names if n not in feeds]
+        if unknown or missing:
+            raise InputError(
+                f"inputs do not match the model: unknown {unknown}, missing {missing}; "
+                f"the model's inputs are {names}")
+        out = {}
+        for spec in self._in_specs:
+            arr = feeds[spec.name]
+            if not isinstance(arr, np.ndarray):
+                arr = np.asarray(arr)
+            if spec.dtype is not None and arr.dtype != spec.dtype:
+                raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {arr.dtype}")
+            self._check_shape(spec, tuple(arr.shape))
+            out[spec.name] = arr
+        return out
+
+    def _check_shape(self, spec: TensorSpec, shape: tuple):
+        if spec.shape is None:
+            return
+        if len(shape) != len(spec.shape):
+            raise InputError(f"input {spec.name!r}: expected rank {len(spec.shape)} "
+                             f"(shape {list(spec.shape)}), got shape {list(shape)}")
+        for axis, (want, got) in enumerate(zip(spec.shape, shape)):
+            if isinstance(want, int) and want >= 0 and want != got:
+                raise InputError(f"input {spec.name!r}: dim {axis} must be {want} "
+                                 f"(shape {list(spec.shape)}), got shape {list(shape)}")
+            if not isinstance(got, (int, np.integer)) or got < 0:
+                raise InputError(f"input {spec.name!r}: invalid dim {got!r} in shape {list(shape)}")
+
+    def _complete_shapes(self, shapes: Mapping[str, tuple]) -> dict[str, tuple[int, ...]]:
+        names = [s.name for s in self._in_specs]
+        unknown = [k for k in shapes if k not in names]
+        if unknown:
+            raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
+        full = {}
+        for spec in self._in_specs:
+            if spec.name in shapes:
+                shape = tuple(int(d) for d in shapes[spec.name])
+            elif self._shapes is not None:
+                shape = self._shapes[spec.name]
+            elif spec.shape is not None and all(isinstance(d, int) and d >= 0 for d in spec.shape):
+                shape = spec.shape
+            else:
+                raise InputError(f"input {spec.name!r} has symbolic shape {list(spec.shape or [])}; "
+                                 f"give its shape to resize()")
+            self._check_shape(spec, shape)
+            full[spec.name] = shape
+        return full
+
+    # ---- prepare ----------------------------------------------------------------------------
+    def _prepare(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        g = self._graph
+        known: dict[int, TensorInfo] = {}
+        for i, v in enumerate(g.values):
+            if v.data is not None:
+                known[i] = TensorInfo(tuple(v.data.shape), v.data.dtype, v.data)
+        for i in g.inputs:
+            v = g.values[i]
+            known[i] = TensorInfo(shapes[v.name], v.dtype if v.dtype is not None
+                                  else np.dtype(np.float32))
+        pending = []  # (node, ins infos, outs infos)
+        for node in g.nodes:
+            ins = [None if i == MISSING else known[i] for i in node.inputs]
+            values = self._fold(node, ins)
+            if values is not None:
+                for o, val in zip(node.outputs, values):
+                    known[o] = TensorInfo(tuple(val.shape), val.dtype, val)
+                continue
+            outs = [TensorInfo(s, dt) for s, dt in infer(node, ins)]
+            for o, info in zip(node.outputs, outs):
+                known[o] = info
+            pending.append((node, ins, outs))
+
+        # memory plan over the steps that remain
+        planned = {i for i in g.inputs}
+        for node, _, _ in pending:
+            planned.update(node.outputs)
+        planned.update(i for i in g.outputs if known[i].value is None)
+        sizes = {v: known[v].nbytes for v in planned}
+        spans = lifetimes([(n.inputs, n.outputs) for n, _, _ in pending],
+                          keep_alive={i for i in g.outputs if i in planned},
+                          start_alive=set(g.inputs))
+        offsets, total = plan_memory(sizes, spans)
+        raw = np.empty(total + ALIGN, dtype=np.uint8)
+        shift = (-raw.ctypes.data) % ALIGN
+        arena = raw[shift:shift + total]
+
+        def array_of(idx: int) -> np.ndarray:
+            info = known[idx]
+            if info.value is not None:
+                return info.value
+            off = offsets[idx]
+            return arena[off:off + info.nbytes].view(info.dtype).reshape(info.shape)
+
+        steps = []
+        for node, ins, outs in pending:
+            backend = assign(node, ins, self._backends, self._backup)
+            kernel = backend.make_kernel(node)
+            try:
+                kernel.prepare(ins, outs)
+            except SpratError:
+                raise
+            except Exception as e:
+                raise KernelError(node.name, node.op_type, f"prepare failed: {e}") from e
+            steps.append(_Step(node, backend.name, kernel,
+                               [None if i == MISSING else array_of(i) for i in node.inputs],
+                               [array_of(o) for o in node.outputs]))
+        self._arena = raw
+        self._steps = steps
+        self._plan = tuple((s.kernel.run, s.ins, s.outs) for s in steps)
+        self._input_views = {g.values[i].name: array_of(i) for i in g.inputs}
+        self._output_arrays = [(g.values[i].name, array_of(i)) for i in g.outputs]
+        self._arena_bytes = total
+        self._shapes = dict(shapes)
+        self._run_contexts = [b for b in {id(b): b for b in
+                                          (*self._backends, self._backup)}.values()
+                              if hasattr(b, "run_context")]
+
+    @staticmethod
+    def _fold(node, ins: list[TensorInfo | None]):
+        """Outputs known before running: from shapes alone, or all inputs known (shape chains)."""
+        values = infer_values(node, ins)
+        if values is not None:
+            return values
+        present = [x for x in ins if x is not None]
+        if present and all(x.value is not None for x in present):
+            try:
+                return evaluate(node, [None if x is None else x.value for x in ins])
+            except Exception as e:
+                raise ShapeError(f"node {node.name!r} ({node.op_type}): folding at prepare "
+                                 f"failed: {e}") from e
+        return None
+
+    # ---- run ----------------------------------------------------------------------------
+    def _execute(self) -> None:
+        with contextlib.ExitStack() as stack:
+            for b in self._run_contexts:
+                stack.enter_context(b.run_context())
+            i = 0
+            try:
+                for i, (run, ins, outs) in enumerate(self._plan):
+                    run(ins, outs)
+            except SpratError:
+                raise
+            except Exception as e:
+                node = self._steps[i].node
+                raise KernelError(node.name, node.op_type, f"{type(e).__name__}: {e}") from e
+
+    # ---- introspection ------------------------------------------------------------------
+    def info(self) -> dict:
+        """Arena bytes, weight bytes, number of steps, backend per node, threads."""
+        return {
+            "arena_bytes": getattr(self, "_arena_bytes", 0),
+            "weight_bytes": self._graph.weight_bytes(),
+            "steps": len(self._steps),
+            "backends": {s.node.name: s.backend for s in self._steps},
+            "num_threads": self.config.num_threads,
+            "input_shapes": dict(self._shapes or {}),
+        }
