@@ -1,0 +1,1 @@
+"""Models built in code for tests and benchmarks (needs the ``onnx`` package)."""
