@@ -49,18 +49,39 @@ def _sprat_session(onnx_bytes, threads=1, tmp_path=None):
     return interp.create_session(sprat.ScheduleConfig(num_threads=threads))
 
 
+def _with_logits(onnx_bytes):
+    """The model with the input of its final Softmax (the logits) as an extra output."""
+    import onnx
+
+    m = onnx.load_from_string(onnx_bytes)
+    soft = [n for n in m.graph.node if n.op_type == "Softmax" and n.output[0] == m.graph.output[0].name]
+    if not soft:
+        return onnx_bytes, False
+    m.graph.output.append(onnx.ValueInfoProto(name=soft[0].input[0]))
+    return m.SerializeToString(), True
+
+
 @pytest.mark.parametrize("name", sorted(LIGHT))
 def test_light_model(name):
+    """The light models carry constant-filled weights, so their logits reach 1e6..1e10 where one
+    float32 ulp is up to 1024: a softmax over such logits turns any change of summation order
+    into a different distribution (onnx's stored outputs assume the reference evaluator's order).
+    The logits are compared at the issue's tolerance; the probabilities too where the logits are
+    small enough (< 1e3) for a softmax to be well-conditioned in float32."""
     path, feeds, expected = LIGHT[name]
-    onnx_bytes = path.read_bytes()
+    onnx_bytes, has_logits = _with_logits(path.read_bytes())
     sess = _sprat_session(onnx_bytes)
-    out = sess.run(feeds)
-    got = list(out.values())
+    got = list(sess.run(feeds).values())
     ref = _ort_run(onnx_bytes, feeds)
-    for g, r, e in zip(got, ref, expected):
-        _assert_close(f"{name} vs onnxruntime", g, r)
-        # the stored outputs come from onnx's ReferenceEvaluator; onnx's own test uses rtol 1e-3
-        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
+    if has_logits:
+        _assert_close(f"{name} logits vs onnxruntime", got[1], ref[1])
+    conditioned = not has_logits or float(np.abs(ref[1]).max()) < 1e3
+    if conditioned:
+        _assert_close(f"{name} vs onnxruntime", got[0], ref[0])
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-3, atol=1e-5)
+    else:
+        assert got[0].shape == expected[0].shape and got[0].dtype == expected[0].dtype
+        np.testing.assert_allclose(got[0].sum(axis=-1), 1.0, rtol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -138,6 +138,10 @@ def import_model(model) -> Graph:
         inputs = [value(n) for n in node.input]
         outputs = [value(n) for n in node.output]
         op, inputs, attrs = legacy.upgrade(g, node.op_type, inputs, attrs, opset, name)
+        if op == "Split" and (len(inputs) < 2 or inputs[1] == MISSING):
+            # NOTE: before opset 18 an unsplit Split divides evenly into as many outputs as the
+            # node has; opset 18 says so with num_outputs.
+            attrs.setdefault("num_outputs", len(outputs))
         if legacy.needs_flatten_softmax(op, opset):
             _flatten_softmax(g, op, inputs, outputs, attrs, name)
             continue

@@ -1,0 +1,256 @@
+"""Shared single-op test helpers: build a one-node ONNX model, run it on onnxruntime, and check
+sprat's shape function and reference kernel against it.
+
+Plain functions (no pytest fixtures), so any test module can ``from opcheck import ...``.
+
+The three steps are kept separate so a full-pipeline check (convert -> session -> every backend)
+can reuse them:
+
+- :func:`make_node_model` — the single-node ``onnx.ModelProto`` (pure, no sprat).
+- :func:`run_onnxruntime` — the expected outputs.
+- :func:`node_from_model` — the sprat IR ``Node`` + input ``TensorInfo`` list for the same node.
+- :func:`assert_close` — the comparison with the project tolerance.
+- :func:`check_reference` — all of the above for ``sprat.ir.shapes.infer`` and
+  ``sprat.backends.reference.evaluate``.
+
+Tolerance (PREAMBLE): float outputs must satisfy ``max|got - ref| <= rtol * max(1, max|ref|)``
+with ``rtol = 1e-4`` by default; integer and bool outputs must match exactly.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+# NOTE: onnxruntime 1.31 loads models up to IR version 13 and the default domain up to opset 26;
+# onnx 1.23 writes IR 14 / opset 28 by default, which onnxruntime refuses.
+ORT_MAX_IR_VERSION = 13
+DEFAULT_OPSET = 26
+
+DEFAULT_RTOL = 1e-4
+
+
+def randn(*shape: int, seed: int = 0, dtype=np.float32, scale: float = 1.0) -> np.ndarray:
+    """Normally distributed test data of ``shape`` (deterministic per ``seed``)."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def make_node_model(
+    op_type: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping | None = None,
+    n_outputs: int = 1,
+    opset: int | None = None,
+    const_inputs: Iterable[str] = (),
+    absent_outputs: Iterable[int] = (),
+    domain: str = "",
+) -> onnx.ModelProto:
+    """A model with one node ``op_type`` over ``inputs``.
+
+    Args:
+        inputs: ordered ``{name: array}``; ``None`` marks an absent optional input (given the
+            empty name ``""`` in the node). Order is the node's input order.
+        attrs: ONNX attributes as plain python values (``onnx.helper.make_attribute`` forms).
+        n_outputs: number of node outputs (named ``out0``, ``out1``, ...).
+        opset: default-domain opset; ``DEFAULT_OPSET`` when None.
+        const_inputs: names of inputs stored as initializers instead of graph inputs.
+        absent_outputs: output positions left empty (``""``) in the node, e.g. ``{0}`` for an
+            LSTM that only produces ``Y_h``.
+        domain: the node's domain.
+
+    Output value infos carry the types inferred by ``onnx.shape_inference`` when it can, and are
+    left untyped otherwise (onnxruntime accepts both).
+    """
+    attrs = dict(attrs or {})
+    const_inputs = set(const_inputs)
+    absent_outputs = set(absent_outputs)
+    opset = DEFAULT_OPSET if opset is None else opset
+    unknown = const_inputs - set(inputs)
+    if unknown:
+        raise ValueError(f"const_inputs {sorted(unknown)} are not among the inputs")
+
+    in_names, graph_inputs, inits = [], [], []
+    for name, arr in inputs.items():
+        if arr is None:
+            in_names.append("")
+            continue
+        arr = np.asarray(arr)
+        in_names.append(name)
+        if name in const_inputs:
+            inits.append(numpy_helper.from_array(arr, name))
+        else:
+            graph_inputs.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
+    out_names = ["" if i in absent_outputs else f"out{i}" for i in range(n_outputs)]
+    # NOTE: trailing absent outputs are dropped; inner ones must stay as "" placeholders.
+    while out_names and out_names[-1] == "":
+        out_names.pop()
+    node = helper.make_node(op_type, in_names, out_names, name=f"{op_type}_0", domain=domain,
+                            **attrs)
+    graph_outputs = [helper.make_empty_tensor_value_info(n) for n in out_names if n]
+    graph = helper.make_graph([node], f"single_{op_type}", graph_inputs, graph_outputs,
+                              initializer=inits)
+    opsets = [helper.make_opsetid("", opset)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, 1))
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="sprat-tests")
+    model.ir_version = min(model.ir_version, ORT_MAX_IR_VERSION)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        typed = {vi.name: vi for vi in inferred.graph.output if vi.type.HasField("tensor_type")}
+        if all(n in typed for n in (vi.name for vi in graph_outputs)):
+            del model.graph.output[:]
+            model.graph.output.extend(typed[vi.name] for vi in graph_outputs)
+    except Exception:  # noqa: BLE001  (untyped outputs are fine for onnxruntime)
+        pass
+    return model
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Outputs of ``model`` on onnxruntime (CPU provider, 1 thread, no graph optimisation)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feeds.items() if k in wanted})
+
+
+def _attr_value(attr: onnx.AttributeProto):
+    v = helper.get_attribute_value(attr)
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list):
+        if v and isinstance(v[0], bytes):
+            return [s.decode() for s in v]
+        if v and isinstance(v[0], onnx.TensorProto):
+            return [numpy_helper.to_array(t) for t in v]
+        return list(v)
+    return v
+
+
+def node_from_model(model: onnx.ModelProto, values: Mapping[str, np.ndarray]):
+    """The sprat IR (Node, list[TensorInfo | None], list[ndarray | None]) of a single-node model.
+
+    ``values`` holds every present input's array (graph inputs and initializers alike). Inputs that
+    are initializers get their contents in ``TensorInfo.value``; graph inputs do not. Node input
+    and output indices are positions (absent -> ``MISSING``), which is all ``infer``/``evaluate``
+    need.
+    """
+    from sprat.ir.graph import MISSING, Node
+    from sprat.ir.tensorinfo import TensorInfo
+
+    (onode,) = model.graph.node
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    infos, arrays, idx = [], [], []
+    for k, name in enumerate(onode.input):
+        if name == "":
+            infos.append(None)
+            arrays.append(None)
+            idx.append(MISSING)
+            continue
+        arr = inits[name] if name in inits else np.asarray(values[name])
+        infos.append(TensorInfo(tuple(int(d) for d in arr.shape), arr.dtype,
+                                arr if name in inits else None))
+        arrays.append(arr)
+        idx.append(k)
+    outs = [MISSING if n == "" else 100 + k for k, n in enumerate(onode.output)]
+    attrs = {a.name: _attr_value(a) for a in onode.attribute}
+    node = Node(onode.op_type, onode.name, idx, outs, attrs, onode.domain)
+    return node, infos, arrays
+
+
+def assert_close(got: np.ndarray, ref: np.ndarray, rtol: float = DEFAULT_RTOL,
+                 atol: float | None = None, what: str = "output") -> None:
+    """Assert ``got`` matches ``ref`` in shape, dtype and values (tolerance in module doc).
+
+    ``atol``, when given, replaces the ``rtol * max(1, max|ref|)`` bound.
+    """
+    got = np.asarray(got)
+    ref = np.asarray(ref)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape}, expected {ref.shape}"
+    assert got.dtype == ref.dtype, f"{what}: dtype {got.dtype}, expected {ref.dtype}"
+    if ref.dtype.kind in "fc":
+        nan_ref, nan_got = np.isnan(ref), np.isnan(got)
+        assert np.array_equal(nan_ref, nan_got), f"{what}: NaN positions differ"
+        if ref.size == 0:
+            return
+        fin = ~nan_ref
+        r = ref[fin].astype(np.float64)
+        g = got[fin].astype(np.float64)
+        inf_ref = np.isinf(r)
+        assert np.array_equal(r[inf_ref], g[inf_ref]), f"{what}: inf values differ"
+        r, g = r[~inf_ref], g[~inf_ref]
+        if r.size == 0:
+            return
+        bound = atol if atol is not None else rtol * max(1.0, float(np.max(np.abs(r))))
+        err = float(np.max(np.abs(g - r)))
+        assert err <= bound, (
+            f"{what}: max abs err {err:.3g} > {bound:.3g} "
+            f"(worst at flat index {int(np.argmax(np.abs(g - r)))})")
+    else:
+        mism = np.flatnonzero(got.ravel() != ref.ravel())
+        assert mism.size == 0, (
+            f"{what}: {mism.size} of {ref.size} elements differ, first at flat index {mism[0]}: "
+            f"{got.ravel()[mism[0]]} != {ref.ravel()[mism[0]]}")
+
+
+def check_reference(
+    op_type: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping | None = None,
+    n_outputs: int = 1,
+    opset: int | None = None,
+    const_inputs: Iterable[str] = (),
+    rtol: float = DEFAULT_RTOL,
+    atol: float | None = None,
+    absent_outputs: Iterable[int] = (),
+    domain: str = "",
+) -> list[np.ndarray]:
+    """Check sprat's shape function and reference kernel for one op against onnxruntime.
+
+    Builds the model (:func:`make_node_model`), runs onnxruntime, then asserts that
+    ``sprat.ir.shapes.infer`` gives each present output's shape and dtype and that
+    ``sprat.backends.reference.evaluate`` gives its values (:func:`assert_close`).
+    Returns onnxruntime's outputs (present outputs only, in order).
+    """
+    from sprat.backends.reference import evaluate
+    from sprat.ir.shapes import infer
+
+    absent_outputs = set(absent_outputs)
+    model = make_node_model(op_type, inputs, attrs, n_outputs, opset, const_inputs,
+                            absent_outputs, domain)
+    feeds = {k: np.asarray(v) for k, v in inputs.items() if v is not None}
+    expected = run_onnxruntime(model, feeds)
+    node, infos, arrays = node_from_model(model, feeds)
+    present = [k for k, o in enumerate(node.outputs) if o >= 0]
+    assert len(present) == len(expected)
+
+    shapes = infer(node, infos)
+    assert len(shapes) >= len(node.outputs), (
+        f"{op_type}: shape function gave {len(shapes)} outputs, node has {len(node.outputs)}")
+    got = evaluate(node, arrays)
+    assert len(got) >= len(node.outputs), (
+        f"{op_type}: reference gave {len(got)} outputs, node has {len(node.outputs)}")
+    for k, ref in zip(present, expected):
+        shape, dtype = shapes[k]
+        assert tuple(shape) == ref.shape, f"{op_type} output {k}: inferred shape {shape}, ort {ref.shape}"
+        assert np.dtype(dtype) == ref.dtype, f"{op_type} output {k}: inferred dtype {dtype}, ort {ref.dtype}"
+        assert_close(got[k], ref, rtol, atol, what=f"{op_type} output {k}")
+    return expected
