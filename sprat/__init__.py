@@ -7,7 +7,7 @@
     out = sess.run({"x": x})
 """
 
-from .convert import convert  # noqa: F401
+from .converter import convert  # noqa: F401
 from .errors import (  # noqa: F401
     ConvertError,
     InputError,

@@ -39,7 +39,7 @@ class InferenceSession:
     """
 
     def __init__(self, path_or_bytes, config: ScheduleConfig | None = None, **_ort_kwargs):
-        from ..convert import convert_graph
+        from ..converter import convert_graph
 
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
             if _is_sprat(path_or_bytes):

@@ -7,8 +7,19 @@ import os
 from .ir.graph import Graph
 
 
-def convert_graph(src, *, optimize: bool = True) -> Graph:
-    """Import an ONNX model (path, bytes or ``onnx.ModelProto``) and run the default passes.
+STAGES = ("import",)  # then the name of every pass of sprat.passes.DEFAULT_PIPELINE
+
+
+def stages() -> list[str]:
+    """Names of the conversion stages, in order: ``import`` then one per pass (``sprat dump``)."""
+    from .passes import DEFAULT_PIPELINE
+
+    return [*STAGES, *(name for name, _ in DEFAULT_PIPELINE)]
+
+
+def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Graph:
+    """Import an ONNX model (path, bytes or ``onnx.ModelProto``) and run the default passes,
+    stopping after the stage ``until`` when given (see ``stages()``).
 
     Raises ModelFormatError (not an ONNX model), UnsupportedOpError (listing every missing op),
     ConvertError (malformed graph). Needs the ``onnx`` package.
@@ -21,8 +32,12 @@ def convert_graph(src, *, optimize: bool = True) -> Graph:
     from .frontends.onnx.importer import import_model, load
     from .passes import optimize as run_passes
 
+    if until is not None and until not in stages():
+        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(stages())}")
     g = import_model(load(src))
-    return run_passes(g) if optimize else g
+    if not optimize or until == "import":
+        return g
+    return run_passes(g, until=until)
 
 
 def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | None = None) -> bytes:
