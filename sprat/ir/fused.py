@@ -7,7 +7,8 @@ These let a pass fuse work into a node without inventing a new op type, and let 
   (conv-family, pooling, normalisation and resize ops). Weights keep their ONNX layout.
 - ``_residual=True``: the node has one extra input, last, added to its first output before the
   activation: ``Y = act(op(...) + R)``.
-- ``_activation="Relu"|"Clip"|"Sigmoid"|"HardSigmoid"|"HardSwish"|"LeakyRelu"|"Tanh"`` with
+- ``_activation="Relu"|"Clip"|"Sigmoid"|"HardSigmoid"|"HardSwish"|"LeakyRelu"|"Tanh"|"Silu"``
+  (Silu is ``x * sigmoid(x)``, YOLO's activation) with
   ``_act_params`` (list of floats: Clip min,max; HardSigmoid alpha,beta; LeakyRelu alpha) applied
   last to the first output.
 """
@@ -31,6 +32,11 @@ def apply_activation(y: np.ndarray, name: str | None, params=()) -> np.ndarray:
     """Reference (NumPy) form of a fused activation; returns a new array or ``y`` itself."""
     if name is None:
         return y
+    with np.errstate(over="ignore"):  # exp(-y) -> inf gives the right limit, 0
+        return _activation(y, name, params)
+
+
+def _activation(y, name, params):
     if name == "Relu":
         return np.maximum(y, 0).astype(y.dtype, copy=False)
     if name == "Clip":
@@ -40,6 +46,8 @@ def apply_activation(y: np.ndarray, name: str | None, params=()) -> np.ndarray:
         return (1.0 / (1.0 + np.exp(-y))).astype(y.dtype, copy=False)
     if name == "Tanh":
         return np.tanh(y)
+    if name == "Silu":
+        return (y / (1.0 + np.exp(-y))).astype(y.dtype, copy=False)
     if name == "HardSigmoid":
         alpha, beta = params
         return np.clip(alpha * y + beta, 0, 1).astype(y.dtype, copy=False)

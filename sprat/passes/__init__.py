@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..ir.graph import Graph
 from .drop_identity import drop_identity
+from .fold_affine import fold_conv_affine
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse_activation, fuse_hardswish, fuse_residual
@@ -14,6 +15,7 @@ DEFAULT_PIPELINE = [
     ("drop_identity", drop_identity),
     ("fold_constants", fold_constants),
     ("fold_batchnorm", fold_batchnorm),
+    ("fold_conv_affine", fold_conv_affine),
     ("fuse_hardswish", fuse_hardswish),
     ("layout", to_nhwc),
     ("transposes", optimize_transposes),

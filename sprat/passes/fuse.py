@@ -84,7 +84,42 @@ def fuse_residual(g: Graph) -> Graph:
     return remove_dead(g)
 
 
+def _clip_of_x_plus_3(g: Graph, consumers, producers, value: int, x: int | None):
+    """If ``value`` = Clip(Add(x, 3), 0, 6) with single-use intermediates: (x, [clip, add])."""
+    clip = producers.get(value)
+    if clip is None or clip.op_type != "Clip" or _act_params(g, clip) != [0.0, 6.0]:
+        return None
+    add = producers.get(clip.inputs[0])
+    if (add is None or add.op_type != "Add"
+            or single_consumer(g, consumers, clip.inputs[0]) is not clip):
+        return None
+    for k in (0, 1):
+        if _scalar(g, add.inputs[1 - k]) == 3.0 and (x is None or add.inputs[k] == x):
+            return add.inputs[k], [clip, add]
+    return None
+
+
 def fuse_hardswish(g: Graph) -> Graph:
+    consumers, producers = g.consumers(), g.producers()
+    # Div(Mul(x, Clip(x + 3, 0, 6)), 6)
+    for div in g.nodes:
+        if div.op_type != "Div" or _scalar(g, div.inputs[1]) != 6.0:
+            continue
+        mul = producers.get(div.inputs[0])
+        if (mul is None or mul.op_type != "Mul" or len(mul.inputs) != 2
+                or single_consumer(g, consumers, div.inputs[0]) is not div):
+            continue
+        for k in (0, 1):
+            x, c = mul.inputs[k], mul.inputs[1 - k]
+            if single_consumer(g, consumers, c) is not mul:
+                continue
+            found = _clip_of_x_plus_3(g, consumers, producers, c, x)
+            if found is not None:
+                div.op_type, div.inputs, div.attrs = "HardSwish", [x], {}
+                for dead in (mul, *found[1]):
+                    dead.op_type = "__dead__"
+                break
+    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
     consumers, producers = g.consumers(), g.producers()
     for mul in g.nodes:
         if mul.op_type != "Mul" or len(mul.inputs) != 2:
@@ -101,27 +136,48 @@ def fuse_hardswish(g: Graph) -> Graph:
                 break
             # x * (Clip(x + 3, 0, 6) / 6)
             if hs.op_type == "Div" and _scalar(g, hs.inputs[1]) == 6.0:
-                clip = producers.get(hs.inputs[0])
-                if (clip is None or clip.op_type != "Clip"
-                        or single_consumer(g, consumers, hs.inputs[0]) is not hs
-                        or _act_params(g, clip) != [0.0, 6.0]):
+                if single_consumer(g, consumers, hs.inputs[0]) is not hs:
                     continue
-                add = producers.get(clip.inputs[0])
-                if (add is None or add.op_type != "Add"
-                        or single_consumer(g, consumers, clip.inputs[0]) is not clip):
-                    continue
-                if not ({add.inputs[0], add.inputs[1]} >= {x} and
-                        any(_scalar(g, i) == 3.0 for i in add.inputs)):
+                found = _clip_of_x_plus_3(g, consumers, producers, hs.inputs[0], x)
+                if found is None:
                     continue
                 mul.op_type, mul.inputs, mul.attrs = "HardSwish", [x], {}
-                for dead in (hs, clip, add):
+                for dead in (hs, *found[1]):
                     dead.op_type = "__dead__"
                 break
     g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
     return remove_dead(g)
 
 
+def _fuse_silu(g: Graph) -> None:
+    """``Mul(x, Sigmoid(x))`` with x from an ACT_PRODUCERS node read by just those two."""
+    consumers, producers = g.consumers(), g.producers()
+    for mul in g.nodes:
+        if mul.op_type != "Mul" or len(mul.inputs) != 2:
+            continue
+        for k in (0, 1):
+            x, s = mul.inputs[k], mul.inputs[1 - k]
+            sig = producers.get(s)
+            prod = producers.get(x)
+            if (sig is None or sig.op_type != "Sigmoid" or sig.inputs[0] != x
+                    or single_consumer(g, consumers, s) is not mul
+                    or prod is None or prod.op_type not in ACT_PRODUCERS
+                    or "_activation" in prod.attrs or len(prod.outputs) != 1
+                    or x in g.outputs
+                    or {id(n) for n in consumers.get(x, [])} != {id(sig), id(mul)}):
+                continue
+            prod.attrs["_activation"] = "Silu"
+            old, new = prod.outputs[0], mul.outputs[0]
+            prod.outputs[0] = new
+            replace_uses(g, old, new)
+            sig.op_type = mul.op_type = "__dead__"
+            consumers, producers = g.consumers(), g.producers()
+            break
+    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+
+
 def fuse_activation(g: Graph) -> Graph:
+    _fuse_silu(g)
     consumers, producers = g.consumers(), g.producers()
     for act in g.nodes:
         if act.op_type not in ACTIVATIONS or act.op_type == "__dead__":

@@ -1,6 +1,7 @@
 """Cancel and sink Transposes (the NHWC pass leaves one at each edge of every conv-family node).
 
-Three rewrites, repeated until nothing changes (the onnxruntime transpose optimizer's core):
+Rewrites 1 and 2 repeat until nothing changes, then 3 runs once (the core of onnxruntime's
+transpose optimizer):
 1. sink: a layout-agnostic node whose every non-constant input is ``Transpose(perm=P)`` runs on
    the untransposed inputs instead (constants are permuted, Concat's axis remapped), and one
    ``Transpose(P)`` follows it;
@@ -22,19 +23,22 @@ UNARY = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Neg", "Sqrt", "Recipro
          "PRelu"}
 BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less",
           "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod"}
+# ops with an ``axis`` attribute that only needs remapping
+AXIS_OPS = {"Concat", "Split"}
 # inputs beyond these positions are not tensors to transpose (Clip min/max are scalars)
-_DATA_INPUTS = {"Clip": 1, "Cast": 1}
+_DATA_INPUTS = {"Clip": 1, "Cast": 1, "Split": 1}
 
 
 def optimize_transposes(g: Graph) -> Graph:
     for _ in range(64):
         changed = _sink(g)
         changed |= _cancel(g)
-        changed |= _to_reshape(g)
         g = remove_dead(g)
         if not changed:
             break
-    return g
+    # NOTE: only once sinking is done: a Reshape would hide the transpose from rewrites 1 and 2.
+    _to_reshape(g)
+    return remove_dead(g)
 
 
 def _perm_of(node):
@@ -47,9 +51,10 @@ def _sink(g: Graph) -> bool:
     new_nodes = []
     for n in g.nodes:
         new_nodes.append(n)
-        if n.op_type not in UNARY and n.op_type not in BINARY and n.op_type != "Concat":
+        if n.op_type not in UNARY and n.op_type not in BINARY and n.op_type not in AXIS_OPS:
             continue
-        if len(n.outputs) != 1 or any(k.startswith("_") for k in n.attrs):
+        if (len(n.outputs) != 1 and n.op_type != "Split") or any(
+                k.startswith("_") for k in n.attrs):
             continue
         limit = _DATA_INPUTS.get(n.op_type, len(n.inputs))
         perm = None
@@ -89,19 +94,22 @@ def _sink(g: Graph) -> bool:
                 inv = tuple(int(np.argsort(perm)[k]) for k in range(rank))
                 new_inputs.append(g.add_const(f"{g.values[i].name}/perm",
                                               np.ascontiguousarray(full.transpose(inv))))
-        if n.op_type == "Concat":
-            axis = n.attrs.get("axis") % rank
+        if n.op_type in AXIS_OPS:
+            axis = n.attrs.get("axis", 0) % rank
             n.attrs["axis"] = int(perm[axis])
-        out = g.values[n.outputs[0]]
         inv = np.argsort(perm)
-        inner = g.add_value(g.unique_name(f"{out.name}/pre"), out.dtype,
-                            tuple(out.shape[k] for k in inv) if out.shape else None)
-        t = g.add_node("Transpose", [inner], [n.outputs[0]], {"perm": list(perm)},
-                       name=g.unique_name(f"{n.name}/sunk_transpose"))
-        g.nodes.pop()
+        inners = []
+        for k, o in enumerate(n.outputs):
+            out = g.values[o]
+            inner = g.add_value(g.unique_name(f"{out.name}/pre"), out.dtype,
+                                tuple(out.shape[j] for j in inv) if out.shape else None)
+            t = g.add_node("Transpose", [inner], [o], {"perm": list(perm)},
+                           name=g.unique_name(f"{n.name}/sunk_transpose"))
+            g.nodes.pop()
+            new_nodes.append(t)
+            inners.append(inner)
         n.inputs = new_inputs
-        n.outputs = [inner]
-        new_nodes.append(t)
+        n.outputs = inners
         changed = True
     g.nodes = new_nodes
     return changed
