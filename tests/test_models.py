@@ -81,7 +81,7 @@ def test_light_model(name):
         np.testing.assert_allclose(got[0], expected[0], rtol=1e-3, atol=1e-5)
     else:
         assert got[0].shape == expected[0].shape and got[0].dtype == expected[0].dtype
-        np.testing.assert_allclose(got[0].sum(axis=-1), 1.0, rtol=1e-5)
+        np.testing.assert_allclose(got[0].reshape(got[0].shape[0], -1).sum(axis=-1), 1.0, rtol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
