@@ -8,6 +8,7 @@ from .fold_affine import fold_conv_affine
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse_activation, fuse_hardswish, fuse_residual
+from .fuse_layernorm import fuse_layernorm
 from .layout import to_nhwc
 from .transposes import optimize_transposes
 
@@ -17,6 +18,7 @@ DEFAULT_PIPELINE = [
     ("fold_batchnorm", fold_batchnorm),
     ("fold_conv_affine", fold_conv_affine),
     ("fuse_hardswish", fuse_hardswish),
+    ("fuse_layernorm", fuse_layernorm),
     ("layout", to_nhwc),
     ("transposes", optimize_transposes),
     ("fuse_residual", fuse_residual),

@@ -1,0 +1,136 @@
+"""Each graph pass keeps the model's meaning (checked against onnxruntime) and does its rewrite
+(checked on the op counts of the converted graph)."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+import sprat
+from sprat.converter import convert_graph
+
+RNG = np.random.default_rng(0)
+
+
+def _f32(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(nodes, inits, x_shape=(1, 8, 9, 7), out_shape=None):
+    g = h.make_graph(nodes, "m", [h.make_tensor_value_info("x", T.FLOAT, list(x_shape))],
+                     [h.make_tensor_value_info("y", T.FLOAT, out_shape)],
+                     [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _check(model, x_shape=(1, 8, 9, 7), backends=("cpu",)):
+    x = _f32(*x_shape)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    g = convert_graph(model)
+    sess = sprat.Interpreter.from_graph(g).create_session(sprat.ScheduleConfig(backends=backends))
+    got = sess.run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1, np.abs(want).max()))
+    return g
+
+
+def _conv(name, x, out, cin=8, cout=8, k=3, bias=True, group=1):
+    inits = {f"{name}.w": _f32(cout, cin // group, k, k, scale=0.3)}
+    ins = [x, f"{name}.w"]
+    if bias:
+        inits[f"{name}.b"] = _f32(cout)
+        ins.append(f"{name}.b")
+    return h.make_node("Conv", ins, [out], pads=[k // 2] * 4, group=group), inits
+
+
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_batchnorm_and_affine_fold_into_conv(backends):
+    conv, inits = _conv("c", "x", "c")
+    inits.update({"s": np.abs(_f32(8)) + 0.5, "b": _f32(8), "m": _f32(8),
+                  "v": np.abs(_f32(8)) + 0.1, "k": _f32(8, 1, 1), "t": _f32(1, 8, 1, 1)})
+    nodes = [conv, h.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"]),
+             h.make_node("Mul", ["k", "bn"], ["mu"]), h.make_node("Add", ["mu", "t"], ["y"])]
+    g = _check(_model(nodes, inits), backends=backends)
+    assert g.op_counts().get("Conv") == 1
+    assert not {"BatchNormalization", "Mul", "Add"} & set(g.op_counts())
+
+
+@pytest.mark.parametrize("pattern", ["clip_div", "div_outside", "hardsigmoid"])
+def test_hardswish_patterns(pattern):
+    conv, inits = _conv("c", "x", "c")
+    inits.update({"three": np.array(3, np.float32), "zero": np.array(0, np.float32),
+                  "six": np.array(6, np.float32)})
+    if pattern == "hardsigmoid":
+        nodes = [conv, h.make_node("HardSigmoid", ["c"], ["hs"], alpha=1 / 6, beta=0.5),
+                 h.make_node("Mul", ["c", "hs"], ["y"])]
+    else:
+        nodes = [conv, h.make_node("Add", ["c", "three"], ["a"]),
+                 h.make_node("Clip", ["a", "zero", "six"], ["cl"])]
+        if pattern == "clip_div":
+            nodes += [h.make_node("Div", ["cl", "six"], ["d"]), h.make_node("Mul", ["c", "d"], ["y"])]
+        else:
+            nodes += [h.make_node("Mul", ["c", "cl"], ["m"]), h.make_node("Div", ["m", "six"], ["y"])]
+    g = _check(_model(nodes, inits))
+    assert set(g.op_counts()) <= {"Conv", "Transpose", "HardSwish"}
+    conv_nodes = [n for n in g.nodes if n.op_type == "Conv"]
+    assert conv_nodes[0].attrs.get("_activation") == "HardSwish" or "HardSwish" in g.op_counts()
+
+
+def test_silu_and_residual_fuse_into_conv():
+    c1, i1 = _conv("c1", "x", "a")
+    c2, i2 = _conv("c2", "s1", "b")
+    nodes = [c1, h.make_node("Sigmoid", ["a"], ["sa"]), h.make_node("Mul", ["a", "sa"], ["s1"]),
+             c2, h.make_node("Add", ["b", "s1"], ["r"]), h.make_node("Relu", ["r"], ["y"])]
+    g = _check(_model(nodes, {**i1, **i2}))
+    convs = [n for n in g.nodes if n.op_type == "Conv"]
+    assert [c.attrs.get("_activation") for c in convs] == ["Silu", "Relu"]
+    assert convs[1].attrs.get("_residual") is True
+    assert g.op_counts() == {"Conv": 2, "Transpose": 2}  # one at each edge of the graph
+
+
+def test_transposes_cancel_through_elementwise_concat_and_split():
+    c1, i1 = _conv("c1", "x", "a")
+    c2, i2 = _conv("c2", "p", "b", cin=4, cout=4)
+    c3, i3 = _conv("c3", "cat", "y", cin=12, cout=8)
+    inits = {**i1, **i2, **i3, "split": np.array([4, 4], np.int64), "bias": _f32(8, 1, 1)}
+    nodes = [c1, h.make_node("Add", ["a", "bias"], ["ab"]), h.make_node("Sigmoid", ["ab"], ["sg"]),
+             h.make_node("Split", ["sg", "split"], ["p", "q"], axis=1), c2,
+             h.make_node("Concat", ["b", "q", "p"], ["cat"], axis=1), c3]
+    g = _check(_model(nodes, inits))
+    assert g.op_counts()["Transpose"] == 2
+
+
+def test_decomposed_layernorm_is_fused():
+    inits = {"axes": np.array([-1], np.int64), "two": np.array(2, np.float32),
+             "eps": np.array(1e-5, np.float32), "g": _f32(7), "b": _f32(7)}
+    nodes = [h.make_node("ReduceMean", ["x", "axes"], ["m"]), h.make_node("Sub", ["x", "m"], ["d"]),
+             h.make_node("Pow", ["d", "two"], ["p"]), h.make_node("ReduceMean", ["p", "axes"], ["v"]),
+             h.make_node("Add", ["v", "eps"], ["ve"]), h.make_node("Sqrt", ["ve"], ["s"]),
+             h.make_node("Div", ["d", "s"], ["n"]), h.make_node("Mul", ["n", "g"], ["ng"]),
+             h.make_node("Add", ["ng", "b"], ["y"])]
+    m = _model(nodes, inits)
+    m.opset_import[0].version = 18
+    g = _check(m)
+    assert g.op_counts() == {"LayerNormalization": 1}
+
+
+def test_identity_and_dropout_removed_output_name_kept():
+    conv, inits = _conv("c", "x", "c")
+    nodes = [conv, h.make_node("Dropout", ["c"], ["d"]), h.make_node("Identity", ["d"], ["y"])]
+    g = _check(_model(nodes, inits))
+    assert "Identity" not in g.op_counts() and "Dropout" not in g.op_counts()
+    assert g.values[g.outputs[0]].name == "y"
+
+
+def test_constant_folding_and_legacy_softmax():
+    inits = {"w": _f32(7, 5), "two": np.array(2, np.float32)}
+    nodes = [h.make_node("Mul", ["w", "two"], ["w2"]), h.make_node("MatMul", ["x", "w2"], ["mm"]),
+             h.make_node("Softmax", ["mm"], ["y"], axis=1)]
+    m = _model(nodes, inits, x_shape=(2, 3, 7))
+    m.opset_import[0].version = 11  # softmax over the flattened trailing dims
+    g = _check(m, x_shape=(2, 3, 7))
+    assert "Mul" not in g.op_counts()
