@@ -19,6 +19,7 @@ with ``rtol = 1e-4`` by default; integer and bool outputs must match exactly.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -111,8 +112,8 @@ def make_node_model(
         if all(n in typed for n in (vi.name for vi in graph_outputs)):
             del model.graph.output[:]
             model.graph.output.extend(typed[vi.name] for vi in graph_outputs)
-    except Exception:  # noqa: BLE001  (untyped outputs are fine for onnxruntime)
-        pass
+    except Exception as e:  # noqa: BLE001  (untyped outputs are fine for onnxruntime)
+        logging.getLogger(__name__).debug("shape inference failed for %s: %s", op_type, e)
     return model
 
 
@@ -250,7 +251,9 @@ def check_reference(
         f"{op_type}: reference gave {len(got)} outputs, node has {len(node.outputs)}")
     for k, ref in zip(present, expected):
         shape, dtype = shapes[k]
-        assert tuple(shape) == ref.shape, f"{op_type} output {k}: inferred shape {shape}, ort {ref.shape}"
-        assert np.dtype(dtype) == ref.dtype, f"{op_type} output {k}: inferred dtype {dtype}, ort {ref.dtype}"
+        assert tuple(shape) == ref.shape, (
+            f"{op_type} output {k}: inferred shape {shape}, ort {ref.shape}")
+        assert np.dtype(dtype) == ref.dtype, (
+            f"{op_type} output {k}: inferred dtype {dtype}, ort {ref.dtype}")
         assert_close(got[k], ref, rtol, atol, what=f"{op_type} output {k}")
     return expected

@@ -96,7 +96,7 @@ def import_model(model) -> Graph:
             return None
         dims = []
         for d in t.shape.dim:
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(int(d.dim_value))
             elif d.dim_param:
                 dims.append(d.dim_param)
@@ -136,7 +136,10 @@ def import_model(model) -> Graph:
             index[node.output[0]] = g.add_value(node.output[0], data=arr)
             continue
         inputs = [value(n) for n in node.input]
-        outputs = [value(n) for n in node.output]
+        # NOTE: an absent optional output still gets a (never read) value, so kernels always
+        # have somewhere to write every output they compute.
+        outputs = [value(n) if n else g.add_value(g.unique_name(f"{name}/unused_{k}"))
+                   for k, n in enumerate(node.output)]
         op, inputs, attrs = legacy.upgrade(g, node.op_type, inputs, attrs, opset, name)
         if op == "Split" and (len(inputs) < 2 or inputs[1] == MISSING):
             # NOTE: before opset 18 an unsplit Split divides evenly into as many outputs as the
