@@ -12,6 +12,9 @@ can reuse them:
 - :func:`assert_close` — the comparison with the project tolerance.
 - :func:`check_reference` — all of the above for ``sprat.ir.shapes.infer`` and
   ``sprat.backends.reference.evaluate``.
+- :func:`check_op` / :func:`check_model` — the full pipeline (``sprat.convert`` -> ``.sprat``
+  bytes -> Interpreter -> one Session per backend), against onnxruntime and, for the cpu
+  backend, against the reference backend; :func:`make_dynamic` makes graph inputs symbolic.
 
 Tolerance (PREAMBLE): float outputs must satisfy ``max|got - ref| <= rtol * max(1, max|ref|)``
 with ``rtol = 1e-4`` by default; integer and bool outputs must match exactly.
@@ -257,3 +260,139 @@ def check_reference(
             f"{op_type} output {k}: inferred dtype {dtype}, ort {ref.dtype}")
         assert_close(got[k], ref, rtol, atol, what=f"{op_type} output {k}")
     return expected
+
+
+# ---- full pipeline: convert -> .sprat bytes -> Interpreter -> Session on every backend --------
+
+def make_dynamic(model: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs (except those in ``keep``) have every dim symbolic.
+
+    Each dim becomes its own ``dim_param`` (``"<input>_d<k>"``), so nothing relates the dims of
+    two inputs and a session must bind them all at run time. Output value infos are re-inferred
+    (with symbolic dims) or left untyped.
+    """
+    keep = set(keep)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in m.graph.input:
+        if vi.name in keep:
+            continue
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            d.Clear()
+            d.dim_param = f"{vi.name}_d{k}"
+    names = [vi.name for vi in m.graph.output]
+    del m.graph.output[:]
+    m.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m)
+        typed = {vi.name: vi for vi in inferred.graph.output if vi.type.HasField("tensor_type")}
+        if all(n in typed for n in names):
+            del m.graph.output[:]
+            m.graph.output.extend(typed[n] for n in names)
+    except Exception as e:  # noqa: BLE001  (untyped outputs are fine for onnxruntime)
+        logging.getLogger(__name__).debug("shape inference failed: %s", e)
+    return m
+
+
+def check_model(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    backends: Iterable[str] = ("reference", "cpu"),
+    resize_feeds: Mapping[str, np.ndarray] | None = None,
+    rtol: float = DEFAULT_RTOL,
+    atol: float | None = None,
+    num_threads: int = 1,
+) -> dict:
+    """Run ``model`` through the full sprat pipeline on each backend and check every output.
+
+    ``sprat.convert`` -> ``Interpreter.from_buffer`` -> one Session per backend name (a config
+    ``ScheduleConfig(backends=(name,), num_threads=num_threads)``; unsupported nodes fall back
+    to the reference backup).
+    Each session's outputs must match onnxruntime (:func:`assert_close`), and the outputs of a
+    non-reference backend must also match the reference backend's (same tolerance: both are
+    float32 with different accumulation orders and vectorised transcendentals). With
+    ``resize_feeds`` (``{input name: array}``; unnamed inputs keep their first arrays), every
+    session is then resized (``session.resize``) to the new shapes and checked again. Each set of
+    shapes runs twice on the same session, both runs checked.
+
+    Returns ``{backend name: session.info()["backends"]}`` after the last run ({node name:
+    backend that ran it}), so a caller can assert which backend took a node.
+    """
+    import sprat
+
+    names = [vi.name for vi in model.graph.output]
+    rounds = [dict(feeds)]
+    if resize_feeds is not None:
+        rounds.append({**feeds, **resize_feeds})
+    expected = [run_onnxruntime(model, f) for f in rounds]
+    interp = sprat.Interpreter.from_buffer(sprat.convert(model))
+    inits = {t.name for t in model.graph.initializer}
+    declared = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+                for vi in model.graph.input if vi.name not in inits}
+    placed, ref_runs = {}, None
+    for backend in backends:
+        sess = interp.create_session(sprat.ScheduleConfig(backends=(backend,),
+                                                          num_threads=num_threads))
+        graph_inputs = {spec.name for spec in sess.inputs}
+        # symbolic dims must stay symbolic through conversion (bound by the session at run time)
+        for spec in sess.inputs:
+            want = declared[spec.name]
+            assert spec.shape is not None and len(spec.shape) == len(want), (spec, want)
+            assert all(isinstance(g, str) == isinstance(w, str)
+                       for g, w in zip(spec.shape, want)), (
+                f"input {spec.name}: sprat declares {spec.shape}, the model {want}")
+        runs = []
+        for r, (f, want) in enumerate(zip(rounds, expected)):
+            f = {k: v for k, v in f.items() if k in graph_inputs}
+            if r > 0:
+                sess.resize({k: v.shape for k, v in f.items()})
+            # NOTE: each shape runs twice on the same plan: a kernel that accumulates into its
+            # output without clearing it, or keeps stale state, passes on a fresh arena only.
+            for again in (0, 1):
+                got = sess.run(f)
+                assert sorted(got) == sorted(names), f"outputs {sorted(got)}, expected {names}"
+                for name, ref in zip(names, want):
+                    assert_close(got[name], ref, rtol, atol,
+                                 what=f"[{backend}, run {r}{'b' if again else ''}] {name} "
+                                      f"vs onnxruntime")
+            runs.append(got)
+        if backend == "reference":
+            ref_runs = runs
+        elif ref_runs is not None:
+            for r, (got, ref) in enumerate(zip(runs, ref_runs)):
+                for name in names:
+                    assert_close(got[name], ref[name], rtol, atol,
+                                 what=f"[{backend}, run {r}] {name} vs reference backend")
+        placed[backend] = sess.info()["backends"]
+    return placed
+
+
+def check_op(
+    op_type: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping | None = None,
+    n_outputs: int = 1,
+    opset: int | None = None,
+    const_inputs: Iterable[str] = (),
+    backends: Iterable[str] = ("reference", "cpu"),
+    dynamic: bool = False,
+    resize_to: Mapping[str, np.ndarray] | None = None,
+    rtol: float = DEFAULT_RTOL,
+    atol: float | None = None,
+    absent_outputs: Iterable[int] = (),
+    num_threads: int = 1,
+) -> dict:
+    """Check one op through the full pipeline (convert -> .sprat -> Session) on every backend.
+
+    Builds the single-node model (:func:`make_node_model`); with ``dynamic=True`` its non-const
+    graph inputs get symbolic dims (:func:`make_dynamic`). ``resize_to`` (``{input name: array}``)
+    runs a second set of inputs, usually of other shapes, on the same sessions. See
+    :func:`check_model` for what is compared; returns its ``{backend: {node: backend}}``.
+    """
+    model = make_node_model(op_type, inputs, attrs, n_outputs, opset, const_inputs,
+                            absent_outputs)
+    if dynamic:
+        model = make_dynamic(model)
+    feeds = {k: np.asarray(v) for k, v in inputs.items()
+             if v is not None and k not in set(const_inputs)}
+    return check_model(model, feeds, backends, resize_to, rtol, atol, num_threads)

@@ -45,6 +45,8 @@ class _Step(NamedTuple):
     kernel: object
     ins: list
     outs: list
+    in_infos: list
+    out_infos: list
 
 
 class Session:
@@ -247,7 +249,7 @@ class Session:
                 raise KernelError(node.name, node.op_type, f"prepare failed: {e}") from e
             steps.append(_Step(node, backend.name, kernel,
                                [None if i == MISSING else array_of(i) for i in node.inputs],
-                               [array_of(o) for o in node.outputs]))
+                               [array_of(o) for o in node.outputs], ins, outs))
         self._arena = raw
         self._steps = steps
         self._plan = tuple((s.kernel.run, s.ins, s.outs) for s in steps)
@@ -290,11 +292,43 @@ class Session:
                 raise KernelError(node.name, node.op_type, f"{type(e).__name__}: {e}") from e
 
     # ---- introspection ------------------------------------------------------------------
+    STAGES = ("assigned", "planned")
+
+    def dump(self, stage: str = "planned") -> str:
+        """The prepared plan as text: ``assigned`` (backend per node) or ``planned`` (also the
+        shapes and arena offsets of every output). Raises ValueError for another stage."""
+        if stage not in self.STAGES:
+            raise ValueError(f"unknown session stage {stage!r}; stages: {', '.join(self.STAGES)}")
+        if self._shapes is None:
+            raise ShapeError("the session is not prepared yet: call resize() or run() first")
+        lines = [f"arena {self._arena_bytes} bytes; inputs {self._shapes}"]
+        base = self._arena[(-self._arena.ctypes.data) % ALIGN:].ctypes.data
+        for s in self._steps:
+            line = f"{s.node.name}: {s.node.op_type} -> {s.backend}"
+            if stage == "planned":
+                outs = []
+                for a in s.outs:
+                    off = a.ctypes.data - base
+                    where = f"@{off}" if 0 <= off < self._arena_bytes else "@const"
+                    outs.append(f"{a.dtype}{list(a.shape)}{where}")
+                line += "  " + ", ".join(outs)
+            lines.append(line)
+        return "\n".join(lines)
+
+    def node_infos(self) -> list[tuple]:
+        """``(node, input TensorInfos, output TensorInfos)`` of every planned step."""
+        return [(s.node, s.in_infos, s.out_infos) for s in self._steps]
+
     def info(self) -> dict:
-        """Arena bytes, weight bytes, number of steps, backend per node, threads."""
+        """Arena bytes, weight bytes, FLOPs of one run (multiply-add = 2), number of steps,
+        backend per node, threads, prepared input shapes. Shapes-dependent entries are those
+        of the last resize (zero before the first)."""
+        from ..ir.flops import graph_flops
+
         return {
             "arena_bytes": getattr(self, "_arena_bytes", 0),
             "weight_bytes": self._graph.weight_bytes(),
+            "flops": graph_flops(self.node_infos()),
             "steps": len(self._steps),
             "backends": {s.node.name: s.backend for s in self._steps},
             "num_threads": self.config.num_threads,

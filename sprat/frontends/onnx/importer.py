@@ -85,7 +85,11 @@ def import_model(model) -> Graph:
         g.metadata[p.key] = p.value
 
     infos = {}
-    for vi in list(src.value_info) + list(src.input) + list(src.output):
+    # NOTE: graph inputs last: their declaration is authoritative, and an untyped declaration
+    # (e.g. a graph output that is also a graph input) must not hide a typed one.
+    for vi in list(src.value_info) + list(src.output) + list(src.input):
+        if vi.name in infos and not vi.type.tensor_type.elem_type:
+            continue
         infos[vi.name] = vi
     index: dict[str, int] = {}
     anon = [0]

@@ -1,0 +1,1 @@
+"""sprat benchmarks (run ``python bench/run.py --help``)."""

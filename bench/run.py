@@ -1,0 +1,313 @@
+"""End-to-end benchmark: sprat versus onnxruntime on the real zoo models, side by side.
+
+    python bench/run.py [--models a,b] [--threads 1,2] [--runs N] [--quick] [--write FILE]
+
+For each model (fetched with ``sprat.zoo``, fed ``zoo.sample_input``) and thread count, both
+runtimes run in this one process, in alternating blocks, and the table reports:
+
+- median latency of sprat and of onnxruntime, and their ratio sprat/ort (lower is better), with the
+  geometric mean of the ratios per thread count;
+- the largest output error of sprat against onnxruntime, ``max|s - o| / max(1, max|o|)``;
+- cold start: in a fresh subprocess, seconds from importing the runtime to the first output
+  (sprat maps the pre-converted ``.sprat`` file; onnxruntime loads the ``.onnx``). One untimed
+  child runs first so caches (OS page cache, Numba's on-disk cache) are warm for both;
+- peak RSS of that subprocess after its first run: ``VmHWM`` from ``/proc/self/status``
+  (``ru_maxrss`` where /proc is missing). NOTE: on Linux ``ru_maxrss`` carries the parent's
+  peak across fork+exec, so with a large parent it reports the parent, not the child.
+
+onnxruntime runs with ``intra_op_num_threads=N``, ``inter_op_num_threads=1`` and its default graph
+optimizations (ORT_ENABLE_ALL). Absolute times on shared machines are noise; the ratios measured
+side by side are the figure (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from a source checkout
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import sprat  # noqa: E402
+from sprat import zoo  # noqa: E402
+
+QUICK_MODEL = "ppocr_v2_cls"
+
+_CHILD = r"""
+import json, resource, sys, time
+import numpy as np
+kind, model, feeds_path, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with np.load(feeds_path) as z:
+    feeds = {k: z[k] for k in z.files}
+t0 = time.perf_counter()
+if kind == "sprat":
+    import sprat
+    interp = sprat.Interpreter.from_file(model)
+    sess = interp.create_session(sprat.ScheduleConfig(num_threads=threads))
+    sess.run(feeds)
+else:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess.run(None, feeds)
+t1 = time.perf_counter()
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:  # VmHWM: this process's own peak (ru_maxrss keeps the parent's peak across fork+exec)
+    with open("/proc/self/status") as f:
+        rss = next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    pass
+print(json.dumps({"cold_s": t1 - t0, "maxrss_kib": rss}))
+"""
+
+
+@dataclass
+class Row:
+    model: str
+    threads: int
+    sprat_ms: float
+    ort_ms: float
+    rel_err: float
+    convert_s: float
+    sprat_cold_s: float | None = None
+    ort_cold_s: float | None = None
+    sprat_rss_mib: float | None = None
+    ort_rss_mib: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.sprat_ms / self.ort_ms
+
+
+# ---- measuring --------------------------------------------------------------------------------
+def ort_session(path: pathlib.Path, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def timed_blocks(fns: dict[str, callable], runs: int, rounds: int = 3) -> dict[str, float]:
+    """Median seconds per call of each function, measured in alternating blocks.
+
+    NOTE: blocks rather than call-by-call interleaving, because onnxruntime's worker threads
+    spin for a while after each run and would steal the CPU from the call that follows; each
+    block starts with one untimed call for the same reason.
+    """
+    times = {k: [] for k in fns}
+    per_round = max(1, math.ceil(runs / rounds))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            fn()
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def rel_error(got: dict, ref: dict) -> float:
+    """max over outputs of max|got - ref| / max(1, max|ref|) (PREAMBLE tolerance measure)."""
+    worst = 0.0
+    for name, r in ref.items():
+        g = np.asarray(got[name], dtype=np.float64)
+        r = np.asarray(r, dtype=np.float64)
+        if g.shape != r.shape:
+            return float("inf")
+        if r.size:
+            worst = max(worst, float(np.max(np.abs(g - r))) / max(1.0, float(np.max(np.abs(r)))))
+    return worst
+
+
+def cold_start(kind: str, model: pathlib.Path, feeds_path: pathlib.Path, threads: int,
+               repeats: int) -> tuple[float, float]:
+    """(median cold-start seconds, max peak RSS MiB) over ``repeats`` fresh subprocesses,
+    after one untimed priming child."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-c", _CHILD, kind, str(model), str(feeds_path), str(threads)]
+    results = []
+    for i in range(repeats + 1):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{kind} cold-start child failed on {model.name}:\n"
+                               + proc.stderr.strip()[-2000:])
+        if i > 0:
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    cold = statistics.median(r["cold_s"] for r in results)
+    rss = max(r["maxrss_kib"] for r in results) / 1024
+    return cold, rss
+
+
+def bench_model(key: str, threads: list[int], runs: int, cold_repeats: int,
+                workdir: pathlib.Path, log) -> list[Row]:
+    onnx_path = zoo.fetch(key)
+    feeds = zoo.sample_input(key)
+    sprat_path = workdir / f"{key}.sprat"
+    t0 = time.perf_counter()
+    sprat.convert(onnx_path, sprat_path)
+    convert_s = time.perf_counter() - t0
+    feeds_path = workdir / f"{key}.npz"
+    np.savez(feeds_path, **feeds)
+    interp = sprat.Interpreter.from_file(sprat_path)
+    rows = []
+    for n in threads:
+        sess = interp.create_session(sprat.ScheduleConfig(num_threads=n))
+        ort = ort_session(onnx_path, n)
+        ref = dict(zip([o.name for o in ort.get_outputs()], ort.run(None, feeds)))
+        err = rel_error(sess.run(feeds), ref)
+        t = timed_blocks({"sprat": lambda: sess.run(feeds),
+                          "ort": lambda: ort.run(None, feeds)}, runs)
+        row = Row(key, n, t["sprat"] * 1e3, t["ort"] * 1e3, err, convert_s)
+        del sess, ort
+        if cold_repeats > 0:
+            row.sprat_cold_s, row.sprat_rss_mib = cold_start("sprat", sprat_path, feeds_path, n,
+                                                             cold_repeats)
+            row.ort_cold_s, row.ort_rss_mib = cold_start("ort", onnx_path, feeds_path, n,
+                                                         cold_repeats)
+        log(f"{key} @{n}t: sprat {row.sprat_ms:.2f} ms, ort {row.ort_ms:.2f} ms, "
+            f"ratio {row.ratio:.2f}, err {row.rel_err:.1e}")
+        rows.append(row)
+    return rows
+
+
+# ---- reporting --------------------------------------------------------------------------------
+def _f(x, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = [
+        "| model | threads | sprat ms | ort ms | sprat/ort | max rel err | convert s | "
+        "cold sprat s | cold ort s | RSS sprat MiB | RSS ort MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.model} | {r.threads} | {r.sprat_ms:.2f} | {r.ort_ms:.2f} | {r.ratio:.2f} | "
+            f"{r.rel_err:.1e} | {r.convert_s:.2f} | {_f(r.sprat_cold_s, '.2f')} | "
+            f"{_f(r.ort_cold_s, '.2f')} | {_f(r.sprat_rss_mib, '.0f')} | "
+            f"{_f(r.ort_rss_mib, '.0f')} |")
+    lines.append("")
+    for n in sorted({r.threads for r in rows}):
+        ratios = [r.ratio for r in rows if r.threads == n]
+        lines.append(f"Geometric mean of sprat/ort at {n} thread(s): **{geomean(ratios):.2f}** "
+                     f"over {len(ratios)} model(s).  ")
+    return "\n".join(lines)
+
+
+def machine_info() -> str:
+    cpu = "unknown"
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {"python": platform.python_version(), "sprat": sprat.__version__,
+                "numpy": np.__version__}
+    for mod in ("numba", "onnxruntime", "onnx"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except ImportError:
+            versions[mod] = "not installed"
+    vers = ", ".join(f"{k} {v}" for k, v in versions.items())
+    return (f"- CPU: {cpu}, {os.cpu_count()} logical CPUs\n- OS: {platform.platform()}\n"
+            f"- Versions: {vers}")
+
+
+def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> None:
+    cmd = "python bench/run.py " + " ".join(argv)
+    text = (
+        "# sprat benchmarks\n\n"
+        "sprat versus onnxruntime on the real models of the zoo (`sprat.zoo`), both in one "
+        "process, measured in alternating blocks. Latency is the median of "
+        f"{runs} runs; ratio = sprat / onnxruntime (lower is better). Cold start is a fresh "
+        "subprocess from importing the runtime to the first output (caches warm: one untimed "
+        "child first); RSS is that subprocess's peak resident set (`VmHWM`). max rel err is "
+        "`max|sprat - ort| / max(1, max|ort|)` over the outputs. onnxruntime: "
+        "`intra_op_num_threads=N`, `inter_op_num_threads=1`, default graph optimizations.\n\n"
+        f"Command: `{cmd}`  \nDate: {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
+        f"{machine_info()}\n\n{table}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# ---- main -------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", help=f"comma-separated zoo keys (default: all ONNX models: "
+                                    f"{', '.join(zoo.ONNX_MODELS)})")
+    p.add_argument("--threads", help="comma-separated thread counts (default 1,2; --quick 1)")
+    p.add_argument("--runs", type=int, help="timed runs per setting (default 30; --quick 6)")
+    p.add_argument("--cold-repeats", type=int,
+                   help="cold-start children per setting, 0 to skip (default 3; --quick 1)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke test: {QUICK_MODEL} only, 1 thread, few runs")
+    p.add_argument("--write", metavar="FILE", help="also write the report (markdown) to FILE")
+    args = p.parse_args(argv)
+
+    if args.models is not None:
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+    else:
+        models = [QUICK_MODEL] if args.quick else list(zoo.ONNX_MODELS)
+    for m in models:
+        if m not in zoo.MODELS:
+            p.error(f"unknown zoo model {m!r}; known: {', '.join(zoo.MODELS)}")
+        if zoo.get(m).format != "onnx":
+            p.error(f"{m} is a {zoo.get(m).format} model; onnxruntime needs ONNX")
+    if args.threads is not None:
+        threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    else:
+        threads = [1] if args.quick else [1, 2]
+    runs = args.runs if args.runs is not None else (6 if args.quick else 30)
+    cold_repeats = args.cold_repeats if args.cold_repeats is not None else (1 if args.quick else 3)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    rows, failed = [], []
+    with tempfile.TemporaryDirectory(prefix="sprat-bench-") as tmp:
+        for key in models:
+            try:
+                rows += bench_model(key, threads, runs, cold_repeats, pathlib.Path(tmp), log)
+            except Exception as e:  # NOTE: one failing model must not void the whole run
+                msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                log(f"{key}: FAILED: {msg}")
+                failed.append((key, msg))
+    table = markdown_table(rows) if rows else "No model ran."
+    if failed:
+        table += "\n\nFailed (not in the table or the means):\n\n" + "\n".join(
+            f"- {key}: `{msg}`" for key, msg in failed)
+    print(table)
+    if args.write is not None:
+        write_report(pathlib.Path(args.write), table, argv, runs)
+        log(f"wrote {args.write}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,561 @@
+"""The ``sprat`` command line: a thin layer over the public API.
+
+``sprat convert|run|info|dump|bench|demo`` — see ``sprat <command> --help``. Every stage a user
+might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
+(:class:`sprat.SpratError`) and missing files print one line on stderr and exit with status 2;
+no traceback is shown for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .errors import InputError, ShapeError, SpratError
+
+EXIT_OK, EXIT_FAIL, EXIT_USER_ERROR = 0, 1, 2
+# onnx's backend test runner compares model outputs with these (onnx/backend/test/loader).
+DEMO_RTOL, DEMO_ATOL = 1e-3, 1e-7
+
+
+# ---- entry point ------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the process exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="sprat: %(levelname)s: %(message)s")
+    try:
+        return args.func(args)
+    except SpratError as e:
+        _err(str(e))
+    except FileNotFoundError as e:
+        _err(f"no such file: {e.filename if e.filename is not None else e}")
+    except IsADirectoryError as e:
+        _err(f"is a directory: {e.filename}")
+    except KeyboardInterrupt:
+        return 130
+    return EXIT_USER_ERROR
+
+
+def _err(msg: str) -> None:
+    print(f"sprat: error: {msg}", file=sys.stderr)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="sprat", description="sprat: a small, fast inference engine")
+    p.add_argument("--version", action="version", version=f"sprat {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("convert", help="convert an ONNX model to a .sprat file")
+    c.add_argument("model", help="source model (.onnx)")
+    c.add_argument("-o", "--output", help="output .sprat path (default: MODEL with .sprat suffix)")
+    c.add_argument("--external-data", metavar="FILE", help="write the weights to FILE instead")
+    c.set_defaults(func=cmd_convert)
+
+    r = sub.add_parser("run", help="run a model on .npy inputs")
+    r.add_argument("model", help=".sprat or .onnx model")
+    r.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input tensor (repeat per input)")
+    r.add_argument("--random", action="store_true",
+                   help="fill inputs not given with --input with random values")
+    _add_shape_arg(r)
+    r.add_argument("--output-dir", "-o", metavar="DIR", help="save NAME.npy per output here")
+    _add_threads_arg(r, "1")
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("info", help="inputs, outputs, op counts, weights, metadata, FLOPs")
+    i.add_argument("model", help=".sprat or .onnx model")
+    _add_shape_arg(i)
+    i.set_defaults(func=cmd_info)
+
+    d = sub.add_parser("dump", help="print the graph at a named stage")
+    d.add_argument("model", help=".sprat or .onnx model")
+    d.add_argument("--stage", default="passes",
+                   help="imported (ONNX source only), passes (default), or a session stage "
+                        "such as assigned/planned when the runtime provides it")
+    _add_shape_arg(d)
+    d.set_defaults(func=cmd_dump)
+
+    b = sub.add_parser("bench", help="median latency per thread count, optionally vs onnxruntime")
+    b.add_argument("model", help=".sprat or .onnx model")
+    _add_threads_arg(b, "1")
+    b.add_argument("--compare", choices=["onnxruntime"], help="also time this runtime")
+    b.add_argument("--runs", type=int, default=20, help="timed runs per setting (default 20)")
+    b.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    _add_shape_arg(b)
+    b.set_defaults(func=cmd_bench)
+
+    m = sub.add_parser("demo", help="convert and run an ONNX test model bundled with onnx")
+    m.add_argument("--model", default="resnet50",
+                   help="light model name from onnx's test data (default resnet50)")
+    m.add_argument("--threads", type=int, default=1)
+    m.set_defaults(func=cmd_demo)
+    return p
+
+
+def _add_shape_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="input shape (repeat per input); symbolic dims default to 1")
+
+
+def _add_threads_arg(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--threads", default=default, metavar="N[,N...]",
+                   help=f"thread count(s), comma separated (default {default})")
+
+
+# ---- commands ---------------------------------------------------------------------------------
+def cmd_convert(args) -> int:
+    import sprat
+
+    src = pathlib.Path(args.model)
+    _require_file(src)
+    dst = pathlib.Path(args.output) if args.output is not None else src.with_suffix(".sprat")
+    if dst.resolve() == src.resolve():
+        raise InputError(f"output {dst} would overwrite the source model; pass -o")
+    t0 = time.perf_counter()
+    data = sprat.convert(src, dst, external_data=args.external_data)
+    dt = time.perf_counter() - t0
+    extra = f" + weights in {args.external_data}" if args.external_data is not None else ""
+    print(f"wrote {dst} ({_fmt_bytes(len(data))}{extra}) in {dt:.2f} s")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    interp = _open(args.model)
+    session = _session(interp, _threads(args.threads)[0])
+    feeds = _parse_inputs(args.input)
+    shapes = _parse_shapes(args.shape, session)
+    names = [s.name for s in session.inputs]
+    unknown = sorted(set(feeds) - set(names))
+    if unknown:
+        raise InputError(f"unknown input(s) {unknown}; the model's inputs are {names}")
+    missing = [n for n in names if n not in feeds]
+    if missing and not args.random:
+        raise InputError(f"missing input(s) {missing}: pass --input NAME=FILE.npy, "
+                         "or --random to fill them with random values")
+    if missing:
+        fill = random_feeds(session, shapes, only=missing)
+        feeds.update(fill)
+    t0 = time.perf_counter()
+    outs = session.run(feeds)
+    dt = time.perf_counter() - t0
+    for name, x in feeds.items():
+        print(f"input  {name}: {x.dtype} {list(x.shape)}")
+    out_dir = None if args.output_dir is None else pathlib.Path(args.output_dir)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for name, y in outs.items():
+        y = np.asarray(y)
+        print(f"output {name}: {y.dtype} {list(y.shape)}  {_summary(y)}")
+        if out_dir is not None:
+            np.save(out_dir / f"{_safe_filename(name)}.npy", y)
+    print(f"ran in {dt * 1e3:.2f} ms (first run, {_threads(args.threads)[0]} thread(s))")
+    if out_dir is not None:
+        print(f"saved {len(outs)} output(s) to {out_dir}")
+    return EXIT_OK
+
+
+def cmd_info(args) -> int:
+    interp = _open(args.model)
+    g = interp.graph
+    session = _session(interp, 1)
+    print(f"model: {args.model}")
+    for spec in session.inputs:
+        print(f"input  {spec.name}: {_dtype_name(spec.dtype)} {_shape_str(spec.shape)}")
+    for spec in session.outputs:
+        print(f"output {spec.name}: {_dtype_name(spec.dtype)} {_shape_str(spec.shape)}")
+    counts = g.op_counts()
+    print(f"nodes: {len(g.nodes)}  ({', '.join(f'{k} {v}' for k, v in counts.items())})")
+    print(f"weights: {_fmt_bytes(g.weight_bytes())} in "
+          f"{sum(1 for v in g.values if v.data is not None)} tensors")
+    for k, v in sorted(g.metadata.items()):
+        print(f"metadata {k}: {v}")
+    user_shapes = bool(args.shape)
+    shapes = _parse_shapes(args.shape, session)
+    try:
+        flops = session_flops(session, shapes)
+    except SpratError as e:
+        if user_shapes:
+            raise
+        print(f"flops: unknown (symbolic dims set to 1 gave: {e}); pass --shape NAME=DIMS")
+        return EXIT_OK
+    shown = ", ".join(f"{n}={list(s)}" for n, s in shapes.items())
+    print(f"flops: {_fmt_flops(flops)} at {shown}")
+    return EXIT_OK
+
+
+def cmd_dump(args) -> int:
+    stage = args.stage
+    if stage == "imported":
+        if not _is_onnx(args.model):
+            raise InputError("stage 'imported' needs an ONNX source model")
+        from .frontends.onnx import importer
+
+        _require_file(pathlib.Path(args.model))
+        print(importer.import_model(importer.load(args.model)).dump())
+        return EXIT_OK
+    if _is_onnx(args.model) and stage in converter_stages():
+        from .converter import convert_graph
+
+        _require_file(pathlib.Path(args.model))
+        print(convert_graph(args.model, until=stage).dump())
+        return EXIT_OK
+    interp = _open(args.model)
+    if stage == "passes":
+        print(interp.graph.dump())
+        return EXIT_OK
+    session = _session(interp, 1)
+    dump = getattr(session, "dump", None)
+    if dump is None:
+        raise InputError(f"unknown stage {stage!r}; available: {', '.join(_stages(args.model))}")
+    shapes = _parse_shapes(args.shape, session)
+    _resize(session, shapes)
+    try:
+        print(dump(stage))
+    except (KeyError, ValueError) as e:
+        raise InputError(f"unknown stage {stage!r} ({e}); available: "
+                         f"{', '.join(_stages(args.model))} and the session's stages") from None
+    return EXIT_OK
+
+
+def cmd_bench(args) -> int:
+    threads = _threads(args.threads)
+    if args.runs < 1:
+        raise InputError("--runs must be >= 1")
+    if args.compare == "onnxruntime" and not _is_onnx(args.model):
+        raise InputError("--compare onnxruntime needs the ONNX source model (.onnx)")
+    interp = _open(args.model)
+    probe = _session(interp, 1)
+    shapes = _parse_shapes(args.shape, probe)
+    feeds = random_feeds(probe, shapes)
+    del probe
+    print(f"model: {args.model}  inputs: "
+          + ", ".join(f"{n} {list(x.shape)}" for n, x in feeds.items()))
+    header = f"{'threads':>7}  {'sprat ms':>10}"
+    if args.compare:
+        header += f"  {'ort ms':>10}  {'sprat/ort':>9}"
+    print(header)
+    for n in threads:
+        session = _session(interp, n)
+        _resize(session, shapes)
+        t_sprat = median_latency(lambda: session.run(feeds), args.runs, args.warmup)
+        line = f"{n:>7}  {t_sprat * 1e3:>10.3f}"
+        if args.compare:
+            ort = _ort_session(args.model, n)
+            t_ort = median_latency(lambda: ort.run(None, feeds), args.runs, args.warmup)
+            line += f"  {t_ort * 1e3:>10.3f}  {t_sprat / t_ort:>9.2f}"
+        print(line)
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    import sprat
+
+    from . import zoo
+
+    try:
+        models = {name: (path, feeds, exp) for name, path, feeds, exp in zoo.light_models()}
+    except ImportError:
+        raise InputError("`sprat demo` needs the onnx package: pip install onnx") from None
+    if args.model not in models:
+        raise InputError(f"unknown demo model {args.model!r}; available: {', '.join(models)}")
+    path, feeds, expected = models[args.model]
+    print(f"demo: onnx test model light_{args.model} ({path.name}, "
+          f"{_fmt_bytes(path.stat().st_size)})")
+    t0 = time.perf_counter()
+    data = sprat.convert(path)
+    t_convert = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    interp = sprat.Interpreter.from_buffer(data)
+    session = interp.create_session(sprat.ScheduleConfig(num_threads=args.threads))
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    outs = session.run(feeds)
+    t_run = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    session.run(feeds)
+    t_run2 = time.perf_counter() - t0
+    print(f"convert: {t_convert:.2f} s -> {_fmt_bytes(len(data))} .sprat, "
+          f"{len(interp.graph.nodes)} nodes")
+    print(f"load + session: {t_load:.2f} s; first run {t_run * 1e3:.1f} ms, "
+          f"second run {t_run2 * 1e3:.1f} ms")
+    ok = True
+    for spec, ref in zip(session.outputs, expected):
+        got = np.asarray(outs[spec.name])
+        if got.shape != ref.shape:
+            print(f"output {spec.name}: shape {list(got.shape)}, expected {list(ref.shape)}")
+            ok = False
+            continue
+        err = float(np.max(np.abs(got.astype(np.float64) - ref))) if ref.size else 0.0
+        close = bool(np.allclose(got, ref, rtol=DEMO_RTOL, atol=DEMO_ATOL))
+        ok = ok and close
+        print(f"output {spec.name}: {list(got.shape)} max abs error {err:.3g} "
+              f"(max |expected| {float(np.max(np.abs(ref))):.3g}; "
+              f"rtol={DEMO_RTOL:g}, atol={DEMO_ATOL:g})")
+    print("PASS" if ok else "FAIL")
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+# ---- shared helpers (also used by bench/run.py) -----------------------------------------------
+def median_latency(fn, runs: int, warmup: int = 3) -> float:
+    """Median wall time in seconds of ``fn()`` over ``runs`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def resolve_shapes(session, shapes: dict[str, tuple[int, ...]] | None = None
+                   ) -> dict[str, tuple[int, ...]]:
+    """Concrete shape per session input: ``shapes`` where given, else the declared shape with
+    symbolic (str / None / negative) dims set to 1. Raises InputError for unknown names or a
+    rank that differs from the model's."""
+    shapes = {} if shapes is None else dict(shapes)
+    specs = {s.name: s for s in session.inputs}
+    unknown = sorted(set(shapes) - set(specs))
+    if unknown:
+        raise InputError(f"--shape for unknown input(s) {unknown}; inputs are {list(specs)}")
+    out = {}
+    for name, spec in specs.items():
+        declared = tuple(spec.shape)
+        if name in shapes:
+            given = tuple(shapes[name])
+            if len(given) != len(declared):
+                raise InputError(f"input {name!r}: --shape has rank {len(given)}, the model "
+                                 f"declares {len(declared)} dims {list(declared)}")
+            out[name] = given
+        else:
+            out[name] = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in declared)
+    return out
+
+
+def session_flops(session, shapes: dict[str, tuple[int, ...]]) -> int:
+    """FLOPs of one run of ``session`` at input ``shapes`` (resizes the session).
+
+    Uses ``session.info()["flops"]`` when the runtime reports it, else sums
+    :func:`sprat.ir.flops.node_flops` over ``session.node_infos()``.
+    """
+    _resize(session, shapes)
+    info = session.info() if hasattr(session, "info") else {}
+    if info.get("flops") is not None:
+        return int(info["flops"])
+    from .ir.flops import graph_flops
+
+    node_infos = getattr(session, "node_infos", None)
+    if node_infos is not None:
+        return graph_flops(node_infos())
+    steps = getattr(session, "_steps", None)
+    if steps is None:
+        raise ShapeError("this runtime reports no FLOPs (Session.info() has no 'flops')")
+    # NOTE: fallback on the session's private plan until Session.info() reports "flops":
+    # each step holds its node and the planned input/output arrays (shapes are concrete).
+    return graph_flops((s.node, [None if a is None else _info(a) for a in s.ins],
+                        [_info(a) for a in s.outs]) for s in steps)
+
+
+def _info(a: np.ndarray):
+    from .ir.tensorinfo import TensorInfo
+
+    return TensorInfo(tuple(a.shape), a.dtype)
+
+
+def random_feeds(session, shapes: dict[str, tuple[int, ...]], seed: int = 0,
+                 only: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Random feeds for ``session`` at ``shapes``: standard normal floats, zeros otherwise."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in session.inputs:
+        if only is not None and spec.name not in only:
+            continue
+        shape = shapes[spec.name]
+        dt = np.dtype(spec.dtype)
+        if dt.kind == "f":
+            feeds[spec.name] = rng.standard_normal(shape).astype(dt)
+        else:
+            feeds[spec.name] = np.zeros(shape, dt)
+    return feeds
+
+
+
+
+# ---- private helpers --------------------------------------------------------------------------
+def _open(model: str):
+    """An Interpreter for a .sprat file (mapped) or an ONNX model (converted in memory through
+    the same bytes ``sprat convert`` would write). The format is told by the file's magic."""
+    import sprat
+
+    path = pathlib.Path(model)
+    _require_file(path)
+    if _is_sprat_file(path):
+        return sprat.Interpreter.from_file(path)
+    return sprat.Interpreter.from_buffer(sprat.convert(path))
+
+
+def _is_sprat_file(path: pathlib.Path) -> bool:
+    from .format import MAGIC
+
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+def _session(interp, threads: int):
+    import sprat
+
+    return interp.create_session(sprat.ScheduleConfig(num_threads=threads))
+
+
+def _ort_session(model: str, threads: int):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise InputError("--compare onnxruntime needs onnxruntime installed") from None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+
+
+def _resize(session, shapes: dict[str, tuple[int, ...]]) -> None:
+    if shapes:
+        session.resize({k: tuple(v) for k, v in shapes.items()})
+
+
+def _require_file(path: pathlib.Path) -> None:
+    if not path.exists():
+        raise FileNotFoundError(2, "No such file", str(path))
+    if path.is_dir():
+        raise IsADirectoryError(21, "Is a directory", str(path))
+
+
+def _is_onnx(model: str) -> bool:
+    path = pathlib.Path(model)
+    return path.suffix.lower() == ".onnx" or (
+        path.is_file() and path.suffix.lower() != ".tflite" and not _is_sprat_file(path))
+
+
+def converter_stages() -> list[str]:
+    from .converter import stages
+
+    return stages()
+
+
+def _stages(model: str) -> list[str]:
+    from .runtime.session import Session
+
+    conv = ["imported", *converter_stages()] if _is_onnx(model) else []
+    return conv + ["passes", *Session.STAGES]
+
+
+def _parse_inputs(items: list[str]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for item in items:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise InputError(f"--input {item!r}: expected NAME=FILE.npy")
+        if name in feeds:
+            raise InputError(f"--input {name!r} given twice")
+        try:
+            arr = np.load(file, allow_pickle=False)
+        except FileNotFoundError:
+            raise
+        except (ValueError, OSError) as e:
+            raise InputError(f"--input {name}: cannot read {file} as .npy: {e}") from None
+        if not isinstance(arr, np.ndarray):
+            raise InputError(f"--input {name}: {file} is an .npz archive; give one .npy per input")
+        feeds[name] = np.ascontiguousarray(arr)
+    return feeds
+
+
+def _parse_shapes(items: list[str], session) -> dict[str, tuple[int, ...]]:
+    given = {}
+    names = [s.name for s in session.inputs]
+    for item in items:
+        name, sep, dims = item.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise InputError(f"--shape {item!r}: the model has {len(names)} inputs; "
+                                 f"write NAME=D0,D1,... (inputs: {names})")
+            name = names[0]
+        try:
+            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+        except ValueError:
+            raise InputError(f"--shape {item!r}: dims must be integers, e.g. "
+                             f"{name}=1,3,224,224") from None
+        if any(d < 0 for d in shape):
+            raise InputError(f"--shape {item!r}: dims must be >= 0")
+        given[name] = shape
+    return resolve_shapes(session, given)
+
+
+def _threads(text: str) -> list[int]:
+    try:
+        out = [int(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise InputError(f"--threads {text!r}: expected N or N,M,...") from None
+    if not out or any(t < 1 for t in out):
+        raise InputError(f"--threads {text!r}: thread counts must be >= 1")
+    return out
+
+
+def _summary(y: np.ndarray) -> str:
+    if y.size == 0:
+        return "(empty)"
+    if y.dtype.kind in "fc":
+        finite = np.isfinite(y)
+        bad = "" if finite.all() else f" non-finite={int((~finite).sum())}"
+        yf = y[finite] if not finite.all() else y
+        if yf.size == 0:
+            return "all non-finite"
+        return (f"min={float(yf.min()):.4g} max={float(yf.max()):.4g} "
+                f"mean={float(yf.mean()):.4g}{bad}")
+    if y.dtype.kind in "iub":
+        return f"min={y.min()} max={y.max()}"
+    return ""
+
+
+def _shape_str(shape) -> str:
+    return "[unknown rank]" if shape is None else str(list(shape))
+
+
+def _safe_filename(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "output"
+
+
+def _dtype_name(dt) -> str:
+    if dt is None:
+        return "?"
+    try:
+        return np.dtype(dt).name
+    except TypeError:
+        return str(dt)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _fmt_flops(n: int) -> str:
+    for unit, scale in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3f} {unit} ({n} FLOPs)"
+    return f"{n} FLOPs"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
