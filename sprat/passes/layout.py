@@ -1,7 +1,7 @@
 """NHWC inside: put conv-family nodes in NHWC, with Transposes at their edges.
 
-Each 2-D conv/pool/normalisation/resize node gets ``_layout="NHWC"`` (input 0 and output 0 are
-NHWC; weights and other inputs keep their ONNX meaning) between a Transpose NCHW->NHWC and a
+Each 1-D or 2-D conv/pool/normalisation/resize node gets ``_layout="NHWC"`` (input 0 and
+output 0 are channels-last: NWC or NHWC; weights and other inputs keep their ONNX meaning) between a Transpose NCHW->NHWC and a
 Transpose NHWC->NCHW. ``transposes.optimize_transposes`` then cancels the pairs between such nodes
 and pushes the rest through layout-agnostic ops, so only the graph's edges keep a transpose
 (DESIGN §4: NHWC won every conv case measured).
@@ -23,35 +23,38 @@ LAYOUT_OPS = {
 }
 
 
-def _is_2d(g: Graph, node) -> bool:
+def _rank(g: Graph, node) -> int | None:
+    """Rank of the node's data input when it is 3 (1-D op) or 4 (2-D op), else None."""
     how = LAYOUT_OPS.get(node.op_type)
     if how is None or any(k.startswith("_") for k in node.attrs):
-        return False
+        return None
     if how == "weight":
         w = g.values[node.inputs[1]]
         rank = w.data.ndim if w.data is not None else (len(w.shape) if w.shape else 0)
-        return rank == 4
-    if how == "kernel":
-        return len(node.attrs.get("kernel_shape", ())) == 2 and len(node.outputs) == 1
-    shape = g.values[node.inputs[0]].shape
-    return shape is not None and len(shape) == 4 and len(node.outputs) == 1
+    elif how == "kernel":
+        rank = len(node.attrs.get("kernel_shape", ())) + 2 if len(node.outputs) == 1 else 0
+    else:
+        shape = g.values[node.inputs[0]].shape
+        rank = len(shape) if shape is not None and len(node.outputs) == 1 else 0
+    return rank if rank in (3, 4) else None
 
 
 def to_nhwc(g: Graph) -> Graph:
     new_nodes = []
     for n in g.nodes:
-        if not _is_2d(g, n):
+        rank = _rank(g, n)
+        if rank is None:
             new_nodes.append(n)
             continue
         x, y = g.values[n.inputs[0]], g.values[n.outputs[0]]
         x_nhwc = g.add_value(g.unique_name(f"{x.name}/nhwc"), x.dtype,
-                             permute_shape(x.shape, NCHW_TO_NHWC[4]) if x.shape else None)
+                             permute_shape(x.shape, NCHW_TO_NHWC[rank]) if x.shape else None)
         y_nhwc = g.add_value(g.unique_name(f"{y.name}/nhwc"), y.dtype,
-                             permute_shape(y.shape, NCHW_TO_NHWC[4]) if y.shape else None)
-        t_in = g.add_node("Transpose", [n.inputs[0]], [x_nhwc], {"perm": list(NCHW_TO_NHWC[4])},
+                             permute_shape(y.shape, NCHW_TO_NHWC[rank]) if y.shape else None)
+        t_in = g.add_node("Transpose", [n.inputs[0]], [x_nhwc], {"perm": list(NCHW_TO_NHWC[rank])},
                           name=g.unique_name(f"{n.name}/to_nhwc"))
         t_out = g.add_node("Transpose", [y_nhwc], [n.outputs[0]],
-                           {"perm": list(NHWC_TO_NCHW[4])}, name=g.unique_name(f"{n.name}/to_nchw"))
+                           {"perm": list(NHWC_TO_NCHW[rank])}, name=g.unique_name(f"{n.name}/to_nchw"))
         g.nodes.pop()
         g.nodes.pop()
         n.inputs[0] = x_nhwc
