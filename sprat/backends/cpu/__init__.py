@@ -1,0 +1,64 @@
+"""The fast cpu backend: BLAS for contractions, Numba for everything memory-bound (DESIGN §4).
+
+``CpuBackend(num_threads)`` runs the nodes its kernels can handle exactly (``supports``);
+the scheduler sends the others to the reference backend. Kernels split their work into
+``num_threads`` slots on Numba's pool and call BLAS one thread per slot, so the session must
+run them inside ``sprat.backends.cpu.threading.limits(num_threads)`` (one thread pool).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import SpratError
+from ...ir.graph import Node
+from ...ir.shapes import infer
+from ...ir.tensorinfo import TensorInfo
+from ..base import Backend, Kernel
+from .kernels import KERNELS
+from .threading import clamp, configure, limits
+
+__all__ = ["KERNELS", "CpuBackend", "configure", "limits"]
+
+
+def _residual_matches(node: Node, ins) -> bool:
+    """A fused residual must be float32 with exactly the first output's shape: the kernels
+    add it element by element without broadcasting."""
+    res = ins[-1]
+    if res is None or res.dtype != np.float32:
+        return False
+    shape, _ = infer(node, ins)[0]
+    return tuple(res.shape) == tuple(shape)
+
+
+class CpuBackend(Backend):
+    """Fast float32 CPU kernels. ``num_threads``: work slots per kernel (clamped to Numba's
+    pool size). Raises ValueError for a non-positive ``num_threads``."""
+
+    name = "cpu"
+
+    def __init__(self, num_threads: int = 1):
+        self.num_threads = clamp(num_threads)
+
+    def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
+        cls = KERNELS.get(node.op_type)
+        if cls is None or node.domain not in ("", "ai.onnx"):
+            return False
+        # NOTE: empty constants (e.g. Reduce axes=[]) are parameters, not data
+        if not cls.empty_ok and any(i is not None and i.size == 0 and i.value is None
+                                    for i in ins):
+            return False
+        try:
+            if node.attrs.get("_residual") and not _residual_matches(node, ins):
+                return False
+            return bool(cls.supports(node, ins))
+        except (SpratError, TypeError, ValueError, IndexError, KeyError, AttributeError):
+            return False  # NOTE: supports must never raise (base.Backend contract)
+
+    def make_kernel(self, node: Node) -> Kernel:
+        return KERNELS[node.op_type](node, self.num_threads)
+
+    def run_context(self):
+        """Entered by the Session around every run: BLAS held to one thread, Numba given
+        ``num_threads`` (one thread pool; see ``threading``)."""
+        return limits(self.num_threads)
