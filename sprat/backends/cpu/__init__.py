@@ -3,7 +3,14 @@
 ``CpuBackend(num_threads)`` runs the nodes its kernels can handle exactly (``supports``);
 the scheduler sends the others to the reference backend. Kernels split their work into
 ``num_threads`` slots on Numba's pool and call BLAS one thread per slot, so the session must
-run them inside ``sprat.backends.cpu.threading.limits(num_threads)`` (one thread pool).
+run them inside ``sprat.backends.cpu.threading.limits(num_threads)`` (one thread pool);
+``CpuBackend.run_context()`` returns that context for the session.
+
+Numba caches the compiled kernels (``cache=True``) next to these modules, or in the user-wide
+cache when this directory is read-only. NOTE for developers: Numba re-validates a cached
+function against its own file only, so after editing ``_math.py``, ``_blas.py`` or
+``_epilogue.py`` delete ``__pycache__/*.nbi`` and ``*.nbc`` here, or callers in other files
+keep the old inlined code.
 """
 
 from __future__ import annotations
@@ -60,5 +67,6 @@ class CpuBackend(Backend):
 
     def run_context(self):
         """Entered by the Session around every run: BLAS held to one thread, Numba given
-        ``num_threads`` (one thread pool; see ``threading``)."""
+        ``num_threads`` (one thread pool; see ``threading``). Without it BLAS threads and
+        Numba threads fight for the cores (measured 40x slower end to end on 2 cores)."""
         return limits(self.num_threads)

@@ -1,0 +1,211 @@
+"""Single-op micro-benchmark: sprat's cpu kernels versus onnxruntime, at 1 and 2 threads.
+
+    python bench/kernels.py [--only conv3x3,softmax] [--threads 1,2] [--seconds 0.4]
+
+Each case is one ONNX node (built with ``onnx.helper``) run by onnxruntime
+(``intra_op_num_threads=N``, ``inter_op_num_threads=1``, default optimizations) on NCHW data,
+and the same node run by the cpu backend's kernel on NHWC data (what the converter gives it),
+inside ``threading.limits(N)``. Each engine runs in its own short-lived worker process, the two
+alternating (sprat, ort, sprat, ort), so one engine's spinning thread pool never competes with
+the other's; the table shows the median time of each and the ratio sprat / onnxruntime (lower
+is better), and the kernel's largest error against onnxruntime. Whole run: about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from sprat.backends.cpu import CpuBackend, threading
+from sprat.ir.graph import Node
+from sprat.ir.shapes import infer
+from sprat.ir.tensorinfo import TensorInfo
+
+RNG = np.random.default_rng(0)
+
+
+def _randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+class Case:
+    """One op: ONNX nodes for onnxruntime, one sprat node, inputs (NCHW for ORT)."""
+
+    def __init__(self, name, onnx_nodes, feeds, consts, sprat_attrs=None, nhwc=False,
+                 sprat_op=None):
+        self.name, self.onnx_nodes, self.feeds, self.consts = name, onnx_nodes, feeds, consts
+        self.sprat_attrs = dict(sprat_attrs or {})
+        self.nhwc = nhwc
+        self.sprat_op = sprat_op or onnx_nodes[0].op_type
+
+    def ort_session(self, threads):
+        inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape)
+                  for k, v in self.feeds.items()]
+        inits = [numpy_helper.from_array(v, k) for k, v in self.consts.items()]
+        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        graph = helper.make_graph(self.onnx_nodes, self.name, inputs, [out], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        model.ir_version = 9
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+
+    def sprat_kernel(self, threads):
+        names = list(self.feeds) + list(self.consts)
+        arrays = [self.feeds.get(k, self.consts.get(k)) for k in names]
+        if self.nhwc:
+            arrays[0] = np.ascontiguousarray(arrays[0].transpose(0, 2, 3, 1))
+        infos = [TensorInfo(a.shape, a.dtype, a if k in self.consts else None)
+                 for k, a in zip(names, arrays)]
+        attrs = {a.name: helper.get_attribute_value(a) for a in self.onnx_nodes[0].attribute}
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
+        attrs.update(self.sprat_attrs)
+        if self.nhwc:
+            attrs["_layout"] = "NHWC"
+        node = Node(self.sprat_op, self.name, list(range(len(arrays))), [len(arrays)], attrs)
+        backend = CpuBackend(threads)
+        if not backend.supports(node, infos):
+            raise RuntimeError(f"{self.name}: cpu backend does not support the node")
+        shape, dtype = infer(node, infos)[0]
+        kernel = backend.make_kernel(node)
+        kernel.prepare(infos, [TensorInfo(shape, dtype)])
+        out = np.empty(shape, dtype)
+        return kernel, arrays, out
+
+
+def cases():
+    c = []
+
+    def conv(name, n, cin, h, w, cout, k, s, p, group=1):
+        x = _randn(n, cin, h, w)
+        wt = _randn(cout, cin // group, k, k) * 0.1
+        b = _randn(cout)
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[k, k],
+                                  strides=[s, s], pads=[p] * 4, group=group),
+                 helper.make_node("Relu", ["t"], ["y"])]
+        c.append(Case(name, nodes, {"x": x}, {"w": wt, "b": b}, {"_activation": "Relu"},
+                      nhwc=True))
+
+    conv("conv1x1 256->64 @56", 1, 256, 56, 56, 64, 1, 1, 0)
+    conv("conv3x3 s1 64->64 @56", 1, 64, 56, 56, 64, 3, 1, 1)
+    conv("conv3x3 s2 128->128 @56", 1, 128, 56, 56, 128, 3, 2, 1)
+    conv("depthwise3x3 144 @56", 1, 144, 56, 56, 144, 3, 1, 1, group=144)
+
+    a, b, bias = _randn(64, 512), _randn(1000, 512) * 0.05, _randn(1000)
+    c.append(Case("gemm 64x512x1000 +bias", [helper.make_node(
+        "Gemm", ["a", "b", "c"], ["y"], transB=1)], {"a": a}, {"b": b, "c": bias}))
+    c.append(Case("softmax 12x256x256", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+                  {"x": _randn(12, 256, 256)}, {}))
+    x, g, bb = _randn(4, 256, 768), _randn(768), _randn(768)
+    c.append(Case("layernorm 1024x768", [helper.make_node(
+        "LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
+        {"x": x}, {"g": g, "b": bb}))
+    x1, x2 = _randn(1, 64, 112, 112), _randn(1, 64, 112, 112)
+    c.append(Case("add+relu 1x64x112x112", [helper.make_node("Add", ["a", "b"], ["t"]),
+                                            helper.make_node("Relu", ["t"], ["y"])],
+                  {"a": x1, "b": x2}, {}, {"_activation": "Relu"}))
+    return c
+
+
+def _time(fn, seconds):
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-6)
+    reps = max(5, min(2000, int(seconds / one)))
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return ts
+
+
+STATS = {"median": statistics.median, "min": min,
+         "p25": lambda ts: float(np.percentile(ts, 25))}
+
+
+def worker(case, engine, threads, seconds):
+    """Time one engine on one case in this process; returns (timings, max error or None)."""
+    if engine == "ort":
+        sess = case.ort_session(threads)
+        return _time(lambda: sess.run(["y"], case.feeds), seconds), None
+    kernel, arrays, out = case.sprat_kernel(threads)
+    outs = [out]
+    with threading.limits(threads):
+        ts = _time(lambda: kernel.run(arrays, outs), seconds)
+    expect = case.ort_session(1).run(["y"], case.feeds)[0]
+    got = out.transpose(0, 3, 1, 2) if case.nhwc else out
+    err = float(np.abs(got - expect).max() / max(1.0, float(np.abs(expect).max())))
+    return ts, err
+
+
+def bench_case(index, threads, seconds, stat="median", rounds=2):
+    """Alternate fresh worker processes (sprat, ort, sprat, ort, ...), so neither engine's
+    spinning thread pool is alive while the other runs; returns (sprat s, ort s, max error)."""
+    ts = {"sprat": [], "ort": []}
+    err = 0.0
+    for _ in range(rounds):
+        for engine in ("sprat", "ort"):
+            cmd = [sys.executable, __file__, "--worker", f"{engine}:{index}:{threads}",
+                   "--seconds", str(seconds / rounds)]
+            res = json.loads(subprocess.run(cmd, check=True, capture_output=True,
+                                            text=True).stdout)
+            ts[engine] += res["ts"]
+            if res["err"] is not None:
+                err = max(err, res["err"])
+    return STATS[stat](ts["sprat"]), STATS[stat](ts["ort"]), err
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated substrings of case names")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--seconds", type=float, default=0.4, help="time per case per engine")
+    ap.add_argument("--stat", choices=("median", "min", "p25"), default="median",
+                    help="statistic of the timings (min/p25 resist a busy machine)")
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        engine, index, t = args.worker.split(":")
+        ts, err = worker(cases()[int(index)], engine, int(t), args.seconds)
+        print(json.dumps({"ts": ts, "err": err}))
+        return
+    threads = [int(t) for t in args.threads.split(",")]
+    only = [s for s in args.only.split(",") if s]
+    load = pathlib.Path("/proc/loadavg")
+    load = load.read_text().split()[0] if load.exists() else "?"
+    print(f"load average {load}, statistic: {args.stat}")
+    print(f"{'case':28s}" + "".join(f" | {'sprat ms':>9s} {'ort ms':>8s} {'ratio':>6s} @{t}"
+                                     for t in threads) + " | max err")
+    ratios = {t: [] for t in threads}
+    for index, case in enumerate(cases()):
+        if only and not any(s in case.name for s in only):
+            continue
+        line, errs = f"{case.name:28s}", []
+        for t in threads:
+            s, o, err = bench_case(index, t, args.seconds, args.stat)
+            ratios[t].append(s / o)
+            errs.append(err)
+            line += f" | {s * 1e3:9.3f} {o * 1e3:8.3f} {s / o:6.2f}   "
+        print(line + f" | {max(errs):.1e}", flush=True)
+    geo = "".join(f" | {'':18s} {np.exp(np.mean(np.log(r))):6.2f}   " for r in ratios.values()
+                  if r)
+    print(f"{'geometric mean':28s}" + geo)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Numba bodies of the elementwise kernels: a fused single pass per L1-sized chunk.
+
+Binary ops run on a problem collapsed to three dims (O, M, I) (see elementwise.py): each
+operand has a stride per dim, 0 where it broadcasts; the inner dim is contiguous (stride 1) or
+broadcast (stride 0). Work items are (row, chunk of I) pairs split into ``nt`` slots; each chunk
+is computed, then the residual is added and the activation applied while it is in L1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ._math import (
+    CLIP,
+    FAST,
+    HARDSIGMOID,
+    HARDSWISH,
+    LEAKYRELU,
+    RELU,
+    SIGMOID,
+    SILU,
+    TANH,
+    act_inplace,
+    erf32,
+    exp32,
+    fmax,
+    fmin,
+    tanh32,
+)
+
+CHUNK = 2048  # elements per work item: 8 KiB, several operands fit in L1
+
+ADD, SUB, MUL, DIV, MAX, MIN, PRELU = range(7)
+# unary-only codes continue after the activation codes of _math (1..8)
+ERF, EXP, SQRT, ABS, NEG, GELU, GELU_TANH, RECIPROCAL, IDENTITY, POW2 = range(20, 30)
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath=FAST)
+def _vv(op, a, b, y, n):
+    """y[:n] = op(a[:n], b[:n]) on slices (loop-variable indices vectorise; offsets do not)."""
+    if op == ADD:
+        for i in range(n):
+            y[i] = a[i] + b[i]
+    elif op == SUB:
+        for i in range(n):
+            y[i] = a[i] - b[i]
+    elif op == MUL:
+        for i in range(n):
+            y[i] = a[i] * b[i]
+    elif op == DIV:
+        for i in range(n):
+            y[i] = a[i] / b[i]
+    elif op == MAX:
+        for i in range(n):
+            y[i] = fmax(a[i], b[i])
+    elif op == MIN:
+        for i in range(n):
+            y[i] = fmin(a[i], b[i])
+    elif op == PRELU:
+        # NOTE: arithmetic, not a select: the select loads b conditionally (vmaskmovps)
+        h = np.float32(0.5)
+        for i in range(n):
+            v = a[i]
+            p = (v + abs(v)) * h
+            y[i] = p + b[i] * (v - p)
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath=FAST)
+def _vs(op, a, s, y, n):
+    """b is the scalar ``s``."""
+    if op == ADD:
+        for i in range(n):
+            y[i] = a[i] + s
+    elif op == SUB:
+        for i in range(n):
+            y[i] = a[i] - s
+    elif op == MUL:
+        for i in range(n):
+            y[i] = a[i] * s
+    elif op == DIV:
+        for i in range(n):
+            y[i] = a[i] / s
+    elif op == MAX:
+        for i in range(n):
+            y[i] = fmax(a[i], s)
+    elif op == MIN:
+        for i in range(n):
+            y[i] = fmin(a[i], s)
+    elif op == PRELU:
+        for i in range(n):
+            v = a[i]
+            y[i] = v if v >= 0 else v * s
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath=FAST)
+def _sv(op, s, b, y, n):
+    """a is the scalar ``s``."""
+    if op == ADD:
+        for i in range(n):
+            y[i] = s + b[i]
+    elif op == SUB:
+        for i in range(n):
+            y[i] = s - b[i]
+    elif op == MUL:
+        for i in range(n):
+            y[i] = s * b[i]
+    elif op == DIV:
+        for i in range(n):
+            y[i] = s / b[i]
+    elif op == MAX:
+        for i in range(n):
+            y[i] = fmax(s, b[i])
+    elif op == MIN:
+        for i in range(n):
+            y[i] = fmin(s, b[i])
+    elif op == PRELU:
+        p = (s + abs(s)) * np.float32(0.5)
+        for i in range(n):
+            y[i] = p + b[i] * (s - p)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def _epilogue(y, res, has_res, code, pa, pb):
+    """y += res (same length) when has_res, then the activation; y, res are slices."""
+    if has_res:
+        for i in range(y.size):
+            y[i] += res[i]
+    if code != 0:
+        act_inplace(y, code, pa, pb)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def binary_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb):
+    """Items [lo, hi) of ``binary``; ``sa``/``sb``/``dims`` are (O, M, I)-shaped int tuples."""
+    m_ = dims[1]
+    inner = dims[2]
+    nch = (inner + CHUNK - 1) // CHUNK
+    for it in range(lo, hi):
+        r = it // nch
+        c0 = (it - r * nch) * CHUNK
+        n = min(CHUNK, inner - c0)
+        o = r // m_
+        m = r - o * m_
+        ao = o * sa[0] + m * sa[1] + c0 * sa[2]
+        bo = o * sb[0] + m * sb[1] + c0 * sb[2]
+        yo = r * inner + c0
+        ys = y[yo:yo + n]
+        if sa[2] != 0 and sb[2] != 0:
+            _vv(op, a[ao:ao + n], b[bo:bo + n], ys, n)
+        elif sa[2] != 0:
+            _vs(op, a[ao:ao + n], b[bo], ys, n)
+        else:  # NOTE: prepare never makes both inner strides 0 (then I == 1, strides 1)
+            _sv(op, a[ao], b[bo:bo + n], ys, n)
+        _epilogue(ys, res[yo:yo + n], has_res, code, pa, pb)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def binary_par(nt, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb):
+    """``y = act(op(a, b) + res)`` over (O, M, I) with per-dim operand strides; ``nt`` slots."""
+    items = dims[0] * dims[1] * ((dims[2] + CHUNK - 1) // CHUNK)
+    for t in prange(nt):
+        binary_items(t * items // nt, (t + 1) * items // nt, op, a, sa, b, sb, y, dims, res,
+                     has_res, code, pa, pb)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def _unary_chunk(op, x, y, n, pa, pb):
+    one = np.float32(1.0)
+    half = np.float32(0.5)
+    if op == ERF:
+        for i in range(n):
+            y[i] = erf32(x[i])
+    elif op == EXP:
+        for i in range(n):
+            y[i] = exp32(x[i])
+    elif op == SQRT:
+        for i in range(n):
+            y[i] = np.sqrt(x[i])
+    elif op == ABS:
+        for i in range(n):
+            y[i] = abs(x[i])
+    elif op == NEG:
+        for i in range(n):
+            y[i] = -x[i]
+    elif op == RECIPROCAL:
+        for i in range(n):
+            y[i] = one / x[i]
+    elif op == GELU:
+        k = np.float32(0.7071067811865476)
+        for i in range(n):
+            v = x[i]
+            y[i] = half * v * (one + erf32(v * k))
+    elif op == GELU_TANH:
+        k = np.float32(0.7978845608028654)
+        c = np.float32(0.044715)
+        for i in range(n):
+            v = x[i]
+            y[i] = half * v * (one + tanh32(k * (v + c * v * v * v)))
+    elif op == POW2:
+        for i in range(n):
+            y[i] = x[i] * x[i]
+    else:  # an activation code (or IDENTITY): copy, then act_inplace
+        for i in range(n):
+            y[i] = x[i]
+        if op in (RELU, CLIP, SIGMOID, HARDSIGMOID, HARDSWISH, LEAKYRELU, TANH, SILU):
+            act_inplace(y, op, pa, pb)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def unary_items(lo, hi, op, x, y, size, pa, pb, res, has_res, code, qa, qb):
+    for it in range(lo, hi):
+        o = it * CHUNK
+        n = min(CHUNK, size - o)
+        ys = y[o:o + n]
+        _unary_chunk(op, x[o:o + n], ys, n, pa, pb)
+        _epilogue(ys, res[o:o + n], has_res, code, qa, qb)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def unary_par(nt, op, x, y, size, pa, pb, res, has_res, code, qa, qb):
+    """``y = act(op(x) + res)`` on flat arrays of ``size`` elements, ``nt`` slots."""
+    items = (size + CHUNK - 1) // CHUNK
+    for t in prange(nt):
+        unary_items(t * items // nt, (t + 1) * items // nt, op, x, y, size, pa, pb, res,
+                    has_res, code, qa, qb)

@@ -1,0 +1,162 @@
+"""Conv in NHWC (``_layout="NHWC"``), with fused bias + residual + activation.
+
+Algorithms (DESIGN §4), chosen at prepare from the shapes:
+- pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group);
+- depthwise: group == C == M -> direct Numba kernel;
+- shift-GEMM: stride 1, group 1, fewer than 128 channels -> kh*kw accumulating GEMMs over a
+  padded band;
+- im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
+ONNX Conv (opset 1..22): inputs X, W (M, C/group, kH, kW), optional B (M); attrs auto_pad,
+dilations, group, kernel_shape, pads, strides. 1-D conv (NWC) runs as 2-D with H = 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.shapes.nn import conv_geometry
+from . import _conv_nb as nb
+from ._base import CpuKernel
+from ._epilogue import empty_f32
+from ._math import ACT, act_of
+
+# NOTE: block sizes tuned with bench/kernels.py (GEMM rows per block; keeps a block in L2).
+POINTWISE_BLOCK_BYTES = 1 << 17
+GEMM_ROWS = 384
+# NOTE: shift-GEMM makes kh*kw GEMMs with K = C; measured on 3x3 convs it beats im2col's one
+# GEMM with K = 9C only while C is small (16-64); from 128 channels im2col is as fast or faster.
+SHIFT_MAX_CHANNELS = 128
+PARALLEL_MIN_MACS = 1 << 20
+
+
+def _split_inputs(node, ins):
+    """(x, w, bias, residual) from a node's inputs; the residual is the extra last input."""
+    ins = list(ins)
+    res = ins.pop() if node.attrs.get("_residual") else None
+    bias = ins[2] if len(ins) > 2 else None
+    return ins[0], ins[1], bias, res
+
+
+class ConvKernel(CpuKernel):
+    """NHWC Conv; see the module docstring for the algorithms."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if node.attrs.get("_layout") != "NHWC" or node.attrs.get("_activation") not in ACT:
+            return False
+        x, w, bias, res = _split_inputs(node, ins)
+        if x is None or w is None or w.value is None or len(x.shape) not in (3, 4):
+            return False
+        if len(w.shape) != len(x.shape) or x.dtype != np.float32 or w.dtype != np.float32:
+            return False
+        if bias is not None and (bias.value is None or bias.dtype != np.float32):
+            return False
+        if node.attrs.get("_residual") and (res is None or res.dtype != np.float32):
+            return False
+        group = int(node.attrs.get("group", 1))
+        c, m = x.shape[-1], w.shape[0]
+        return group >= 1 and c % group == 0 and m % group == 0 and w.shape[1] * group == c
+
+    def prepare(self, ins, outs):
+        node = self.node
+        x, w, bias, res = _split_inputs(node, ins)
+        y = outs[0]
+        one_d = len(x.shape) == 3
+        wv = np.asarray(w.value, np.float32)
+        if one_d:  # NWC -> N1WC; weights (M, Cg, k) -> (M, Cg, 1, k)
+            xs = (x.shape[0], 1, x.shape[1], x.shape[2])
+            ys = (y.shape[0], 1, y.shape[1], y.shape[2])
+            wv = wv[:, :, None, :]
+        else:
+            xs, ys = x.shape, y.shape
+        n, h, w_, c = xs
+        _, oh, ow, m = ys
+        kh, kw = wv.shape[2], wv.shape[3]
+        spatial = xs[2:3] if one_d else xs[1:3]
+        kern = [kw] if one_d else [kh, kw]
+        _, pb, _, strides, dil = conv_geometry(
+            spatial, kern, node.attrs.get("strides"), node.attrs.get("dilations"),
+            node.attrs.get("pads"), node.attrs.get("auto_pad", "NOTSET"))
+        if one_d:
+            strides, dil, pb = [1] + strides, [1] + dil, [0] + pb
+        self.geom = (n, h, w_, c, m, oh, ow, kh, kw, strides[0], strides[1], dil[0], dil[1],
+                     pb[0], pb[1])
+        group = int(node.attrs.get("group", 1))
+        self.group = group
+        self.bias = (np.zeros(m, np.float32) if bias is None
+                     else np.ascontiguousarray(bias.value, np.float32).reshape(m))
+        self.act = act_of(node)
+        self.has_res = res is not None
+        self.empty = empty_f32()
+        sh, sw = strides
+        macs = n * oh * ow * m * kh * kw * (c // group)
+        # NOTE: below ~1M multiply-adds one thread is faster than a parallel launch (~5 us)
+        nt = self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
+        if group == c and group == m and group > 1:
+            self.algo = "depthwise"
+            self.w = np.ascontiguousarray(wv[:, 0].transpose(1, 2, 0)).ravel()  # (kh, kw, C)
+            if sh == 1 and sw == 1:
+                self.wt = np.tile(self.w.reshape(kh * kw, 1, c), (1, nb.SEG, 1)).ravel()
+                self.bt = np.tile(self.bias, nb.SEG)
+            else:
+                self.wt = self.bt = self.empty
+        elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
+            self.algo = "pointwise"
+            cg, mg = c // group, m // group
+            self.w = np.ascontiguousarray(
+                wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel()
+            blk = max(16, POINTWISE_BLOCK_BYTES // (4 * m))
+            p = n * oh * ow
+            nblocks = max(nt, -(-p // blk))
+            nblocks = -(-nblocks // nt) * nt
+            self.blk = -(-p // nblocks)
+        elif sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS:
+            self.algo = "shift"
+            self.w = np.ascontiguousarray(wv.transpose(2, 3, 1, 0)).ravel()  # (kh, kw, C, M)
+            wp = ow + (kw - 1) * dil[1]
+            self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // wp), nt)
+            band = self.rows + (kh - 1) * dil[0]
+            self.xb = nb.scratch(nt, (band * wp + (kw - 1) * dil[1]) * c)
+            self.acc = nb.scratch(nt, self.rows * wp * m)
+        else:
+            self.algo = "im2col"
+            cg, mg = c // group, m // group
+            wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
+            self.w = np.ascontiguousarray(wg).ravel()
+            self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // ow), nt)
+            self.col = nb.scratch(nt, self.rows * ow * kh * kw * cg)
+
+    def run(self, ins, outs):
+        x = ins[0].reshape(-1)
+        y = outs[0].reshape(-1)
+        res = ins[-1].reshape(-1) if self.has_res else self.empty
+        n, h, w, c, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
+        code, a, b = self.act
+        nt, algo, hr = self.nt, self.algo, self.has_res
+        if algo == "pointwise":
+            args = (x, self.w, self.bias, res, hr, y, n * oh * ow, c, m, self.group, self.blk,
+                    code, a, b)
+        elif algo == "shift":
+            args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw, ph,
+                    pw, self.rows, self.xb, self.acc, code, a, b)
+        elif algo == "depthwise":
+            args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
+                    kw, sh, sw, dh, dw, ph, pw, code, a, b)
+        else:
+            args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, self.group, oh, ow, kh,
+                    kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
+        if nt == 1:
+            nb.SLOT[algo](0, 1, *args)
+        else:
+            nb.PAR[algo](nt, *args)
+
+
+def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:
+    """Output rows per block: about ``target``, with the block count a multiple of ``nt``."""
+    target = max(1, min(target, oh))
+    per_image = -(-oh // target)
+    total = n * per_image
+    if total % nt:
+        total = -(-total // nt) * nt
+        per_image = max(1, -(-total // n))
+    return max(1, -(-oh // per_image))

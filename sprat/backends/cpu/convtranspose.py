@@ -1,0 +1,124 @@
+"""ConvTranspose in NHWC for the upsampling case kernel == stride (e.g. 2x2 stride 2).
+
+Then the output windows do not overlap: each input pixel's channel vector times the packed
+weights (C, kh*kw*M) gives its kh x kw output block, so the op is one GEMM per block of input
+rows into a scratch buffer, scattered into the output with bias, residual and activation fused.
+ONNX ConvTranspose-22: X (N, C, H, W), W (C, M/group, kH, kW), optional B (M). Supported here:
+group 1, dilations 1, no pads / output_padding (after resolving auto_pad and output_shape with
+the shape function's own rule); everything else stays on the reference backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ...ir.shapes.nn import conv_transpose_geometry
+from ._base import CpuKernel
+from ._blas import sgemm
+from ._conv_nb import scratch
+from ._epilogue import empty_f32
+from ._math import ACT, FAST, act_inplace, act_of
+from .conv import GEMM_ROWS, _rows_per_block
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def _scatter(acc, y, bias, res, has_res, n, h0, rows, W, M, kh, kw, OH, OW, code, a, b):
+    """acc (rows*W, kh*kw*M) -> y[n, h*kh + i, w*kw + j, :], plus bias, residual, act."""
+    for r in range(rows):
+        h = h0 + r
+        for i in range(kh):
+            o = ((n * OH + h * kh + i) * OW) * M
+            yrow = y[o:o + OW * M]
+            for w in range(W):
+                for j in range(kw):
+                    s = ((r * W + w) * kh * kw + i * kw + j) * M
+                    src = acc[s:s + M]
+                    d = (w * kw + j) * M
+                    dst = yrow[d:d + M]
+                    if has_res:
+                        rr = res[o + d:o + d + M]
+                        for c in range(M):
+                            dst[c] = src[c] + bias[c] + rr[c]
+                    else:
+                        for c in range(M):
+                            dst[c] = src[c] + bias[c]
+            if code != 0:
+                act_inplace(yrow, code, a, b)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def conv_transpose_tiles(x, w, bias, res, has_res, y, N, H, W, C, M, kh, kw, R, nt, acc,
+                         code, a, b):
+    """Blocks of R input rows split over ``nt`` slots: GEMM into ``acc[t]``, then scatter."""
+    OH = H * kh
+    OW = W * kw
+    nbh = (H + R - 1) // R
+    nb = N * nbh
+    K = kh * kw * M
+    for t in prange(nt):
+        at = acc[t]
+        for bi in range(t * nb // nt, (t + 1) * nb // nt):
+            n = bi // nbh
+            h0 = (bi % nbh) * R
+            rows = min(R, H - h0)
+            sgemm(False, False, rows * W, K, C, 1.0, x, ((n * H + h0) * W) * C, C, w, 0, K,
+                  0.0, at, 0, K)
+            _scatter(at, y, bias, res, has_res, n, h0, rows, W, M, kh, kw, OH, OW, code, a, b)
+
+
+def _geometry(node, x_shape, w_shape):
+    a = node.attrs
+    return conv_transpose_geometry(
+        list(x_shape[1:3]), list(w_shape[2:]), a.get("strides"), a.get("dilations"),
+        a.get("pads"), a.get("auto_pad", "NOTSET"), a.get("output_padding"),
+        a.get("output_shape"))
+
+
+class ConvTransposeKernel(CpuKernel):
+    """NHWC ConvTranspose with kernel == stride (non-overlapping upsampling)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        a = node.attrs
+        if a.get("_layout") != "NHWC" or a.get("_activation") not in ACT:
+            return False
+        n_in = len(ins) - (1 if a.get("_residual") else 0)
+        x, w = ins[0], ins[1]
+        bias = ins[2] if n_in > 2 else None
+        if x is None or w is None or w.value is None or len(x.shape) != 4 or len(w.shape) != 4:
+            return False
+        if x.dtype != np.float32 or w.dtype != np.float32 or int(a.get("group", 1)) != 1:
+            return False
+        if bias is not None and (bias.value is None or bias.dtype != np.float32):
+            return False
+        if w.shape[0] != x.shape[3]:
+            return False
+        _, pb, pe, st, dl, op = _geometry(node, x.shape, w.shape)
+        return (list(st) == list(w.shape[2:]) and dl == [1, 1] and pb == [0, 0]
+                and pe == [0, 0] and op == [0, 0])
+
+    def prepare(self, ins, outs):
+        node = self.node
+        self.has_res = bool(node.attrs.get("_residual"))
+        n_in = len(ins) - (1 if self.has_res else 0)
+        n, h, w, c = ins[0].shape
+        wv = np.asarray(ins[1].value, np.float32)
+        m, kh, kw = wv.shape[1:]
+        self.w = np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).ravel()  # (C, kh, kw, M)
+        bias = ins[2] if n_in > 2 else None
+        self.bias = (np.zeros(m, np.float32) if bias is None
+                     else np.ascontiguousarray(bias.value, np.float32).reshape(m))
+        self.act = act_of(node)
+        self.empty = empty_f32()
+        nt = self.threads
+        self.rows = _rows_per_block(n, h, max(1, GEMM_ROWS // w), nt)
+        self.dims = (n, h, w, c, m, kh, kw)
+        self.acc = scratch(nt, self.rows * w * kh * kw * m)
+
+    def run(self, ins, outs):
+        code, a, b = self.act
+        res = ins[-1].reshape(-1) if self.has_res else self.empty
+        conv_transpose_tiles(ins[0].reshape(-1), self.w, self.bias, res, self.has_res,
+                             outs[0].reshape(-1), *self.dims, self.rows, self.threads,
+                             self.acc, code, a, b)

@@ -1,0 +1,81 @@
+"""The explicit table of the cpu backend's kernels (STYLE §2): op type -> kernel class.
+
+Each class answers ``supports(node, ins)`` for the exact node (attrs, dtypes, ranks, fused
+attributes); whatever it refuses runs on the reference backend.
+"""
+
+from __future__ import annotations
+
+from .conv import ConvKernel
+from .convtranspose import ConvTransposeKernel
+from .elementwise import BinaryKernel, UnaryKernel
+from .linalg import GemmKernel, MatMulKernel
+from .norm import BatchNormKernel, LayerNormKernel, SoftmaxKernel
+from .pool import PoolKernel
+from .reduce import ReduceKernel
+from .resize import ResizeKernel
+from .rnn import LSTMKernel
+from .tensor import ConcatKernel, CopyKernel, SliceKernel, SplitKernel, TransposeKernel
+
+KERNELS: dict = {
+    # convolution and pooling (NHWC)
+    "Conv": ConvKernel,
+    "ConvTranspose": ConvTransposeKernel,
+    "MaxPool": PoolKernel,
+    "AveragePool": PoolKernel,
+    "GlobalAveragePool": ReduceKernel,
+    "GlobalMaxPool": ReduceKernel,
+    "Resize": ResizeKernel,
+    "Upsample": ResizeKernel,
+    # contractions
+    "Gemm": GemmKernel,
+    "MatMul": MatMulKernel,
+    # recurrent
+    "LSTM": LSTMKernel,
+    # normalisation
+    "BatchNormalization": BatchNormKernel,
+    "LayerNormalization": LayerNormKernel,
+    "Softmax": SoftmaxKernel,
+    "LogSoftmax": SoftmaxKernel,
+    # reductions
+    "ReduceMean": ReduceKernel,
+    "ReduceSum": ReduceKernel,
+    "ReduceMax": ReduceKernel,
+    "ReduceMin": ReduceKernel,
+    # elementwise binary
+    "Add": BinaryKernel,
+    "Sub": BinaryKernel,
+    "Mul": BinaryKernel,
+    "Div": BinaryKernel,
+    "Max": BinaryKernel,
+    "Min": BinaryKernel,
+    "Sum": BinaryKernel,
+    "PRelu": BinaryKernel,
+    "Pow": BinaryKernel,
+    # elementwise unary
+    "Relu": UnaryKernel,
+    "Sigmoid": UnaryKernel,
+    "HardSigmoid": UnaryKernel,
+    "HardSwish": UnaryKernel,
+    "Tanh": UnaryKernel,
+    "Clip": UnaryKernel,
+    "LeakyRelu": UnaryKernel,
+    "Erf": UnaryKernel,
+    "Exp": UnaryKernel,
+    "Sqrt": UnaryKernel,
+    "Abs": UnaryKernel,
+    "Neg": UnaryKernel,
+    "Reciprocal": UnaryKernel,
+    "Gelu": UnaryKernel,
+    # data movement
+    "Concat": ConcatKernel,
+    "Transpose": TransposeKernel,
+    "Split": SplitKernel,
+    "Slice": SliceKernel,
+    "Reshape": CopyKernel,
+    "Flatten": CopyKernel,
+    "Squeeze": CopyKernel,
+    "Unsqueeze": CopyKernel,
+    "Identity": CopyKernel,
+    "Dropout": CopyKernel,
+}

@@ -1,0 +1,237 @@
+"""Gemm and MatMul: one-thread BLAS per work block on Numba's pool, fused epilogue.
+
+- Gemm-13: ``Y = alpha * op(A) @ op(B) + beta * C`` with C broadcast (scalar, (N,), (M, 1),
+  (M, N)), then the fused residual and activation, per block while it is in cache.
+- MatMul-13: NumPy matmul semantics (1-D operands, broadcast batch dims). A batch folds into
+  the rows when B has no batch; otherwise every (batch, row block) pair is one GEMM, with
+  per-batch operand offsets computed at prepare.
+Work is split by rows, or by columns when there are too few rows to go round the threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ._base import CpuKernel
+from ._blas import sgemm
+from ._epilogue import empty_f32
+from ._math import ACT, FAST, act_inplace, act_of
+
+BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def _epilogue(y, m0, m1, n0, n1, N, c, sm, sn, beta, res, has_res, code, pa, pb):
+    """Rows m0..m1, columns n0..n1 of y (row pitch N): += beta * C (strides sm, sn; sm < 0:
+    no C), += residual, then the activation."""
+    w = n1 - n0
+    beta = np.float32(beta)
+    for m in range(m0, m1):
+        o = m * N + n0
+        yr = y[o:o + w]
+        if sm >= 0:
+            if sn == 0:
+                v = beta * c[m * sm]
+                for j in range(w):
+                    yr[j] += v
+            else:
+                co = m * sm + n0 * sn
+                cr = c[co:co + w]
+                for j in range(w):
+                    yr[j] += beta * cr[j]
+        if has_res:
+            rr = res[o:o + w]
+            for j in range(w):
+                yr[j] += rr[j]
+        if code != 0:
+            act_inplace(yr, code, pa, pb)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def gemm_blocks(a, b, y, offs, M, N, K, ta, tb, alpha, lda, ldb, rb, cb, nt,
+                c, sm, sn, beta, res, has_res, code, pa, pb):
+    """Batched GEMM over items (batch, row block, column block): ``offs[i] = (a_off, b_off,
+    y_off)`` per batch; rb/cb: rows/columns per block; C/residual/activation epilogue."""
+    nbatch = offs.shape[0]
+    nrb = (M + rb - 1) // rb
+    ncb = (N + cb - 1) // cb
+    items = nbatch * nrb * ncb
+    for t in prange(nt):
+        for it in range(t * items // nt, (t + 1) * items // nt):
+            bi = it // (nrb * ncb)
+            rem = it - bi * nrb * ncb
+            m0 = (rem // ncb) * rb
+            n0 = (rem % ncb) * cb
+            m1 = min(M, m0 + rb)
+            n1 = min(N, n0 + cb)
+            ao = offs[bi, 0] + (m0 if ta else m0 * lda)
+            bo = offs[bi, 1] + (n0 * ldb if tb else n0)
+            yo = offs[bi, 2]
+            sgemm(ta, tb, m1 - m0, n1 - n0, K, alpha, a, ao, lda, b, bo, ldb, 0.0,
+                  y, yo + m0 * N + n0, N)
+            _epilogue(y[yo:], m0, m1, n0, n1, N, c, sm, sn, beta, res[yo:], has_res, code,
+                      pa, pb)
+
+
+def _blocks(batch: int, m: int, n: int, nt: int) -> tuple[int, int]:
+    """(rows, columns) per GEMM block: at most BLOCK_ROWS rows (the epilogue then runs on a
+    block still in L2) and at least ``nt`` equal work items. With too few row blocks, split
+    the wider of rows and columns (a column split halves each thread's share of B, the
+    weights, which dominate when n > m); blocks keep at least 16 rows and 64 columns."""
+    m, n = max(m, 1), max(n, 1)
+    nrb, ncb = -(-m // BLOCK_ROWS), 1
+    if batch * nrb < nt:
+        want = -(-nt // batch)
+        if n >= m and n // 64 >= 2:
+            ncb = max(1, min(-(-want // nrb), n // 64))
+        else:
+            nrb = max(nrb, min(want, m // 16))
+            if batch * nrb < nt:
+                ncb = max(1, min(-(-nt // (batch * nrb)), n // 64))
+    elif batch == 1 and nrb % nt:
+        nrb = -(-nrb // nt) * nt
+    return -(-m // nrb), -(-n // ncb)
+
+
+def _fused_ok(node, out_shape, ins) -> bool:
+    if node.attrs.get("_layout") is not None or node.attrs.get("_activation") not in ACT:
+        return False
+    if node.attrs.get("_residual"):
+        r = ins[-1]
+        return r is not None and r.dtype == np.float32 and tuple(r.shape) == tuple(out_shape)
+    return True
+
+
+class _Gemmish(CpuKernel):
+    def _prepare_epilogue(self):
+        self.act = act_of(self.node)
+        self.has_res = bool(self.node.attrs.get("_residual"))
+        self.empty = empty_f32()
+
+    def _run(self, a, b, y, c, res):
+        code, pa, pb = self.act
+        gemm_blocks(a, b, y, self.offs, self.M, self.N, self.K, self.ta, self.tb, self.alpha,
+                    self.lda, self.ldb, self.rb, self.cb, self.nt, c, self.sm, self.sn,
+                    self.beta, res, self.has_res, code, pa, pb)
+
+
+class GemmKernel(_Gemmish):
+    """Gemm-13 on float32 (C broadcast as scalar, (N,), (1, N), (M, 1) or (M, N))."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        n_in = len(ins) - (1 if node.attrs.get("_residual") else 0)
+        a, b = ins[0], ins[1]
+        c = ins[2] if n_in > 2 else None
+        if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+            return False
+        if a.dtype != np.float32 or b.dtype != np.float32:
+            return False
+        m = a.shape[1] if node.attrs.get("transA", 0) else a.shape[0]
+        n = b.shape[0] if node.attrs.get("transB", 0) else b.shape[1]
+        if c is not None:
+            if c.dtype != np.float32 or len(c.shape) > 2:
+                return False
+            cs = (1,) * (2 - len(c.shape)) + tuple(c.shape)
+            if cs[0] not in (1, m) or cs[1] not in (1, n):
+                return False
+        return _fused_ok(node, (m, n), ins)
+
+    def prepare(self, ins, outs):
+        node = self.node
+        self._prepare_epilogue()
+        a, b = ins[0], ins[1]
+        self.ta = bool(node.attrs.get("transA", 0))
+        self.tb = bool(node.attrs.get("transB", 0))
+        self.M, self.N = outs[0].shape
+        self.K = a.shape[0] if self.ta else a.shape[1]
+        self.lda, self.ldb = a.shape[1], b.shape[1]
+        self.alpha = float(node.attrs.get("alpha", 1.0))
+        self.beta = float(node.attrs.get("beta", 1.0))
+        n_in = len(ins) - (1 if self.has_res else 0)
+        c = ins[2] if n_in > 2 else None
+        self.has_c = c is not None and self.beta != 0.0
+        self.sm = self.sn = -1
+        if self.has_c:
+            cs = (1,) * (2 - len(c.shape)) + tuple(c.shape)
+            self.sm = cs[1] if cs[0] != 1 else 0
+            self.sn = 1 if cs[1] != 1 else 0
+        self.offs = np.zeros((1, 3), np.int64)
+        self.nt = self.threads if self.M * self.N * max(self.K, 1) >= (1 << 16) else 1
+        self.rb, self.cb = _blocks(1, self.M, self.N, self.nt)
+        self.bind_constants(ins, (0, 1, 2) if n_in > 2 else (0, 1))
+
+    def run(self, ins, outs):
+        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
+        res = ins[-1].reshape(-1) if self.has_res else self.empty
+        self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
+                  outs[0].reshape(-1), c, res)
+
+
+class MatMulKernel(_Gemmish):
+    """MatMul-13 on float32 with NumPy broadcasting of the batch dims."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        a, b = ins[0], ins[1]
+        if a is None or b is None or a.dtype != np.float32 or b.dtype != np.float32:
+            return False
+        if len(a.shape) < 1 or len(b.shape) < 1:
+            return False
+        try:
+            out = _matmul_shape(a.shape, b.shape)
+        except ValueError:
+            return False
+        return _fused_ok(node, out, ins)
+
+    def prepare(self, ins, outs):
+        self._prepare_epilogue()
+        sa, sb = tuple(ins[0].shape), tuple(ins[1].shape)
+        a2 = (1,) + sa if len(sa) == 1 else sa
+        b2 = sb + (1,) if len(sb) == 1 else sb
+        m, k = a2[-2:]
+        n = b2[-1]
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+        nbatch = int(np.prod(batch, dtype=np.int64))
+        self.ta = self.tb = False
+        self.alpha, self.beta, self.sm, self.sn = 1.0, 0.0, -1, -1
+        self.lda, self.ldb = k, n
+        if int(np.prod(b2[:-2], dtype=np.int64)) == 1 and len(a2) > 2:
+            # NOTE: B has no batch: fold A's batch into rows, one big GEMM
+            m, nbatch = m * int(np.prod(a2[:-2], dtype=np.int64)), 1
+            self.offs = np.zeros((1, 3), np.int64)
+        else:
+            ia = np.arange(int(np.prod(a2[:-2], dtype=np.int64))).reshape(a2[:-2])
+            ib = np.arange(int(np.prod(b2[:-2], dtype=np.int64))).reshape(b2[:-2])
+            ia = np.broadcast_to(ia, batch).reshape(-1)
+            ib = np.broadcast_to(ib, batch).reshape(-1)
+            self.offs = np.stack([ia * m * k, ib * k * n,
+                                  np.arange(nbatch) * m * n], axis=1).astype(np.int64)
+        self.M, self.N, self.K = m, n, k
+        self.nt = self.threads if nbatch * m * n * max(k, 1) >= (1 << 16) else 1
+        self.rb, self.cb = _blocks(nbatch, m, n, self.nt)
+        self.bind_constants(ins, (0, 1))
+
+    def run(self, ins, outs):
+        res = ins[-1].reshape(-1) if self.has_res else self.empty
+        self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
+                  outs[0].reshape(-1), self.empty, res)
+
+
+def _matmul_shape(sa, sb):
+    if len(sa) == 1 and len(sb) == 1:
+        if sa[0] != sb[0]:
+            raise ValueError("inner dims")
+        return ()
+    a2 = (1,) + tuple(sa) if len(sa) == 1 else tuple(sa)
+    b2 = tuple(sb) + (1,) if len(sb) == 1 else tuple(sb)
+    if a2[-1] != b2[-2]:
+        raise ValueError("inner dims")
+    batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    out = tuple(batch) + (a2[-2], b2[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return out

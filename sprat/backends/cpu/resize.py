@@ -1,0 +1,179 @@
+"""Resize (and the deprecated Upsample) in NHWC over H and W: nearest and bilinear.
+
+ONNX Resize-19 with constant scales or sizes, modes ``nearest`` (all four nearest_modes) and
+``linear``, coordinate_transformation_mode half_pixel, pytorch_half_pixel, align_corners,
+asymmetric, half_pixel_symmetric; antialias 0; N and C not resized. Upsample-9: asymmetric,
+nearest takes the floor. Source indices and weights per output row/column are computed once at
+prepare (float32 arithmetic, as onnxruntime); the Numba kernel then gathers whole channel
+vectors. Cubic, tf_crop_and_resize and antialiasing stay on the reference backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ...ir.fused import NHWC_TO_NCHW, permute_shape
+from ...ir.shapes.nn import resize_geometry
+from ._base import CpuKernel
+from ._math import FAST
+
+MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+         "half_pixel_symmetric")
+
+
+def source_coords(mode, n_in, n_out, scale):
+    """Float32 source coordinate of each output index along one axis (ONNX Resize)."""
+    f = np.float32
+    o = np.arange(n_out, dtype=f)
+    s = f(scale)
+    if mode == "half_pixel":
+        return (o + f(0.5)) / s - f(0.5)
+    if mode == "pytorch_half_pixel":
+        return (o + f(0.5)) / s - f(0.5) if n_out > 1 else np.zeros(n_out, f)
+    if mode == "align_corners":
+        return o * f(n_in - 1) / f(n_out - 1) if n_out > 1 else np.zeros(n_out, f)
+    if mode == "asymmetric":
+        return o / s
+    if mode == "half_pixel_symmetric":
+        adj = f(n_out) / (s * f(n_in))
+        return f(n_in) / f(2) * (f(1) - adj) + (o + f(0.5)) / s - f(0.5)
+    raise ValueError(f"unsupported coordinate_transformation_mode {mode!r}")
+
+
+def nearest_index(x, nearest_mode, n_in):
+    if nearest_mode == "round_prefer_floor":
+        i = np.ceil(x - np.float32(0.5))
+    elif nearest_mode == "round_prefer_ceil":
+        i = np.floor(x + np.float32(0.5))
+    elif nearest_mode == "floor":
+        i = np.floor(x)
+    elif nearest_mode == "ceil":
+        i = np.ceil(x)
+    else:
+        raise ValueError(f"unsupported nearest_mode {nearest_mode!r}")
+    return np.clip(i, 0, n_in - 1).astype(np.int64)
+
+
+def linear_taps(x, n_in):
+    """(i0, i1, w1) with edge clamping: value = (1 - w1) * v[i0] + w1 * v[i1]."""
+    x = np.clip(x.astype(np.float64), 0, n_in - 1)
+    i0 = np.floor(x).astype(np.int64)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    return i0, i1, (x - i0).astype(np.float32)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True, fastmath=FAST)
+def resize_nearest(x, y, N, H, W, C, OH, OW, iy, ix, nt):
+    rows = N * OH
+    for t in prange(nt):
+        for q in range(t * rows // nt, (t + 1) * rows // nt):
+            n = q // OH
+            src = (n * H + iy[q - n * OH]) * W
+            for ow in range(OW):
+                s = (src + ix[ow]) * C
+                o = (q * OW + ow) * C
+                xs = x[s:s + C]
+                yo = y[o:o + C]
+                for c in range(C):
+                    yo[c] = xs[c]
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True, fastmath=FAST)
+def resize_linear(x, y, N, H, W, C, OH, OW, y0, y1, wy, x0, x1, wx, nt):
+    rows = N * OH
+    one = np.float32(1.0)
+    for t in prange(nt):
+        for q in range(t * rows // nt, (t + 1) * rows // nt):
+            n = q // OH
+            oh = q - n * OH
+            r0 = (n * H + y0[oh]) * W
+            r1 = (n * H + y1[oh]) * W
+            b = wy[oh]
+            a = one - b
+            for ow in range(OW):
+                d = wx[ow]
+                e = one - d
+                s00 = (r0 + x0[ow]) * C
+                s01 = (r0 + x1[ow]) * C
+                s10 = (r1 + x0[ow]) * C
+                s11 = (r1 + x1[ow]) * C
+                o = (q * OW + ow) * C
+                p00 = x[s00:s00 + C]
+                p01 = x[s01:s01 + C]
+                p10 = x[s10:s10 + C]
+                p11 = x[s11:s11 + C]
+                yo = y[o:o + C]
+                for c in range(C):
+                    yo[c] = a * (e * p00[c] + d * p01[c]) + b * (e * p10[c] + d * p11[c])
+
+
+def _const(info):
+    if info is None:
+        return None
+    v = info.value
+    return None if v is None or np.asarray(v).size == 0 else np.asarray(v)
+
+
+class ResizeKernel(CpuKernel):
+    """Resize-19 / Upsample-9 over NHWC float32 (see module docstring for what is covered)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        a = node.attrs
+        x = ins[0]
+        if a.get("_layout") != "NHWC" or a.get("_residual") or a.get("_activation"):
+            return False
+        if x is None or x.dtype != np.float32 or len(x.shape) != 4:
+            return False
+        if node.op_type == "Upsample":
+            scales = _const(ins[1]) if len(ins) > 1 else None
+            return (scales is not None and scales.size == 4
+                    and a.get("mode", "nearest") in ("nearest", "linear", "bilinear")
+                    and scales[0] == 1 and scales[1] == 1)
+        if a.get("antialias", 0) or a.get("axes") not in (None, []):
+            return False
+        if a.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+            return False
+        if a.get("mode", "nearest") not in ("nearest", "linear"):
+            return False
+        if a.get("coordinate_transformation_mode", "half_pixel") not in MODES:
+            return False
+        scales = _const(ins[2]) if len(ins) > 2 else None
+        sizes = _const(ins[3]) if len(ins) > 3 else None
+        if (scales is None) == (sizes is None):
+            return False
+        nchw = permute_shape(x.shape, NHWC_TO_NCHW[4])
+        out, sc = resize_geometry(nchw, scales, sizes)
+        return out[0] == nchw[0] and out[1] == nchw[1] and sc[0] == 1.0 and sc[1] == 1.0
+
+    def prepare(self, ins, outs):
+        a = self.node.attrs
+        n, h, w, c = ins[0].shape
+        oh, ow = outs[0].shape[1:3]
+        nchw = (n, c, h, w)
+        if self.node.op_type == "Upsample":
+            _, sc = resize_geometry(nchw, _const(ins[1]))
+            mode = "linear" if a.get("mode", "nearest") in ("linear", "bilinear") else "nearest"
+            ctm, nearest = "asymmetric", "floor"
+        else:
+            _, sc = resize_geometry(nchw, _const(ins[2]) if len(ins) > 2 else None,
+                                    _const(ins[3]) if len(ins) > 3 else None)
+            mode = a.get("mode", "nearest")
+            ctm = a.get("coordinate_transformation_mode", "half_pixel")
+            nearest = a.get("nearest_mode", "round_prefer_floor")
+        self.shape = (n, h, w, c, oh, ow)
+        self.mode = mode
+        cy = source_coords(ctm, h, oh, sc[2])
+        cx = source_coords(ctm, w, ow, sc[3])
+        if mode == "nearest":
+            self.iy, self.ix = nearest_index(cy, nearest, h), nearest_index(cx, nearest, w)
+        else:
+            self.ty, self.tx = linear_taps(cy, h), linear_taps(cx, w)
+
+    def run(self, ins, outs):
+        x, y = ins[0].reshape(-1), outs[0].reshape(-1)
+        if self.mode == "nearest":
+            resize_nearest(x, y, *self.shape, self.iy, self.ix, self.threads)
+        else:
+            resize_linear(x, y, *self.shape, *self.ty, *self.tx, self.threads)

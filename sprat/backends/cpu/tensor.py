@@ -1,0 +1,166 @@
+"""Data-movement ops: Concat, Transpose and the reshaping copies, for any dtype.
+
+- Concat-13: ``np.concatenate(..., out=)`` (no temporary); Split-18 and Slice-13 (constant
+  parameters): strided copies.
+- Transpose-21: ``np.copyto`` from the transposed view.
+- Reshape-21 / Flatten-21 / Squeeze-21 / Unsqueeze-21 / Identity / Dropout (inference, Y only):
+  a flat copy (nothing when the planner gave input and output the same memory). Their shape
+  inputs (Reshape shape, Squeeze/Unsqueeze axes) were consumed by shape inference.
+None of them may carry sprat's fused attributes: the layout pass rewrites their axes instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.shapes import infer
+from ._base import CpuKernel
+
+
+def _plain(node) -> bool:
+    return not any(k.startswith("_") for k in node.attrs)
+
+
+class ConcatKernel(CpuKernel):
+    """Concat of inputs of one dtype along ``axis``."""
+
+    empty_ok = True
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _plain(node) or not ins or any(i is None for i in ins):
+            return False
+        dt, rank = ins[0].dtype, len(ins[0].shape)
+        return rank > 0 and all(i.dtype == dt and len(i.shape) == rank for i in ins)
+
+    def prepare(self, ins, outs):
+        self.axis = int(self.node.attrs.get("axis", 0)) % len(ins[0].shape)
+
+    def run(self, ins, outs):
+        np.concatenate(ins, axis=self.axis, out=outs[0])
+
+
+class TransposeKernel(CpuKernel):
+    """Transpose by ``perm`` (default: reversed axes)."""
+
+    empty_ok = True
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        return _plain(node) and ins[0] is not None
+
+    def prepare(self, ins, outs):
+        perm = self.node.attrs.get("perm")
+        r = len(ins[0].shape)
+        self.perm = tuple(range(r - 1, -1, -1)) if perm is None or len(perm) == 0 else tuple(
+            int(p) % r for p in perm)
+
+    def run(self, ins, outs):
+        np.copyto(outs[0], ins[0].transpose(self.perm))
+
+
+class CopyKernel(CpuKernel):
+    """Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout (inference): copy the data."""
+
+    empty_ok = True
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _plain(node) or ins[0] is None:
+            return False
+        if node.op_type == "Dropout":
+            # NOTE: training_mode (input 2) must be absent or a constant False, and no mask
+            if len(node.outputs) > 1:
+                return False
+            if len(ins) > 2 and ins[2] is not None:
+                return ins[2].value is not None and not bool(np.asarray(ins[2].value).any())
+        return True
+
+    def run(self, ins, outs):
+        x, y = ins[0], outs[0]
+        if y.size and x.__array_interface__["data"][0] == y.__array_interface__["data"][0]:
+            return
+        np.copyto(y.reshape(-1), x.reshape(-1))
+
+
+def _const_ints(info):
+    if info is None:
+        return None
+    return [int(v) for v in np.asarray(info.value).reshape(-1)]
+
+
+class SplitKernel(CpuKernel):
+    """Split-18 along ``axis`` into the planned output sizes (``split`` input or
+    ``num_outputs``): one strided copy per output."""
+
+    empty_ok = True
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _plain(node) or ins[0] is None or len(ins[0].shape) == 0:
+            return False
+        return len(ins) < 2 or ins[1] is None or ins[1].value is not None
+
+    def prepare(self, ins, outs):
+        shape = ins[0].shape
+        axis = int(self.node.attrs.get("axis", 0)) % len(shape)
+        self.slices, off = [], 0
+        for o in outs:
+            n = o.shape[axis]
+            self.slices.append((slice(None),) * axis + (slice(off, off + n),))
+            off += n
+
+    def run(self, ins, outs):
+        x = ins[0]
+        for out, sl in zip(outs, self.slices):
+            np.copyto(out, x[sl])
+
+
+def slice_index(shape, starts, ends, axes=None, steps=None) -> tuple:
+    """The NumPy index of ONNX Slice-13 (starts/ends clamped as the spec says)."""
+    r = len(shape)
+    axes = list(range(len(starts))) if axes is None else [a % r for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * r
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        d = shape[a]
+        s = s + d if s < 0 else s
+        e = e + d if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), d), min(max(e, 0), d)
+            index[a] = slice(s, e, st)
+        else:
+            s, e = min(max(s, -1), d - 1), min(max(e, -1), d - 1)
+            index[a] = slice(s, e, st) if s >= 0 and e >= 0 else (
+                slice(s, None, st) if s >= 0 else slice(0, 0))
+    return tuple(index)
+
+
+class SliceKernel(CpuKernel):
+    """Slice-13 with constant starts/ends/axes/steps: a strided copy."""
+
+    empty_ok = True
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _plain(node) or ins[0] is None or len(ins) < 3:
+            return False
+        params = [i for i in ins[1:] if i is not None]
+        if any(p.value is None for p in params):
+            return False
+        x = ins[0]
+        index = _slice_of(ins)
+        # NOTE: the index must reproduce the shape function's answer exactly
+        view = np.broadcast_to(np.empty((), x.dtype), x.shape)[index]
+        return tuple(view.shape) == tuple(infer(node, ins)[0][0])
+
+    def prepare(self, ins, outs):
+        self.index = _slice_of(ins)
+
+    def run(self, ins, outs):
+        np.copyto(outs[0], ins[0][self.index])
+
+
+def _slice_of(ins):
+    get = lambda k: _const_ints(ins[k]) if len(ins) > k else None
+    return slice_index(ins[0].shape, get(1), get(2), get(3), get(4))

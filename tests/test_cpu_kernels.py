@@ -1,0 +1,644 @@
+"""The cpu backend's kernels against the reference backend (the oracle), one node at a time.
+
+Every case builds a ``Node`` directly, runs ``sprat.backends.reference.evaluate`` on it and the
+cpu kernel at 1 and 2 threads (twice, to catch state kept between calls), and compares with the
+project tolerance ``max|got - ref| <= 1e-4 * max(1, max|ref|)`` (float32 kernels against a
+float32 NumPy oracle: differences are summation order and the vectorised exp/tanh/erf, whose
+own relative error is below 5e-7).
+"""
+
+from __future__ import annotations
+
+import re
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from sprat.backends.cpu import CpuBackend, _blas, limits
+from sprat.backends.cpu._math import ACT
+from sprat.backends.reference import evaluate
+from sprat.ir.fused import NCHW_TO_NHWC
+from sprat.ir.graph import Node
+from sprat.ir.shapes import infer
+from sprat.ir.tensorinfo import TensorInfo
+
+RTOL = 1e-4
+THREADS = (1, 2)
+
+
+def randn(*shape, seed=0, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def nhwc(x):
+    return np.ascontiguousarray(x.transpose(NCHW_TO_NHWC[x.ndim]))
+
+
+def readonly(a):
+    a = np.array(a)
+    a.setflags(write=False)
+    return a
+
+
+def make(op, inputs, attrs=None, consts=()):
+    """(node, infos) for ``op`` over ``inputs``; indices in ``consts`` carry their value.
+
+    Constant inputs are made read-only in place in ``inputs`` (as weights mapped from a .sprat
+    file are)."""
+    for i in consts:
+        if i < len(inputs) and inputs[i] is not None:
+            inputs[i] = readonly(inputs[i])
+    node = Node(op, op.lower(), list(range(len(inputs))), [len(inputs)], dict(attrs or {}))
+    infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if i in consts else None)
+             for i, a in enumerate(inputs)]
+    return node, infos
+
+
+def run_cpu(node, infos, inputs, threads):
+    backend = CpuBackend(threads)
+    assert backend.supports(node, infos), f"cpu backend refused {node}"
+    shapes = infer(node, infos)[:len(node.outputs)]
+    kernel = backend.make_kernel(node)
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
+    # NOTE: garbage-filled outputs: a kernel must write every element
+    outs = [np.full(s, np.nan if np.dtype(d).kind == "f" else -7, d) for s, d in shapes]
+    with limits(threads):
+        kernel.run(inputs, outs)
+        first = [o.copy() for o in outs]
+        kernel.run(inputs, outs)
+    for a, b in zip(first, outs):
+        np.testing.assert_array_equal(a, b)  # deterministic, nothing left over between calls
+    return outs
+
+
+def check(op, inputs, attrs=None, consts=(), rtol=RTOL, threads=THREADS):
+    """Run ``op`` on the cpu backend at each thread count and compare with the reference."""
+    node, infos = make(op, inputs, attrs, consts)
+    expect = evaluate(node, [None if a is None else a.copy() for a in inputs])
+    expect = expect[:len(node.outputs)]
+    for nt in threads:
+        got = run_cpu(node, infos, inputs, nt)
+        for g, e in zip(got, expect):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            err = np.abs(g.astype(np.float64) - e).max() if g.size else 0.0
+            bound = rtol * max(1.0, float(np.abs(e).max()) if e.size else 1.0)
+            assert err <= bound, f"{op} {attrs} threads={nt}: max err {err:.3g} > {bound:.3g}"
+
+
+def refuses(op, inputs, attrs=None, consts=()):
+    node, infos = make(op, inputs, attrs, consts)
+    return not CpuBackend(1).supports(node, infos)
+
+
+ACTS = [(None, []), ("Relu", []), ("Clip", [0.0, 6.0]), ("Sigmoid", []),
+        ("HardSigmoid", [0.2, 0.5]), ("HardSwish", []), ("LeakyRelu", [0.1]), ("Tanh", []),
+        ("Silu", [])]
+
+
+def fused(act=None, params=(), residual=False, layout=True):
+    attrs = {"_layout": "NHWC"} if layout else {}
+    if act is not None:
+        attrs.update(_activation=act, _act_params=list(params))
+    if residual:
+        attrs["_residual"] = True
+    return attrs
+
+
+# ---- Conv ----------------------------------------------------------------------------------
+
+CONV_CASES = [
+    # (x NCHW, w, attrs)
+    ((2, 8, 9, 11), (6, 8, 1, 1), {}),
+    ((1, 16, 7, 5), (12, 4, 1, 1), {"group": 4}),
+    ((1, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 5, 13, 12), (7, 5, 3, 3), {"pads": [0, 1, 2, 1], "dilations": [2, 1]}),
+    ((1, 3, 17, 15), (4, 3, 5, 3), {"pads": [2, 1, 2, 1]}),
+    ((1, 4, 9, 10), (5, 4, 1, 7), {"pads": [0, 3, 0, 3]}),
+    ((1, 4, 10, 9), (5, 4, 7, 1), {"pads": [3, 0, 3, 0]}),
+    ((2, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 3, 23, 21), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ((2, 6, 13, 12), (9, 2, 3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 1], "group": 3}),
+    ((2, 6, 13, 12), (4, 6, 1, 1), {"strides": [2, 2]}),
+    ((1, 6, 12, 12), (6, 6, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 6, 11, 12), (6, 6, 4, 4), {"auto_pad": "SAME_LOWER"}),
+    ((1, 6, 11, 12), (6, 6, 3, 3), {"auto_pad": "VALID", "dilations": [2, 2]}),
+    ((1, 4, 2, 2), (3, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # depthwise
+    ((2, 6, 13, 12), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+    ((2, 6, 13, 12), (6, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2], "group": 6}),
+    ((1, 24, 14, 15), (24, 1, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2],
+                                      "group": 24}),
+    ((1, 8, 9, 9), (8, 1, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 8}),
+    ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),  # channel multiplier 2
+    ((1, 5, 6, 150), (5, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 5}),  # > 64-pixel segments
+    ((1, 5, 6, 150), (5, 1, 5, 5), {"pads": [2, 3, 2, 1], "group": 5}),
+    ((1, 3, 7, 140), (3, 1, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 3}),
+    ((1, 3, 7, 20), (3, 1, 3, 3), {"pads": [0, 0, 0, 0], "group": 3}),
+    ((1, 3, 7, 4), (3, 1, 3, 5), {"pads": [1, 3, 1, 3], "group": 3}),  # kernel wider than W
+    # im2col at stride 1 (from 128 channels)
+    ((1, 128, 9, 7), (16, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # 1-D (NWC)
+    ((2, 6, 13), (4, 6, 3), {"pads": [1, 1]}),
+    ((2, 6, 13), (4, 6, 3), {"strides": [2], "pads": [1, 0]}),
+    ((2, 6, 13), (6, 1, 3), {"pads": [1, 1], "group": 6}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_shapes(xs, ws, attrs, bias):
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3)
+    ins = [x, w] + ([randn(ws[0], seed=3)] if bias else [])
+    check("Conv", ins, {**attrs, **fused()}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("act,params", ACTS)
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 8, 9, 10), (6, 8, 1, 1), {}),
+    ((1, 5, 9, 10), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 5, 9, 10), (7, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 6, 9, 10), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+])
+def test_conv_fused_epilogue(xs, ws, attrs, act, params):
+    x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3), randn(ws[0], seed=3)
+    node, infos = make("Conv", [x, w, b], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    r = randn(*shape, seed=4)
+    check("Conv", [x, w, b, r], {**attrs, **fused(act, params, residual=True)}, consts=(1, 2))
+    check("Conv", [x, w, b], {**attrs, **fused(act, params)}, consts=(1, 2))
+
+
+def test_conv_residual_without_bias():
+    x, w = nhwc(randn(1, 4, 6, 7)), randn(5, 4, 3, 3, seed=2)
+    r = randn(1, 6, 7, 5, seed=3)
+    check("Conv", [x, w, r], {"pads": [1, 1, 1, 1], **fused("Relu", residual=True)},
+          consts=(1,))
+
+
+def test_conv_large_blocks():
+    # several blocks per thread and the parallel drivers (>= 1M multiply-adds) everywhere
+    x = nhwc(randn(2, 64, 40, 36))
+    for ws, attrs in [((48, 64, 1, 1), {}), ((24, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+                      ((24, 64, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+                      ((64, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 64}),
+                      ((64, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 64, "strides": [2, 2]})]:
+        w = randn(*ws, seed=5, scale=0.2)
+        check("Conv", [x, w, randn(ws[0], seed=6)], {**attrs, **fused("Relu")}, consts=(1, 2))
+
+
+def test_conv_refuses_what_it_cannot_run():
+    x, w = randn(1, 4, 6, 6), randn(5, 4, 3, 3)
+    assert refuses("Conv", [x, w], {}, consts=(1,))  # NCHW: no _layout
+    assert refuses("Conv", [nhwc(x), w], fused(), consts=())  # weights not constant
+    assert refuses("Conv", [nhwc(x).astype(np.float64), w.astype(np.float64)], fused(),
+                   consts=(1,))
+    assert refuses("Conv", [nhwc(randn(1, 4, 5, 6, 6)), randn(5, 4, 3, 3, 3)], fused(),
+                   consts=(1,))
+    assert refuses("Conv", [nhwc(x), w], {**fused(), "_activation": "Softplus"}, consts=(1,))
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 6, 5, 7), (6, 4, 2, 2), {"strides": [2, 2]}),
+    ((2, 3, 4, 3), (3, 5, 3, 3), {"strides": [3, 3]}),
+    ((1, 8, 40, 30), (8, 8, 2, 2), {"strides": [2, 2]}),
+    ((1, 4, 5, 5), (4, 2, 2, 2), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 4, 5, 5), (4, 2, 2, 2), {"strides": [2, 2], "output_shape": [10, 10]}),
+])
+def test_conv_transpose(xs, ws, attrs):
+    x, w, b = nhwc(randn(*xs)), randn(*ws, seed=2), randn(ws[1], seed=3)
+    check("ConvTranspose", [x, w, b], {**attrs, **fused()}, consts=(1, 2))
+    check("ConvTranspose", [x, w], {**attrs, **fused("Relu")}, consts=(1,))
+    node, infos = make("ConvTranspose", [x, w], {**attrs, **fused()}, consts=(1,))
+    (shape, _), = infer(node, infos)
+    check("ConvTranspose", [x, w, b, randn(*shape, seed=4)],
+          {**attrs, **fused("Sigmoid", residual=True)}, consts=(1, 2))
+
+
+def test_conv_transpose_refusals():
+    x, w = nhwc(randn(1, 4, 5, 5)), randn(4, 2, 3, 3)
+    assert refuses("ConvTranspose", [x, w], {"strides": [2, 2], **fused()}, consts=(1,))
+    assert refuses("ConvTranspose", [x, randn(4, 2, 2, 2)],
+                   {"strides": [2, 2], "pads": [1, 1, 0, 0], **fused()}, consts=(1,))
+    assert refuses("ConvTranspose", [x, randn(4, 1, 2, 2)],
+                   {"strides": [2, 2], "group": 2, **fused()}, consts=(1,))
+
+
+# ---- elementwise ---------------------------------------------------------------------------
+
+BROADCASTS = [
+    ((3, 5, 7, 9), (3, 5, 7, 9)),
+    ((3, 5, 7, 9), (9,)),
+    ((3, 5, 7, 9), (1,)),
+    ((3, 5, 7, 9), ()),
+    ((1,), (3, 5, 7, 9)),
+    ((9,), (3, 5, 7, 9)),
+    ((3, 5, 7, 9), (3, 1, 1, 9)),  # SE block in NHWC
+    ((3, 1, 1, 9), (3, 5, 7, 9)),
+    ((3, 5, 7, 9), (3, 5, 7, 1)),  # per-row (normalisation decompositions)
+    ((3, 5, 7, 9), (5, 1, 9)),
+    ((3, 5, 7, 9), (3, 1, 7, 1)),  # > 3 collapsed dims: NumPy fallback
+    ((5, 1, 9), (1, 7, 1)),  # both broadcast
+    ((4, 3000), (4, 3000)),  # several chunks per row
+    ((200, 300), (200, 1)),
+]
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
+@pytest.mark.parametrize("sa,sb", BROADCASTS)
+def test_binary_broadcast(op, sa, sb):
+    a, b = randn(*sa, seed=1), randn(*sb, seed=2)
+    if op == "Div":
+        b = np.where(np.abs(b) < 0.1, 0.5, b).astype(np.float32)
+    check(op, [a, b])
+
+
+@pytest.mark.parametrize("act,params", ACTS)
+@pytest.mark.parametrize("sa,sb", [((2, 6, 5, 8), (2, 6, 5, 8)), ((2, 6, 5, 8), (8,)),
+                                   ((2, 6, 5, 8), (2, 1, 1, 8)), ((2, 6, 5, 8), (2, 1, 5, 1))])
+def test_binary_fused(sa, sb, act, params):
+    a, b = randn(*sa, seed=1), randn(*sb, seed=2)
+    out = np.broadcast_shapes(sa, sb)
+    check("Add", [a, b], fused(act, params, layout=False))
+    check("Mul", [a, b, randn(*out, seed=3)], fused(act, params, residual=True, layout=False))
+
+
+def test_binary_large_parallel():
+    a, b = randn(2, 64, 60, 61), randn(2, 64, 60, 61, seed=2)
+    check("Add", [a, b], fused("Relu", layout=False))
+    check("Mul", [a, randn(2, 64, 1, 1, seed=3)])
+
+
+def test_prelu_pow_sum():
+    x = randn(2, 5, 6, 7)
+    check("PRelu", [x, randn(7, seed=2)])
+    check("PRelu", [x, randn(5, 1, 1, seed=2)])
+    check("Sum", [x, randn(6, 7, seed=3)])
+    check("Pow", [x, np.array(2.0, np.float32)], consts=(1,))
+    check("Pow", [np.abs(x), np.array([0.5], np.float32)], consts=(1,))
+    assert refuses("Pow", [x, np.array(3.0, np.float32)], consts=(1,))
+    assert refuses("Pow", [x, np.array(2.0, np.float32)])
+    assert refuses("Add", [x.astype(np.int64), x.astype(np.int64)])
+    assert refuses("Max", [x, x, x])
+
+
+UNARY = ["Relu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "Erf", "Exp",
+         "Abs", "Neg", "Gelu"]
+
+
+@pytest.mark.parametrize("op", UNARY)
+@pytest.mark.parametrize("shape", [(7,), (3, 1000, 37)])
+def test_unary(op, shape):
+    x = randn(*shape, seed=1, scale=3.0)
+    check(op, [x])
+
+
+def test_unary_attrs_and_special_values():
+    x = randn(4, 9, 11, scale=4.0)
+    check("HardSigmoid", [x], {"alpha": 0.3, "beta": 0.4})
+    check("LeakyRelu", [x], {"alpha": 0.2})
+    check("Gelu", [x], {"approximate": "tanh"})
+    check("Sqrt", [np.abs(x)])
+    check("Reciprocal", [np.where(np.abs(x) < 0.1, 1.0, x).astype(np.float32)])
+    for lo, hi in [(0.0, 6.0), (-1.0, None), (None, 0.5), (None, None)]:
+        ins = [x, None if lo is None else np.float32(lo).reshape(()),
+               None if hi is None else np.float32(hi).reshape(())]
+        check("Clip", ins, consts=(1, 2))
+    assert refuses("Clip", [x, np.float32(0).reshape(()), None])  # bounds not constant
+    big = np.array([-1e4, -100, -88, -50, -1e-6, 0, 1e-6, 50, 88, 100, 1e4], np.float32)
+    for op in ("Sigmoid", "Tanh", "Erf", "Exp"):
+        if op == "Exp":
+            big_ok = big[big < 88]
+            check(op, [big_ok], rtol=1e-6 * 10)  # relative to max(1, max|ref|)
+        else:
+            check(op, [big])
+    check("Relu", [x, randn(4, 9, 11, seed=5)], fused("Sigmoid", residual=True, layout=False))
+
+
+def test_vectorised_math_accuracy():
+    """exp/tanh/erf/sigmoid of _math against float64 NumPy: relative error <= 1e-6."""
+    from math import erf
+
+    x = np.linspace(-20, 20, 200001).astype(np.float32)
+    ref = {"Exp": np.exp(x.astype(np.float64)), "Tanh": np.tanh(x.astype(np.float64)),
+           "Sigmoid": 1 / (1 + np.exp(-x.astype(np.float64))),
+           "Erf": np.array([erf(v) for v in x.astype(np.float64)])}
+    for op, r in ref.items():
+        got = run_cpu(*make(op, [x]), [x], 1)[0].astype(np.float64)
+        rel = np.abs(got - r) / np.maximum(np.abs(r), 1e-30)
+        assert rel.max() <= 1e-6, (op, rel.max(), x[rel.argmax()])
+
+
+def test_act_table_matches_fused_module():
+    """Every activation sprat.ir.fused.apply_activation knows has a cpu code, and back."""
+    import inspect
+
+    from sprat.ir import fused as fused_module
+
+    names = set(re.findall(r'name == "(\w+)"', inspect.getsource(fused_module)))
+    assert set(ACT) - {None} == names
+
+
+def test_blas_binding():
+    assert _blas.KIND in ("ilp64", "lp64", "numba")
+    a, b = randn(37, 53), randn(29, 53, seed=2)
+    c = np.ones((37, 32), np.float32)
+    _blas.sgemm(False, True, 37, 29, 53, 0.5, a.ravel(), 0, 53, b.ravel(), 0, 53, 2.0,
+                c.ravel(), 0, 32)
+    np.testing.assert_allclose(c[:, :29], 0.5 * a @ b.T + 2, rtol=1e-5, atol=1e-4)
+    assert (c[:, 29:] == 1).all()
+
+
+# ---- steady state: no allocation per call --------------------------------------------------
+
+def _traced_run_bytes(op, inputs, attrs, consts=(), threads=2):
+    node, infos = make(op, inputs, attrs, consts)
+    backend = CpuBackend(threads)
+    shapes = infer(node, infos)[:len(node.outputs)]
+    kernel = backend.make_kernel(node)
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
+    outs = [np.empty(s, d) for s, d in shapes]
+    with limits(threads):
+        kernel.run(inputs, outs)
+        tracemalloc.start()
+        for _ in range(3):
+            kernel.run(inputs, outs)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("op,inputs,attrs,consts", [
+    ("Conv", [nhwc(randn(1, 16, 20, 20)), randn(16, 16, 3, 3), randn(16)],
+     {"pads": [1, 1, 1, 1], **fused("Relu")}, (1, 2)),
+    ("Conv", [nhwc(randn(1, 16, 20, 20)), randn(16, 16, 3, 3), randn(16)],
+     {"pads": [1, 1, 1, 1], "strides": [2, 2], **fused("Relu")}, (1, 2)),
+    ("Conv", [nhwc(randn(1, 16, 20, 20)), randn(32, 16, 1, 1)], fused(), (1,)),
+    ("Conv", [nhwc(randn(1, 16, 20, 20)), randn(16, 1, 3, 3)],
+     {"group": 16, "pads": [1, 1, 1, 1], **fused("HardSwish")}, (1,)),
+    ("Add", [randn(1, 20, 20, 64), randn(64)], fused("Relu", layout=False), ()),
+    ("Sigmoid", [randn(1, 64, 400)], {}, ()),
+])
+def test_run_does_not_allocate(op, inputs, attrs, consts):
+    assert _traced_run_bytes(op, inputs, attrs, consts) < 4096
+
+
+# ---- pooling, reductions, resize -----------------------------------------------------------
+
+POOL_CASES = [
+    ((2, 5, 13, 12), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 6, 11, 10), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((1, 6, 11, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 4, 9, 9), {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),  # SPPF-style
+    ((1, 4, 9, 9), {"kernel_shape": [3, 2], "strides": [1, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 4, 9, 9), {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [1, 2, 1, 0]}),
+    ((2, 3, 17), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+]
+
+
+@pytest.mark.parametrize("xs,attrs", POOL_CASES)
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool(op, xs, attrs):
+    x = nhwc(randn(*xs))
+    check(op, [x], {**attrs, **fused()})
+    if op == "AveragePool" and "auto_pad" not in attrs:
+        check(op, [x], {**attrs, "count_include_pad": 1, **fused()})
+
+
+def test_pool_fused_activation_and_refusals():
+    x = nhwc(randn(1, 4, 8, 8))
+    check("MaxPool", [x], {"kernel_shape": [2, 2], "strides": [2, 2], **fused("Relu")})
+    node, infos = make("MaxPool", [x], {"kernel_shape": [2, 2], **fused()})
+    node.outputs = [1, 2]  # Indices requested
+    assert not CpuBackend(1).supports(node, infos)
+    assert refuses("MaxPool", [randn(1, 4, 8, 8)], {"kernel_shape": [2, 2]})  # NCHW
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool(op):
+    check(op, [nhwc(randn(2, 37, 9, 11))], fused())
+    check(op, [randn(2, 37, 9, 11)])  # NCHW: rows
+    check(op, [nhwc(randn(1, 1200, 20, 20))], fused())  # several channel chunks
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("shape,axes,keepdims", [
+    ((4, 6, 33), [-1], 1), ((4, 6, 33), [1], 0), ((4, 6, 33), [0, 1], 1),
+    ((4, 1, 6, 33), [1, 2], 1), ((2, 3, 4, 5), None, 0), ((300, 70), [1], 1),
+])
+def test_reduce(op, shape, axes, keepdims):
+    x = randn(*shape)
+    ins = [x] + ([] if axes is None else [np.array(axes, np.int64)])
+    check(op, ins, {"keepdims": keepdims}, consts=(1,))
+
+
+def test_reduce_refusals_and_noop():
+    x = randn(2, 3, 4, 5)
+    assert refuses("ReduceSum", [x, np.array([1, 3], np.int64)], consts=(1,))  # not one block
+    assert refuses("ReduceSum", [x, np.array([1], np.int64)])  # axes unknown at prepare
+    check("ReduceSum", [x, np.zeros(0, np.int64)], {"noop_with_empty_axes": 1}, consts=(1,))
+
+
+@pytest.mark.parametrize("mode,ctm,nearest", [
+    ("nearest", "asymmetric", "floor"),
+    ("nearest", "half_pixel", "round_prefer_floor"),
+    ("nearest", "align_corners", "round_prefer_ceil"),
+    ("nearest", "asymmetric", "ceil"),
+    ("linear", "half_pixel", None),
+    ("linear", "pytorch_half_pixel", None),
+    ("linear", "align_corners", None),
+    ("linear", "asymmetric", None),
+    ("linear", "half_pixel_symmetric", None),
+])
+@pytest.mark.parametrize("scales,sizes", [([1, 1, 2, 2], None), ([1, 1, 0.5, 0.6], None),
+                                          (None, [2, 5, 13, 7]), (None, [2, 5, 1, 1])])
+def test_resize(mode, ctm, nearest, scales, sizes):
+    x = nhwc(randn(2, 5, 6, 9))
+    attrs = {"mode": mode, "coordinate_transformation_mode": ctm, **fused()}
+    if nearest is not None:
+        attrs["nearest_mode"] = nearest
+    ins = [x, None, None if scales is None else np.array(scales, np.float32),
+           None if sizes is None else np.array(sizes, np.int64)]
+    check("Resize", ins, attrs, consts=(2, 3))
+
+
+def test_upsample_and_resize_refusals():
+    x = nhwc(randn(1, 3, 4, 5))
+    check("Upsample", [x, np.array([1, 1, 2, 3], np.float32)], fused(), consts=(1,))
+    check("Upsample", [x, np.array([1, 1, 2, 2], np.float32)], {"mode": "linear", **fused()},
+          consts=(1,))
+    s = np.array([1, 1, 2, 2], np.float32)
+    assert refuses("Resize", [x, None, s], {"mode": "cubic", **fused()}, consts=(2,))
+    assert refuses("Resize", [x, None, s], {"antialias": 1, **fused()}, consts=(2,))
+    assert refuses("Resize", [x, None, np.array([1, 2, 2, 2], np.float32)], fused(),
+                   consts=(2,))  # resizes channels
+    assert refuses("Resize", [x, None, s], fused())  # scales unknown at prepare
+
+
+# ---- normalisation -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,axis", [((6, 37), -1), ((2, 3, 1000), -1), ((2, 7, 5, 3), 1),
+                                        ((4, 1025, 3), 1), ((3, 2), 0)])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax(op, shape, axis):
+    check(op, [randn(*shape, scale=5.0)], {"axis": axis})
+
+
+def test_softmax_extremes():
+    x = np.array([[0, 1e4, -1e4, 3], [-50, -60, -70, -80], [88, 88, 88, 88]], np.float32)
+    check("Softmax", [x], {})
+    check("LogSoftmax", [x], {})
+
+
+@pytest.mark.parametrize("shape,axis", [((5, 768), -1), ((2, 3, 40), -1), ((2, 3, 4, 5), 2),
+                                        ((64, 3), 1)])
+def test_layernorm(shape, axis):
+    d = int(np.prod(shape[axis % len(shape):]))
+    x = randn(*shape, scale=3.0) + 5.0
+    norm = shape[axis % len(shape):]
+    check("LayerNormalization", [x, randn(*norm, seed=2), randn(*norm, seed=3)],
+          {"axis": axis, "epsilon": 1e-5})
+    check("LayerNormalization", [x, randn(*norm, seed=2)], {"axis": axis})
+    check("LayerNormalization", [x, randn(d, seed=2)[:1].reshape(1)], {"axis": axis})
+
+
+def test_batchnorm():
+    c = 7
+    p = [randn(c, seed=2), randn(c, seed=3), randn(c, seed=4),
+         np.abs(randn(c, seed=5)) + 0.1]
+    x = randn(2, c, 5, 6)
+    check("BatchNormalization", [x] + p, {"epsilon": 1e-3}, consts=(1, 2, 3, 4))
+    check("BatchNormalization", [x[:1]] + p, {}, consts=(1, 2, 3, 4))
+    check("BatchNormalization", [randn(3, c)] + p, {}, consts=(1, 2, 3, 4))
+    xn = nhwc(x)
+    check("BatchNormalization", [xn] + p, fused("Relu"), consts=(1, 2, 3, 4))
+    check("BatchNormalization", [xn] + p + [randn(*xn.shape, seed=9)],
+          fused("HardSwish", residual=True), consts=(1, 2, 3, 4))
+    assert refuses("BatchNormalization", [x] + p)  # statistics not constant
+
+
+# ---- Gemm / MatMul -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 1000), (37, 53, 29), (600, 70, 90), (3, 5, 7)])
+def test_gemm(ta, tb, m, k, n):
+    a = randn(k, m) if ta else randn(m, k)
+    b = randn(n, k, seed=2) if tb else randn(k, n, seed=2)
+    attrs = {"transA": ta, "transB": tb, "alpha": 0.7, "beta": 1.3}
+    check("Gemm", [a, b, randn(n, seed=3)], attrs, consts=(1, 2))
+    check("Gemm", [a, b], attrs, consts=(1,))
+
+
+def test_gemm_bias_forms_and_fused():
+    a, b = randn(9, 11), randn(11, 13, seed=2)
+    for c in [randn(1), randn(1, 13), randn(9, 1), randn(9, 13), np.float32(2.0).reshape(())]:
+        check("Gemm", [a, b, c], {"beta": 0.5})
+    check("Gemm", [a, b, randn(13)], {"beta": 0.0})
+    check("Gemm", [a, b, randn(13), randn(9, 13, seed=5)], fused("Relu", residual=True,
+                                                                   layout=False))
+    assert refuses("Gemm", [a, b, randn(3, 13)])
+
+
+@pytest.mark.parametrize("sa,sb", [
+    ((7, 5), (5, 3)), ((2, 3, 40, 16), (16, 24)), ((2, 3, 40, 16), (2, 3, 16, 40)),
+    ((2, 1, 40, 16), (1, 3, 16, 8)), ((5,), (5, 3)), ((7, 5), (5,)), ((4, 7, 5), (5,)),
+    ((5,), (2, 5, 3)), ((5,), (5,)), ((1, 300), (300, 1000)), ((3, 1, 300), (300, 200)),
+    ((12, 64, 32), (12, 32, 64)),
+])
+def test_matmul(sa, sb):
+    check("MatMul", [randn(*sa), randn(*sb, seed=2)])
+
+
+def test_matmul_fused_and_refusals():
+    a, b = randn(2, 30, 16), randn(16, 24, seed=2)
+    check("MatMul", [a, b, randn(2, 30, 24, seed=3)], fused("Relu", residual=True, layout=False))
+    assert refuses("MatMul", [a.astype(np.float64), b.astype(np.float64)])
+    assert refuses("MatMul", [randn(2, 3), randn(4, 5)])
+
+
+# ---- data movement -------------------------------------------------------------------------
+
+def test_concat_transpose_copies():
+    a, b = randn(2, 3, 4, 5), randn(2, 3, 4, 2, seed=2)
+    check("Concat", [a, b], {"axis": -1})
+    check("Concat", [a, randn(2, 1, 4, 5, seed=3), randn(2, 0, 4, 5)], {"axis": 1})
+    check("Concat", [a.astype(np.int64), a.astype(np.int64)], {"axis": 0})
+    check("Transpose", [a], {"perm": [0, 2, 3, 1]})
+    check("Transpose", [a], {})
+    check("Reshape", [a, np.array([6, -1], np.int64)], consts=(1,))
+    check("Flatten", [a], {"axis": 2})
+    check("Squeeze", [randn(2, 1, 3), np.array([1], np.int64)], consts=(1,))
+    check("Unsqueeze", [randn(2, 3), np.array([0, 3], np.int64)], consts=(1,))
+    check("Identity", [a.astype(np.int32)])
+    check("Dropout", [a])
+    assert refuses("Concat", [a, b], {"axis": -1, "_layout": "NHWC"})
+
+
+def check_multi(op, inputs, attrs, consts, n_out):
+    node, infos = make(op, inputs, attrs, consts)
+    node.outputs = list(range(len(inputs), len(inputs) + n_out))
+    expect = evaluate(node, inputs)
+    for nt in THREADS:
+        for g, e in zip(run_cpu(node, infos, inputs, nt), expect):
+            np.testing.assert_array_equal(g, e)
+
+
+def test_split():
+    x = randn(2, 6, 5, 7)
+    check_multi("Split", [x, np.array([2, 5], np.int64)], {"axis": -1}, (1,), 2)
+    check_multi("Split", [x], {"axis": 1, "num_outputs": 3}, (), 3)
+    check_multi("Split", [x, np.array([1, 0, 4], np.int64)], {"axis": 2}, (1,), 3)
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [3], [1], None), ([0, 1], [-1, 100], [2, 3], [1, 2]), ([-1], [-100], [3], [-1]),
+    ([4], [1], [2], [-2]), ([10], [20], [1], None), ([0, 0], [1, 2], None, None),
+    ([-2], [0], [0], [-1]), ([3], [-1], [1], [-1]),
+])
+def test_slice(starts, ends, axes, steps):
+    x = randn(3, 4, 5, 6)
+    ins = [x, np.array(starts, np.int64), np.array(ends, np.int64)]
+    ins.append(None if axes is None else np.array(axes, np.int64))
+    ins.append(None if steps is None else np.array(steps, np.int64))
+    check("Slice", ins, consts=(1, 2, 3, 4))
+
+
+def test_copy_skips_aliased_output():
+    a = randn(2, 3)
+    node, infos = make("Reshape", [a, np.array([3, 2], np.int64)], consts=(1,))
+    kernel = CpuBackend(1).make_kernel(node)
+    kernel.prepare(infos, [TensorInfo((3, 2), np.dtype(np.float32))])
+    out = a.reshape(3, 2)
+    kernel.run([a, None], [out])
+    np.testing.assert_array_equal(out.reshape(-1), randn(2, 3).reshape(-1))
+
+
+# ---- backend -------------------------------------------------------------------------------
+
+def test_backend_contract():
+    backend = CpuBackend(2)
+    assert backend.name == "cpu" and backend.num_threads == 2
+    with pytest.raises(ValueError):
+        CpuBackend(0)
+    node, infos = make("NoSuchOp", [randn(2)])
+    assert not backend.supports(node, infos)
+    node, infos = make("Conv", [randn(2)], fused())  # malformed: must not raise
+    assert not backend.supports(node, infos)
+    node, infos = make("Add", [randn(2), randn(2)])
+    node.domain = "com.microsoft"
+    assert not backend.supports(node, infos)
+    assert refuses("Conv", [nhwc(randn(0, 3, 5, 5)), randn(4, 3, 3, 3)], fused(), consts=(1,))
+    assert refuses("Softmax", [randn(3, 0)])
+    check("Add", [randn(0, 3), randn(1, 3)])
+    check("Relu", [randn(3, 0)])
+    # a fused residual that would need broadcasting
+    x, w = nhwc(randn(1, 4, 6, 7)), randn(5, 4, 3, 3, seed=2)
+    assert refuses("Conv", [x, w, randn(1, 1, 1, 5)], {"pads": [1, 1, 1, 1],
+                                                       **fused(residual=True)}, consts=(1,))
+
+
+def test_every_kernel_op_has_a_reference():
+    from sprat.backends.cpu import KERNELS
+    from sprat.backends.reference import _load_ops
+
+    assert set(KERNELS) <= set(_load_ops())

@@ -1,0 +1,52 @@
+"""The cpu backend's LSTM kernel against the reference kernel (and through the full pipeline
+against onnxruntime in test_ops_backends / test_models)."""
+
+import numpy as np
+import pytest
+
+from sprat.backends.cpu import CpuBackend
+from sprat.backends.cpu.rnn import LSTMKernel
+from sprat.backends.reference import evaluate
+from sprat.ir.graph import Node
+from sprat.ir.tensorinfo import TensorInfo
+
+
+def _case(direction, init, bias, seq_lens, seed=0, S=7, B=3, I=5, H=4):
+    rng = np.random.default_rng(seed)
+    dirs = 2 if direction == "bidirectional" else 1
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    arrs = [f(S, B, I), f(dirs, 4 * H, I), f(dirs, 4 * H, H), f(dirs, 8 * H) if bias else None,
+            np.full(B, S, np.int32) if seq_lens else None,
+            f(dirs, B, H) if init else None, f(dirs, B, H) if init else None]
+    node = Node("LSTM", "lstm", list(range(7)), [7, 8, 9],
+                {"direction": direction, "hidden_size": H})
+    infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if k in (1, 2, 3, 4) else None)
+             for k, a in enumerate(arrs)]
+    return node, arrs, infos
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("init", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("seq_lens", [False, True])
+def test_lstm_matches_reference(direction, init, bias, seq_lens):
+    node, arrs, infos = _case(direction, init, bias, seq_lens)
+    assert CpuBackend().supports(node, infos)
+    ref = evaluate(node, arrs)
+    kernel = LSTMKernel(node, 1)
+    kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
+    for _ in range(2):  # a second run must not depend on state left by the first
+        outs = [np.full_like(r, np.nan) for r in ref]
+        kernel.run(arrs, outs)
+        for got, want in zip(outs, ref):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_refuses_what_it_does_not_implement():
+    node, arrs, infos = _case("forward", False, True, False)
+    for attrs in ({"clip": 3.0}, {"input_forget": 1}, {"layout": 1},
+                  {"activations": ["Relu", "Tanh", "Tanh"]}):
+        n = Node("LSTM", "l", node.inputs, node.outputs, {**node.attrs, **attrs})
+        assert not CpuBackend().supports(n, infos)
+    short = infos[:4] + [TensorInfo((3,), np.dtype(np.int32), np.array([7, 5, 7], np.int32))]
+    assert not CpuBackend().supports(node, short)
