@@ -15,6 +15,8 @@ from numba import njit, prange
 
 from ...ir.fused import NHWC_TO_NCHW, permute_shape
 from ...ir.shapes.nn import resize_geometry
+from ..reference.ops_nn import nearest_index as ref_nearest_index
+from ..reference.ops_nn import source_coords
 from ._base import CpuKernel
 from ._math import FAST
 
@@ -22,37 +24,9 @@ MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
          "half_pixel_symmetric")
 
 
-def source_coords(mode, n_in, n_out, scale):
-    """Float32 source coordinate of each output index along one axis (ONNX Resize)."""
-    f = np.float32
-    o = np.arange(n_out, dtype=f)
-    s = f(scale)
-    if mode == "half_pixel":
-        return (o + f(0.5)) / s - f(0.5)
-    if mode == "pytorch_half_pixel":
-        return (o + f(0.5)) / s - f(0.5) if n_out > 1 else np.zeros(n_out, f)
-    if mode == "align_corners":
-        return o * f(n_in - 1) / f(n_out - 1) if n_out > 1 else np.zeros(n_out, f)
-    if mode == "asymmetric":
-        return o / s
-    if mode == "half_pixel_symmetric":
-        adj = f(n_out) / (s * f(n_in))
-        return f(n_in) / f(2) * (f(1) - adj) + (o + f(0.5)) / s - f(0.5)
-    raise ValueError(f"unsupported coordinate_transformation_mode {mode!r}")
-
-
 def nearest_index(x, nearest_mode, n_in):
-    if nearest_mode == "round_prefer_floor":
-        i = np.ceil(x - np.float32(0.5))
-    elif nearest_mode == "round_prefer_ceil":
-        i = np.floor(x + np.float32(0.5))
-    elif nearest_mode == "floor":
-        i = np.floor(x)
-    elif nearest_mode == "ceil":
-        i = np.ceil(x)
-    else:
-        raise ValueError(f"unsupported nearest_mode {nearest_mode!r}")
-    return np.clip(i, 0, n_in - 1).astype(np.int64)
+    """Source index of each output position, clamped to [0, n_in - 1] (int64)."""
+    return np.clip(ref_nearest_index(x, nearest_mode), 0, n_in - 1).astype(np.int64)
 
 
 def linear_taps(x, n_in):

@@ -315,7 +315,7 @@ def dropout(data, ratio=None, training_mode=None, seed=None):
 
 # ---- resize ----------------------------------------------------------------------------------
 
-def _source_coords(mode, n_in, n_out, scale, roi_start, roi_end):
+def source_coords(mode, n_in, n_out, scale, roi_start=0.0, roi_end=1.0):
     """Source coordinate of each output index along one axis (float32, as onnxruntime)."""
     f = np.float32
     o = np.arange(n_out, dtype=f)
@@ -344,7 +344,7 @@ def _source_coords(mode, n_in, n_out, scale, roi_start, roi_end):
     raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
 
 
-def _nearest_index(xo, nearest_mode):
+def nearest_index(xo, nearest_mode):
     if nearest_mode == "round_prefer_floor":
         return np.ceil(xo - 0.5)
     if nearest_mode == "round_prefer_ceil":
@@ -396,9 +396,9 @@ def _interp_matrix(xo, n_in, mode, cubic_coeff_a, exclude_outside):
 def _resize_axis(x, axis, n_out, scale, mode, ctm, nearest_mode, cubic_coeff_a, exclude_outside,
                  extrapolation_value, roi_start, roi_end):
     n_in = x.shape[axis]
-    xo = _source_coords(ctm, n_in, n_out, scale, roi_start, roi_end)
+    xo = source_coords(ctm, n_in, n_out, scale, roi_start, roi_end)
     if mode == "nearest":
-        idx = np.clip(_nearest_index(xo, nearest_mode), 0, n_in - 1).astype(np.intp)
+        idx = np.clip(nearest_index(xo, nearest_mode), 0, n_in - 1).astype(np.intp)
         y = np.take(x, idx, axis=axis)
     else:
         mat = _interp_matrix(xo, n_in, mode, cubic_coeff_a, exclude_outside)
