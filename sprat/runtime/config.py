@@ -18,8 +18,9 @@ class ScheduleConfig:
         backends: backend names in order of preference; each node goes to the first that
             supports it. Allowed: ``"cpu"`` (fast), ``"reference"`` (NumPy oracle).
         backup: the backend taking every node no backend in ``backends`` supports.
-        precision: ``"normal"`` (fp32), ``"high"`` (fp32, no fastmath shortcuts) or ``"low"``
-            (reserved for reduced-precision kernels; runs as ``"normal"`` today).
+        precision: ``"normal"``, ``"high"`` or ``"low"``. Every kernel computes in fp32 today,
+            so all three run the same kernels; ``"low"`` is reserved for reduced-precision
+            (bf16/int8) kernels where they are faster.
         memory: ``"normal"`` or ``"low"`` (reserved; runs as ``"normal"`` today).
 
     Raises:
