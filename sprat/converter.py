@@ -40,17 +40,21 @@ def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Gr
     return run_passes(g, until=until)
 
 
-def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | None = None) -> bytes:
+def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | None = None,
+            biz_code: str | None = None) -> bytes:
     """Convert an ONNX model to the ``.sprat`` format.
 
     Args:
         src: path to a ``.onnx`` file, its bytes, or an ``onnx.ModelProto``.
         dst: where to write the ``.sprat`` file; None writes nothing.
         external_data: file name (relative to ``dst``) to hold the weights instead of the model.
+        biz_code: free-form tag stored in the file's metadata (MNN's ``bizCode``).
     Returns: the ``.sprat`` bytes (without the weights when ``external_data`` is given).
     Raises: ModelFormatError, UnsupportedOpError, ConvertError (see ``convert_graph``).
     """
     from .format import write_model
 
     g = convert_graph(src)
+    if biz_code is not None:
+        g.metadata["biz_code"] = str(biz_code)
     return write_model(g, dst, external_data=external_data)

@@ -218,3 +218,18 @@ def test_steady_state_run_allocates_only_outputs(model):
     grown = peak - base  # the most memory held at any moment of the run, temporaries included
     out_bytes = sum(a.nbytes for a in out.values())
     assert grown <= out_bytes + 8 * 1024, (grown, out_bytes)
+
+
+def test_file_round_trip_external_weights_and_metadata(model, tmp_path):
+    dst = tmp_path / "m.sprat"
+    sprat.convert(model, dst, external_data="m.weights", biz_code="ocr-v1")
+    assert (tmp_path / "m.weights").stat().st_size > 0
+    for populate in (False, True):
+        interp = sprat.Interpreter.from_file(dst, populate=populate)
+        md = interp.graph.metadata
+        assert md["biz_code"] == "ocr-v1" and md["source_format"] == "onnx"
+        assert md["source_opset"] == 17 and md["sprat_version"] == sprat.__version__
+        assert len(md["uuid"]) == 36
+        out = interp.create_session().run(_feeds())
+        want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, _feeds())
+        np.testing.assert_allclose(out["y"], want[0], rtol=1e-5, atol=1e-5)
