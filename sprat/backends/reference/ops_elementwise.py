@@ -66,7 +66,8 @@ def _erf(x: np.ndarray) -> np.ndarray:
     try:
         from scipy.special import erf
     except ImportError:  # NOTE: scipy is optional; math.erf is exact in double, just slower.
-        return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(x.dtype)
+        values = np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64))
+        return np.asarray(values, dtype=np.float64).astype(x.dtype)  # 0-d gives a bare float
     return erf(x).astype(x.dtype, copy=False)
 
 
