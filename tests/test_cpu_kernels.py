@@ -57,7 +57,7 @@ def make(op, inputs, attrs=None, consts=()):
 
 def run_cpu(node, infos, inputs, threads):
     backend = CpuBackend(threads)
-    assert backend.supports(node, infos), f"cpu backend refused {node}"
+    assert backend.has_fast_kernel(node, infos), f"cpu backend refused {node}"
     shapes = infer(node, infos)[:len(node.outputs)]
     kernel = backend.make_kernel(node)
     kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
@@ -88,7 +88,7 @@ def check(op, inputs, attrs=None, consts=(), rtol=RTOL, threads=THREADS):
 
 def refuses(op, inputs, attrs=None, consts=()):
     node, infos = make(op, inputs, attrs, consts)
-    return not CpuBackend(1).supports(node, infos)
+    return not CpuBackend(1).has_fast_kernel(node, infos)
 
 
 ACTS = [(None, []), ("Relu", []), ("Clip", [0.0, 6.0]), ("Sigmoid", []),
@@ -410,7 +410,7 @@ def test_pool_fused_activation_and_refusals():
     check("MaxPool", [x], {"kernel_shape": [2, 2], "strides": [2, 2], **fused("Relu")})
     node, infos = make("MaxPool", [x], {"kernel_shape": [2, 2], **fused()})
     node.outputs = [1, 2]  # Indices requested
-    assert not CpuBackend(1).supports(node, infos)
+    assert not CpuBackend(1).has_fast_kernel(node, infos)
     assert refuses("MaxPool", [randn(1, 4, 8, 8)], {"kernel_shape": [2, 2]})  # NCHW
 
 
@@ -621,12 +621,12 @@ def test_backend_contract():
     with pytest.raises(ValueError):
         CpuBackend(0)
     node, infos = make("NoSuchOp", [randn(2)])
-    assert not backend.supports(node, infos)
+    assert not backend.has_fast_kernel(node, infos)
     node, infos = make("Conv", [randn(2)], fused())  # malformed: must not raise
-    assert not backend.supports(node, infos)
+    assert not backend.has_fast_kernel(node, infos)
     node, infos = make("Add", [randn(2), randn(2)])
     node.domain = "com.microsoft"
-    assert not backend.supports(node, infos)
+    assert not backend.has_fast_kernel(node, infos)
     assert refuses("Conv", [nhwc(randn(0, 3, 5, 5)), randn(4, 3, 3, 3)], fused(), consts=(1,))
     assert refuses("Softmax", [randn(3, 0)])
     check("Add", [randn(0, 3), randn(1, 3)])

@@ -31,7 +31,7 @@ def _case(direction, init, bias, seq_lens, seed=0, S=7, B=3, I=5, H=4):
 @pytest.mark.parametrize("seq_lens", [False, True])
 def test_lstm_matches_reference(direction, init, bias, seq_lens):
     node, arrs, infos = _case(direction, init, bias, seq_lens)
-    assert CpuBackend().supports(node, infos)
+    assert CpuBackend().has_fast_kernel(node, infos)
     ref = evaluate(node, arrs)
     kernel = LSTMKernel(node, 1)
     kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
@@ -47,6 +47,6 @@ def test_lstm_refuses_what_it_does_not_implement():
     for attrs in ({"clip": 3.0}, {"input_forget": 1}, {"layout": 1},
                   {"activations": ["Relu", "Tanh", "Tanh"]}):
         n = Node("LSTM", "l", node.inputs, node.outputs, {**node.attrs, **attrs})
-        assert not CpuBackend().supports(n, infos)
+        assert not CpuBackend().has_fast_kernel(n, infos)
     short = infos[:4] + [TensorInfo((3,), np.dtype(np.int32), np.array([7, 5, 7], np.int32))]
-    assert not CpuBackend().supports(node, short)
+    assert not CpuBackend().has_fast_kernel(node, short)

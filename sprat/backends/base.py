@@ -14,12 +14,15 @@ from ..ir.tensorinfo import TensorInfo
 
 
 class Kernel:
-    """Runs one node. Subclasses override ``prepare`` and ``run``.
+    """Runs one node. Subclasses override ``prepare`` and ``run``; ``backend`` names the kernel
+    family that really computes (what ``Session.info()`` reports per node).
 
     ``run(ins, outs)`` receives the input arrays (None for an absent optional input) and writes the
     results into ``outs``: arrays preallocated with the shapes and dtypes the shape function gave.
     It must not keep references to ``ins`` or ``outs`` between calls beyond what ``prepare`` bound.
     """
+
+    backend: str = "?"
 
     def __init__(self, node: Node):
         self.node = node
@@ -39,7 +42,8 @@ class Backend:
     def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
         raise NotImplementedError
 
-    def make_kernel(self, node: Node) -> Kernel:
+    def make_kernel(self, node: Node, ins: list[TensorInfo | None] | None = None) -> Kernel:
+        """A kernel for ``node`` (``ins``: the same infos ``supports`` was asked about)."""
         raise NotImplementedError
 
 

@@ -17,7 +17,9 @@ class ScheduleConfig:
         num_threads: worker threads for kernels and BLAS, >= 1.
         backends: backend names in order of preference; each node goes to the first that
             supports it. Allowed: ``"cpu"`` (fast), ``"reference"`` (NumPy oracle).
-        backup: the backend taking every node no backend in ``backends`` supports.
+        backup: the backend taking every node no backend in ``backends`` supports. The
+            ``cpu`` backend runs every op: its fast kernels where they apply, the reference
+            kernels for the rest (``Session.info()["backends"]`` says which ran each node).
         precision: ``"normal"``, ``"high"`` or ``"low"``. Every kernel computes in fp32 today,
             so all three run the same kernels; ``"low"`` is reserved for reduced-precision
             (bf16/int8) kernels where they are faster.
@@ -30,7 +32,7 @@ class ScheduleConfig:
 
     num_threads: int = 1
     backends: tuple[str, ...] = ("cpu",)
-    backup: str = "reference"
+    backup: str = "cpu"
     precision: str = "normal"
     memory: str = "normal"
     extra: dict = field(default_factory=dict, compare=False, repr=False)

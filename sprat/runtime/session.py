@@ -240,14 +240,14 @@ class Session:
         steps = []
         for node, ins, outs in pending:
             backend = assign(node, ins, self._backends, self._backup)
-            kernel = backend.make_kernel(node)
+            kernel = backend.make_kernel(node, ins)
             try:
                 kernel.prepare(ins, outs)
             except SpratError:
                 raise
             except Exception as e:
                 raise KernelError(node.name, node.op_type, f"prepare failed: {e}") from e
-            steps.append(_Step(node, backend.name, kernel,
+            steps.append(_Step(node, kernel.backend, kernel,
                                [None if i == MISSING else array_of(i) for i in node.inputs],
                                [array_of(o) for o in node.outputs], ins, outs))
         self._arena = raw

@@ -39,15 +39,24 @@ def _residual_matches(node: Node, ins) -> bool:
 
 
 class CpuBackend(Backend):
-    """Fast float32 CPU kernels. ``num_threads``: work slots per kernel (clamped to Numba's
-    pool size). Raises ValueError for a non-positive ``num_threads``."""
+    """The CPU backend: fast float32 kernels where one applies (``has_fast_kernel``), the
+    reference kernels for every other op, so as a backup it takes any node (MNN's CPU backend).
+    ``num_threads``: work slots per kernel (clamped to Numba's pool size). Raises ValueError
+    for a non-positive ``num_threads``."""
 
     name = "cpu"
 
     def __init__(self, num_threads: int = 1):
+        from ..reference import ReferenceBackend
+
         self.num_threads = clamp(num_threads)
+        self._reference = ReferenceBackend()
 
     def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
+        return self.has_fast_kernel(node, ins) or self._reference.supports(node, ins)
+
+    def has_fast_kernel(self, node: Node, ins: list[TensorInfo | None]) -> bool:
+        """Whether a fast kernel handles this exact node (attrs, dtypes, shapes)."""
         cls = KERNELS.get(node.op_type)
         if cls is None or node.domain not in ("", "ai.onnx"):
             return False
@@ -62,8 +71,12 @@ class CpuBackend(Backend):
         except (SpratError, TypeError, ValueError, IndexError, KeyError, AttributeError):
             return False  # NOTE: supports must never raise (base.Backend contract)
 
-    def make_kernel(self, node: Node) -> Kernel:
-        return KERNELS[node.op_type](node, self.num_threads)
+    def make_kernel(self, node: Node, ins: list[TensorInfo | None] | None = None) -> Kernel:
+        """The fast kernel when ``has_fast_kernel(node, ins)`` (assumed when ``ins`` is None),
+        else the reference kernel."""
+        if ins is None or self.has_fast_kernel(node, ins):
+            return KERNELS[node.op_type](node, self.num_threads)
+        return self._reference.make_kernel(node)
 
     def run_context(self):
         """Entered by the Session around every run: BLAS held to one thread, Numba given

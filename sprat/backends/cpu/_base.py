@@ -17,6 +17,7 @@ class CpuKernel(Kernel):
     Subclasses implement ``supports(node, ins)`` (classmethod), ``prepare`` and ``run``.
     """
 
+    backend = "cpu"
     #: whether the kernel handles zero-size inputs (most do not: the reference backend does)
     empty_ok = False
 

@@ -46,6 +46,8 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
 
 
 class ReferenceKernel(Kernel):
+    backend = "reference"
+
     def run(self, ins, outs):
         results = evaluate(self.node, ins)
         for dst, src in zip(outs, results):
@@ -60,5 +62,5 @@ class ReferenceBackend(Backend):
     def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
         return node.op_type in _load_ops()
 
-    def make_kernel(self, node: Node) -> Kernel:
+    def make_kernel(self, node: Node, ins=None) -> Kernel:
         return ReferenceKernel(node)
