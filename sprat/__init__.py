@@ -22,5 +22,4 @@ from .runtime.config import ScheduleConfig  # noqa: F401
 from .runtime.inference_session import InferenceSession  # noqa: F401
 from .runtime.interpreter import Interpreter  # noqa: F401
 from .runtime.session import Session, TensorSpec  # noqa: F401
-
 from .version import __version__  # noqa: E402,F401

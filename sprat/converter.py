@@ -6,7 +6,6 @@ import os
 
 from .ir.graph import Graph
 
-
 STAGES = ("import",)  # then the name of every pass of sprat.passes.DEFAULT_PIPELINE
 
 

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import sprat
-
 from sprat.ir.flops import node_flops
 from sprat.ir.graph import Node
 from sprat.ir.tensorinfo import TensorInfo

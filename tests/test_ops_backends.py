@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
-
 from opcheck import DEFAULT_OPSET, ORT_MAX_IR_VERSION, check_model, check_op, randn
 
 F32, F64, I32, I64, U8 = np.float32, np.float64, np.int32, np.int64, np.uint8

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
-
 from opcheck import check_reference, randn
 
 F32, F64, F16 = np.float32, np.float64, np.float16

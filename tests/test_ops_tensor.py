@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
+from opcheck import check_reference, make_node_model, node_from_model, randn
 
-from opcheck import check_reference, node_from_model, make_node_model, randn
 from sprat.errors import ShapeError
 from sprat.ir.shapes import infer
 

@@ -141,7 +141,7 @@ class Graph:
     def weight_bytes(self) -> int:
         return sum(v.data.nbytes for v in self.values if v.data is not None)
 
-    def compact(self) -> "Graph":
+    def compact(self) -> Graph:
         """Drop values no node, input or output refers to and renumber; returns self."""
         used = set(self.inputs) | set(self.outputs)
         for n in self.nodes:

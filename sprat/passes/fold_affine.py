@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import remove_dead, replace_uses, single_consumer
+from .util import DEAD, drop_dead, remove_dead, replace_uses, single_consumer
 
 
 def _per_channel(data: np.ndarray, m: int, rank: int) -> np.ndarray | None:
@@ -61,8 +61,8 @@ def fold_conv_affine(g: Graph) -> Graph:
                 old, new = conv.outputs[0], op.outputs[0]
                 conv.outputs[0] = new
                 replace_uses(g, old, new)
-                op.op_type = "__dead__"
+                op.op_type = DEAD
                 changed = True
                 break
-        g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+        drop_dead(g)
     return remove_dead(g)

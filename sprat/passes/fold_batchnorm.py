@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import remove_dead, replace_uses, single_consumer
+from .util import DEAD, drop_dead, remove_dead, replace_uses, single_consumer
 
 
 def fold_batchnorm(g: Graph) -> Graph:
@@ -40,8 +40,8 @@ def fold_batchnorm(g: Graph) -> Graph:
                        g.add_const(f"{conv.name}/B_bn", new_b)]
         replace_uses(g, bn.outputs[0], conv.outputs[0])
         _keep_name(g, bn.outputs[0], conv.outputs[0])
-        bn.op_type = "__dead__"
-    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+        bn.op_type = DEAD
+    drop_dead(g)
     return remove_dead(g)
 
 

@@ -3,10 +3,8 @@ with the reference kernels and becomes a constant (ONNX Runtime's ConstantFoldin
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir.graph import MISSING, Graph, contiguous
-from .util import remove_dead
+from .util import DEAD, drop_dead, remove_dead
 
 # NOTE: folding must not blow the file up: a tiny ConstantOfShape/Expand/Tile may produce a huge
 # tensor that is cheaper to compute at run time than to store.
@@ -30,6 +28,6 @@ def fold_constants(g: Graph) -> Graph:
             v = g.values[o]
             v.data = contiguous(arr)
             v.dtype, v.shape = v.data.dtype, tuple(v.data.shape)
-        n.op_type = "__folded__"
-    g.nodes = [n for n in g.nodes if n.op_type != "__folded__"]
+        n.op_type = DEAD
+    drop_dead(g)
     return remove_dead(g)

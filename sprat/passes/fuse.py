@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import remove_dead, replace_uses, single_consumer
+from .util import DEAD, drop_dead, remove_dead, replace_uses, single_consumer
 
 ACT_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul"}
 ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu"}
@@ -52,7 +52,7 @@ def _rewire_output(g: Graph, producer, act) -> None:
     old, new = producer.outputs[0], act.outputs[0]
     producer.outputs[0] = new
     replace_uses(g, old, new)
-    act.op_type = "__dead__"
+    act.op_type = DEAD
 
 
 def fuse_residual(g: Graph) -> Graph:
@@ -80,7 +80,7 @@ def fuse_residual(g: Graph) -> Graph:
             conv.attrs["_residual"] = True
             _rewire_output(g, conv, add)
             break
-    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    drop_dead(g)
     return remove_dead(g)
 
 
@@ -117,9 +117,9 @@ def fuse_hardswish(g: Graph) -> Graph:
             if found is not None:
                 div.op_type, div.inputs, div.attrs = "HardSwish", [x], {}
                 for dead in (mul, *found[1]):
-                    dead.op_type = "__dead__"
+                    dead.op_type = DEAD
                 break
-    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    drop_dead(g)
     consumers, producers = g.consumers(), g.producers()
     for mul in g.nodes:
         if mul.op_type != "Mul" or len(mul.inputs) != 2:
@@ -132,7 +132,7 @@ def fuse_hardswish(g: Graph) -> Graph:
             if hs.op_type == "HardSigmoid" and hs.inputs[0] == x and np.isclose(
                     hs.attrs.get("alpha", 0.2), 1 / 6) and np.isclose(hs.attrs.get("beta", 0.5), 0.5):
                 mul.op_type, mul.inputs, mul.attrs = "HardSwish", [x], {}
-                hs.op_type = "__dead__"
+                hs.op_type = DEAD
                 break
             # x * (Clip(x + 3, 0, 6) / 6)
             if hs.op_type == "Div" and _scalar(g, hs.inputs[1]) == 6.0:
@@ -143,9 +143,9 @@ def fuse_hardswish(g: Graph) -> Graph:
                     continue
                 mul.op_type, mul.inputs, mul.attrs = "HardSwish", [x], {}
                 for dead in (hs, *found[1]):
-                    dead.op_type = "__dead__"
+                    dead.op_type = DEAD
                 break
-    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    drop_dead(g)
     return remove_dead(g)
 
 
@@ -170,17 +170,17 @@ def _fuse_silu(g: Graph) -> None:
             old, new = prod.outputs[0], mul.outputs[0]
             prod.outputs[0] = new
             replace_uses(g, old, new)
-            sig.op_type = mul.op_type = "__dead__"
+            sig.op_type = mul.op_type = DEAD
             consumers, producers = g.consumers(), g.producers()
             break
-    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    drop_dead(g)
 
 
 def fuse_activation(g: Graph) -> Graph:
     _fuse_silu(g)
     consumers, producers = g.consumers(), g.producers()
     for act in g.nodes:
-        if act.op_type not in ACTIVATIONS or act.op_type == "__dead__":
+        if act.op_type not in ACTIVATIONS or act.op_type == DEAD:
             continue
         prod = producers.get(act.inputs[0])
         if (prod is None or prod.op_type not in ACT_PRODUCERS or "_activation" in prod.attrs
@@ -195,5 +195,5 @@ def fuse_activation(g: Graph) -> Graph:
             prod.attrs["_act_params"] = [float(p) for p in params]
         _rewire_output(g, prod, act)
         producers = g.producers()
-    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    drop_dead(g)
     return remove_dead(g)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import remove_dead, replace_uses
+from .util import DEAD, drop_dead, remove_dead
 
 
 def _const(g: Graph, idx: int):
@@ -87,11 +87,11 @@ def fuse_layernorm(g: Graph) -> Graph:
             gamma = g.add_const(f"{div.name}/gamma", np.ones(dim, np.float32))
         ln = chain[-1]
         for n in chain[:-1]:
-            n.op_type = "__dead__"
+            n.op_type = DEAD
         ln.op_type = "LayerNormalization"
         ln.inputs = [x, gamma] + ([beta] if beta != MISSING else [])
         ln.attrs = {"axis": -1, "epsilon": float(eps.reshape(()))}
         ln.outputs = [out]
         consumers, producers = g.consumers(), g.producers()
-    g.nodes = [n for n in g.nodes if n.op_type != "__dead__"]
+    drop_dead(g)
     return remove_dead(g)

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from ..ir.graph import MISSING, Graph
 
+DEAD = "__dead__"  # op_type a pass gives a node it has made redundant; drop_dead removes them
+
+
+def drop_dead(g: Graph) -> None:
+    """Remove the nodes a pass marked with ``op_type = DEAD`` (keeps the order of the rest)."""
+    g.nodes = [n for n in g.nodes if n.op_type != DEAD]
+
 
 def replace_uses(g: Graph, old: int, new: int) -> None:
     """Make every reader of value ``old`` (nodes and graph outputs) read ``new`` instead."""

@@ -22,7 +22,7 @@ class Interpreter:
         self.path = path
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, populate: bool = False) -> "Interpreter":
+    def from_file(cls, path: str | os.PathLike, populate: bool = False) -> Interpreter:
         """Map a ``.sprat`` file. ``populate=True`` pre-faults the pages; False maps lazily.
 
         Raises FileNotFoundError, ModelFormatError (corrupt, truncated or foreign file).
@@ -33,7 +33,7 @@ class Interpreter:
         return cls(graph, mm, os.fspath(path))
 
     @classmethod
-    def from_buffer(cls, data: bytes | bytearray | memoryview) -> "Interpreter":
+    def from_buffer(cls, data: bytes | bytearray | memoryview) -> Interpreter:
         """Load a ``.sprat`` model from bytes in memory (weights are views into ``data``).
 
         Raises ModelFormatError.
@@ -43,7 +43,7 @@ class Interpreter:
         return cls(read_model(data), data)
 
     @classmethod
-    def from_graph(cls, graph: Graph) -> "Interpreter":
+    def from_graph(cls, graph: Graph) -> Interpreter:
         return cls(graph)
 
     @property

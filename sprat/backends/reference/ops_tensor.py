@@ -12,8 +12,16 @@ import numpy as np
 from ...dtypes import to_numpy
 from ...ir.shapes.elementwise import broadcast_shapes
 from ...ir.shapes.reduce import norm_axis
-from ...ir.shapes.tensor import (ints, pad_widths, range_length, reshape_target, slice_plan,
-                                 split_sizes, squeeze_axes, unsqueeze_shape)
+from ...ir.shapes.tensor import (
+    ints,
+    pad_widths,
+    range_length,
+    reshape_target,
+    slice_plan,
+    split_sizes,
+    squeeze_axes,
+    unsqueeze_shape,
+)
 
 
 def _c(x):

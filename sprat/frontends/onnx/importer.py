@@ -11,16 +11,16 @@ import os
 
 import numpy as np
 
-from ...version import __version__
 from ...errors import ConvertError, ModelFormatError, UnsupportedOpError
 from ...ir.graph import MISSING, Graph, contiguous
+from ...version import __version__
 from . import legacy
 
 MIN_OPSET = 7
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
-def load(src) -> "onnx.ModelProto":  # noqa: F821
+def load(src) -> onnx.ModelProto:  # noqa: F821
     """Load an ONNX model from a path, bytes, or pass a ModelProto through.
 
     Raises ModelFormatError when the bytes are not a parsable ONNX model.
