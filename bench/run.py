@@ -176,7 +176,7 @@ def bench_model(key: str, threads: list[int], runs: int, cold_repeats: int,
         t = timed_blocks({"sprat": lambda: sess.run(feeds),
                           "ort": lambda: ort.run(None, feeds)}, runs)
         row = Row(key, n, t["sprat"] * 1e3, t["ort"] * 1e3, err, convert_s)
-        del sess, ort
+        sess = ort = None  # free both before the cold-start children run
         if cold_repeats > 0:
             row.sprat_cold_s, row.sprat_rss_mib = cold_start("sprat", sprat_path, feeds_path, n,
                                                              cold_repeats)
