@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="sprat: %(levelname)s: %(message)s")
     try:
         return args.func(args)
+    except ShapeError as e:
+        hint = ""
+        if getattr(args, "shape", None) == []:
+            hint = " (symbolic input dims were set to 1; give real sizes with --shape NAME=DIMS)"
+        _err(f"{e}{hint}")
     except SpratError as e:
         _err(str(e))
     except FileNotFoundError as e:
