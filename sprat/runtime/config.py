@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 BACKENDS = ("cpu", "reference")
 PRECISIONS = ("normal", "high", "low")
 MEMORY_MODES = ("normal", "low")
+RESIZE_MODES = ("direct", "defer")
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ class ScheduleConfig:
             so all three run the same kernels; ``"low"`` is reserved for reduced-precision
             (bf16/int8) kernels where they are faster.
         memory: ``"normal"`` or ``"low"`` (reserved; runs as ``"normal"`` today).
+        resize: ``"direct"`` (``Session.resize`` prepares at once) or ``"defer"`` (it prepares
+            on the next run), MNN's ``Session_Resize_Direct`` / ``Session_Resize_Defer``.
+        profiling: time every op of each run (``Session.info()["op_times_ms"]``); costs a
+            clock read per op.
 
     Raises:
         ValueError: an unknown backend, precision or memory mode (naming the allowed values),
@@ -35,6 +40,8 @@ class ScheduleConfig:
     backup: str = "cpu"
     precision: str = "normal"
     memory: str = "normal"
+    resize: str = "direct"
+    profiling: bool = False
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -54,5 +61,9 @@ class ScheduleConfig:
             raise ValueError(f"unknown precision {self.precision!r}; allowed: {', '.join(PRECISIONS)}")
         if self.memory not in MEMORY_MODES:
             raise ValueError(f"unknown memory mode {self.memory!r}; allowed: {', '.join(MEMORY_MODES)}")
+        if self.resize not in RESIZE_MODES:
+            raise ValueError(f"unknown resize mode {self.resize!r}; allowed: {', '.join(RESIZE_MODES)}")
+        if not isinstance(self.profiling, bool):
+            raise ValueError(f"profiling must be True or False, got {self.profiling!r}")
         if self.extra:
             raise ValueError(f"unknown ScheduleConfig options {sorted(self.extra)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -37,6 +38,26 @@ class TensorSpec(NamedTuple):
     name: str
     shape: tuple
     dtype: np.dtype
+
+
+class OpInfo(NamedTuple):
+    """What a run callback learns about the op it is called for (MNN ``OperatorInfo``).
+
+    ``flops``: floating-point operations of one run of the op (multiply-add = 2) at the prepared
+    shapes; ``backend``: the kernel family that runs it (``"cpu"`` or ``"reference"``).
+    """
+
+    name: str
+    type: str
+    flops: int
+    backend: str
+
+
+class RunResult(dict):
+    """``{output name: np.ndarray}`` returned by ``run_with_callback``; ``partial`` is True when
+    an ``after`` callback stopped the run (then only the outputs computed so far are present)."""
+
+    partial: bool = False
 
 
 class _Step(NamedTuple):
@@ -66,6 +87,11 @@ class Session:
         self._steps: list[_Step] = []
         self._input_views: dict[str, np.ndarray] = {}
         self._output_arrays: list[tuple[str, np.ndarray]] = []
+        self._pending: dict[str, tuple[int, ...]] | None = None  # deferred resize
+        self._exclusive = False  # every tensor its own bytes (set once callbacks are used)
+        self._lent: set[str] = set()  # inputs whose buffer input_buffer() handed out
+        self._op_times: list[float] = []
+        self.copy_counts = {"inputs": 0, "outputs": 0}
         self._arena = None
         self._in_specs = [self._spec(i) for i in graph.inputs]
         self._out_specs = [self._spec(i) for i in graph.outputs]
@@ -93,30 +119,116 @@ class Session:
 
         Raises InputError for an unknown input name or a shape that contradicts the model's
         fixed dims; ShapeError when the model cannot run at that shape.
+
+        With ``ScheduleConfig(resize="defer")`` the shapes are checked now and the session is
+        prepared on the next run (MNN ``Session_Resize_Defer``); ``"direct"`` prepares now.
         """
         with self._busy():
-            self._prepare(self._complete_shapes(shapes))
+            full = self._complete_shapes(shapes)
+            if self.config.resize == "defer":
+                self._pending = full
+            else:
+                self._prepare(full)
 
-    def run(self, feeds: Mapping[str, np.ndarray], output_names=None) -> dict[str, np.ndarray]:
+    def input_buffer(self, name: str) -> np.ndarray:
+        """The session-owned array input ``name`` is read from (prepared shape and dtype).
+
+        Fill it in place and call ``run`` without that input in ``feeds`` (or with this very
+        array): no copy is made. The buffer belongs to the current plan: after a resize, ask
+        again. Its contents are not kept across runs. Raises InputError for an unknown name,
+        ShapeError when the session has not been given shapes yet.
+        """
+        with self._busy():
+            if name not in self._input_views and name not in [s.name for s in self._in_specs]:
+                raise InputError(f"unknown input {name!r}; the model's inputs are "
+                                 f"{[s.name for s in self._in_specs]}")
+            if self._pending is not None:
+                self._prepare(self._pending)
+            if self._shapes is None:
+                raise ShapeError("the session has no input shapes yet: call resize() first")
+            self._lent.add(name)
+            return self._input_views[name]
+
+    def run(self, feeds: Mapping[str, np.ndarray], output_names=None,
+            outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Run the model. ``feeds``: ``{input name: np.ndarray}`` with the declared dtypes.
 
-        Returns ``{output name: np.ndarray}`` (new arrays owned by the caller), all outputs or
-        those in ``output_names``. A feed shape other than the prepared one resizes first
-        (logged at debug level). Raises InputError (names, dtypes, shapes), KernelError (naming
-        the node), SessionBusyError (another call is running on this session).
+        Returns ``{output name: np.ndarray}``, all outputs or those in ``output_names``: new
+        arrays owned by the caller, except outputs given in ``outputs`` (``{name: array}``),
+        which are written in place and returned as those same arrays — with no copy when the
+        array has the output's dtype and shape and is C-contiguous and writable (the kernel
+        writes into it; MindSpore Lite's zero-copy), else by a copy into it.
+        A feed shape other than the prepared one resizes first (logged at debug level).
+        Raises InputError (names, dtypes, shapes, output arrays that cannot hold the result),
+        KernelError (naming the node), SessionBusyError (another call on this session).
         """
+        return self._run(feeds, output_names, outputs, None, None)
+
+    def run_with_callback(self, feeds: Mapping[str, np.ndarray], before=None, after=None,
+                          output_names=None) -> RunResult:
+        """Run with a callback around every op (MNN ``runSessionWithCallBackInfo``).
+
+        ``before(info: OpInfo, inputs, outputs)`` is called before an op runs; returning False
+        skips it (its outputs keep their previous contents: once ``before`` is used, the
+        session plans every tensor in bytes of its own, at the cost of a larger arena; that
+        new plan starts empty). ``after(info, inputs, outputs)``
+        is called after; returning False stops the run: the result then holds the outputs
+        computed so far and ``result.partial`` is True. The arrays are the session's own,
+        valid during the call only (copy what you keep). Errors as ``run``; an exception
+        raised by a callback propagates unchanged.
+        """
+        if before is not None and not self._exclusive:
+            with self._busy():
+                self._exclusive = True
+                if self._shapes is not None:
+                    self._pending = self._pending or dict(self._shapes)
+        return self._run(feeds, output_names, None, before, after)
+
+    def _run(self, feeds, output_names, outputs, before, after) -> RunResult:
         with self._busy():
+            wanted = self._check_output_names(output_names)
             feeds = self._check_feeds(feeds)
             shapes = {k: tuple(a.shape) for k, a in feeds.items()}
-            if shapes != self._shapes:
-                if self._shapes is not None:
+            for name in self._lent - set(feeds):
+                shapes[name] = self._shapes[name]
+            if self._pending is not None or shapes != self._shapes:
+                stale = sorted(self._lent - set(feeds))
+                if stale:
+                    raise InputError(f"input(s) {stale} were filled through input_buffer(), "
+                                     f"but these feeds need a new plan {shapes}: feed them, or "
+                                     f"fill the buffers again after resize()")
+                if self._shapes is not None and self._pending is None:
                     log.debug("session: input shapes changed to %s; resizing", shapes)
-                self._prepare(shapes)
+                self._prepare(self._complete_shapes(shapes))
+            user = self._check_user_outputs(outputs)
             for name, arr in feeds.items():
-                np.copyto(self._input_views[name], arr)
-            self._execute()
-            wanted = self._check_output_names(output_names)
-            return {n: a.copy() for n, a in self._output_arrays if wanted is None or n in wanted}
+                view = self._input_views[name]
+                if arr is not view:
+                    np.copyto(view, arr)
+                    self.copy_counts["inputs"] += 1
+            bound = [(n, a) for n, a in user.items() if a is not None]
+            self._bind_outputs(bound)
+            try:
+                produced = self._execute(before, after)
+            finally:
+                self._unbind_outputs(bound)
+            result = RunResult()
+            result.partial = produced is not None
+            for name, arr in self._output_arrays:
+                if wanted is not None and name not in wanted and name not in user:
+                    continue
+                if produced is not None and name not in produced:
+                    continue
+                if name in user:
+                    dst = user[name] if user[name] is not None else outputs[name]
+                    if user[name] is None:
+                        np.copyto(dst, arr, casting="same_kind")
+                        self.copy_counts["outputs"] += 1
+                    result[name] = dst
+                else:
+                    result[name] = arr.copy()
+                    self.copy_counts["outputs"] += 1
+            return result
 
     # ---- checks ----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -143,13 +255,15 @@ class Session:
             raise InputError(f"feeds must be a dict {{input name: array}}, got {type(feeds).__name__}")
         names = [s.name for s in self._in_specs]
         unknown = [k for k in feeds if k not in names]
-        missing = [n for n in names if n not in feeds]
+        missing = [n for n in names if n not in feeds and n not in self._lent]
         if unknown or missing:
             raise InputError(
                 f"inputs do not match the model: unknown {unknown}, missing {missing}; "
                 f"the model's inputs are {names}")
         out = {}
         for spec in self._in_specs:
+            if spec.name not in feeds:
+                continue  # filled in place through input_buffer()
             arr = feeds[spec.name]
             if not isinstance(arr, np.ndarray):
                 arr = np.asarray(arr)
@@ -171,6 +285,49 @@ class Session:
                                  f"(shape {list(spec.shape)}), got shape {list(shape)}")
             if not isinstance(got, (int, np.integer)) or got < 0:
                 raise InputError(f"input {spec.name!r}: invalid dim {got!r} in shape {list(shape)}")
+
+    def _check_user_outputs(self, outputs) -> dict[str, np.ndarray | None]:
+        """``{name: array to bind}`` (None: copy into ``outputs[name]`` after the run)."""
+        if outputs is None:
+            return {}
+        if not isinstance(outputs, Mapping):
+            raise InputError(f"outputs must be a dict {{output name: array}}, got "
+                             f"{type(outputs).__name__}")
+        planned = dict(self._output_arrays)
+        bad = [n for n in outputs if n not in planned]
+        if bad:
+            raise InputError(f"unknown output name(s) {bad}; the model's outputs are "
+                             f"{list(planned)}")
+        user = {}
+        for name, dst in outputs.items():
+            src = planned[name]
+            if not isinstance(dst, np.ndarray):
+                raise InputError(f"output {name!r}: expected a numpy array, got "
+                                 f"{type(dst).__name__}")
+            if dst.shape != src.shape:
+                raise InputError(f"output {name!r}: array of shape {list(dst.shape)} cannot "
+                                 f"hold the result of shape {list(src.shape)}")
+            if not np.can_cast(src.dtype, dst.dtype, casting="same_kind"):
+                raise InputError(f"output {name!r}: array of dtype {dst.dtype} cannot hold "
+                                 f"the result of dtype {src.dtype}")
+            if not dst.flags.writeable:
+                raise InputError(f"output {name!r}: the array is read-only")
+            direct = (dst.dtype == src.dtype and dst.flags.c_contiguous
+                      and name in self._output_uses)
+            user[name] = dst if direct else None
+        return user
+
+    def _bind_outputs(self, bound) -> None:
+        """Make the kernels write (and later steps read) graph outputs in user arrays."""
+        for name, arr in bound:
+            for lst, pos in self._output_uses[name]:
+                lst[pos] = arr
+
+    def _unbind_outputs(self, bound) -> None:
+        planned = dict(self._output_arrays)
+        for name, _ in bound:
+            for lst, pos in self._output_uses[name]:
+                lst[pos] = planned[name]
 
     def _complete_shapes(self, shapes: Mapping[str, tuple]) -> dict[str, tuple[int, ...]]:
         names = [s.name for s in self._in_specs]
@@ -225,6 +382,10 @@ class Session:
         spans = lifetimes([(n.inputs, n.outputs) for n, _, _ in pending],
                           keep_alive={i for i in g.outputs if i in planned},
                           start_alive=set(g.inputs))
+        if self._exclusive:
+            # NOTE: callbacks may skip ops, whose outputs must then keep their previous
+            # contents: no two tensors share bytes in this plan.
+            spans = {v: (0, len(pending)) for v in spans}
         offsets, total = plan_memory(sizes, spans)
         raw = np.empty(total + ALIGN, dtype=np.uint8)
         shift = (-raw.ctypes.data) % ALIGN
@@ -255,6 +416,25 @@ class Session:
         self._plan = tuple((s.kernel.run, s.ins, s.outs) for s in steps)
         self._input_views = {g.values[i].name: array_of(i) for i in g.inputs}
         self._output_arrays = [(g.values[i].name, array_of(i)) for i in g.outputs]
+        # where each step-produced graph output appears in the plan (for zero-copy binding)
+        produced = {o for node, _, _ in pending for o in node.outputs}
+        self._output_uses = {}
+        for i in g.outputs:
+            if i not in produced or i in g.inputs:
+                continue
+            uses = []
+            for s in steps:
+                uses += [(s.ins, k) for k, v in enumerate(s.node.inputs) if v == i]
+                uses += [(s.outs, k) for k, v in enumerate(s.node.outputs) if v == i]
+            self._output_uses[g.values[i].name] = uses
+        from ..ir.flops import node_flops
+
+        self._op_infos = [OpInfo(s.node.name, s.node.op_type,
+                                 node_flops(s.node, s.in_infos, s.out_infos), s.backend)
+                          for s in steps]
+        self._op_times = [0.0] * len(steps)
+        self._lent = set()
+        self._pending = None
         self._arena_bytes = total
         self._shapes = dict(shapes)
         self._run_contexts = [b for b in {id(b): b for b in
@@ -277,19 +457,50 @@ class Session:
         return None
 
     # ---- run ----------------------------------------------------------------------------
-    def _execute(self) -> None:
+    def _execute(self, before=None, after=None) -> set[str] | None:
+        """Run the plan. Returns None, or (when ``after`` stopped the run) the names of the
+        graph outputs computed so far."""
         with contextlib.ExitStack() as stack:
             for b in self._run_contexts:
                 stack.enter_context(b.run_context())
-            i = 0
+            if before is None and after is None and not self.config.profiling:
+                i = 0
+                try:
+                    for i, (run, ins, outs) in enumerate(self._plan):
+                        run(ins, outs)
+                except SpratError:
+                    raise
+                except Exception as e:
+                    self._kernel_error(i, e)
+                return None
+            return self._execute_observed(before, after)
+
+    def _kernel_error(self, i: int, e: Exception):
+        node = self._steps[i].node
+        raise KernelError(node.name, node.op_type, f"{type(e).__name__}: {e}") from e
+
+    def _execute_observed(self, before, after) -> set[str] | None:
+        """The plan loop with callbacks and per-op timing (kept out of the plain loop)."""
+        clock = time.perf_counter
+        done: set[int] = set()
+        for i, (run, ins, outs) in enumerate(self._plan):
+            info = self._op_infos[i]
+            if before is not None and before(info, ins, outs) is False:
+                continue
+            t0 = clock()
             try:
-                for i, (run, ins, outs) in enumerate(self._plan):
-                    run(ins, outs)
+                run(ins, outs)
             except SpratError:
                 raise
             except Exception as e:
-                node = self._steps[i].node
-                raise KernelError(node.name, node.op_type, f"{type(e).__name__}: {e}") from e
+                self._kernel_error(i, e)
+            self._op_times[i] = clock() - t0
+            done.update(self._steps[i].node.outputs)
+            if after is not None and after(info, ins, outs) is False:
+                g = self._graph
+                return {g.values[o].name for o in g.outputs
+                        if o in done or g.values[o].data is not None or o in g.inputs}
+        return None
 
     # ---- introspection ------------------------------------------------------------------
     STAGES = ("assigned", "planned")
@@ -321,8 +532,9 @@ class Session:
 
     def info(self) -> dict:
         """Arena bytes, weight bytes, FLOPs of one run (multiply-add = 2), number of steps,
-        backend per node, threads, prepared input shapes. Shapes-dependent entries are those
-        of the last resize (zero before the first)."""
+        backend per node, threads, prepared input shapes, and with
+        ``ScheduleConfig(profiling=True)`` the time in ms of each op in the last run
+        (``op_times_ms``). Shape-dependent entries are those of the last resize."""
         from ..ir.flops import graph_flops
 
         return {
@@ -332,5 +544,7 @@ class Session:
             "steps": len(self._steps),
             "backends": {s.node.name: s.backend for s in self._steps},
             "num_threads": self.config.num_threads,
+            "op_times_ms": ({s.node.name: t * 1e3 for s, t in zip(self._steps, self._op_times)}
+                            if self.config.profiling else {}),
             "input_shapes": dict(self._shapes or {}),
         }

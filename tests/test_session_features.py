@@ -1,0 +1,177 @@
+"""Session features beyond run(): callbacks, profiling, zero-copy I/O, deferred resize."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from test_session import _feeds, _model
+
+import sprat
+
+
+@pytest.fixture(scope="module")
+def model():
+    return _model()
+
+
+@pytest.fixture(scope="module")
+def interp(model):
+    return sprat.Interpreter.from_buffer(sprat.convert(model))
+
+
+def _want(model, feeds):
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_callbacks_see_every_op_with_info_and_arrays(interp, model):
+    sess = interp.create_session()
+    seen = []
+
+    def before(info, ins, outs):
+        seen.append(("before", info))
+        assert all(isinstance(a, np.ndarray) for a in outs)
+
+    def after(info, ins, outs):
+        seen.append(("after", info.name, [a.shape for a in outs]))
+
+    out = sess.run_with_callback(_feeds(), before=before, after=after)
+    assert not out.partial
+    np.testing.assert_allclose(out["y"], _want(model, _feeds())[0], rtol=1e-5, atol=1e-5)
+    infos = [x[1] for x in seen if x[0] == "before"]
+    assert len(infos) == len(sess.info()["backends"]) and len(seen) == 2 * len(infos)
+    conv = next(i for i in infos if i.type == "Conv")
+    # 9x7 output, 8 channels, 3x3x3 taps, multiply-add = 2; plus the fused bias and Relu
+    assert conv.flops == 2 * 8 * 9 * 7 * 27 + 2 * 8 * 9 * 7 and conv.backend == "cpu"
+
+
+def test_before_false_skips_and_after_false_stops(interp):
+    sess = interp.create_session()
+    # the first run with a ``before`` callback plans every tensor apart, then fills them
+    full = sess.run_with_callback(_feeds(), before=lambda info, i, o: True)
+    # skip the Gather: its output keeps the previous run's contents
+    out = sess.run_with_callback({**_feeds(), "idx": np.array([1, 1, 1], np.int64)},
+                                 before=lambda info, i, o: info.type != "Gather")
+    np.testing.assert_array_equal(out["z"], full["z"])
+    # stop after the first op: nothing downstream is computed, the result says so
+    out = sess.run_with_callback(_feeds(), after=lambda info, i, o: False)
+    assert out.partial and "y" not in out
+
+
+def test_callback_exception_propagates(interp):
+    sess = interp.create_session()
+
+    class Boom(Exception):
+        pass
+
+    def after(info, i, o):
+        raise Boom(info.name)
+
+    with pytest.raises(Boom):
+        sess.run_with_callback(_feeds(), after=after)
+    assert sess.run(_feeds())["y"].shape == (1, 8)  # still usable
+
+
+def test_profiling_times_every_op(interp):
+    sess = interp.create_session(sprat.ScheduleConfig(profiling=True))
+    sess.run(_feeds())
+    times = sess.info()["op_times_ms"]
+    assert set(times) == set(sess.info()["backends"]) and all(t >= 0 for t in times.values())
+    assert sum(times.values()) > 0
+    assert interp.create_session().info()["op_times_ms"] == {}
+
+
+def test_outputs_written_in_place_without_copy(interp, model):
+    sess = interp.create_session()
+    sess.run(_feeds())
+    y = np.empty((1, 8), np.float32)
+    before = dict(sess.copy_counts)
+    out = sess.run(_feeds(), outputs={"y": y})
+    assert out["y"] is y
+    np.testing.assert_allclose(y, _want(model, _feeds())[0], rtol=1e-5, atol=1e-5)
+    # y was written by the kernel itself; only z was copied out
+    assert sess.copy_counts["outputs"] - before["outputs"] == 1
+    # the session's own buffer is untouched by the bound run and restored after it
+    out2 = sess.run(_feeds())
+    assert not np.shares_memory(out2["y"], y)
+
+
+def test_outputs_copied_when_layout_or_dtype_differ(interp, model):
+    sess = interp.create_session()
+    want = _want(model, _feeds())[0]
+    wide = np.zeros((1, 16), np.float32)[:, ::2]  # right shape, not contiguous
+    y64 = np.zeros((1, 8), np.float64)
+    for dst in (wide, y64):
+        before = sess.copy_counts["outputs"]
+        out = sess.run(_feeds(), outputs={"y": dst})
+        assert out["y"] is dst
+        np.testing.assert_allclose(dst, want, rtol=1e-5, atol=1e-5)
+        assert sess.copy_counts["outputs"] - before == 2  # y copied in, z copied out
+
+
+@pytest.mark.parametrize("dst, message", [
+    (np.zeros((2, 8), np.float32), "cannot hold the result of shape"),
+    (np.zeros((1, 8), np.int32), "cannot hold the result of dtype float32"),
+    ([0.0] * 8, "expected a numpy array"),
+])
+def test_outputs_that_cannot_hold_the_result(interp, dst, message):
+    sess = interp.create_session()
+    with pytest.raises(sprat.InputError, match=message):
+        sess.run(_feeds(), outputs={"y": dst})
+    ro = np.zeros((1, 8), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(sprat.InputError, match="read-only"):
+        sess.run(_feeds(), outputs={"y": ro})
+    with pytest.raises(sprat.InputError, match="unknown output"):
+        sess.run(_feeds(), outputs={"nope": ro})
+
+
+def test_input_buffer_is_read_without_copy(interp, model):
+    sess = interp.create_session()
+    sess.resize({"x": (1, 3, 9, 7)})
+    buf = sess.input_buffer("x")
+    assert buf.shape == (1, 3, 9, 7) and buf.dtype == np.float32
+    feeds = _feeds()
+    buf[...] = feeds["x"]
+    before = sess.copy_counts["inputs"]
+    out = sess.run({"idx": feeds["idx"]})
+    assert sess.copy_counts["inputs"] - before == 1  # idx only
+    np.testing.assert_allclose(out["y"], _want(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    # passing the buffer itself is no copy either
+    buf[...] = feeds["x"]
+    before = sess.copy_counts["inputs"]
+    sess.run({"x": buf, "idx": feeds["idx"]})
+    assert sess.copy_counts["inputs"] - before == 1
+    # after a resize the old buffer is not the input any more
+    sess.resize({"x": (1, 3, 5, 5)})
+    with pytest.raises(sprat.InputError, match="missing"):
+        sess.run({"idx": feeds["idx"]})
+
+
+def test_input_buffer_invalidated_by_deferred_resize(interp):
+    sess = interp.create_session(sprat.ScheduleConfig(resize="defer"))
+    sess.resize({"x": (1, 3, 9, 7)})
+    sess.input_buffer("x")[...] = _feeds()["x"]
+    sess.resize({"x": (1, 3, 5, 5)})  # the next run needs a new plan, x is only in the old one
+    with pytest.raises(sprat.InputError, match="input_buffer"):
+        sess.run({"idx": _feeds()["idx"]})
+
+
+def test_deferred_resize_prepares_on_next_run(interp, model):
+    sess = interp.create_session(sprat.ScheduleConfig(resize="defer"))
+    sess.run(_feeds())
+    steps_before = sess.info()["input_shapes"]
+    sess.resize({"x": (2, 3, 6, 6)})
+    assert sess.info()["input_shapes"] == steps_before  # not prepared yet
+    feeds = _feeds(2, (6, 6))
+    out = sess.run(feeds)
+    assert sess.info()["input_shapes"]["x"] == (2, 3, 6, 6)
+    np.testing.assert_allclose(out["y"], _want(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="allowed: direct, defer"):
+        sprat.ScheduleConfig(resize="later")
+
+
+def test_auto_resize_is_logged_at_debug(interp, caplog):
+    sess = interp.create_session()
+    sess.run(_feeds())
+    with caplog.at_level("DEBUG", logger="sprat"):
+        sess.run(_feeds(1, (5, 5)))
+    assert any("resizing" in r.message for r in caplog.records)
