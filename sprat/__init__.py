@@ -21,5 +21,7 @@ from .errors import (  # noqa: F401
 from .runtime.config import ScheduleConfig  # noqa: F401
 from .runtime.inference_session import InferenceSession  # noqa: F401
 from .runtime.interpreter import Interpreter  # noqa: F401
-from .runtime.session import Session, TensorSpec  # noqa: F401
+from .runtime.parallel import ParallelRunner  # noqa: F401
+from .runtime.runtime import Runtime  # noqa: F401
+from .runtime.session import OpInfo, RunResult, Session, TensorSpec  # noqa: F401
 from .version import __version__  # noqa: E402,F401

@@ -7,6 +7,8 @@ workspaces) from ``run`` (every call: compute into preallocated outputs) — MNN
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..ir.graph import Node
@@ -47,6 +49,43 @@ class Backend:
         raise NotImplementedError
 
 
-def run_context_of(backends) -> list:
-    """Context managers the backends want entered around a run (thread limits and the like)."""
-    return [b.run_context() for b in backends if hasattr(b, "run_context")]
+class PackCache:
+    """Packed weights shared by the sessions of one Interpreter: ``(node, tag) -> array``."""
+
+    def __init__(self):
+        self._items: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key, make):
+        with self._lock:
+            arr = self._items.get(key)
+            if arr is None:
+                arr = self._items[key] = make()
+            return arr
+
+    def ids(self) -> set[int]:
+        """``id`` of every shared array (to tell shared memory from a session's own)."""
+        out: set[int] = set()
+
+        def walk(v):
+            if isinstance(v, np.ndarray):
+                out.add(id(v))
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    walk(x)
+
+        with self._lock:
+            for v in self._items.values():
+                walk(v)
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(_nbytes(v) for v in self._items.values())
+
+
+def _nbytes(v) -> int:
+    if isinstance(v, np.ndarray):
+        return v.nbytes
+    return sum(_nbytes(x) for x in v) if isinstance(v, (list, tuple)) else 0

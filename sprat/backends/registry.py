@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from .base import Backend
+from .base import Backend, PackCache
 
 
-def make_backend(name: str, num_threads: int = 1) -> Backend:
-    """Instantiate the backend called ``name``. Raises ValueError for an unknown name."""
+def make_backend(name: str, num_threads: int = 1, packs: PackCache | None = None) -> Backend:
+    """Instantiate the backend called ``name``; ``packs`` shares packed weights between the
+    sessions of one model. Raises ValueError for an unknown name."""
     if name == "reference":
         from .reference import ReferenceBackend
 
@@ -14,7 +15,7 @@ def make_backend(name: str, num_threads: int = 1) -> Backend:
     if name == "cpu":
         from .cpu import CpuBackend
 
-        return CpuBackend(num_threads=num_threads)
+        return CpuBackend(num_threads=num_threads, packs=packs)
     if name == "null":
         from .null import NullBackend
 

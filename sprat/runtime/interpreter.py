@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 
+from ..backends.base import PackCache
+from ..errors import SpratError
 from ..ir.graph import Graph
 from .config import ScheduleConfig
+from .runtime import Runtime
 from .session import Session
 
 
@@ -20,6 +23,7 @@ class Interpreter:
         self._graph = graph
         self._buffer = buffer
         self.path = path
+        self._packs = PackCache()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, populate: bool = False) -> Interpreter:
@@ -48,10 +52,32 @@ class Interpreter:
 
     @property
     def graph(self) -> Graph:
+        if self._graph is None:
+            raise SpratError("the model was released (Interpreter.release_model)")
         return self._graph
 
-    def create_session(self, config: ScheduleConfig | None = None) -> Session:
-        """A new Session over this model's weights. Raises ValueError for a bad config."""
+    @property
+    def packed_bytes(self) -> int:
+        """Bytes of packed weights the sessions of this model share."""
+        return self._packs.nbytes
+
+    def create_session(self, config: ScheduleConfig | None = None,
+                       runtime: Runtime | None = None) -> Session:
+        """A new Session over this model's weights: sessions share the model's weights and the
+        packed copies kernels make of them (packed once, by the first session that needs them).
+        ``runtime``: the Runtime whose cores the session shares (default: the process-wide one).
+
+        Raises TypeError/ValueError for a bad config, SpratError after ``release_model``.
+        """
         if config is not None and not isinstance(config, ScheduleConfig):
             raise TypeError(f"config must be a sprat.ScheduleConfig, got {type(config).__name__}")
-        return Session(self._graph, config)
+        if runtime is not None and not isinstance(runtime, Runtime):
+            raise TypeError(f"runtime must be a sprat.Runtime, got {type(runtime).__name__}")
+        return Session(self.graph, config, self._packs, runtime)
+
+    def release_model(self) -> None:
+        """Drop the interpreter's hold on the model (MNN ``releaseModel``): the model buffer and
+        weights are freed once the last session using them is gone. Sessions keep working;
+        ``create_session`` raises afterwards."""
+        self._graph = None
+        self._buffer = None

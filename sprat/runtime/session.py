@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..backends.base import PackCache
 from ..backends.reference import evaluate
 from ..backends.registry import make_backend
 from ..errors import InputError, KernelError, SessionBusyError, ShapeError, SpratError
@@ -28,6 +29,7 @@ from ..memory.lifetimes import lifetimes
 from ..memory.planner import ALIGN, plan_memory
 from ..schedule.assign import assign
 from .config import ScheduleConfig
+from .runtime import Runtime
 
 log = logging.getLogger("sprat")
 
@@ -76,11 +78,16 @@ class Session:
     A session runs one call at a time: a second concurrent ``run`` raises SessionBusyError.
     """
 
-    def __init__(self, graph: Graph, config: ScheduleConfig | None = None):
+    def __init__(self, graph: Graph, config: ScheduleConfig | None = None,
+                 packs: PackCache | None = None, runtime=None):
         self.config = config if config is not None else ScheduleConfig()
+        self.runtime = runtime if runtime is not None else Runtime.default()
+        self._packs = packs
         self._graph = graph
-        self._backends = [make_backend(n, self.config.num_threads) for n in self.config.backends]
-        self._backup = make_backend(self.config.backup, self.config.num_threads)
+        threads = min(self.config.num_threads, self.runtime.num_threads)
+        self.num_threads = threads
+        self._backends = [make_backend(n, threads, packs) for n in self.config.backends]
+        self._backup = make_backend(self.config.backup, threads, packs)
         self._lock = threading.Lock()
         self._shapes: dict[str, tuple[int, ...]] | None = None
         self._plan: tuple = ()
@@ -461,6 +468,7 @@ class Session:
         """Run the plan. Returns None, or (when ``after`` stopped the run) the names of the
         graph outputs computed so far."""
         with contextlib.ExitStack() as stack:
+            stack.enter_context(self.runtime.slots(self.num_threads))
             for b in self._run_contexts:
                 stack.enter_context(b.run_context())
             if before is None and after is None and not self.config.profiling:
@@ -526,12 +534,38 @@ class Session:
             lines.append(line)
         return "\n".join(lines)
 
+    def _workspace_bytes(self) -> int:
+        """Bytes of scratch the kernels of this session own (packed weights shared with other
+        sessions and the model's own weights not counted)."""
+        shared = self._packs.ids() if self._packs is not None else set()
+        seen: set[int] = set()
+        total = 0
+
+        def walk(v):
+            nonlocal total
+            if isinstance(v, np.ndarray):
+                base = v if v.base is None else v.base
+                if id(base) in seen or id(v) in shared or id(base) in shared:
+                    return
+                seen.add(id(base))
+                if v.flags.owndata:
+                    total += v.nbytes
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    walk(x)
+
+        for step in self._steps:
+            for value in vars(step.kernel).values():
+                walk(value)
+        return total
+
     def node_infos(self) -> list[tuple]:
         """``(node, input TensorInfos, output TensorInfos)`` of every planned step."""
         return [(s.node, s.in_infos, s.out_infos) for s in self._steps]
 
     def info(self) -> dict:
-        """Arena bytes, weight bytes, FLOPs of one run (multiply-add = 2), number of steps,
+        """Arena bytes, weight bytes, kernel workspace bytes (scratch owned by this session's
+        kernels), FLOPs of one run (multiply-add = 2), number of steps,
         backend per node, threads, prepared input shapes, and with
         ``ScheduleConfig(profiling=True)`` the time in ms of each op in the last run
         (``op_times_ms``). Shape-dependent entries are those of the last resize."""
@@ -541,9 +575,10 @@ class Session:
             "arena_bytes": getattr(self, "_arena_bytes", 0),
             "weight_bytes": self._graph.weight_bytes(),
             "flops": graph_flops(self.node_infos()),
+            "workspace_bytes": self._workspace_bytes(),
             "steps": len(self._steps),
             "backends": {s.node.name: s.backend for s in self._steps},
-            "num_threads": self.config.num_threads,
+            "num_threads": self.num_threads,
             "op_times_ms": ({s.node.name: t * 1e3 for s, t in zip(self._steps, self._op_times)}
                             if self.config.profiling else {}),
             "input_shapes": dict(self._shapes or {}),

@@ -21,7 +21,7 @@ from ...errors import SpratError
 from ...ir.graph import Node
 from ...ir.shapes import infer
 from ...ir.tensorinfo import TensorInfo
-from ..base import Backend, Kernel
+from ..base import Backend, Kernel, PackCache
 from .kernels import KERNELS
 from .threading import clamp, configure, limits
 
@@ -46,10 +46,11 @@ class CpuBackend(Backend):
 
     name = "cpu"
 
-    def __init__(self, num_threads: int = 1):
+    def __init__(self, num_threads: int = 1, packs: PackCache | None = None):
         from ..reference import ReferenceBackend
 
         self.num_threads = clamp(num_threads)
+        self.packs = packs
         self._reference = ReferenceBackend()
 
     def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
@@ -75,7 +76,7 @@ class CpuBackend(Backend):
         """The fast kernel when ``has_fast_kernel(node, ins)`` (assumed when ``ins`` is None),
         else the reference kernel."""
         if ins is None or self.has_fast_kernel(node, ins):
-            return KERNELS[node.op_type](node, self.num_threads)
+            return KERNELS[node.op_type](node, self.num_threads, self.packs)
         return self._reference.make_kernel(node)
 
     def run_context(self):

@@ -6,7 +6,7 @@ import ctypes
 
 import numpy as np
 
-from ..base import Kernel
+from ..base import Kernel, PackCache
 
 
 class CpuKernel(Kernel):
@@ -21,9 +21,18 @@ class CpuKernel(Kernel):
     #: whether the kernel handles zero-size inputs (most do not: the reference backend does)
     empty_ok = False
 
-    def __init__(self, node, threads: int = 1):
+    def __init__(self, node, threads: int = 1, packs: PackCache | None = None):
         super().__init__(node)
         self.threads = int(threads)
+        self.packs = packs
+
+    def shared(self, tag: str, make):
+        """The array ``make()`` returns, packed once per model: every session created from one
+        Interpreter reuses it (MindSpore Lite's PackWeightManager). ``tag`` must name
+        everything the packing depends on besides the node's constant inputs."""
+        if self.packs is None:
+            return make()
+        return self.packs.get((self.node.name, tag), make)
 
     @classmethod
     def supports(cls, node, ins) -> bool:

@@ -83,8 +83,9 @@ class ConvKernel(CpuKernel):
                      pb[0], pb[1])
         group = int(node.attrs.get("group", 1))
         self.group = group
-        self.bias = (np.zeros(m, np.float32) if bias is None
-                     else np.ascontiguousarray(bias.value, np.float32).reshape(m))
+        self.bias = self.shared("bias", lambda: (
+            np.zeros(m, np.float32) if bias is None
+            else np.ascontiguousarray(bias.value, np.float32).reshape(m)))
         self.act = act_of(node)
         self.has_res = res is not None
         self.empty = empty_f32()
@@ -94,17 +95,19 @@ class ConvKernel(CpuKernel):
         nt = self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
         if group == c and group == m and group > 1:
             self.algo = "depthwise"
-            self.w = np.ascontiguousarray(wv[:, 0].transpose(1, 2, 0)).ravel()  # (kh, kw, C)
+            self.w = self.shared("dw", lambda: np.ascontiguousarray(
+                wv[:, 0].transpose(1, 2, 0)).ravel())  # (kh, kw, C)
             if sh == 1 and sw == 1:
-                self.wt = np.tile(self.w.reshape(kh * kw, 1, c), (1, nb.SEG, 1)).ravel()
-                self.bt = np.tile(self.bias, nb.SEG)
+                self.wt = self.shared("dw_tiled", lambda: np.tile(
+                    self.w.reshape(kh * kw, 1, c), (1, nb.SEG, 1)).ravel())
+                self.bt = self.shared("bias_tiled", lambda: np.tile(self.bias, nb.SEG))
             else:
                 self.wt = self.bt = self.empty
         elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
             self.algo = "pointwise"
             cg, mg = c // group, m // group
-            self.w = np.ascontiguousarray(
-                wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel()
+            self.w = self.shared("pointwise", lambda: np.ascontiguousarray(
+                wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel())
             blk = max(16, POINTWISE_BLOCK_BYTES // (4 * m))
             p = n * oh * ow
             nblocks = max(nt, -(-p // blk))
@@ -112,7 +115,8 @@ class ConvKernel(CpuKernel):
             self.blk = -(-p // nblocks)
         elif sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS:
             self.algo = "shift"
-            self.w = np.ascontiguousarray(wv.transpose(2, 3, 1, 0)).ravel()  # (kh, kw, C, M)
+            self.w = self.shared("shift", lambda: np.ascontiguousarray(
+                wv.transpose(2, 3, 1, 0)).ravel())  # (kh, kw, C, M)
             wp = ow + (kw - 1) * dil[1]
             self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // wp), nt)
             band = self.rows + (kh - 1) * dil[0]
@@ -122,7 +126,7 @@ class ConvKernel(CpuKernel):
             self.algo = "im2col"
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
-            self.w = np.ascontiguousarray(wg).ravel()
+            self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
             self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // ow), nt)
             self.col = nb.scratch(nt, self.rows * ow * kh * kw * cg)
 

@@ -105,7 +105,8 @@ class ConvTransposeKernel(CpuKernel):
         n, h, w, c = ins[0].shape
         wv = np.asarray(ins[1].value, np.float32)
         m, kh, kw = wv.shape[1:]
-        self.w = np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).ravel()  # (C, kh, kw, M)
+        self.w = self.shared("w", lambda: np.ascontiguousarray(
+            wv.transpose(0, 2, 3, 1)).ravel())  # (C, kh, kw, M)
         bias = ins[2] if n_in > 2 else None
         self.bias = (np.zeros(m, np.float32) if bias is None
                      else np.ascontiguousarray(bias.value, np.float32).reshape(m))

@@ -164,7 +164,8 @@ class GemmKernel(_Gemmish):
         if self.tb and 1 in self.consts:
             # NOTE: OpenBLAS runs A @ B^T 1.6x slower than A @ B with B packed (K, N) (measured:
             # the ddddocr OCR head, 32x1024 @ 1024x8210, 13.6 vs 8.5 ms): pack the weight once.
-            packed = np.ascontiguousarray(self.consts[1].T)
+            b_const = self.consts[1]
+            packed = self.shared("b_packed", lambda: np.ascontiguousarray(b_const.T))
             self._keep.append(packed)
             self.consts[1], self.tb, self.ldb = packed, False, packed.shape[1]
 

@@ -78,8 +78,10 @@ class LSTMKernel(CpuKernel):
         self.seq, self.batch = seq, batch
         direction = self.node.attrs.get("direction", "forward")
         self.reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
-        self.wt = [np.ascontiguousarray(w[d].T, dtype=np.float32) for d in range(self.dirs)]
-        self.rt = [np.ascontiguousarray(r[d].T, dtype=np.float32) for d in range(self.dirs)]
+        self.wt = self.shared("wt", lambda: [np.ascontiguousarray(w[d].T, dtype=np.float32)
+                                             for d in range(self.dirs)])
+        self.rt = self.shared("rt", lambda: [np.ascontiguousarray(r[d].T, dtype=np.float32)
+                                             for d in range(self.dirs)])
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = [np.zeros(four_h, np.float32) for _ in range(self.dirs)]

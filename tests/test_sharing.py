@@ -1,0 +1,179 @@
+"""Many sessions over one model: shared (packed) weights, Runtime thread budgets,
+release_model, ParallelRunner with real threads."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import sprat
+from sprat import zoo
+
+RSS_PROBE = r"""
+import json, sys
+import sprat
+from sprat import zoo
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) * 1024
+
+key, path = sys.argv[1], sys.argv[2]
+interp = sprat.Interpreter.from_file(path)
+feeds = zoo.sample_input(key)
+first = interp.create_session()
+first.run(feeds)
+first.run(feeds)
+before = rss()
+second = interp.create_session()
+second.resize({k: v.shape for k, v in feeds.items()})
+prepared = rss()
+second.run(feeds)
+ran = rss()
+info = second.info()
+print(json.dumps({"weights": interp.graph.weight_bytes(),
+                  "arena": info["arena_bytes"] + info["workspace_bytes"],
+                  "prepared": prepared - before, "ran": ran - before}))
+"""
+
+
+@pytest.mark.parametrize("key", ["ppocr_v4_rec", "ddddocr_ocr"])
+def test_second_session_shares_weights(key, tmp_path):
+    """Issue #3's figure: a second session of a model adds <= 10% of the model's weight bytes
+    (its own activation arena and kernel scratch come on top once it runs)."""
+    path = tmp_path / f"{key}.sprat"
+    sprat.convert(zoo.fetch(key), path)
+    out = subprocess.run([sys.executable, "-c", RSS_PROBE, key, str(path)], capture_output=True,
+                         text=True, timeout=300, check=True)
+    m = json.loads(out.stdout.strip().splitlines()[-1])
+    assert m["prepared"] <= 0.10 * m["weights"], m
+    assert m["ran"] <= 0.10 * m["weights"] + m["arena"], m
+
+
+def _conv_model():
+    from test_session import _model
+
+    return _model()
+
+
+def _feeds(n=1):
+    from test_session import _feeds
+
+    return _feeds(n, (32, 32))
+
+
+def test_packed_weights_are_packed_once():
+    interp = sprat.Interpreter.from_buffer(sprat.convert(_conv_model()))
+    a = interp.create_session()
+    a.run(_feeds())
+    packed = interp.packed_bytes
+    assert packed > 0
+    b = interp.create_session(sprat.ScheduleConfig(num_threads=2))
+    b.run(_feeds(2))
+    assert interp.packed_bytes == packed
+    wa = next(s.kernel.w for s in a._steps if s.node.op_type == "Conv")
+    wb = next(s.kernel.w for s in b._steps if s.node.op_type == "Conv")
+    assert wa is wb
+
+
+def test_release_model_keeps_sessions_working():
+    interp = sprat.Interpreter.from_buffer(sprat.convert(_conv_model()))
+    sess = interp.create_session()
+    want = sess.run(_feeds())["y"]
+    interp.release_model()
+    np.testing.assert_array_equal(sess.run(_feeds())["y"], want)
+    sess.resize({"x": (2, 3, 8, 8)})  # the session still holds what it needs to re-plan
+    assert sess.run(_feeds(2) | {"x": np.ones((2, 3, 8, 8), np.float32)})["y"].shape == (2, 8)
+    with pytest.raises(sprat.SpratError, match="released"):
+        interp.create_session()
+
+
+def test_runtime_caps_threads_and_validates():
+    rt = sprat.Runtime(num_threads=1)
+    interp = sprat.Interpreter.from_buffer(sprat.convert(_conv_model()))
+    sess = interp.create_session(sprat.ScheduleConfig(num_threads=2), runtime=rt)
+    assert sess.info()["num_threads"] == 1
+    with pytest.raises(ValueError, match="num_threads"):
+        sprat.Runtime(num_threads=0)
+    with pytest.raises(TypeError, match="Runtime"):
+        interp.create_session(runtime=2)
+
+
+def test_runtime_queues_sessions_instead_of_oversubscribing():
+    """Two sessions on a 1-thread runtime never run kernels at the same time."""
+    rt = sprat.Runtime(num_threads=1)
+    interp = sprat.Interpreter.from_buffer(sprat.convert(_conv_model()))
+    sessions = [interp.create_session(runtime=rt) for _ in range(2)]
+    inside, peak, lock = [0], [0], threading.Lock()
+
+    def before(info, i, o):
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        time.sleep(0.001)
+        with lock:
+            inside[0] -= 1
+
+    def work(s):
+        for _ in range(5):
+            s.run_with_callback(_feeds(), before=before)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert peak[0] == 1
+
+
+def test_parallel_runner_matches_sequential_with_real_threads(tmp_path):
+    model = _conv_model()
+    path = tmp_path / "m.sprat"
+    sprat.convert(model, path)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    batches = [{"x": rng.standard_normal((1, 3, 24, 24)).astype(np.float32),
+                "idx": np.array([0, 1, 2], np.int64)} for _ in range(16)]
+    with sprat.ParallelRunner(str(path), workers=2) as runner:
+        assert len(runner.sessions) == 2
+        results = runner.map(batches)
+        # plain threads calling run() directly
+        out = [None] * len(batches)
+
+        def call(k):
+            out[k] = runner.run(batches[k])
+
+        threads = [threading.Thread(target=call, args=(k,)) for k in range(len(batches))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    for got, again, feeds in zip(results, out, batches):
+        want = ref.run(None, feeds)
+        np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got["y"], again["y"])
+    with pytest.raises(ValueError, match="workers"):
+        sprat.ParallelRunner(str(path), workers=0)
+
+
+def test_workers_run_in_parallel_gil_released(tmp_path):
+    """While kernels run, the GIL is free: two worker threads keep two cores busy (process
+    CPU time clearly above wall time), where GIL-bound code would stay at about 1x."""
+    if len(__import__("os").sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores")
+    key = "ppocr_v4_rec"
+    path = tmp_path / "rec.sprat"
+    sprat.convert(zoo.fetch(key), path)
+    feeds = zoo.sample_input(key)
+    with sprat.ParallelRunner(str(path), workers=2) as runner:
+        runner.map([feeds] * 4)  # warm up both sessions
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        runner.map([feeds] * 24)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    assert cpu / wall > 1.3, (cpu, wall)
