@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--compare", choices=["onnxruntime"], help="also time this runtime")
     b.add_argument("--runs", type=int, default=20, help="timed runs per setting (default 20)")
     b.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    b.add_argument("--profile", action="store_true",
+                   help="also time every op: per-op-type and slowest-node tables")
+    b.add_argument("--trace", metavar="FILE",
+                   help="with --profile: write a Chrome/Perfetto trace JSON of the last run")
     _add_shape_arg(b)
     b.set_defaults(func=cmd_bench)
 
@@ -258,7 +262,45 @@ def cmd_bench(args) -> int:
             t_ort = median_latency(lambda: ort.run(None, feeds), args.runs, args.warmup)
             line += f"  {t_ort * 1e3:>10.3f}  {t_sprat / t_ort:>9.2f}"
         print(line)
+    if args.trace and not args.profile:
+        raise InputError("--trace needs --profile")
+    if args.profile:
+        for n in threads:
+            _profile(interp, n, shapes, feeds, args.runs, args.trace)
     return EXIT_OK
+
+
+def _profile(interp, threads: int, shapes, feeds, runs: int, trace: str | None) -> None:
+    """Per-op times summed over ``runs`` profiled runs: by op type, then the slowest nodes."""
+    import json
+
+    import sprat
+
+    session = interp.create_session(sprat.ScheduleConfig(num_threads=threads, profiling=True))
+    _resize(session, shapes)
+    session.run(feeds)
+    total: dict[str, float] = {}
+    for _ in range(runs):
+        session.run(feeds)
+        for name, ms in session.info()["op_times_ms"].items():
+            total[name] = total.get(name, 0.0) + ms
+    kinds = {e["name"]: (e["cat"], e["args"]["backend"]) for e in session.trace()["traceEvents"]}
+    whole = sum(total.values()) or 1.0
+    by_type: dict[tuple, list] = {}
+    for name, ms in total.items():
+        entry = by_type.setdefault(kinds[name], [0, 0.0])
+        entry[0] += 1
+        entry[1] += ms
+    print(f"\nprofile at {threads} thread(s), {runs} runs: {whole / runs:.3f} ms/run in ops")
+    print(f"{'op type':<22} {'backend':<10} {'count':>5} {'ms/run':>9} {'share':>6}")
+    for (op, backend), (count, ms) in sorted(by_type.items(), key=lambda kv: -kv[1][1]):
+        print(f"{op:<22} {backend:<10} {count:>5} {ms / runs:>9.3f} {100 * ms / whole:>5.1f}%")
+    print(f"\n{'slowest nodes':<40} {'op type':<20} {'ms/run':>9}")
+    for name, ms in sorted(total.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"{name[:40]:<40} {kinds[name][0]:<20} {ms / runs:>9.3f}")
+    if trace:
+        pathlib.Path(trace).write_text(json.dumps(session.trace()))
+        print(f"\nwrote {trace} (open in chrome://tracing or ui.perfetto.dev)")
 
 
 def cmd_demo(args) -> int:

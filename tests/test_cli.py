@@ -223,3 +223,21 @@ def test_demo_passes():
     assert "light_resnet50" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "PASS"
     assert "max abs error" in proc.stdout
+
+
+def test_bench_profile_tables_and_trace(converted, tmp_path):
+    import json
+
+    trace = tmp_path / "trace.json"
+    proc = sprat_cli("bench", converted, "--runs", "2", "--warmup", "1", "--profile",
+                     "--trace", trace)
+    assert proc.returncode == 0, proc.stderr
+    assert "profile at 1 thread(s)" in proc.stdout and "slowest nodes" in proc.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    sess = sprat.Interpreter.from_file(converted).create_session()
+    sess.resize({"data_0": (1, 3, 224, 224)})
+    assert [e["name"] for e in events] == list(sess.info()["backends"])
+    assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
+    starts = [e["ts"] for e in events]
+    assert starts == sorted(starts)
+    assert_user_error(sprat_cli("bench", converted, "--trace", trace), "--trace needs --profile")

@@ -440,6 +440,7 @@ class Session:
                                  node_flops(s.node, s.in_infos, s.out_infos), s.backend)
                           for s in steps]
         self._op_times = [0.0] * len(steps)
+        self._op_starts = [0.0] * len(steps)
         self._lent = set()
         self._pending = None
         self._arena_bytes = total
@@ -491,6 +492,8 @@ class Session:
         """The plan loop with callbacks and per-op timing (kept out of the plain loop)."""
         clock = time.perf_counter
         done: set[int] = set()
+        start = clock()
+        self._op_times = [0.0] * len(self._plan)
         for i, (run, ins, outs) in enumerate(self._plan):
             info = self._op_infos[i]
             if before is not None and before(info, ins, outs) is False:
@@ -503,6 +506,7 @@ class Session:
             except Exception as e:
                 self._kernel_error(i, e)
             self._op_times[i] = clock() - t0
+            self._op_starts[i] = t0 - start
             done.update(self._steps[i].node.outputs)
             if after is not None and after(info, ins, outs) is False:
                 g = self._graph
@@ -558,6 +562,18 @@ class Session:
             for value in vars(step.kernel).values():
                 walk(value)
         return total
+
+    def trace(self) -> dict:
+        """The last profiled run as a Chrome / Perfetto trace (``chrome://tracing``, JSON
+        "Trace Event Format": one complete event per op, times in microseconds). Needs
+        ``ScheduleConfig(profiling=True)``; raises ValueError otherwise."""
+        if not self.config.profiling:
+            raise ValueError("trace() needs a session created with ScheduleConfig(profiling=True)")
+        events = [{"name": info.name, "cat": info.type, "ph": "X", "pid": 0, "tid": 0,
+                   "ts": round(t0 * 1e6, 3), "dur": round(dt * 1e6, 3),
+                   "args": {"backend": info.backend, "flops": info.flops}}
+                  for info, t0, dt in zip(self._op_infos, self._op_starts, self._op_times)]
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def node_infos(self) -> list[tuple]:
         """``(node, input TensorInfos, output TensorInfos)`` of every planned step."""
