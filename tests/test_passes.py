@@ -134,3 +134,10 @@ def test_constant_folding_and_legacy_softmax():
     m.opset_import[0].version = 11  # softmax over the flattened trailing dims
     g = _check(m, x_shape=(2, 3, 7))
     assert "Mul" not in g.op_counts()
+
+
+def test_transpose_of_equal_sized_axes_is_not_a_reshape():
+    """C == H == W: the NHWC edge transposes move data even though the sizes look the same."""
+    conv, inits = _conv("c", "x", "y")
+    g = _check(_model([conv], inits, x_shape=(1, 8, 8, 8)), x_shape=(1, 8, 8, 8))
+    assert g.op_counts().get("Transpose") == 2 and "Reshape" not in g.op_counts()

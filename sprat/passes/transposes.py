@@ -154,8 +154,9 @@ def _to_reshape(g: Graph) -> bool:
         if shape is None:
             continue
         perm = _perm_of(n)
-        moved = [shape[k] for k in perm if shape[k] != 1]
-        kept = [d for d in shape if d != 1]
+        # NOTE: compare axis indices, not sizes: swapping two equal-sized axes moves data
+        moved = [k for k in perm if shape[k] != 1]
+        kept = [k for k in range(len(shape)) if shape[k] != 1]
         if moved != kept:
             continue
         out_shape = [shape[k] for k in perm]
