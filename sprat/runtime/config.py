@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 BACKENDS = ("cpu", "reference")
@@ -29,10 +30,13 @@ class ScheduleConfig:
             on the next run), MNN's ``Session_Resize_Direct`` / ``Session_Resize_Defer``.
         profiling: time every op of each run (``Session.info()["op_times_ms"]``); costs a
             clock read per op.
+        cache_dir: a directory for the compiled cache (``sprat.runtime.cache``): an ONNX
+            model's optimized graph is stored there once and later loads skip conversion and
+            optimisation. None (default): no cache. A path-like is stored as a str.
 
     Raises:
         ValueError: an unknown backend, precision or memory mode (naming the allowed values),
-            or ``num_threads`` < 1.
+            or ``num_threads`` < 1, or a ``cache_dir`` that is not a non-empty path.
     """
 
     num_threads: int = 1
@@ -42,6 +46,7 @@ class ScheduleConfig:
     memory: str = "normal"
     resize: str = "direct"
     profiling: bool = False
+    cache_dir: str | None = None
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -65,5 +70,12 @@ class ScheduleConfig:
             raise ValueError(f"unknown resize mode {self.resize!r}; allowed: {', '.join(RESIZE_MODES)}")
         if not isinstance(self.profiling, bool):
             raise ValueError(f"profiling must be True or False, got {self.profiling!r}")
+        if self.cache_dir is not None:
+            path = (os.fspath(self.cache_dir)
+                    if isinstance(self.cache_dir, (str, os.PathLike)) else None)
+            if not isinstance(path, str) or not path:
+                raise ValueError(f"cache_dir must be a non-empty path (str or os.PathLike) or "
+                                 f"None, got {self.cache_dir!r}")
+            object.__setattr__(self, "cache_dir", path)
         if self.extra:
             raise ValueError(f"unknown ScheduleConfig options {sorted(self.extra)}")

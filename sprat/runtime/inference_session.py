@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .cache import load_or_convert
 from .config import ScheduleConfig
 from .interpreter import Interpreter
 
@@ -33,17 +34,22 @@ def _is_sprat(data: bytes) -> bool:
 class InferenceSession:
     """Like ``onnxruntime.InferenceSession``: a path to a ``.sprat`` or ``.onnx`` file, or its bytes.
 
-    ONNX models are converted in memory (needs the ``onnx`` package). ``config`` is a
-    ScheduleConfig (default: 1 thread, cpu backend). Raises FileNotFoundError,
+    ONNX models are converted in memory (needs the ``onnx`` package); with
+    ``ScheduleConfig(cache_dir=d)`` the optimized graph comes from the compiled cache when it
+    holds a valid entry (``sprat.runtime.cache``: then ``onnx`` is not even imported).
+    ``config`` is a ScheduleConfig (default: 1 thread, cpu backend). Raises FileNotFoundError,
     ModelFormatError, UnsupportedOpError.
     """
 
     def __init__(self, path_or_bytes, config: ScheduleConfig | None = None, **_ort_kwargs):
         from ..converter import convert_graph
 
+        cached = config is not None and config.cache_dir is not None
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
             if _is_sprat(path_or_bytes):
                 interp = Interpreter.from_buffer(path_or_bytes)
+            elif cached:
+                interp = Interpreter(*load_or_convert(path_or_bytes, config))
             else:
                 interp = Interpreter.from_graph(convert_graph(bytes(path_or_bytes)))
         else:
@@ -52,6 +58,8 @@ class InferenceSession:
                 head = f.read(16)
             if _is_sprat(head):
                 interp = Interpreter.from_file(path)
+            elif cached:
+                interp = Interpreter(*load_or_convert(path, config), path)
             else:
                 interp = Interpreter.from_graph(convert_graph(path))
         self.interpreter = interp

@@ -24,15 +24,26 @@ class Interpreter:
         self._buffer = buffer
         self.path = path
         self._packs = PackCache()
+        self._onnx: str | None = None  # an ONNX source, converted on first need
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, populate: bool = False) -> Interpreter:
         """Map a ``.sprat`` file. ``populate=True`` pre-faults the pages; False maps lazily.
 
+        An ``.onnx`` file is converted when first needed: by the first ``create_session``
+        (from the compiled cache when its ScheduleConfig has a ``cache_dir``; then ``onnx`` is
+        not imported) or by ``graph``; conversion errors are raised there.
+
         Raises FileNotFoundError, ModelFormatError (corrupt, truncated or foreign file).
         """
-        from ..format import load_model
+        from ..format import MAGIC, load_model
 
+        if os.fspath(path).lower().endswith(".onnx"):
+            with open(path, "rb") as f:
+                if f.read(len(MAGIC)) != MAGIC:
+                    interp = cls(None, None, os.fspath(path))
+                    interp._onnx = os.fspath(path)
+                    return interp
         graph, mm = load_model(path, populate=populate)
         return cls(graph, mm, os.fspath(path))
 
@@ -52,6 +63,8 @@ class Interpreter:
 
     @property
     def graph(self) -> Graph:
+        if self._graph is None and self._onnx is not None:
+            self._convert(None)
         if self._graph is None:
             raise SpratError("the model was released (Interpreter.release_model)")
         return self._graph
@@ -73,7 +86,21 @@ class Interpreter:
             raise TypeError(f"config must be a sprat.ScheduleConfig, got {type(config).__name__}")
         if runtime is not None and not isinstance(runtime, Runtime):
             raise TypeError(f"runtime must be a sprat.Runtime, got {type(runtime).__name__}")
+        if self._graph is None and self._onnx is not None:
+            self._convert(config)
         return Session(self.graph, config, self._packs, runtime)
+
+    def _convert(self, config: ScheduleConfig | None) -> None:
+        """Convert the ONNX source, through the compiled cache when ``config.cache_dir``."""
+        if config is not None and config.cache_dir is not None:
+            from .cache import load_or_convert
+
+            self._graph, self._buffer = load_or_convert(self._onnx, config)
+        else:
+            from ..converter import convert_graph
+
+            self._graph = convert_graph(self._onnx)
+        self._onnx = None
 
     def release_model(self) -> None:
         """Drop the interpreter's hold on the model (MNN ``releaseModel``): the model buffer and
@@ -81,3 +108,4 @@ class Interpreter:
         ``create_session`` raises afterwards."""
         self._graph = None
         self._buffer = None
+        self._onnx = None

@@ -373,13 +373,18 @@ def BitwiseNot(X):
 
 
 def BitShift(X, Y, direction):
-    """BitShift-11 on unsigned integers; shifts of the bit width or more give 0."""
+    """BitShift-28 on (un)signed integers: a signed right shift is arithmetic; a shift that is
+    negative or of the bit width or more gives the sign fill alone (-1 for a right shift of a
+    negative X, else 0)."""
     bits = X.dtype.itemsize * 8
     Y = Y.astype(X.dtype, copy=False)
-    big = Y >= bits
+    big = (Y < 0) | (Y >= bits)
     safe = np.where(big, 0, Y).astype(X.dtype)
     out = np.left_shift(X, safe) if direction == "LEFT" else np.right_shift(X, safe)
-    return np.where(big, 0, out).astype(X.dtype, copy=False)
+    fill = np.zeros_like(X)
+    if direction == "RIGHT" and X.dtype.kind == "i":
+        fill = np.where(X < 0, X.dtype.type(-1), fill)
+    return np.where(big, fill, out).astype(X.dtype, copy=False)
 
 
 def Where(condition, X, Y):

@@ -481,11 +481,18 @@ def depth_to_space(input, blocksize=None, mode="DCR"):
     return t.reshape(n, c // (b * b), h * b, w * b)
 
 
-def space_to_depth(input, blocksize=None):
-    """SpaceToDepth-13: (N, C, H, W) -> (N, C*b^2, H/b, W/b), the inverse of DepthToSpace DCR."""
+def space_to_depth(input, blocksize=None, mode="DCR"):
+    """SpaceToDepth-28: (N, C, H, W) -> (N, C*b^2, H/b, W/b), the inverse of DepthToSpace in
+    the same ``mode``: DCR (depth-column-row, the default) or CRD (column-row-depth)."""
     n, c, h, w = input.shape
     b = int(blocksize)
-    t = input.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    t = input.reshape(n, c, h // b, b, w // b, b)
+    if mode == "DCR":
+        t = t.transpose(0, 3, 5, 1, 2, 4)
+    elif mode == "CRD":
+        t = t.transpose(0, 1, 3, 5, 2, 4)
+    else:
+        raise ValueError(f"unknown SpaceToDepth mode {mode!r}; expected DCR or CRD")
     return t.reshape(n, c * b * b, h // b, w // b)
 
 

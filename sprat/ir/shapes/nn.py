@@ -450,8 +450,10 @@ def depth_to_space(ins, blocksize=None, mode="DCR"):
     return [((n, c // (b * b), h * b, w * b), ins[0].dtype)]
 
 
-def space_to_depth(ins, blocksize=None):
-    """SpaceToDepth-13: (N, C, H, W) -> (N, C * b^2, H / b, W / b)."""
+def space_to_depth(ins, blocksize=None, mode="DCR"):
+    """SpaceToDepth-28: (N, C, H, W) -> (N, C * b^2, H / b, W / b); ``mode`` DCR or CRD."""
+    if mode not in ("DCR", "CRD"):
+        raise ShapeError(f"SpaceToDepth mode must be 'DCR' or 'CRD', got {mode!r}")
     n, c, h, w = ins[0].shape
     b = int(blocksize)
     if h % b or w % b:

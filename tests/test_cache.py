@@ -1,0 +1,299 @@
+"""The compiled cache (ScheduleConfig.cache_dir, sprat.runtime.cache): cold, warm, stale,
+corrupt, unwritable, concurrent; and Numba's own cache warm in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import sprat
+import sprat.converter
+from sprat.runtime import cache
+
+KEY = "ppocr_v2_cls"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model():
+    """(onnx path, feeds, reference outputs of an uncached session)."""
+    zoo = pytest.importorskip("sprat.zoo")
+    try:
+        path = zoo.fetch(KEY)
+    except zoo.ZooError as e:  # pragma: no cover - depends on the environment
+        pytest.skip(f"zoo model unavailable: {e}")
+    feeds = zoo.sample_input(KEY)
+    ref = sprat.InferenceSession(str(path)).run(None, feeds)
+    return str(path), feeds, ref
+
+
+def _session(path, cache_dir, **kw):
+    return sprat.InferenceSession(path, config=sprat.ScheduleConfig(cache_dir=cache_dir, **kw))
+
+
+def _no_convert(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("convert_graph called on a warm cache")
+    monkeypatch.setattr(sprat.converter, "convert_graph", fail)
+
+
+def _count_converts(monkeypatch):
+    calls = []
+    real = sprat.converter.convert_graph
+
+    def counted(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+    monkeypatch.setattr(sprat.converter, "convert_graph", counted)
+    return calls
+
+
+def _entry(cache_dir) -> tuple[pathlib.Path, pathlib.Path]:
+    """(manifest, model file) of the only entry in ``cache_dir``."""
+    manifests = sorted(pathlib.Path(cache_dir).glob("*.json"))
+    assert len(manifests) == 1, manifests
+    man = json.loads(manifests[0].read_text())
+    return manifests[0], pathlib.Path(cache_dir) / man["model_file"]
+
+
+def _assert_same(outs, ref):
+    # NOTE: the cached graph is the converted graph written and read back losslessly, run by
+    # the same kernels on the same feeds: the outputs are bit-identical.
+    assert len(outs) == len(ref)
+    for a, b in zip(outs, ref):
+        np.testing.assert_array_equal(a, b)
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "sprat" and r.levelno == logging.WARNING]
+
+
+# ---- config ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [123, "", b"/tmp/x", 1.5, ["d"]])
+def test_cache_dir_invalid(bad):
+    with pytest.raises(ValueError, match="cache_dir"):
+        sprat.ScheduleConfig(cache_dir=bad)
+
+
+def test_cache_dir_pathlike(tmp_path):
+    assert sprat.ScheduleConfig(cache_dir=tmp_path).cache_dir == str(tmp_path)
+    assert sprat.ScheduleConfig().cache_dir is None
+
+
+# ---- cold then warm -------------------------------------------------------------------------
+def test_cold_then_warm(model, tmp_path, monkeypatch, caplog):
+    path, feeds, ref = model
+    calls = _count_converts(monkeypatch)
+    _assert_same(_session(path, tmp_path).run(None, feeds), ref)
+    assert len(calls) == 1
+    manifest, model_file = _entry(tmp_path)
+    assert model_file.stat().st_size == json.loads(manifest.read_text())["model_bytes"]
+    _no_convert(monkeypatch)
+    with caplog.at_level(logging.DEBUG, logger="sprat"):
+        _assert_same(_session(path, tmp_path).run(None, feeds), ref)
+        _assert_same(_session(pathlib.Path(path).read_bytes(), tmp_path).run(None, feeds), ref)
+    assert not _warnings(caplog)
+    assert sum("compiled cache: hit" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_config_parts_are_separate_entries(model, tmp_path):
+    path, feeds, ref = model
+    _session(path, tmp_path)
+    _assert_same(_session(path, tmp_path, precision="high").run(None, feeds), ref)
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_num_threads_shares_the_entry(model, tmp_path, monkeypatch):
+    path, feeds, ref = model
+    _session(path, tmp_path)
+    _no_convert(monkeypatch)
+    out = _session(path, tmp_path, num_threads=2).run(None, feeds)
+    np.testing.assert_allclose(out[0], ref[0], rtol=1e-5, atol=1e-6)  # other split, fp32 sums
+
+
+def test_interpreter_from_onnx_file(model, tmp_path, monkeypatch):
+    path, feeds, ref = model
+    cfg = sprat.ScheduleConfig(cache_dir=tmp_path)
+    interp = sprat.Interpreter.from_file(path)
+    out = interp.create_session(cfg).run(feeds)
+    _assert_same(list(out.values()), ref)
+    _no_convert(monkeypatch)
+    interp2 = sprat.Interpreter.from_file(path)
+    s1, s2 = interp2.create_session(cfg), interp2.create_session(cfg)
+    _assert_same(list(s1.run(feeds).values()), ref)
+    _assert_same(list(s2.run(feeds).values()), ref)
+
+
+def test_warm_load_in_fresh_process_imports_no_onnx(model, tmp_path):
+    """A fresh process with a warm cache: no conversion, no ``onnx`` import, same outputs,
+    and (after one run on this machine) Numba compiles nothing."""
+    path, _, ref = model
+    script = textwrap.dedent(f"""
+        import json, sys
+        import numpy as np
+        import sprat, sprat.converter, sprat.zoo
+        calls = []
+        real = sprat.converter.convert_graph
+        sprat.converter.convert_graph = lambda *a, **k: calls.append(1) or real(*a, **k)
+        feeds = sprat.zoo.sample_input({KEY!r})
+        s = sprat.InferenceSession({path!r}, config=sprat.ScheduleConfig(cache_dir={str(tmp_path)!r}))
+        from numba.core import event
+        with event.install_recorder("numba:compile") as rec:
+            out = s.run(None, feeds)
+        compiled = [e.data["dispatcher"].py_func.__qualname__ for _, e in rec.buffer
+                    if e.is_start]
+        np.save(sys.argv[1], out[0])
+        print(json.dumps({{"converted": len(calls), "onnx": "onnx" in sys.modules,
+                          "compiled": compiled}}))
+    """)
+    runs = []
+    for i in range(2):
+        npy = tmp_path / f"out{i}.npy"
+        proc = subprocess.run([sys.executable, "-c", script, str(npy)], cwd=REPO,
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        np.testing.assert_array_equal(np.load(npy), ref[0])
+    cold, warm = runs
+    assert cold["converted"] == 1 and cold["onnx"]
+    assert warm == {"converted": 0, "onnx": False, "compiled": []}
+
+
+# ---- stale, foreign, corrupt ----------------------------------------------------------------
+def _truncate(manifest, model_file):
+    data = model_file.read_bytes()
+    model_file.write_bytes(data[:len(data) // 2])
+
+
+def _flip_weights(manifest, model_file):
+    data = bytearray(model_file.read_bytes())
+    data[-100] ^= 0xFF  # inside the last weight blob: only the checksum can see it
+    model_file.write_bytes(bytes(data))
+
+
+def _flip_header(manifest, model_file):
+    data = bytearray(model_file.read_bytes())
+    data[0] ^= 0xFF  # the magic
+    model_file.write_bytes(bytes(data))
+
+
+def _delete_model(manifest, model_file):
+    model_file.unlink()
+
+
+def _garbage_manifest(manifest, model_file):
+    manifest.write_bytes(b"{not json")
+
+
+def _edit(**changes):
+    def edit(manifest, model_file):
+        man = json.loads(manifest.read_text())
+        for k, v in changes.items():
+            if k in man["key"]:
+                man["key"][k] = v
+            else:
+                man[k] = v
+        manifest.write_text(json.dumps(man))
+    edit.__name__ = "edit_" + "_".join(changes)
+    return edit
+
+
+CORRUPTIONS = [_truncate, _flip_weights, _flip_header, _delete_model, _garbage_manifest,
+               _edit(sprat_version="0.0.0-foreign"), _edit(cpu_flags="0" * 16),
+               _edit(code="f" * 16), _edit(numba="0.1"), _edit(layout=99),
+               _edit(model_file="../../etc/passwd"), _edit(model_bytes=1),
+               _edit(model_sha256="0" * 64)]
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__.strip("_"))
+def test_bad_entry_is_rebuilt(model, tmp_path, monkeypatch, caplog, corrupt):
+    path, feeds, ref = model
+    _session(path, tmp_path)
+    manifest, model_file = _entry(tmp_path)
+    corrupt(manifest, model_file)
+    calls = _count_converts(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="sprat"):
+        out = _session(path, tmp_path).run(None, feeds)
+    _assert_same(out, ref)
+    assert len(calls) == 1
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "ignoring entry" in warned[0], warned
+    # the rebuilt entry is valid again, and the bad model file is gone
+    caplog.clear()
+    _no_convert(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="sprat"):
+        _assert_same(_session(path, tmp_path).run(None, feeds), ref)
+    assert not _warnings(caplog)
+    assert len(list(tmp_path.glob("*.sprat"))) == 1
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_other_cpu_is_stale(model, tmp_path, monkeypatch, caplog):
+    """An entry written on a machine with other CPU flags is found, reported and replaced."""
+    path, feeds, ref = model
+    real = cache.cpu_features
+    monkeypatch.setattr(cache, "cpu_features", lambda: {**real(), "cpu_flags": "other"})
+    _session(path, tmp_path)
+    monkeypatch.setattr(cache, "cpu_features", real)
+    with caplog.at_level(logging.WARNING, logger="sprat"):
+        _assert_same(_session(path, tmp_path).run(None, feeds), ref)
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "cpu_flags" in warned[0], warned
+    assert json.loads(_entry(tmp_path)[0].read_text())["key"]["cpu_flags"] == \
+        real()["cpu_flags"]
+
+
+# ---- unwritable, concurrent -----------------------------------------------------------------
+def test_unwritable_cache_dir(model, tmp_path, caplog):
+    path, feeds, ref = model
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_bytes(b"x")
+    with caplog.at_level(logging.WARNING, logger="sprat"):
+        out = _session(path, blocker / "cache").run(None, feeds)
+    _assert_same(out, ref)
+    warned = _warnings(caplog)
+    assert warned and any("cannot write" in w for w in warned), warned
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_cache_dir(model, tmp_path, caplog):  # pragma: no cover - not run as root
+    path, feeds, ref = model
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with caplog.at_level(logging.WARNING, logger="sprat"):
+            _assert_same(_session(path, ro).run(None, feeds), ref)
+        assert any("cannot write" in w for w in _warnings(caplog))
+    finally:
+        ro.chmod(0o700)
+
+
+def test_concurrent_cold_processes(model, tmp_path):
+    """Two processes filling the same empty cache at once both run; the entry is valid."""
+    path = model[0]
+    script = (f"import sprat, sprat.zoo; s = sprat.InferenceSession({path!r}, "
+              f"config=sprat.ScheduleConfig(cache_dir={str(tmp_path)!r})); "
+              f"s.run(None, sprat.zoo.sample_input({KEY!r}))")
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    manifest, model_file = _entry(tmp_path)
+    assert model_file.exists()
+    assert not list(tmp_path.glob("*.tmp"))
+    graph, _ = cache._check(manifest.read_bytes(),
+                             cache.key_parts(json.loads(manifest.read_text())["key"]
+                                             ["source_sha256"], sprat.ScheduleConfig()),
+                             manifest.stem, str(tmp_path), path)
+    assert graph.nodes
