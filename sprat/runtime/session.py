@@ -33,6 +33,10 @@ from .runtime import Runtime
 
 log = logging.getLogger("sprat")
 
+# NOTE: integer feeds up to this many elements may be read at prepare time when the plan needs
+# their contents (shape inputs); larger ones are data, never folded.
+VALUE_INPUT_MAX = 4096
+
 
 class TensorSpec(NamedTuple):
     """A graph input or output: name, shape (ints, or str for symbolic dims), numpy dtype."""
@@ -96,6 +100,7 @@ class Session:
         self._output_arrays: list[tuple[str, np.ndarray]] = []
         self._pending: dict[str, tuple[int, ...]] | None = None  # deferred resize
         self._exclusive = False  # every tensor its own bytes (set once callbacks are used)
+        self._value_inputs: dict[str, np.ndarray] = {}  # inputs whose contents the plan used
         self._lent: set[str] = set()  # inputs whose buffer input_buffer() handed out
         self._op_times: list[float] = []
         self.copy_counts = {"inputs": 0, "outputs": 0}
@@ -134,8 +139,16 @@ class Session:
             full = self._complete_shapes(shapes)
             if self.config.resize == "defer":
                 self._pending = full
-            else:
+                return
+            try:
                 self._prepare(full)
+            except ShapeError:
+                if not any(s.dtype is not None and s.dtype.kind in "iub"
+                           for s in self._in_specs):
+                    raise
+                # NOTE: the plan may need the contents of integer inputs (shape inputs): it is
+                # made on the next run, which has them.
+                self._pending = full
 
     def input_buffer(self, name: str) -> np.ndarray:
         """The session-owned array input ``name`` is read from (prepared shape and dtype).
@@ -198,7 +211,8 @@ class Session:
             shapes = {k: tuple(a.shape) for k, a in feeds.items()}
             for name in self._lent - set(feeds):
                 shapes[name] = self._shapes[name]
-            if self._pending is not None or shapes != self._shapes:
+            if self._pending is not None or shapes != self._shapes or (
+                    self._value_inputs and self._values_changed(feeds)):
                 stale = sorted(self._lent - set(feeds))
                 if stale:
                     raise InputError(f"input(s) {stale} were filled through input_buffer(), "
@@ -206,7 +220,7 @@ class Session:
                                      f"fill the buffers again after resize()")
                 if self._shapes is not None and self._pending is None:
                     log.debug("session: input shapes changed to %s; resizing", shapes)
-                self._prepare(self._complete_shapes(shapes))
+                self._prepare_for(self._complete_shapes(shapes), feeds)
             user = self._check_user_outputs(outputs)
             for name, arr in feeds.items():
                 view = self._input_views[name]
@@ -357,7 +371,27 @@ class Session:
         return full
 
     # ---- prepare ----------------------------------------------------------------------------
-    def _prepare(self, shapes: dict[str, tuple[int, ...]]) -> None:
+    def _prepare_for(self, shapes: dict[str, tuple[int, ...]], feeds: dict) -> None:
+        """Prepare for ``shapes``; when the plan needs the *contents* of inputs (a graph input
+        feeding a Reshape shape, Slice starts, TopK k, ...), prepare again with the values of
+        the small integer feeds, and remember them: a run with other values re-prepares
+        (MNN resizes when such "shape inputs" change)."""
+        self._value_inputs = {}
+        try:
+            self._prepare(shapes)
+        except ShapeError:
+            values = {n: a for n, a in feeds.items()
+                      if a.dtype.kind in "iub" and a.size <= VALUE_INPUT_MAX}
+            if not values:
+                raise
+            self._prepare(shapes, values)
+            self._value_inputs = {n: a.copy() for n, a in values.items()}
+
+    def _values_changed(self, feeds: dict) -> bool:
+        return any(not np.array_equal(feeds[n], v) for n, v in self._value_inputs.items()
+                   if n in feeds)
+
+    def _prepare(self, shapes: dict[str, tuple[int, ...]], values: dict | None = None) -> None:
         g = self._graph
         known: dict[int, TensorInfo] = {}
         for i, v in enumerate(g.values):
@@ -366,7 +400,8 @@ class Session:
         for i in g.inputs:
             v = g.values[i]
             known[i] = TensorInfo(shapes[v.name], v.dtype if v.dtype is not None
-                                  else np.dtype(np.float32))
+                                  else np.dtype(np.float32),
+                                  None if values is None else values.get(v.name))
         pending = []  # (node, ins infos, outs infos)
         for node in g.nodes:
             ins = [None if i == MISSING else known[i] for i in node.inputs]
@@ -380,6 +415,10 @@ class Session:
                 known[o] = info
             pending.append((node, ins, outs))
 
+        unproduced = [g.values[i].name for i in g.outputs if i not in known]
+        if unproduced:
+            raise ShapeError(f"graph output(s) {unproduced} are computed by no node sprat runs "
+                             f"(e.g. training-only outputs)")
         # memory plan over the steps that remain
         planned = {i for i in g.inputs}
         for node, _, _ in pending:
