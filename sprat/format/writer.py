@@ -11,6 +11,7 @@ import flatbuffers
 import numpy as np
 
 from .. import dtypes
+from .._fs import atomic_write
 from ..errors import ModelFormatError
 from ..ir.graph import Graph
 from . import _fb
@@ -437,11 +438,11 @@ def write_model(graph: Graph, path=None, *, external_data: str | None = None,
     model_bytes = _assemble(head, blobs, data_start)
     if path is not None:
         path = os.fspath(path)
-        _atomic_write(path, lambda f: f.write(model_bytes))
+        atomic_write(path, lambda f: f.write(model_bytes))
         if external_data is not None:
             wpath = os.path.join(os.path.dirname(os.path.abspath(path)), *external_data.split("/"))
             os.makedirs(os.path.dirname(wpath), exist_ok=True)
-            _atomic_write(wpath, lambda f: blobs.write_to(f, 0))
+            atomic_write(wpath, lambda f: blobs.write_to(f, 0))
     return model_bytes
 
 
@@ -455,18 +456,3 @@ def _assemble(head: bytes, blobs: _Blobs, data_start: int | None) -> bytes:
     out.write(b"\0" * (data_start - len(head)))
     blobs.write_to(out, data_start)
     return out.getvalue()
-
-
-def _atomic_write(path: str, write):
-    tmp = f"{path}.{os.getpid()}-{uuid_mod.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "xb") as f:  # NOTE: open() (not mkstemp) so the umask sets the mode
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-

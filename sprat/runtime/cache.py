@@ -45,6 +45,7 @@ import uuid
 
 import numpy as np
 
+from .._fs import atomic_write
 from ..errors import ModelFormatError
 from ..ir.graph import Graph
 from ..version import __version__
@@ -258,10 +259,10 @@ def _store(graph: Graph, data: bytes, path: str | None, parts: dict, key: str, c
         digest = hashlib.sha256(blob).hexdigest()
         name = f"{key}-{digest[:16]}.sprat"
         os.makedirs(cache_dir, exist_ok=True)
-        _atomic_write(os.path.join(cache_dir, name), blob)
+        atomic_write(os.path.join(cache_dir, name), blob)
         manifest = {"layout": LAYOUT, "key": parts, "model_file": name,
                     "model_bytes": len(blob), "model_sha256": digest, "external": external}
-        _atomic_write(os.path.join(cache_dir, key + ".json"),
+        atomic_write(os.path.join(cache_dir, key + ".json"),
                       json.dumps(manifest, indent=1, sort_keys=True).encode())
     except Exception as e:  # noqa: BLE001 - NOTE: the cache is an optimisation, never fatal
         log.warning("compiled cache: cannot write an entry to %s (%s: %s); running without it",
@@ -318,17 +319,3 @@ def _sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
