@@ -252,6 +252,11 @@ def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> 
         f"Command: `{cmd}`  \nDate: {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
         f"{machine_info()}\n\n{table}\n")
     path.parent.mkdir(parents=True, exist_ok=True)
+    # NOTE: keep the sections other benchmarks append (bench/sessions.py, bench/cold_start.py)
+    old = path.read_text() if path.exists() else ""
+    rest = old.find("\n## ")
+    if rest >= 0:
+        text = text.rstrip() + "\n" + old[rest:]
     path.write_text(text)
 
 
