@@ -1,9 +1,18 @@
 """The explicit table of reference-kernel families (STYLE §2: registries are explicit tables)."""
 
-from . import ops_elementwise, ops_nn, ops_reduce, ops_rnn, ops_tensor
+from . import (
+    ops_attention,
+    ops_elementwise,
+    ops_loss,
+    ops_nn,
+    ops_reduce,
+    ops_rnn,
+    ops_tensor,
+)
 
 OPS: dict = {}
-for _family in (ops_elementwise, ops_tensor, ops_reduce, ops_nn, ops_rnn):
+for _family in (ops_elementwise, ops_tensor, ops_reduce, ops_nn, ops_rnn, ops_attention,
+                ops_loss):
     _dup = OPS.keys() & _family.OPS.keys()
     assert not _dup, f"op types registered twice: {_dup}"
     OPS.update(_family.OPS)

@@ -1,0 +1,3 @@
+"""Reference kernels: attention ops."""
+
+OPS: dict = {}

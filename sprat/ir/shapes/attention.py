@@ -1,0 +1,3 @@
+"""Shape functions: attention ops."""
+
+SHAPES: dict = {}

@@ -1,0 +1,3 @@
+"""Shape functions: loss ops."""
+
+SHAPES: dict = {}
