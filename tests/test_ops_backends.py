@@ -238,6 +238,16 @@ REGISTRY_CASES = _unary_cases() + [
                   "r": randn(1, 24, 6, seed=2, scale=0.5), "b": randn(1, 48, seed=3, scale=0.5),
                   "lens": np.array([5, 2, 4], I32)},
          {"hidden_size": 6}, n_outputs=3, const_inputs={"w", "r", "b"}),
+    case("NegativeLogLikelihoodLoss", {"x": randn(3, 4, 2),
+                                       "t": np.array([[0, 3], [1, -1], [2, 2]], I64),
+                                       "w": np.array([0.5, 1.0, 1.5, 2.0], F32)},
+         {"reduction": "mean", "ignore_index": -1}, opset=22, const_inputs={"w"}),
+    case("SoftmaxCrossEntropyLoss", {"x": randn(3, 4, 2),
+                                     "t": np.array([[0, 3], [1, -1], [2, 2]], I64)},
+         {"reduction": "none", "ignore_index": -1}, opset=13, n_outputs=2),
+    case("Attention", {"q": randn(2, 4, 3, 8), "k": randn(2, 2, 5, 8, seed=1),
+                       "v": randn(2, 2, 5, 8, seed=2)}, {"is_causal": 1}),
+    case("RMSNormalization", {"x": randn(2, 5, 8), "s": randn(8, seed=1)}, const_inputs={"s"}),
 ]
 
 
