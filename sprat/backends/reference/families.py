@@ -5,14 +5,16 @@ from . import (
     ops_elementwise,
     ops_loss,
     ops_nn,
+    ops_quant,
     ops_reduce,
     ops_rnn,
+    ops_sample,
     ops_tensor,
 )
 
 OPS: dict = {}
 for _family in (ops_elementwise, ops_tensor, ops_reduce, ops_nn, ops_rnn, ops_attention,
-                ops_loss):
+                ops_loss, ops_quant, ops_sample):
     _dup = OPS.keys() & _family.OPS.keys()
     assert not _dup, f"op types registered twice: {_dup}"
     OPS.update(_family.OPS)

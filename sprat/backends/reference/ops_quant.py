@@ -1,0 +1,3 @@
+"""Reference kernels: quant ops."""
+
+OPS: dict = {}

@@ -1,0 +1,3 @@
+"""Reference kernels: sample ops."""
+
+OPS: dict = {}

@@ -1,0 +1,3 @@
+"""Shape functions: quant ops."""
+
+SHAPES: dict = {}

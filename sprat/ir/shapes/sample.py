@@ -1,0 +1,3 @@
+"""Shape functions: sample ops."""
+
+SHAPES: dict = {}
