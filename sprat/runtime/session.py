@@ -90,8 +90,14 @@ class Session:
         self._graph = graph
         threads = min(self.config.num_threads, self.runtime.num_threads)
         self.num_threads = threads
-        self._backends = [make_backend(n, threads, packs) for n in self.config.backends]
-        self._backup = make_backend(self.config.backup, threads, packs)
+        # NOTE: one instance per backend name, so a backend listed twice (the default
+        # backends=("cpu",), backup="cpu") enters its run context once per run
+        made: dict = {}
+        for name in (*self.config.backends, self.config.backup):
+            if name not in made:
+                made[name] = make_backend(name, threads, packs)
+        self._backends = [made[n] for n in self.config.backends]
+        self._backup = made[self.config.backup]
         self._lock = threading.Lock()
         self._shapes: dict[str, tuple[int, ...]] | None = None
         self._plan: tuple = ()
