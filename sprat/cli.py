@@ -391,33 +391,10 @@ def resolve_shapes(session, shapes: dict[str, tuple[int, ...]] | None = None
 
 
 def session_flops(session, shapes: dict[str, tuple[int, ...]]) -> int:
-    """FLOPs of one run of ``session`` at input ``shapes`` (resizes the session).
-
-    Uses ``session.info()["flops"]`` when the runtime reports it, else sums
-    :func:`sprat.ir.flops.node_flops` over ``session.node_infos()``.
-    """
+    """FLOPs of one run of ``session`` at input ``shapes`` (resizes the session); see
+    ``Session.info()["flops"]``."""
     _resize(session, shapes)
-    info = session.info() if hasattr(session, "info") else {}
-    if info.get("flops") is not None:
-        return int(info["flops"])
-    from .ir.flops import graph_flops
-
-    node_infos = getattr(session, "node_infos", None)
-    if node_infos is not None:
-        return graph_flops(node_infos())
-    steps = getattr(session, "_steps", None)
-    if steps is None:
-        raise ShapeError("this runtime reports no FLOPs (Session.info() has no 'flops')")
-    # NOTE: fallback on the session's private plan until Session.info() reports "flops":
-    # each step holds its node and the planned input/output arrays (shapes are concrete).
-    return graph_flops((s.node, [None if a is None else _info(a) for a in s.ins],
-                        [_info(a) for a in s.outs]) for s in steps)
-
-
-def _info(a: np.ndarray):
-    from .ir.tensorinfo import TensorInfo
-
-    return TensorInfo(tuple(a.shape), a.dtype)
+    return int(session.info()["flops"])
 
 
 def random_feeds(session, shapes: dict[str, tuple[int, ...]], seed: int = 0,
