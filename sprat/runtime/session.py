@@ -95,7 +95,8 @@ class Session:
         made: dict = {}
         for name in (*self.config.backends, self.config.backup):
             if name not in made:
-                made[name] = make_backend(name, threads, packs)
+                made[name] = make_backend(name, threads, packs, self.config.precision,
+                                          self.config.memory)
         self._backends = [made[n] for n in self.config.backends]
         self._backup = made[self.config.backup]
         self._lock = threading.Lock()

@@ -46,11 +46,14 @@ class CpuBackend(Backend):
 
     name = "cpu"
 
-    def __init__(self, num_threads: int = 1, packs: PackCache | None = None):
+    def __init__(self, num_threads: int = 1, packs: PackCache | None = None,
+                 precision: str = "normal", memory: str = "normal"):
         from ..reference import ReferenceBackend
 
         self.num_threads = clamp(num_threads)
         self.packs = packs
+        self.precision = precision
+        self.memory = memory
         self._reference = ReferenceBackend()
 
     def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
