@@ -1,4 +1,4 @@
-"""``sprat.convert``: a source model (ONNX) -> optimized sprat Graph -> ``.sprat`` bytes."""
+"""``sprat.convert``: a source model (ONNX or TFLite) -> optimized sprat Graph -> ``.sprat`` bytes."""
 
 from __future__ import annotations
 
@@ -16,35 +16,70 @@ def stages() -> list[str]:
     return [*STAGES, *(name for name, _ in DEFAULT_PIPELINE)]
 
 
-def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Graph:
-    """Import an ONNX model (path, bytes or ``onnx.ModelProto``) and run the default passes,
-    stopping after the stage ``until`` when given (see ``stages()``).
+def is_tflite_source(src) -> bool:
+    """Whether ``src`` (path or bytes) is a TFLite model: a ``.tflite`` path, or bytes / a file
+    whose flatbuffer file identifier (offset 4) is ``TFL3``."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(src[4:8]) == b"TFL3"
+    if not isinstance(src, (str, os.PathLike)):
+        return False
+    path = os.fspath(src)
+    if str(path).lower().endswith(".tflite"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(8)[4:8] == b"TFL3"
+    except OSError:
+        return False
 
-    Raises ModelFormatError (not an ONNX model), UnsupportedOpError (listing every missing op),
-    ConvertError (malformed graph). Needs the ``onnx`` package.
+
+def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Graph:
+    """Import an ONNX model (path, bytes or ``onnx.ModelProto``) or a TFLite model (``.tflite``
+    path or bytes, see ``is_tflite_source``) and run the default passes, stopping after the
+    stage ``until`` when given (see ``stages()``).
+
+    Raises ModelFormatError (not a valid model), UnsupportedOpError (listing every missing op),
+    ConvertError (malformed graph). ONNX needs the ``onnx`` package, TFLite the ``tflite`` one.
     """
+    from .passes import optimize as run_passes
+
+    if until is not None and until not in stages():
+        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(stages())}")
+    if is_tflite_source(src):
+        g = _import_tflite(src)
+        if not optimize or until == "import":
+            return g
+        return run_passes(g, until=until)
     try:
         import onnx  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("converting ONNX models needs the 'onnx' package: "
                           "pip install 'sprat[onnx]'") from e
     from .frontends.onnx.importer import import_model, load
-    from .passes import optimize as run_passes
 
-    if until is not None and until not in stages():
-        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(stages())}")
     g = import_model(load(src))
     if not optimize or until == "import":
         return g
     return run_passes(g, until=until)
 
 
+def _import_tflite(src) -> Graph:
+    try:
+        import tflite  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("converting TFLite models needs the 'tflite' package: "
+                          "pip install 'sprat[tflite]'") from e
+    from .frontends.tflite.importer import import_model
+
+    return import_model(src)
+
+
 def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | None = None,
             biz_code: str | None = None) -> bytes:
-    """Convert an ONNX model to the ``.sprat`` format.
+    """Convert an ONNX or TFLite model to the ``.sprat`` format.
 
     Args:
-        src: path to a ``.onnx`` file, its bytes, or an ``onnx.ModelProto``.
+        src: path to a ``.onnx`` or ``.tflite`` file, its bytes, or an ``onnx.ModelProto``.
         dst: where to write the ``.sprat`` file; None writes nothing.
         external_data: file name (relative to ``dst``) to hold the weights instead of the model.
         biz_code: free-form tag stored in the file's metadata (MNN's ``bizCode``).

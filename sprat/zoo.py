@@ -131,12 +131,48 @@ MODELS: dict[str, ZooModel] = {m.key: m for m in (
 ONNX_MODELS = tuple(k for k, m in MODELS.items() if m.format == "onnx")
 
 
+def _mp(key: str, member: str, sha256: str, name: str, size: int, low: float) -> ZooModel:
+    return ZooModel(key, *_MEDIAPIPE, f"mediapipe/modules/{member}", sha256,
+                    {name: ((1, size, size, 3), "float32", low, 1.0)}, _MEDIAPIPE_ARGS)
+
+
+# More TFLite models from the same pinned mediapipe wheel (the TFLite frontend's extra tests):
+# sparse weights (DENSIFY), DEPTH_TO_SPACE, PRELU, FULLY_CONNECTED, MEAN. Inputs are NHWC in the
+# range the MediaPipe graphs feed them ([-1, 1] for the detectors, [0, 1] for landmarks).
+EXTRA_MODELS: dict[str, ZooModel] = {m.key: m for m in (
+    _mp("mediapipe_face_detection_full_sparse",
+        "face_detection/face_detection_full_range_sparse.tflite",
+        "2c3728e6da56f21e21a320433396fb06d40d9088f2247c05e5635a688d45dfe1",
+        "input_1", 192, -1.0),
+    _mp("mediapipe_palm_detection_lite", "palm_detection/palm_detection_lite.tflite",
+        "e9a4aaddf90dda56a87235303cf00e4c2d3fb28725f68fd88772997dac905c18",
+        "input_1", 192, 0.0),
+    _mp("mediapipe_face_landmark", "face_landmark/face_landmark.tflite",
+        "1055cb9d4a9ca8b8c688902a3a5194311138ba256bcc94e336d8373a5f30c814",
+        "input_1", 192, 0.0),
+    _mp("mediapipe_hand_landmark_lite", "hand_landmark/hand_landmark_lite.tflite",
+        "048edd3645c9bf7397d19a9f6e3a42957d6e414c9bea6598030a2e9b624156e6",
+        "input_1", 224, 0.0),
+    _mp("mediapipe_pose_detection", "pose_detection/pose_detection.tflite",
+        "9ba9dd3d42efaaba86b4ff0122b06f29c4122e756b329d89dca1e297fd8f866c",
+        "input_1", 224, -1.0),
+    _mp("mediapipe_pose_landmark_full", "pose_landmark/pose_landmark_full.tflite",
+        "e9a5c5cb17f736fafd4c2ec1da3b3d331d6edbe8a0d32395855aeb2cdfd64b9f",
+        "input_1", 256, 0.0),
+    _mp("mediapipe_iris_landmark", "iris_landmark/iris_landmark.tflite",
+        "d1744d2a09c25f501d39eba4faff47e53ecca8852c5ce19bce8eeac39357521f",
+        "input_1", 64, 0.0),
+)}
+
+
 def get(key: str) -> ZooModel:
-    """The :class:`ZooModel` named ``key``. Raises ZooError listing the known keys."""
-    try:
-        return MODELS[key]
-    except KeyError:
-        raise ZooError(f"unknown zoo model {key!r}; known: {', '.join(MODELS)}") from None
+    """The :class:`ZooModel` named ``key`` (``MODELS`` or ``EXTRA_MODELS``). Raises ZooError
+    listing the known keys."""
+    model = MODELS.get(key, EXTRA_MODELS.get(key))
+    if model is None:
+        raise ZooError(f"unknown zoo model {key!r}; known: "
+                       f"{', '.join([*MODELS, *EXTRA_MODELS])}") from None
+    return model
 
 
 def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
