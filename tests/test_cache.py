@@ -58,10 +58,16 @@ def _count_converts(monkeypatch):
 
 def _entry(cache_dir) -> tuple[pathlib.Path, pathlib.Path]:
     """(manifest, model file) of the only entry in ``cache_dir``."""
-    manifests = sorted(pathlib.Path(cache_dir).glob("*.json"))
+    manifests = _manifests(cache_dir)
     assert len(manifests) == 1, manifests
     man = json.loads(manifests[0].read_text())
     return manifests[0], pathlib.Path(cache_dir) / man["model_file"]
+
+
+def _manifests(cache_dir) -> list[pathlib.Path]:
+    """The entry manifests (not the pack indexes ``<key>.packs.json``)."""
+    return sorted(p for p in pathlib.Path(cache_dir).glob("*.json")
+                  if not p.name.endswith(".packs.json"))
 
 
 def _assert_same(outs, ref):
@@ -109,7 +115,7 @@ def test_config_parts_are_separate_entries(model, tmp_path):
     path, feeds, ref = model
     _session(path, tmp_path)
     _assert_same(_session(path, tmp_path, precision="high").run(None, feeds), ref)
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    assert len(_manifests(tmp_path)) == 2
 
 
 def test_num_threads_shares_the_entry(model, tmp_path, monkeypatch):
@@ -297,3 +303,114 @@ def test_concurrent_cold_processes(model, tmp_path):
                                              ["source_sha256"], sprat.ScheduleConfig()),
                              manifest.stem, str(tmp_path), path)
     assert graph.nodes
+
+
+# ---- packed weights -------------------------------------------------------------------------
+def _packs_of(sess) -> dict:
+    """The PackCache items of an InferenceSession's interpreter."""
+    return dict(sess.session._packs.items())
+
+
+def _pack_files(cache_dir) -> tuple[pathlib.Path, pathlib.Path]:
+    index = sorted(pathlib.Path(cache_dir).glob("*.packs.json"))
+    assert len(index) == 1, index
+    return index[0], pathlib.Path(cache_dir) / json.loads(index[0].read_text())["file"]
+
+
+def _flat(v) -> list:
+    return v if isinstance(v, list) else [v]
+
+
+def _fill_packs(path, feeds, ref, cache_dir) -> dict:
+    """A cold session (writes the entry), run, collected: its packs are written then."""
+    import gc
+
+    sess = _session(path, cache_dir)
+    _assert_same(sess.run(None, feeds), ref)
+    packed = {k: [a.copy() for a in _flat(v)] for k, v in _packs_of(sess).items()}
+    del sess
+    gc.collect()
+    assert packed, "the model packs no weights: pick another model for these tests"
+    return packed
+
+
+def test_packs_stored_and_mapped_on_warm_start(model, tmp_path, monkeypatch, caplog):
+    path, feeds, ref = model
+    packed = _fill_packs(path, feeds, ref, tmp_path)
+    index, data = _pack_files(tmp_path)
+    assert data.stat().st_size >= sum(a.nbytes for v in packed.values() for a in v)
+    _no_convert(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="sprat"):
+        sess = _session(path, tmp_path)
+        _assert_same(sess.run(None, feeds), ref)
+    assert not _warnings(caplog)
+    warm = _packs_of(sess)
+    assert set(warm) == set(packed)
+    for k, v in warm.items():
+        for a, b in zip(_flat(v), packed[k]):
+            assert not a.flags.owndata and a.flags.writeable  # a copy-on-write map of the file
+            np.testing.assert_array_equal(a, b)
+
+
+def _truncate_packs(index, data):
+    data.write_bytes(data.read_bytes()[:-64])
+
+
+def _flip_packs(index, data):
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    data.write_bytes(bytes(raw))
+
+
+def _flip_packs_and_index_size(index, data):
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 0x01  # NOTE: the size still matches: only the array checksum catches it
+    data.write_bytes(bytes(raw))
+
+
+def _garbage_index(index, data):
+    index.write_text("{not json")
+
+
+def _foreign_kernel_code(index, data):
+    man = json.loads(index.read_text())
+    man["kernel_code"] = "0" * 16
+    index.write_text(json.dumps(man))
+
+
+def _bad_offset(index, data):
+    man = json.loads(index.read_text())
+    man["arrays"][0][5] = man["bytes"] + 64
+    index.write_text(json.dumps(man))
+
+
+PACK_CORRUPTIONS = [_truncate_packs, _flip_packs, _flip_packs_and_index_size, _garbage_index,
+                    _foreign_kernel_code, _bad_offset]
+
+
+@pytest.mark.parametrize("corrupt", PACK_CORRUPTIONS, ids=lambda f: f.__name__.strip("_"))
+def test_bad_packs_are_repacked(model, tmp_path, monkeypatch, caplog, corrupt):
+    import gc
+
+    path, feeds, ref = model
+    packed = _fill_packs(path, feeds, ref, tmp_path)
+    corrupt(*_pack_files(tmp_path))
+    _no_convert(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="sprat"):
+        sess = _session(path, tmp_path)
+        _assert_same(sess.run(None, feeds), ref)
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "ignoring packed weights" in warned[0], warned
+    for k, v in _packs_of(sess).items():
+        for a, b in zip(_flat(v), packed[k]):
+            np.testing.assert_array_equal(a, b)
+    del sess
+    gc.collect()  # rewrites the pack file
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sprat"):
+        sess = _session(path, tmp_path)
+        _assert_same(sess.run(None, feeds), ref)
+    assert not _warnings(caplog)
+    assert all(not a.flags.owndata for v in _packs_of(sess).values() for a in _flat(v))
+    assert len(list(tmp_path.glob("*.bin"))) == 1 and not list(tmp_path.glob("*.tmp"))
+

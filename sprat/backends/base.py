@@ -50,17 +50,49 @@ class Backend:
 
 
 class PackCache:
-    """Packed weights shared by the sessions of one Interpreter: ``(node, tag) -> array``."""
+    """Packed weights shared by the sessions of one Interpreter: ``(node, tag) -> array``.
+
+    ``precision`` and ``memory`` are the ScheduleConfig modes of the session a ``view`` was
+    made for: kernels read them to choose how (and whether) to pack their weights.
+    """
+
+    precision = "normal"
+    memory = "normal"
 
     def __init__(self):
         self._items: dict = {}
         self._lock = threading.Lock()
+        self._source: list = [None]
+
+    def view(self, precision: str = "normal", memory: str = "normal") -> PackCache:
+        """The same shared storage, tagged with one session's ``precision`` and ``memory``
+        modes (``ScheduleConfig``): what ``Interpreter.create_session`` hands each session."""
+        v = PackCache.__new__(PackCache)
+        v._items, v._lock, v._source = self._items, self._lock, self._source
+        v.precision, v.memory = precision, memory
+        return v
+
+    def items(self) -> list[tuple]:
+        """``[(key, packed)]`` of every entry (a snapshot), for the compiled cache."""
+        with self._lock:
+            return list(self._items.items())
+
+    def set_source(self, source) -> None:
+        """Where ``get`` looks before packing: ``source(key)`` returns a stored packed array
+        (or list of arrays) for ``key``, or None (then ``make()`` packs it). The compiled cache
+        sets this to read its stored packs. Shared by every view of this cache."""
+        self._source[0] = source
 
     def get(self, key, make):
         with self._lock:
             arr = self._items.get(key)
             if arr is None:
-                arr = self._items[key] = make()
+                source = self._source[0]
+                if source is not None:
+                    arr = source(key)
+                if arr is None:
+                    arr = make()
+                self._items[key] = arr
             return arr
 
     def ids(self) -> set[int]:
@@ -89,3 +121,23 @@ def _nbytes(v) -> int:
     if isinstance(v, np.ndarray):
         return v.nbytes
     return sum(_nbytes(x) for x in v) if isinstance(v, (list, tuple)) else 0
+
+
+class DynamicKernel(Kernel):
+    """A kernel that can allocate its own outputs: for nodes whose output shapes are known only
+    once they have run (NonZero, Unique, an If whose branches differ, a Loop's scan outputs).
+
+    ``prepare(ins, outs)`` may be called with ``outs=None`` (output shapes unknown); then the
+    session calls ``run_dynamic(ins)``, which returns freshly allocated, C-contiguous outputs the
+    kernel does not keep. When the shapes are known, the session calls ``run`` as for any kernel;
+    the default ``run`` copies the results of ``run_dynamic`` into ``outs``.
+    """
+
+    def run_dynamic(self, ins: list[np.ndarray | None]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def run(self, ins: list[np.ndarray | None], outs: list[np.ndarray]) -> None:
+        for dst, src in zip(outs, self.run_dynamic(ins)):
+            if dst.shape != src.shape:
+                raise ValueError(f"kernel produced shape {src.shape}, planned {dst.shape}")
+            np.copyto(dst, src, casting="unsafe")

@@ -27,10 +27,29 @@ model is converted again and the entry rewritten. Writes are atomic (a temporary
 with ``os.replace``; the manifest last), so concurrent processes never read half an entry. A
 cache directory that cannot be written logs a warning; the model still runs.
 
-What is not cached (it is computed by ``Session`` on resize): the memory plan, kernel choices
-and packed weights — together 20-60 ms on the zoo models. Numba keeps its compiled kernels in
-its own on-disk cache (``cache=True``), validated by Numba against the source files, the CPU
-and its version: after one run on a machine a fresh process compiles nothing.
+Packed weights (MindSpore Lite's PackWeightManager on disk): the copies kernels make of their
+weights at prepare (``PackCache``: transposed GEMM weights, conv weights in the layout of their
+algorithm, fp16 weights under ``precision="low"``) are written once into the entry and mapped
+back on a warm start, so a warm session packs nothing::
+
+    <key>.packs.json           index: LAYOUT, the key parts, the model file's sha256, a
+                               fingerprint of the kernel code (``sprat/backends``), the pack
+                               file's name and size, and per array its (node name, tag, list
+                               item), dtype, shape, offset and sha256
+    <key>-packs-<sha16>.bin    the arrays, raw, each 64-byte aligned (mapped copy-on-write)
+
+The pack tags name the kernel's choice (e.g. ``pointwise``/``shift``/``im2col`` for a conv,
+``b_packed``/``w_f16`` for a Gemm): a warm session that chooses another kernel asks for a key the
+file does not hold and packs it itself. Each array is checked against its sha256 when a
+session first asks for it; an index that does not match the entry (other model file, other
+kernel code, other layout), a pack file of the wrong size or an array with the wrong checksum
+is reported (warning), not used, and the file is rewritten. New packs (first start, other
+input shapes, other modes) are written when the Interpreter is collected or the process exits.
+
+Not cached: the memory plan (``plan_memory`` costs well under 1 ms on the zoo models, and
+depends on the input shapes, which most zoo models leave symbolic). Numba keeps its compiled
+kernels in its own on-disk cache (``cache=True``), validated by Numba against the source
+files, the CPU and its version: after one run on a machine a fresh process compiles nothing.
 """
 
 from __future__ import annotations
@@ -38,10 +57,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
 import platform
 import re
+import threading
 import uuid
+import weakref
 
 import numpy as np
 
@@ -55,6 +77,8 @@ log = logging.getLogger("sprat")
 LAYOUT = 1  # NOTE: bump when the entry layout or the meaning of a key part changes
 _CODE_PARTS = ("converter.py", "dtypes.py", "version.py", "frontends", "passes", "ir", "format")
 _CODE_SUFFIXES = (".py", ".fbs")
+_PACK_CODE_PARTS = ("backends",)
+PACK_ALIGN = 64
 
 
 # ---- key ------------------------------------------------------------------------------------
@@ -104,12 +128,13 @@ def _dist_version(name: str) -> str:
         return "unknown"
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(parts: tuple[str, ...] = _CODE_PARTS) -> str:
     """sha256 (16 hex digits) of (path, size, mtime) of every source file of the sprat packages
-    that produce the optimized graph; a change to any of them makes every entry stale."""
+    ``parts`` (default: those that produce the optimized graph; the pack index uses
+    ``("backends",)``); a change to any of them makes every entry stale."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     h = hashlib.sha256()
-    for part in _CODE_PARTS:
+    for part in parts:
         top = os.path.join(root, part)
         files = [top] if os.path.isfile(top) else []
         for dirpath, dirnames, filenames in os.walk(top):
@@ -175,13 +200,16 @@ def load_or_convert(source, config) -> tuple[Graph, object]:
         reason = _check(old, parts, key, cache_dir, path)
         if isinstance(reason, tuple):
             log.debug("compiled cache: hit %s", manifest_path)
+            _register(reason[0], PackStore(cache_dir, key, parts, old_digest(old)))
             return reason
         log.warning("compiled cache: ignoring entry %s (%s); converting the model again",
                     manifest_path, reason)
     else:
         log.debug("compiled cache: miss %s", manifest_path)
     graph = convert_graph(path if path is not None else data)
-    _store(graph, data, path, parts, key, cache_dir, old)
+    digest = _store(graph, data, path, parts, key, cache_dir, old)
+    if digest is not None:
+        _register(graph, PackStore(cache_dir, key, parts, digest))
     return graph, None
 
 
@@ -246,8 +274,9 @@ def _check(raw, parts: dict, key: str, cache_dir: str, path: str | None):
 
 
 def _store(graph: Graph, data: bytes, path: str | None, parts: dict, key: str, cache_dir: str,
-           old) -> None:
-    """Write the entry (model file first, manifest last, each atomically); log, never raise."""
+           old) -> str | None:
+    """Write the entry (model file first, manifest last, each atomically); log, never raise.
+    Returns the model file's sha256, or None when the entry could not be written."""
     from ..format import write_model
 
     try:
@@ -267,7 +296,7 @@ def _store(graph: Graph, data: bytes, path: str | None, parts: dict, key: str, c
     except Exception as e:  # noqa: BLE001 - NOTE: the cache is an optimisation, never fatal
         log.warning("compiled cache: cannot write an entry to %s (%s: %s); running without it",
                     cache_dir, type(e).__name__, e)
-        return
+        return None
     stale = _old_model_file(old, key)
     if stale is not None and stale != name:
         try:
@@ -275,6 +304,15 @@ def _store(graph: Graph, data: bytes, path: str | None, parts: dict, key: str, c
         except OSError:
             pass
     log.debug("compiled cache: stored %s", name)
+    return digest
+
+
+def old_digest(raw) -> str | None:
+    """The model sha256 a (valid) manifest's text records."""
+    try:
+        return json.loads(raw)["model_sha256"]
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        return None
 
 
 def _old_model_file(old, key: str) -> str | None:
@@ -319,3 +357,197 @@ def _sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# ---- packed weights -------------------------------------------------------------------------
+_STORES: dict = {}  # id(graph) -> (weakref to the graph, PackStore)
+
+
+def _register(graph, store: PackStore) -> None:
+    gid = id(graph)
+    _STORES[gid] = (weakref.ref(graph, lambda _r: _STORES.pop(gid, None)), store)
+
+
+def pack_store_of(graph) -> PackStore | None:
+    """The PackStore of a graph ``load_or_convert`` returned (None for any other graph)."""
+    hit = _STORES.get(id(graph))
+    return hit[1] if hit is not None and hit[0]() is graph else None
+
+
+class PackStore:
+    """The packed weights of one cache entry (see the module docstring): ``attach`` makes a
+    PackCache read them, ``save`` writes what the cache holds beyond them."""
+
+    def __init__(self, cache_dir: str, key: str, parts: dict, model_sha256: str):
+        self.cache_dir, self.key = cache_dir, key
+        self.index_path = os.path.join(cache_dir, key + ".packs.json")
+        self.want = {"layout": LAYOUT, "key": parts, "model_sha256": model_sha256,
+                     "kernel_code": code_fingerprint(_PACK_CODE_PARTS)}
+        self._index: dict = {}  # (node, tag) -> [(item, dtype, shape, offset, sha256)]
+        self._mm = None
+        self._bad = False  # something stored was unusable: rewrite on save
+        self._used: set = set()
+        self._lock = threading.Lock()
+
+    def attach(self, packs) -> None:
+        """Read the index (if any) and make ``packs`` look up stored arrays before packing;
+        ``save(packs)`` runs when the PackCache is collected or at exit."""
+        self._load()
+        packs.set_source(self._lookup)
+        weakref.finalize(packs, _save_quietly, self, packs._items, packs._lock)
+
+    def _load(self) -> None:
+        try:
+            with open(self.index_path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            log.debug("compiled cache: no packed weights yet (%s)", self.index_path)
+            return
+        except OSError as e:
+            return self._reject(f"cannot read the pack index: {e}")
+        try:
+            idx = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            return self._reject(f"pack index is not valid JSON: {e}")
+        if not isinstance(idx, dict):
+            return self._reject("pack index is not a JSON object")
+        for k, v in self.want.items():
+            if idx.get(k) != v:
+                return self._reject(f"pack index differs in {k}")
+        name, size, arrays = idx.get("file"), idx.get("bytes"), idx.get("arrays")
+        if not (isinstance(name, str) and isinstance(size, int) and isinstance(arrays, list)
+                and re.fullmatch(rf"{self.key}-packs-[0-9a-f]{{16}}\.bin", name)):
+            return self._reject("pack index names no valid pack file")
+        path = os.path.join(self.cache_dir, name)
+        try:
+            with open(path, "rb") as f:
+                actual = os.fstat(f.fileno()).st_size
+                if actual != size:
+                    return self._reject(f"pack file has {actual} bytes, the index says {size}")
+                # NOTE: copy-on-write: writable arrays (one Numba signature with packed
+                # arrays made in memory) whose pages stay shared with the page cache
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+        except (OSError, ValueError) as e:
+            return self._reject(f"pack file unusable: {e}")
+        index: dict = {}
+        try:
+            for node, tag, item, dtype, shape, off, digest in arrays:
+                dt = np.dtype(dtype)
+                shape = tuple(int(d) for d in shape)
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+                if dt.hasobject or off < 0 or off % PACK_ALIGN or off + nbytes > size \
+                        or not isinstance(digest, str) or (item is not None and item < 0):
+                    raise ValueError(f"bad array record for {node!r} {tag!r}")
+                index.setdefault((node, tag), []).append((item, dt, shape, off, digest))
+        except (TypeError, ValueError) as e:
+            return self._reject(f"pack index malformed: {e}")
+        self._index, self._mm = index, mm
+        log.debug("compiled cache: %d packed weights available in %s", len(index), name)
+
+    def _reject(self, reason: str) -> None:
+        log.warning("compiled cache: ignoring packed weights %s (%s); packing again",
+                    self.index_path, reason)
+        self._bad = True
+
+    def _lookup(self, key):
+        """The stored array (or list) for ``(node name, tag)``, checked; None to pack."""
+        recs = self._index.get(key) if isinstance(key, tuple) else None
+        if recs is None:
+            return None
+        out = []
+        for item, dt, shape, off, digest in recs:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            arr = np.frombuffer(self._mm, dt, nbytes // dt.itemsize if dt.itemsize else 0,
+                                off).reshape(shape) if nbytes else np.zeros(shape, dt)
+            if hashlib.sha256(arr).hexdigest() != digest:
+                self._reject(f"packed weight {key!r} checksum mismatch")
+                with self._lock:
+                    self._index = {}
+                return None
+            out.append((item, arr))
+        with self._lock:
+            self._used.add(key)
+        if len(out) == 1 and out[0][0] is None:
+            return out[0][1]
+        out.sort(key=lambda t: t[0])
+        if [i for i, _ in out] != list(range(len(out))):
+            return None
+        return [a for _, a in out]
+
+    def save(self, items: dict, lock) -> None:
+        """Write every packed array of ``items`` (a PackCache's dict) into a new pack file
+        when some are not stored yet (or the stored ones were unusable). Never raises."""
+        with lock:
+            snapshot = dict(items)
+        keys = {k for k in snapshot if _key_ok(k) and _arrays_of(snapshot[k]) is not None}
+        stored = set(self._index)
+        if not self._bad and keys <= stored:
+            return
+        if self._index and not self._bad:  # NOTE: keep what other sessions may use later
+            for k in stored - keys:
+                v = self._lookup(k)
+                if v is not None:
+                    snapshot[k] = v
+                    keys.add(k)
+        records, chunks, off = [], [], 0
+        for node, tag in sorted(keys):
+            for item, arr in _arrays_of(snapshot[(node, tag)]):
+                arr = np.ascontiguousarray(arr)
+                pad = (-off) % PACK_ALIGN
+                chunks.append(b"\0" * pad)
+                off += pad
+                records.append([node, tag, item, arr.dtype.str, list(arr.shape), off,
+                                hashlib.sha256(arr).hexdigest()])
+                chunks.append(arr.tobytes())
+                off += arr.nbytes
+        blob = b"".join(chunks)
+        name = f"{self.key}-packs-{hashlib.sha256(blob).hexdigest()[:16]}.bin"
+        old = self._old_file()
+        try:
+            os.makedirs(self.cache_dir, exist_ok=True)
+            atomic_write(os.path.join(self.cache_dir, name), blob)
+            atomic_write(self.index_path, json.dumps(
+                {**self.want, "file": name, "bytes": len(blob), "arrays": records},
+                sort_keys=True).encode())
+        except Exception as e:  # noqa: BLE001 - NOTE: the cache is an optimisation
+            log.warning("compiled cache: cannot write packed weights to %s (%s: %s)",
+                        self.cache_dir, type(e).__name__, e)
+            return
+        if old is not None and old != name:
+            try:
+                os.unlink(os.path.join(self.cache_dir, old))
+            except OSError:
+                pass
+        log.debug("compiled cache: stored %d packed weights (%d bytes) in %s", len(keys),
+                  len(blob), name)
+
+    def _old_file(self) -> str | None:
+        try:
+            with open(self.index_path, "rb") as f:
+                name = json.loads(f.read())["file"]
+        except (OSError, ValueError, TypeError, KeyError, UnicodeDecodeError):
+            return None
+        ok = isinstance(name, str) and re.fullmatch(rf"{self.key}-packs-[0-9a-f]{{16}}\.bin", name)
+        return name if ok else None
+
+
+def _save_quietly(store: PackStore, items: dict, lock) -> None:
+    try:
+        store.save(items, lock)
+    except Exception as e:  # noqa: BLE001 - NOTE: runs at exit; never fail the process
+        log.warning("compiled cache: cannot write packed weights (%s: %s)", type(e).__name__, e)
+
+
+def _key_ok(key) -> bool:
+    return (isinstance(key, tuple) and len(key) == 2
+            and all(isinstance(x, str) for x in key))
+
+
+def _arrays_of(v):
+    """``[(item, array)]`` of a packed value (an array, or a list/tuple of arrays)."""
+    if isinstance(v, np.ndarray):
+        return None if v.dtype.hasobject else [(None, v)]
+    if isinstance(v, (list, tuple)) and v and all(
+            isinstance(x, np.ndarray) and not x.dtype.hasobject for x in v):
+        return list(enumerate(v))
+    return None

@@ -22,10 +22,16 @@ class ScheduleConfig:
         backup: the backend taking every node no backend in ``backends`` supports. The
             ``cpu`` backend runs every op: its fast kernels where they apply, the reference
             kernels for the rest (``Session.info()["backends"]`` says which ran each node).
-        precision: ``"normal"``, ``"high"`` or ``"low"``. Every kernel computes in fp32 today,
-            so all three run the same kernels; ``"low"`` is reserved for reduced-precision
-            (bf16/int8) kernels where they are faster.
-        memory: ``"normal"`` or ``"low"`` (reserved; runs as ``"normal"`` today).
+        precision: ``"normal"``, ``"high"`` or ``"low"``. ``"normal"`` and ``"high"`` compute in
+            fp32 everywhere (``"high"``: no reduced-precision shortcut, today the same kernels).
+            ``"low"``: Gemm/MatMul with a constant 2-D weight store it as float16 (half the
+            bytes; widened to fp32 on the fly, fp32 accumulation) when the product has at most
+            2 rows (2.4-2.8x faster there), or any number of rows when ``memory="low"`` too
+            (slower, smaller). Conv, ConvTranspose, RNNs and all other ops stay fp32. Outputs
+            are within 1e-2 of fp32 relative to the largest output (README, "precision").
+        memory: ``"normal"`` or ``"low"`` (MNN ``Memory_Low``): no packed fp32 weight copies
+            where a kernel can use the stored weight (Gemm ``transB``, LSTM/GRU), at some speed;
+            conv kernels still pack.
         resize: ``"direct"`` (``Session.resize`` prepares at once) or ``"defer"`` (it prepares
             on the next run), MNN's ``Session_Resize_Direct`` / ``Session_Resize_Defer``.
         profiling: time every op of each run (``Session.info()["op_times_ms"]``); costs a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from ..backends.base import PackCache
 from ..errors import SpratError
@@ -25,6 +26,7 @@ class Interpreter:
         self.path = path
         self._packs = PackCache()
         self._onnx: str | None = None  # an ONNX source, converted on first need
+        self._attach_cache(graph)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, populate: bool = False) -> Interpreter:
@@ -88,7 +90,8 @@ class Interpreter:
             raise TypeError(f"runtime must be a sprat.Runtime, got {type(runtime).__name__}")
         if self._graph is None and self._onnx is not None:
             self._convert(config)
-        return Session(self.graph, config, self._packs, runtime)
+        cfg = config if config is not None else ScheduleConfig()
+        return Session(self.graph, config, self._packs.view(cfg.precision, cfg.memory), runtime)
 
     def _convert(self, config: ScheduleConfig | None) -> None:
         """Convert the ONNX source, through the compiled cache when ``config.cache_dir``."""
@@ -96,11 +99,20 @@ class Interpreter:
             from .cache import load_or_convert
 
             self._graph, self._buffer = load_or_convert(self._onnx, config)
+            self._attach_cache(self._graph)
         else:
             from ..converter import convert_graph
 
             self._graph = convert_graph(self._onnx)
         self._onnx = None
+
+    def _attach_cache(self, graph) -> None:
+        """When ``graph`` came from the compiled cache, read and write the packed weights of
+        its entry (``sprat.runtime.cache.PackStore``)."""
+        cache = sys.modules.get("sprat.runtime.cache")  # NOTE: only loaded when a cache is used
+        store = None if cache is None or graph is None else cache.pack_store_of(graph)
+        if store is not None:
+            store.attach(self._packs)
 
     def release_model(self) -> None:
         """Drop the interpreter's hold on the model (MNN ``releaseModel``): the model buffer and

@@ -6,6 +6,15 @@
   the rows when B has no batch; otherwise every (batch, row block) pair is one GEMM, with
   per-batch operand offsets computed at prepare.
 Work is split by rows, or by columns when there are too few rows to go round the threads.
+
+Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
+- ``precision="low"``: a constant 2-D weight B is stored as float16 (half the bytes, shared
+  by the sessions) and widened to fp32 on the fly (``_lowp_nb``), fp32 accumulation, when
+  the product has at most ``GEMV_MAX_ROWS`` rows (memory-bound GEMV: 2.4-2.8x faster than
+  fp32 BLAS, ``bench/precision.py``), or any number of rows when ``memory="low"`` too
+  (then 1.2-1.6x slower than fp32 BLAS, for half the weight bytes).
+- ``memory="low"``: Gemm's transposed constant weight is used as stored (BLAS ``transB``)
+  instead of packed (K, N): no packed copy, the op ~1.6x slower.
 """
 
 from __future__ import annotations
@@ -13,12 +22,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._base import CpuKernel
+from . import _lowp_nb as lowp
+from ._base import CpuKernel, writable_alias
 from ._blas import sgemm
 from ._epilogue import empty_f32
 from ._math import ACT, FAST, act_inplace, act_of
 
 BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)
+GEMV_MAX_ROWS = 2  # fp16 weights beat fp32 BLAS up to this many rows (bench/precision.py)
+GEMV_PANEL = 2048  # columns per fp16 GEMV work item (y's panel stays in L1/L2)
+F16_PANEL_BYTES = 1 << 18  # widened weight panel of the fp16 GEMM path (fits in L2)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
@@ -109,6 +122,40 @@ class _Gemmish(CpuKernel):
         self.has_res = bool(self.node.attrs.get("_residual"))
         self.empty = empty_f32()
 
+    def _modes(self) -> tuple[str, str]:
+        """(precision, memory) of the session (ScheduleConfig), from the PackCache view."""
+        return (getattr(self.packs, "precision", "normal"),
+                getattr(self.packs, "memory", "normal"))
+
+    def _want_f16(self, b_const, rows: int) -> bool:
+        precision, memory = self._modes()
+        return (precision == "low" and b_const is not None and b_const.ndim == 2
+                and (rows <= GEMV_MAX_ROWS or memory == "low") and lowp.f16_ok(b_const))
+
+    def _prepare_f16(self, make_kn, bias) -> None:
+        """Switch to the fp16-weight path: ``make_kn()`` gives B as (K, N) float32; ``bias``
+        is None or N float32 values added to every row."""
+        packed = self.shared("w_f16", lambda: lowp.to_f16(make_kn()))
+        self._keep.append(packed)
+        self.w16 = writable_alias(packed, self._keep).reshape(-1)
+        self.has_bias16 = bias is not None
+        self.bias16 = (np.zeros(self.N, np.float32) if bias is None
+                       else np.ascontiguousarray(bias, np.float32))
+        nt = self.nt
+        if self.M <= GEMV_MAX_ROWS:
+            self.f16 = lowp.gemv_f16
+            self.cb = min(GEMV_PANEL, -(-(-(-self.N // nt)) // 16) * 16)
+            self.scratch16 = np.empty((nt, self.cb), np.float32)
+        else:
+            self.f16 = lowp.gemm_f16_blocks
+            self.cb = max(16, min(512, F16_PANEL_BYTES // (4 * max(self.K, 1)) // 16 * 16))
+            self.scratch16 = np.empty((nt, self.K * self.cb), np.float32)
+
+    def _run_f16(self, a, y, res):
+        code, pa, pb = self.act
+        self.f16(a, self.w16, y, self.M, self.N, self.K, self.cb, self.nt, self.bias16,
+                 self.has_bias16, res, self.has_res, code, pa, pb, self.scratch16)
+
     def _run(self, a, b, y, c, res):
         code, pa, pb = self.act
         gemm_blocks(a, b, y, self.offs, self.M, self.N, self.K, self.ta, self.tb, self.alpha,
@@ -161,7 +208,19 @@ class GemmKernel(_Gemmish):
         self.nt = self.threads if self.M * self.N * max(self.K, 1) >= (1 << 16) else 1
         self.rb, self.cb = _blocks(1, self.M, self.N, self.nt)
         self.bind_constants(ins, (0, 1, 2) if n_in > 2 else (0, 1))
-        if self.tb and 1 in self.consts:
+        self.f16 = None
+        b_const = self.consts.get(1)
+        c_const = self.consts.get(2) if self.has_c else None
+        if (not self.ta and self.alpha == 1.0 and (not self.has_c or (
+                self.sm == 0 and c_const is not None)) and self._want_f16(b_const, self.M)):
+            bias = None
+            if self.has_c:
+                bias = np.broadcast_to(np.float32(self.beta) * c_const.reshape(-1),
+                                       (self.N,))
+            tb = self.tb
+            self._prepare_f16(lambda: b_const.T if tb else b_const, bias)
+            return
+        if self.tb and 1 in self.consts and self._modes()[1] != "low":
             # NOTE: OpenBLAS runs A @ B^T 1.6x slower than A @ B with B packed (K, N) (measured:
             # the ddddocr OCR head, 32x1024 @ 1024x8210, 13.6 vs 8.5 ms): pack the weight once.
             b_const = self.consts[1]
@@ -170,8 +229,11 @@ class GemmKernel(_Gemmish):
             self.consts[1], self.tb, self.ldb = packed, False, packed.shape[1]
 
     def run(self, ins, outs):
-        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
         res = ins[-1].reshape(-1) if self.has_res else self.empty
+        if self.f16 is not None:
+            self._run_f16(self.arg(ins, 0).reshape(-1), outs[0].reshape(-1), res)
+            return
+        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
         self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
                   outs[0].reshape(-1), c, res)
 
@@ -219,9 +281,16 @@ class MatMulKernel(_Gemmish):
         self.nt = self.threads if nbatch * m * n * max(k, 1) >= (1 << 16) else 1
         self.rb, self.cb = _blocks(nbatch, m, n, self.nt)
         self.bind_constants(ins, (0, 1))
+        self.f16 = None
+        b_const = self.consts.get(1)
+        if nbatch == 1 and len(sb) == 2 and self._want_f16(b_const, m):
+            self._prepare_f16(lambda: b_const, None)
 
     def run(self, ins, outs):
         res = ins[-1].reshape(-1) if self.has_res else self.empty
+        if self.f16 is not None:
+            self._run_f16(self.arg(ins, 0).reshape(-1), outs[0].reshape(-1), res)
+            return
         self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
                   outs[0].reshape(-1), self.empty, res)
 

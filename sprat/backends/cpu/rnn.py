@@ -78,10 +78,16 @@ class LSTMKernel(CpuKernel):
         self.seq, self.batch = seq, batch
         direction = self.node.attrs.get("direction", "forward")
         self.reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
-        self.wt = self.shared("wt", lambda: [np.ascontiguousarray(w[d].T, dtype=np.float32)
-                                             for d in range(self.dirs)])
-        self.rt = self.shared("rt", lambda: [np.ascontiguousarray(r[d].T, dtype=np.float32)
-                                             for d in range(self.dirs)])
+        if getattr(self.packs, "memory", "normal") == "low" and w.dtype == r.dtype == np.float32:
+            # NOTE: ScheduleConfig(memory="low"): no packed copies; matmul reads the
+            # transposed views through BLAS's transpose flag
+            self.wt = [w[d].T for d in range(self.dirs)]
+            self.rt = [r[d].T for d in range(self.dirs)]
+        else:
+            self.wt = self.shared("wt", lambda: [np.ascontiguousarray(w[d].T, dtype=np.float32)
+                                                 for d in range(self.dirs)])
+            self.rt = self.shared("rt", lambda: [np.ascontiguousarray(r[d].T, dtype=np.float32)
+                                                 for d in range(self.dirs)])
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = [np.zeros(four_h, np.float32) for _ in range(self.dirs)]
