@@ -99,6 +99,8 @@ def cases():
         c.append(Case(name, nodes, {"x": x}, {"w": wt, "b": b}, {"_activation": "Relu"},
                       nhwc=True))
 
+    conv("stem conv3x3 s2 3->16 @320", 1, 3, 320, 320, 16, 3, 2, 1)
+    conv("stem conv3x3 s2 3->8 @48x192", 1, 3, 48, 192, 8, 3, 2, 1)
     conv("conv1x1 256->64 @56", 1, 256, 56, 56, 64, 1, 1, 0)
     conv("conv3x3 s1 64->64 @56", 1, 64, 56, 56, 64, 3, 1, 1)
     conv("conv3x3 s2 128->128 @56", 1, 128, 56, 56, 128, 3, 2, 1)

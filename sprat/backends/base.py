@@ -50,27 +50,12 @@ class Backend:
 
 
 class PackCache:
-    """Packed weights shared by the sessions of one Interpreter: ``(node, tag) -> array``.
-
-    ``precision`` and ``memory`` are the ScheduleConfig modes of the session a ``view`` was
-    made for: kernels read them to choose how (and whether) to pack their weights.
-    """
-
-    precision = "normal"
-    memory = "normal"
+    """Packed weights shared by the sessions of one Interpreter: ``(node, tag) -> array``."""
 
     def __init__(self):
         self._items: dict = {}
         self._lock = threading.Lock()
         self._source: list = [None]
-
-    def view(self, precision: str = "normal", memory: str = "normal") -> PackCache:
-        """The same shared storage, tagged with one session's ``precision`` and ``memory``
-        modes (``ScheduleConfig``): what ``Interpreter.create_session`` hands each session."""
-        v = PackCache.__new__(PackCache)
-        v._items, v._lock, v._source = self._items, self._lock, self._source
-        v.precision, v.memory = precision, memory
-        return v
 
     def items(self) -> list[tuple]:
         """``[(key, packed)]`` of every entry (a snapshot), for the compiled cache."""
@@ -80,7 +65,7 @@ class PackCache:
     def set_source(self, source) -> None:
         """Where ``get`` looks before packing: ``source(key)`` returns a stored packed array
         (or list of arrays) for ``key``, or None (then ``make()`` packs it). The compiled cache
-        sets this to read its stored packs. Shared by every view of this cache."""
+        sets this to read its stored packs."""
         self._source[0] = source
 
     def get(self, key, make):

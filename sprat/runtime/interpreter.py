@@ -90,8 +90,7 @@ class Interpreter:
             raise TypeError(f"runtime must be a sprat.Runtime, got {type(runtime).__name__}")
         if self._graph is None and self._onnx is not None:
             self._convert(config)
-        cfg = config if config is not None else ScheduleConfig()
-        return Session(self.graph, config, self._packs.view(cfg.precision, cfg.memory), runtime)
+        return Session(self.graph, config, self._packs, runtime)
 
     def _convert(self, config: ScheduleConfig | None) -> None:
         """Convert the ONNX source, through the compiled cache when ``config.cache_dir``."""

@@ -79,7 +79,9 @@ class CpuBackend(Backend):
         """The fast kernel when ``has_fast_kernel(node, ins)`` (assumed when ``ins`` is None),
         else the reference kernel."""
         if ins is None or self.has_fast_kernel(node, ins):
-            return KERNELS[node.op_type](node, self.num_threads, self.packs)
+            kernel = KERNELS[node.op_type](node, self.num_threads, self.packs)
+            kernel.precision, kernel.memory = self.precision, self.memory
+            return kernel
         return self._reference.make_kernel(node)
 
     def run_context(self):

@@ -14,10 +14,15 @@ class CpuKernel(Kernel):
 
     ``threads`` is the number of work slots a kernel splits its parallel loops into (the
     session's ``num_threads``); the Numba pool size itself is set by ``threading.limits``.
-    Subclasses implement ``supports(node, ins)`` (classmethod), ``prepare`` and ``run``.
+    ``precision`` and ``memory`` are the session's ScheduleConfig modes (set by
+    ``CpuBackend.make_kernel`` before ``prepare``; a kernel may pick a cheaper-memory or
+    reduced-precision path from them). Subclasses implement ``supports(node, ins)``
+    (classmethod), ``prepare`` and ``run``.
     """
 
     backend = "cpu"
+    precision = "normal"
+    memory = "normal"
     #: whether the kernel handles zero-size inputs (most do not: the reference backend does)
     empty_ok = False
 

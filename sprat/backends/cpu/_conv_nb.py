@@ -9,7 +9,7 @@ block and applies the fused epilogue while the block is hot in cache.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, uint64
 
 from ._blas import sgemm
 from ._epilogue import gather_rows, rows_inplace
@@ -29,9 +29,10 @@ def _fill(dst, v):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def pointwise_slot(t, nt, x, w, bias, res, has_res, y, P, C, M, G, blk, code, a, b):
-    """1x1, stride 1, no padding: ``y(P, M) = x(P, C) @ w`` per group, w packed (G, C/G, M/G).
-    Slot ``t`` of ``nt`` (blocks of ``blk`` pixels)."""
+def pointwise_slot(t, nt, x, w, bias, res, has_res, y, P, C, M, G, blk, wt, code, a, b):
+    """1x1, stride 1, no padding: ``y(P, M) = x(P, C) @ w`` per group, w packed (G, C/G, M/G),
+    or (``wt``) the model's own (M, C/G) weight used transposed. Slot ``t`` of ``nt`` (blocks
+    of ``blk`` pixels)."""
     cg = C // G
     mg = M // G
     nb = (P + blk - 1) // blk
@@ -39,8 +40,12 @@ def pointwise_slot(t, nt, x, w, bias, res, has_res, y, P, C, M, G, blk, code, a,
         p0 = bi * blk
         rows = min(blk, P - p0)
         for g in range(G):
-            sgemm(False, False, rows, mg, cg, 1.0, x, p0 * C + g * cg, C,
-                  w, g * cg * mg, mg, 0.0, y, p0 * M + g * mg, M)
+            if wt:
+                sgemm(False, True, rows, mg, cg, 1.0, x, p0 * C + g * cg, C,
+                      w, g * mg * cg, cg, 0.0, y, p0 * M + g * mg, M)
+            else:
+                sgemm(False, False, rows, mg, cg, 1.0, x, p0 * C + g * cg, C,
+                      w, g * cg * mg, mg, 0.0, y, p0 * M + g * mg, M)
         rows_inplace(y, p0 * M, rows, M, bias, res, has_res, code, a, b)
 
 
@@ -87,15 +92,33 @@ def shift_slot(t, nt, x, w, bias, res, has_res, y, N, H, W, C, M, OH, OW, kh, kw
                     bias, res, has_res, code, a, b)
 
 
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _copy_run(dst, d, src, s, n):
+    """dst[d:d+n] = src[s:s+n] for short runs: unsigned indices, so no negative-index select
+    and no slice objects (a stem copies 3-9 floats at a time)."""
+    for k in range(n):
+        dst[uint64(d + k)] = src[uint64(s + k)]
+
+
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _zero_run(dst, d, n):
+    for k in range(n):
+        dst[uint64(d + k)] = 0.0
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
 def im2col_slot(t, nt, x, w, bias, res, has_res, y, N, H, W, C, M, G, OH, OW, kh, kw, sh, sw,
                 dh, dw, ph, pw, R, col, code, a, b):
     """General conv (any stride, dilation, padding, groups): per block of R output rows and per
     group, gather the (rows*OW, kh*kw*C/G) patch matrix into ``col[t]`` and GEMM it with the
-    packed weights (G, kh, kw, C/G, M/G) straight into the output (ldc = M)."""
+    packed weights (G, kh, kw, C/G, M/G) straight into the output (ldc = M). With one group
+    and no horizontal dilation, a patch row's kw*C entries of one kernel row are one
+    contiguous run of the input, copied at once where the window is inside the image."""
     cg = C // G
     mg = M // G
     kk = kh * kw * cg
+    run = kw * cg
+    whole = G == 1 and dw == 1
     nbh = (OH + R - 1) // R
     nb = N * nbh
     colt = col[t]
@@ -109,16 +132,23 @@ def im2col_slot(t, nt, x, w, bias, res, has_res, y, N, H, W, C, M, G, OH, OW, kh
                 oh = oh0 + r
                 for ow in range(OW):
                     d = (r * OW + ow) * kk
+                    iw0 = ow * sw - pw
+                    inside = whole and iw0 >= 0 and iw0 + kw <= W
                     for i in range(kh):
                         ih = oh * sh - ph + i * dh
-                        for j in range(kw):
-                            iw = ow * sw - pw + j * dw
-                            if ih < 0 or ih >= H or iw < 0 or iw >= W:
-                                _fill(colt[d:d + cg], 0.0)
-                            else:
-                                s = ((n * H + ih) * W + iw) * C + g * cg
-                                _copy(colt[d:d + cg], x[s:s + cg])
-                            d += cg
+                        if ih < 0 or ih >= H:
+                            _zero_run(colt, d, run)
+                        elif inside:
+                            _copy_run(colt, d, x, ((n * H + ih) * W + iw0) * C, run)
+                        else:
+                            for j in range(kw):
+                                iw = iw0 + j * dw
+                                if iw < 0 or iw >= W:
+                                    _zero_run(colt, d + j * cg, cg)
+                                else:
+                                    _copy_run(colt, d + j * cg, x,
+                                              ((n * H + ih) * W + iw) * C + g * cg, cg)
+                        d += run
             sgemm(False, False, rows * OW, mg, kk, 1.0, colt, 0, kk, w, g * kk * mg, mg,
                   0.0, y, y0 + g * mg, M)
         rows_inplace(y, y0, rows * OW, M, bias, res, has_res, code, a, b)
@@ -248,9 +278,9 @@ def depthwise_slot(t, nt, x, w, wt, bias, bt, res, has_res, y, N, H, W, C, OH, O
 # directly: a parallel launch costs ~5 us, more than a tiny conv.
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def pointwise_par(nt, x, w, bias, res, has_res, y, P, C, M, G, blk, code, a, b):
+def pointwise_par(nt, x, w, bias, res, has_res, y, P, C, M, G, blk, wt, code, a, b):
     for t in prange(nt):
-        pointwise_slot(t, nt, x, w, bias, res, has_res, y, P, C, M, G, blk, code, a, b)
+        pointwise_slot(t, nt, x, w, bias, res, has_res, y, P, C, M, G, blk, wt, code, a, b)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)

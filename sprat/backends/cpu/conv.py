@@ -3,6 +3,8 @@
 Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group);
 - depthwise: group == C == M -> direct Numba kernel;
+- winograd: 3x3, stride 1, no dilation, group 1, >= 24 input and output channels ->
+  Winograd F(4,3) (``_winograd_nb``; MNN's choice for these convs);
 - shift-GEMM: stride 1, group 1, fewer than 128 channels -> kh*kw accumulating GEMMs over a
   padded band;
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
@@ -16,7 +18,8 @@ import numpy as np
 
 from ...ir.shapes.nn import conv_geometry
 from . import _conv_nb as nb
-from ._base import CpuKernel
+from . import _winograd_nb as wg_nb
+from ._base import CpuKernel, writable_alias
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
 
@@ -27,6 +30,13 @@ GEMM_ROWS = 384
 # GEMM with K = 9C only while C is small (16-64); from 128 channels im2col is as fast or faster.
 SHIFT_MAX_CHANNELS = 128
 PARALLEL_MIN_MACS = 1 << 20
+# NOTE: Winograd F(4,3) does 36 multiplies per 4x4 tile and channel pair instead of 144, but
+# adds two transforms per tile; below ~24 channels the transforms and the short GEMMs (K = C)
+# cost more than they save. Its packed weights are 4x the model's (36 vs 9 per channel pair),
+# so memory="low" sessions use the other algorithms.
+WINOGRAD_MIN_CHANNELS = 24
+WINOGRAD_TILES = 256  # at most this many tiles per block
+WINOGRAD_BLOCK_BYTES = 1 << 19  # V + M blocks (36 * TB * (C + M) floats) about this size
 
 
 def _split_inputs(node, ins):
@@ -106,13 +116,31 @@ class ConvKernel(CpuKernel):
         elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
             self.algo = "pointwise"
             cg, mg = c // group, m // group
-            self.w = self.shared("pointwise", lambda: np.ascontiguousarray(
-                wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel())
+            # NOTE: memory="low": the model's (M, C/G) weight, read transposed by the GEMM
+            self.wt = self.memory == "low"
+            self._keep = []
+            self.w = (writable_alias(w.value, self._keep).reshape(-1) if self.wt else
+                      self.shared("pointwise", lambda: np.ascontiguousarray(
+                          wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel()))
             blk = max(16, POINTWISE_BLOCK_BYTES // (4 * m))
             p = n * oh * ow
             nblocks = max(nt, -(-p // blk))
             nblocks = -(-nblocks // nt) * nt
             self.blk = -(-p // nblocks)
+        elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
+              and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
+              and oh >= 4 and ow >= 4 and self.memory != "low"):
+            self.algo = "winograd"
+            self.w = self.shared("winograd", lambda: wg_nb.pack_weights(wv))  # (36, C, M)
+            tiles = n * (-(-oh // 4)) * (-(-ow // 4))
+            tb = max(8, min(WINOGRAD_TILES, WINOGRAD_BLOCK_BYTES // (144 * (c + m))))
+            nblocks = max(nt, -(-tiles // tb))
+            nblocks = -(-nblocks // nt) * nt
+            self.tb = max(1, -(-tiles // nblocks))
+            self.vbuf = nb.scratch(nt, 36 * self.tb * c)
+            self.mbuf = nb.scratch(nt, 36 * self.tb * m)
+            self.pbuf = nb.scratch(nt, 72 * c)
+            self.obuf = nb.scratch(nt, 40 * m)
         elif sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS:
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
@@ -139,10 +167,13 @@ class ConvKernel(CpuKernel):
         nt, algo, hr = self.nt, self.algo, self.has_res
         if algo == "pointwise":
             args = (x, self.w, self.bias, res, hr, y, n * oh * ow, c, m, self.group, self.blk,
-                    code, a, b)
+                    self.wt, code, a, b)
         elif algo == "shift":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw, ph,
                     pw, self.rows, self.xb, self.acc, code, a, b)
+        elif algo == "winograd":
+            args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
+                    self.vbuf, self.mbuf, self.pbuf, self.obuf, code, a, b)
         elif algo == "depthwise":
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, code, a, b)
@@ -150,9 +181,13 @@ class ConvKernel(CpuKernel):
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, self.group, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
         if nt == 1:
-            nb.SLOT[algo](0, 1, *args)
+            SLOT[algo](0, 1, *args)
         else:
-            nb.PAR[algo](nt, *args)
+            PAR[algo](nt, *args)
+
+
+SLOT = {**nb.SLOT, "winograd": wg_nb.winograd_slot}
+PAR = {**nb.PAR, "winograd": wg_nb.winograd_par}
 
 
 def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:

@@ -122,13 +122,8 @@ class _Gemmish(CpuKernel):
         self.has_res = bool(self.node.attrs.get("_residual"))
         self.empty = empty_f32()
 
-    def _modes(self) -> tuple[str, str]:
-        """(precision, memory) of the session (ScheduleConfig), from the PackCache view."""
-        return (getattr(self.packs, "precision", "normal"),
-                getattr(self.packs, "memory", "normal"))
-
     def _want_f16(self, b_const, rows: int) -> bool:
-        precision, memory = self._modes()
+        precision, memory = self.precision, self.memory
         return (precision == "low" and b_const is not None and b_const.ndim == 2
                 and (rows <= GEMV_MAX_ROWS or memory == "low") and lowp.f16_ok(b_const))
 
@@ -220,7 +215,7 @@ class GemmKernel(_Gemmish):
             tb = self.tb
             self._prepare_f16(lambda: b_const.T if tb else b_const, bias)
             return
-        if self.tb and 1 in self.consts and self._modes()[1] != "low":
+        if self.tb and 1 in self.consts and self.memory != "low":
             # NOTE: OpenBLAS runs A @ B^T 1.6x slower than A @ B with B packed (K, N) (measured:
             # the ddddocr OCR head, 32x1024 @ 1024x8210, 13.6 vs 8.5 ms): pack the weight once.
             b_const = self.consts[1]

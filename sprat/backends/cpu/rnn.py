@@ -78,7 +78,7 @@ class LSTMKernel(CpuKernel):
         self.seq, self.batch = seq, batch
         direction = self.node.attrs.get("direction", "forward")
         self.reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
-        if getattr(self.packs, "memory", "normal") == "low" and w.dtype == r.dtype == np.float32:
+        if self.memory == "low" and w.dtype == r.dtype == np.float32:
             # NOTE: ScheduleConfig(memory="low"): no packed copies; matmul reads the
             # transposed views through BLAS's transpose flag
             self.wt = [w[d].T for d in range(self.dirs)]
