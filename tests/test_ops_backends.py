@@ -305,7 +305,11 @@ def test_registered_op(op, inputs, attrs, kw):
 def test_registry_covered():
     from sprat.backends.reference import _load_ops
 
+    from test_ops_extra import NEWER_THAN_ORT_CASES, PIPELINE_CASES
+
     covered = {p.values[0] for p in REGISTRY_CASES}
+    # the ops of test_ops_extra.py run through the whole pipeline there
+    covered |= {c[0] for c in (*PIPELINE_CASES, *NEWER_THAN_ORT_CASES)}
     missing = sorted(set(_load_ops()) - covered)
     assert not missing, f"reference ops without a full-pipeline case: {missing}"
 
@@ -906,11 +910,8 @@ def chain_reshape_runtime_shape():
         {"x": randn(2, 3, 4), "s": i64(4, 6)}, {"s": i64(-1, 2)}
 
 
-# NOTE: an allowlist that should only shrink: when sprat learns to run a graph whose shapes are
-# only known after a kernel has run, the xfail turns into a failure (strict) and is removed.
-@pytest.mark.xfail(reason="data-dependent output shapes on runtime inputs (NonZero, a runtime "
-                          "Reshape shape, ...) are not supported: a session plans every shape "
-                          "before any kernel runs (ShapeError)", raises=Exception, strict=True)
+# NOTE: shapes only known after a kernel has run: the session plans a static prefix, runs the
+# dynamic node, and plans the rest once its output shapes are known (cached by those shapes).
 @pytest.mark.parametrize("build", [chain_nonzero_runtime], ids=lambda f: f.__name__[6:])
 def test_data_dependent_shape_at_run_time(build):
     model, feeds, feeds2 = build()

@@ -341,17 +341,6 @@ def test_integer_zero_divisor_raises(op):
         OPS[op](np.array([5, -5], I32), np.array([2, 0], I32))
 
 
-def test_mod_float_needs_fmod():
-    from sprat.errors import ShapeError
-    from sprat.ir.graph import Node
-    from sprat.ir.shapes import infer
-    from sprat.ir.tensorinfo import TensorInfo
-
-    t = TensorInfo((3,), np.dtype(F32))
-    with pytest.raises(ShapeError, match="fmod=1"):
-        infer(Node("Mod", "m", [0, 1], [2], {"fmod": 0}), [t, t])
-
-
 def test_broadcast_mismatch_raises():
     from sprat.errors import ShapeError
     from sprat.ir.graph import Node

@@ -41,6 +41,9 @@ def node_flops(node: Node, ins: list[TensorInfo | None], outs: list[TensorInfo])
       - LSTM / GRU / RNN: ``2 * seq * batch * dirs * gates*H * (I + H)`` plus pointwise gate work.
       - MaxPool / AveragePool / LpPool: ``out_elems * prod(kernel_shape)``.
       - Global pools, reductions, ArgMax/Min: input elements.
+      - Einsum: ``2 * iteration space`` (every label's dim and the ellipsis dims) with two or
+        more operands, the iteration space with one.
+      - DeformConv: Conv's count plus ``8`` per sampled tap (bilinear: 4 corners, 2 each).
       - Anything else: output elements.
 
     Returns an int >= 0. Never raises on an unknown op (it falls back to output elements).
@@ -68,6 +71,16 @@ def node_flops(node: Node, ins: list[TensorInfo | None], outs: list[TensorInfo])
             k = a.shape[-1]
         flops = 2 * out_elems * k
         flops += out_elems if op == "Gemm" and _present(ins, 2) else 0
+    elif op == "Einsum":
+        from .shapes.extra import einsum_iterations
+
+        size = einsum_iterations(attrs.get("equation", ""), [t.shape for t in ins])
+        flops = 2 * size if len(ins) > 1 else size
+    elif op == "DeformConv":
+        w = ins[1]
+        taps = out_elems // max(w.shape[0], 1) * ins[0].shape[1] * math.prod(w.shape[2:])
+        flops = 2 * out_elems * _kernel_volume(w) + 8 * taps
+        flops += out_elems if _present(ins, 3) else 0
     elif op in _RECURRENT_GATES:
         flops = _recurrent(op, ins, attrs)
     elif op in _KERNEL_POOLS:

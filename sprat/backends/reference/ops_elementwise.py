@@ -296,7 +296,8 @@ def Pow(X, Y):
 
 
 def Mod(A, B, fmod=0):
-    """Mod-13: ``fmod=0`` takes the divisor's sign (integers only), ``fmod=1`` the dividend's."""
+    """Mod-13/28: ``fmod=0`` takes the divisor's sign (Python's %; floats allowed since Mod-28),
+    ``fmod=1`` the dividend's (C fmod)."""
     A, B = np.asarray(A), np.asarray(B)
     if A.dtype.kind not in "fc":
         _no_zero_divisor(B, "modulo")

@@ -93,9 +93,10 @@ def cast_like(ins, saturate=1, round_mode="up"):
 
 
 def mod(ins, fmod=0):
-    """Mod-13: a float input needs ``fmod=1`` (the spec, and onnxruntime, reject fmod=0)."""
-    if not fmod and ins[0].dtype.kind == "f":
-        raise ShapeError(f"Mod of {ins[0].dtype} needs fmod=1 (fmod=0 is integer-only)")
+    """Mod-28: broadcast shape, first input's dtype. ``fmod`` must be 0 or 1; since opset 28
+    ``fmod=0`` is defined for floats too (``A - floor(A / B) * B``, the divisor's sign)."""
+    if fmod not in (0, 1):
+        raise ShapeError(f"Mod fmod must be 0 or 1, got {fmod}")
     return broadcast(ins)
 
 

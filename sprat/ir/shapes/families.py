@@ -1,9 +1,9 @@
 """The explicit table of shape-function families (STYLE §2: registries are explicit tables)."""
 
-from . import attention, elementwise, loss, nn, quant, reduce, rnn, sample, tensor
+from . import attention, elementwise, extra, loss, nn, quant, reduce, rnn, sample, tensor
 
 SHAPES: dict = {}
-for _family in (elementwise, tensor, reduce, nn, rnn, attention, loss, quant, sample):
+for _family in (elementwise, tensor, reduce, nn, rnn, attention, loss, quant, sample, extra):
     _dup = SHAPES.keys() & _family.SHAPES.keys()
     assert not _dup, f"op types registered twice: {_dup}"
     SHAPES.update(_family.SHAPES)
