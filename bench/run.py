@@ -2,7 +2,9 @@
 
     python bench/run.py [--models a,b] [--threads 1,2] [--runs N] [--quick] [--write FILE]
 
-For each model (fetched with ``sprat.zoo``, fed ``zoo.sample_input``) and thread count, both
+For each model (fetched with ``sprat.zoo``, fed ``zoo.sample_input``; plus ``bert_encoder``, the
+BERT-style encoder of ``sprat.testing.transformer`` at BERT-mini size, 1 x 128 tokens) and thread
+count, both
 runtimes run in this one process, in alternating blocks, and the table reports:
 
 - median latency of sprat and of onnxruntime, and their ratio sprat/ort (lower is better), with the
@@ -156,10 +158,32 @@ def cold_start(kind: str, model: pathlib.Path, feeds_path: pathlib.Path, threads
     return cold, rss
 
 
+# NOTE: not a zoo file: the BERT-style encoder of sprat.testing.transformer, built here with
+# seeded weights (BERT-mini size: 4 layers, hidden 256, 4 heads, FFN 1024), batch 1 x 128 tokens.
+ENCODER = "bert_encoder"
+ENCODER_CONFIG = dict(vocab=8000, hidden=256, heads=4, layers=4, ffn=1024, max_len=128)
+ENCODER_SEQ = 128
+
+
+def model_and_feeds(key: str, workdir: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    """The ONNX file and sample feeds of ``key``: a zoo model, or the built-in encoder."""
+    if key != ENCODER:
+        return zoo.fetch(key), zoo.sample_input(key)
+    import onnx
+
+    from sprat.testing.transformer import build_encoder
+
+    path = workdir / f"{ENCODER}.onnx"
+    onnx.save(build_encoder(**ENCODER_CONFIG), path)
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, ENCODER_CONFIG["vocab"], (1, ENCODER_SEQ)),
+             "attention_mask": np.ones((1, ENCODER_SEQ), np.int64)}
+    return path, feeds
+
+
 def bench_model(key: str, threads: list[int], runs: int, cold_repeats: int,
                 workdir: pathlib.Path, log) -> list[Row]:
-    onnx_path = zoo.fetch(key)
-    feeds = zoo.sample_input(key)
+    onnx_path, feeds = model_and_feeds(key, workdir)
     sprat_path = workdir / f"{key}.sprat"
     t0 = time.perf_counter()
     sprat.convert(onnx_path, sprat_path)
@@ -264,8 +288,8 @@ def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", help=f"comma-separated zoo keys (default: all ONNX models: "
-                                    f"{', '.join(zoo.ONNX_MODELS)})")
+    p.add_argument("--models", help=f"comma-separated zoo keys or {ENCODER} (default: all "
+                                    f"ONNX models: {', '.join(zoo.ONNX_MODELS)}, {ENCODER})")
     p.add_argument("--threads", help="comma-separated thread counts (default 1,2; --quick 1)")
     p.add_argument("--runs", type=int, help="timed runs per setting (default 30; --quick 6)")
     p.add_argument("--cold-repeats", type=int,
@@ -278,8 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.models is not None:
         models = [m.strip() for m in args.models.split(",") if m.strip()]
     else:
-        models = [QUICK_MODEL] if args.quick else list(zoo.ONNX_MODELS)
+        models = [QUICK_MODEL] if args.quick else [*zoo.ONNX_MODELS, ENCODER]
     for m in models:
+        if m == ENCODER:
+            continue
         if m not in zoo.MODELS:
             p.error(f"unknown zoo model {m!r}; known: {', '.join(zoo.MODELS)}")
         if zoo.get(m).format != "onnx":

@@ -141,3 +141,36 @@ def test_transpose_of_equal_sized_axes_is_not_a_reshape():
     conv, inits = _conv("c", "x", "y")
     g = _check(_model([conv], inits, x_shape=(1, 8, 8, 8)), x_shape=(1, 8, 8, 8))
     assert g.op_counts().get("Transpose") == 2 and "Reshape" not in g.op_counts()
+
+
+@pytest.mark.parametrize("form", ["div_half_last", "mul_half_first"])
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_matmul_bias_gelu_residual_fuse(form, backends):
+    # BERT's FFN: Add(MatMul(x, W1), b1) -> erf GELU -> Add(MatMul(., W2), b2) -> Add(., x)
+    inits = {"w1": _f32(7, 12, scale=0.5), "b1": _f32(12), "w2": _f32(12, 7, scale=0.3),
+             "b2": _f32(7), "s2": np.array(np.sqrt(2.0), np.float32),
+             "r2": np.array(1 / np.sqrt(2.0), np.float32), "one": np.array(1.0, np.float32),
+             "half": np.array(0.5, np.float32)}
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["mm1"]), h.make_node("Add", ["mm1", "b1"], ["h"])]
+    if form == "div_half_last":
+        nodes += [h.make_node("Div", ["h", "s2"], ["d"]), h.make_node("Erf", ["d"], ["e"]),
+                  h.make_node("Add", ["e", "one"], ["p"]), h.make_node("Mul", ["h", "p"], ["m"]),
+                  h.make_node("Mul", ["m", "half"], ["gelu"])]
+    else:
+        nodes += [h.make_node("Mul", ["h", "half"], ["hh"]), h.make_node("Mul", ["h", "r2"], ["d"]),
+                  h.make_node("Erf", ["d"], ["e"]), h.make_node("Add", ["one", "e"], ["p"]),
+                  h.make_node("Mul", ["hh", "p"], ["gelu"])]
+    nodes += [h.make_node("MatMul", ["gelu", "w2"], ["mm2"]),
+              h.make_node("Add", ["b2", "mm2"], ["o"]), h.make_node("Add", ["o", "x"], ["y"])]
+    g = _check(_model(nodes, inits, x_shape=(2, 5, 7)), x_shape=(2, 5, 7), backends=backends)
+    assert g.op_counts() == {"MatMul": 2}
+    mm1, mm2 = g.nodes
+    assert mm1.attrs == {"_bias": True, "_activation": "Gelu"}
+    assert mm2.attrs == {"_bias": True, "_residual": True}
+
+
+def test_matmul_bias_not_fused_when_it_broadcasts_more_than_the_last_dim():
+    inits = {"w": _f32(7, 4), "b": _f32(5, 4)}
+    nodes = [h.make_node("MatMul", ["x", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["y"])]
+    g = _check(_model(nodes, inits, x_shape=(2, 5, 7)), x_shape=(2, 5, 7))
+    assert g.op_counts() == {"MatMul": 1, "Add": 1}

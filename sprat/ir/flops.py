@@ -53,6 +53,8 @@ def node_flops(node: Node, ins: list[TensorInfo | None], outs: list[TensorInfo])
     out_elems = outs[0].size if outs else 0
     if attrs.get("_residual"):
         ins = ins[:-1]  # the residual operand is the extra last input
+    if attrs.get("_bias"):
+        ins = ins[:-1]  # then the fused bias
     if op in ("Conv", "ConvInteger", "QLinearConv"):
         w = _weight(op, ins)
         flops = 2 * out_elems * _kernel_volume(w)
@@ -90,6 +92,8 @@ def node_flops(node: Node, ins: list[TensorInfo | None], outs: list[TensorInfo])
     else:
         flops = sum(o.size for o in outs)
     if attrs.get("_residual"):
+        flops += out_elems
+    if attrs.get("_bias"):
         flops += out_elems
     if attrs.get("_activation") is not None:
         flops += out_elems

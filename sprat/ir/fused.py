@@ -7,8 +7,12 @@ These let a pass fuse work into a node without inventing a new op type, and let 
   (conv-family, pooling, normalisation and resize ops). Weights keep their ONNX layout.
 - ``_residual=True``: the node has one extra input, last, added to its first output before the
   activation: ``Y = act(op(...) + R)``.
-- ``_activation="Relu"|"Clip"|"Sigmoid"|"HardSigmoid"|"HardSwish"|"LeakyRelu"|"Tanh"|"Silu"``
-  (Silu is ``x * sigmoid(x)``, YOLO's activation) with
+- ``_bias=True`` (MatMul): the node has one extra input after its spec inputs (before the
+  residual), a vector of the output's last-dim size added to every row:
+  ``Y = act(op(...) + B (+ R))`` (onnxruntime's MatMul+Add -> Gemm/FusedMatMul fusion).
+- ``_activation="Relu"|"Clip"|"Sigmoid"|"HardSigmoid"|"HardSwish"|"LeakyRelu"|"Tanh"|"Silu"|
+  "Gelu"`` (Silu is ``x * sigmoid(x)``, YOLO's activation; Gelu the erf form of Gelu-20,
+  ``0.5 * x * (1 + erf(x / sqrt(2)))``, BERT's) with
   ``_act_params`` (list of floats: Clip min,max; HardSigmoid alpha,beta; LeakyRelu alpha) applied
   last to the first output.
 """
@@ -48,6 +52,11 @@ def _activation(y, name, params):
         return np.tanh(y)
     if name == "Silu":
         return (y / (1.0 + np.exp(-y))).astype(y.dtype, copy=False)
+    if name == "Gelu":
+        from math import erf, sqrt
+
+        erf_v = np.vectorize(erf, otypes=[np.float64])
+        return (0.5 * y * (1.0 + erf_v(y / sqrt(2.0)))).astype(y.dtype, copy=False)
     if name == "HardSigmoid":
         alpha, beta = params
         return np.clip(alpha * y + beta, 0, 1).astype(y.dtype, copy=False)

@@ -9,6 +9,7 @@ from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_layernorm import fuse_layernorm
+from .fuse_matmul import fuse_gelu, fuse_matmul_bias, fuse_matmul_residual
 from .layout import to_nhwc
 from .transposes import optimize_transposes
 
@@ -19,8 +20,11 @@ DEFAULT_PIPELINE = [
     ("fold_conv_affine", fold_conv_affine),
     ("fuse_hardswish", fuse_hardswish),
     ("fuse_layernorm", fuse_layernorm),
+    ("fuse_gelu", fuse_gelu),
     ("layout", to_nhwc),
     ("transposes", optimize_transposes),
+    ("fuse_matmul_bias", fuse_matmul_bias),
+    ("fuse_matmul_residual", fuse_matmul_residual),
     ("fuse_residual", fuse_residual),
     ("fuse_activation", fuse_activation),
 ]

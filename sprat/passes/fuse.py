@@ -3,8 +3,8 @@
 - ``Conv -> Add(·, r)`` with ``r`` of the same shape becomes Conv with ``_residual=True`` and ``r``
   as an extra last input (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z).
 - ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
-  activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu
-  becomes ``_activation`` on X.
+  activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu,
+  Gelu (erf form) becomes ``_activation`` on X.
 - Paddle's hard-swish ``x * Clip(x + 3, 0, 6) / 6`` and ``x * HardSigmoid(x)`` (alpha 1/6, beta
   0.5) become one HardSwish.
 See ``sprat.ir.fused`` for what the attributes mean.
@@ -18,7 +18,7 @@ from ..ir.graph import MISSING, Graph
 from .util import DEAD, drop_dead, remove_dead, replace_uses, single_consumer
 
 ACT_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul"}
-ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu"}
+ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu"}
 
 
 def _scalar(g: Graph, idx: int):
@@ -32,6 +32,8 @@ def _scalar(g: Graph, idx: int):
 
 def _act_params(g: Graph, act) -> list[float] | None:
     op = act.op_type
+    if op == "Gelu" and act.attrs.get("approximate", "none") != "none":
+        return None  # NOTE: only the erf form is a fused activation
     if op == "Clip":
         lo = _scalar(g, act.inputs[1]) if len(act.inputs) > 1 else None
         hi = _scalar(g, act.inputs[2]) if len(act.inputs) > 2 else None

@@ -27,9 +27,9 @@ from ...errors import KernelError
 # No "nsz" either: it lets LLVM fold ``x + 0.0``, which ``acc_max`` relies on (see there).
 FAST = {"arcp", "contract", "afn", "reassoc"}
 
-NONE, RELU, CLIP, SIGMOID, HARDSIGMOID, HARDSWISH, LEAKYRELU, TANH, SILU = range(9)
+NONE, RELU, CLIP, SIGMOID, HARDSIGMOID, HARDSWISH, LEAKYRELU, TANH, SILU, GELU = range(10)
 ACT = {None: NONE, "Relu": RELU, "Clip": CLIP, "Sigmoid": SIGMOID, "HardSigmoid": HARDSIGMOID,
-       "HardSwish": HARDSWISH, "LeakyRelu": LEAKYRELU, "Tanh": TANH, "Silu": SILU}
+       "HardSwish": HARDSWISH, "LeakyRelu": LEAKYRELU, "Tanh": TANH, "Silu": SILU, "Gelu": GELU}
 
 
 def act_of(node) -> tuple[int, float, float]:
@@ -192,3 +192,8 @@ def act_inplace(y, code, a, b):
         for i in range(n):
             v = y[i]
             y[i] = v * sigmoid32(v)
+    elif code == GELU:
+        rsqrt2 = np.float32(0.7071067811865476)
+        for i in range(n):
+            v = y[i]
+            y[i] = half * v * (one + erf32(v * rsqrt2))

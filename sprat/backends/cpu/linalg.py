@@ -247,6 +247,11 @@ class MatMulKernel(_Gemmish):
             out = _matmul_shape(a.shape, b.shape)
         except ValueError:
             return False
+        if node.attrs.get("_bias"):
+            c = ins[2]
+            if (c is None or c.dtype != np.float32 or len(out) == 0 or c.size != out[-1]
+                    or any(d != 1 for d in c.shape[:-1])):
+                return False
         return _fused_ok(node, out, ins)
 
     def prepare(self, ins, outs):
@@ -275,19 +280,26 @@ class MatMulKernel(_Gemmish):
         self.M, self.N, self.K = m, n, k
         self.nt = self.threads if nbatch * m * n * max(k, 1) >= (1 << 16) else 1
         self.rb, self.cb = _blocks(nbatch, m, n, self.nt)
-        self.bind_constants(ins, (0, 1))
+        # NOTE: a fused bias (``_bias``, input 2) is Gemm's C broadcast over the rows
+        self.has_c = bool(self.node.attrs.get("_bias"))
+        if self.has_c:
+            self.beta, self.sm, self.sn = 1.0, 0, 1
+        self.bind_constants(ins, (0, 1, 2) if self.has_c else (0, 1))
         self.f16 = None
         b_const = self.consts.get(1)
-        if nbatch == 1 and len(sb) == 2 and self._want_f16(b_const, m):
-            self._prepare_f16(lambda: b_const, None)
+        bias = self.consts.get(2) if self.has_c else None
+        if (nbatch == 1 and len(sb) == 2 and (bias is not None or not self.has_c)
+                and self._want_f16(b_const, m)):
+            self._prepare_f16(lambda: b_const, None if bias is None else bias.reshape(-1))
 
     def run(self, ins, outs):
         res = ins[-1].reshape(-1) if self.has_res else self.empty
         if self.f16 is not None:
             self._run_f16(self.arg(ins, 0).reshape(-1), outs[0].reshape(-1), res)
             return
+        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
         self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
-                  outs[0].reshape(-1), self.empty, res)
+                  outs[0].reshape(-1), c, res)
 
 
 def _matmul_shape(sa, sb):

@@ -32,6 +32,7 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     attrs, internal = split_attrs(node.attrs)
     ins = list(ins)
     residual = ins.pop() if internal.get("_residual") else None
+    bias = ins.pop() if internal.get("_bias") else None
     nhwc = internal.get("_layout") == "NHWC"
     if nhwc:
         ins[0] = np.ascontiguousarray(ins[0].transpose(NHWC_TO_NCHW[ins[0].ndim]))
@@ -39,6 +40,8 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     outs = list(res) if isinstance(res, (tuple, list)) else [res]
     if nhwc:
         outs[0] = np.ascontiguousarray(outs[0].transpose(NCHW_TO_NHWC[outs[0].ndim]))
+    if bias is not None:
+        outs[0] = outs[0] + bias
     if residual is not None:
         outs[0] = outs[0] + residual
     outs[0] = apply_activation(outs[0], internal.get("_activation"), internal.get("_act_params", ()))

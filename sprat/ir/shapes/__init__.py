@@ -35,6 +35,8 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     attrs, internal = split_attrs(node.attrs)
     if internal.get("_residual"):
         ins = ins[:-1]
+    if internal.get("_bias"):
+        ins = ins[:-1]
     nhwc = internal.get("_layout") == "NHWC"
     if nhwc:
         x = ins[0]
