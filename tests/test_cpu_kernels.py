@@ -93,7 +93,7 @@ def refuses(op, inputs, attrs=None, consts=()):
 
 ACTS = [(None, []), ("Relu", []), ("Clip", [0.0, 6.0]), ("Sigmoid", []),
         ("HardSigmoid", [0.2, 0.5]), ("HardSwish", []), ("LeakyRelu", [0.1]), ("Tanh", []),
-        ("Silu", [])]
+        ("Silu", []), ("Gelu", [])]
 
 
 def fused(act=None, params=(), residual=False, layout=True):
@@ -138,6 +138,10 @@ CONV_CASES = [
     ((1, 3, 7, 4), (3, 1, 3, 5), {"pads": [1, 3, 1, 3], "group": 3}),  # kernel wider than W
     # im2col at stride 1 (from 128 channels)
     ((1, 128, 9, 7), (16, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # Winograd F(4,3): 3x3 s1 with >= 24 channels; ragged tiles, no padding, asymmetric pads
+    ((1, 32, 13, 17), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 24, 6, 9), (24, 24, 3, 3), {}),
+    ((1, 48, 11, 5), (32, 48, 3, 3), {"pads": [0, 1, 2, 1]}),
     # 1-D (NWC)
     ((2, 6, 13), (4, 6, 3), {"pads": [1, 1]}),
     ((2, 6, 13), (4, 6, 3), {"strides": [2], "pads": [1, 0]}),
@@ -642,3 +646,52 @@ def test_every_kernel_op_has_a_reference():
     from sprat.backends.reference import _load_ops
 
     assert set(KERNELS) <= set(_load_ops())
+
+
+def test_winograd_is_chosen_and_fuses_epilogue():
+    x, w = nhwc(randn(1, 32, 10, 11, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
+    res = randn(1, 10, 11, 32, seed=4)
+    node, infos = make("Conv", [x, w, randn(32, seed=3), res],
+                       {"pads": [1, 1, 1, 1], **fused("Relu", residual=True)}, consts=(1, 2))
+    kernel = CpuBackend(1).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo((1, 10, 11, 32), np.dtype(np.float32))])
+    assert kernel.algo == "winograd"
+    check("Conv", [x, w, randn(32, seed=3), res],
+          {"pads": [1, 1, 1, 1], **fused("Relu", residual=True)}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("qs,ks,vs,heads,kv_heads,mask", [
+    ((1, 7, 16), (1, 9, 16), (1, 9, 12), 4, 4, None),
+    ((2, 5, 16), (2, 5, 16), (2, 5, 16), 2, 2, (2, 1, 1, 5)),   # BERT's padding mask
+    ((2, 6, 24), (2, 4, 8), (2, 4, 8), 6, 2, (6, 4)),          # GQA, mask per query row
+    ((1, 3, 8), (1, 3, 8), (1, 3, 8), 2, 2, (1, 2, 3, 3)),      # per-head mask
+])
+def test_attention_3d(qs, ks, vs, heads, kv_heads, mask):
+    ins = [randn(*qs, seed=1), randn(*ks, seed=2), randn(*vs, seed=3)]
+    if mask is not None:
+        m = randn(*mask, seed=4)
+        m[..., -1] = -np.inf  # masked keys
+        ins.append(m)
+    check("Attention", ins, {"q_num_heads": heads, "kv_num_heads": kv_heads, "scale": 0.3})
+
+
+def test_attention_fully_masked_row_is_zero():
+    q, k, v = randn(1, 2, 8, seed=1), randn(1, 3, 8, seed=2), randn(1, 3, 8, seed=3)
+    m = np.zeros((2, 3), np.float32)
+    m[1] = -np.inf
+    check("Attention", [q, k, v, m], {"q_num_heads": 2, "kv_num_heads": 2})
+
+
+def test_attention_refuses_what_it_cannot_run():
+    q = randn(1, 2, 4, 8)
+    assert refuses("Attention", [q, q, q])  # 4-D form
+    q3 = randn(1, 3, 8)
+    assert refuses("Attention", [q3, q3, q3], {"q_num_heads": 2, "kv_num_heads": 2,
+                                               "is_causal": 1})
+
+
+@pytest.mark.parametrize("bias_shape", [(12,), (1, 12)])
+def test_matmul_fused_bias_residual_gelu(bias_shape):
+    a, b = randn(2, 5, 7, seed=1), randn(7, 12, seed=2)
+    check("MatMul", [a, b, randn(*bias_shape, seed=3), randn(2, 5, 12, seed=4)],
+          {"_bias": True, "_residual": True, "_activation": "Gelu"}, consts=(1, 2))

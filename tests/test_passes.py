@@ -174,3 +174,24 @@ def test_matmul_bias_not_fused_when_it_broadcasts_more_than_the_last_dim():
     nodes = [h.make_node("MatMul", ["x", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["y"])]
     g = _check(_model(nodes, inits, x_shape=(2, 5, 7)), x_shape=(2, 5, 7))
     assert g.op_counts() == {"MatMul": 1, "Add": 1}
+
+
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_bert_attention_fuses_to_one_attention_node(backends):
+    from sprat.testing.transformer import build_encoder, sample_inputs
+
+    model = build_encoder(hidden=32, heads=4, layers=2, ffn=64)
+    g = convert_graph(model)
+    counts = g.op_counts()
+    assert counts["Attention"] == 2
+    assert "Transpose" not in counts and "Reshape" not in counts and "Softmax" not in counts
+    att = next(n for n in g.nodes if n.op_type == "Attention")
+    assert att.attrs == {"q_num_heads": 4, "kv_num_heads": 4, "scale": pytest.approx(1 / 8 ** 0.5)}
+    feeds = sample_inputs(2, 9)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    sess = sprat.Interpreter.from_graph(g).create_session(sprat.ScheduleConfig(backends=backends))
+    got = sess.run(feeds)["last_hidden_state"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1, np.abs(want).max()))
+    if backends == ("cpu",):
+        assert sess.info()["backends"][att.name] == "cpu"

@@ -8,6 +8,7 @@ from .fold_affine import fold_conv_affine
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse_activation, fuse_hardswish, fuse_residual
+from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fuse_gelu, fuse_matmul_bias, fuse_matmul_residual
 from .layout import to_nhwc
@@ -21,6 +22,7 @@ DEFAULT_PIPELINE = [
     ("fuse_hardswish", fuse_hardswish),
     ("fuse_layernorm", fuse_layernorm),
     ("fuse_gelu", fuse_gelu),
+    ("fuse_attention", fuse_attention),
     ("layout", to_nhwc),
     ("transposes", optimize_transposes),
     ("fuse_matmul_bias", fuse_matmul_bias),

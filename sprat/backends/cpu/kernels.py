@@ -6,6 +6,7 @@ attributes); whatever it refuses runs on the reference backend.
 
 from __future__ import annotations
 
+from .attention import AttentionKernel
 from .conv import ConvKernel
 from .convtranspose import ConvTransposeKernel
 from .elementwise import BinaryKernel, UnaryKernel
@@ -30,6 +31,7 @@ KERNELS: dict = {
     # contractions
     "Gemm": GemmKernel,
     "MatMul": MatMulKernel,
+    "Attention": AttentionKernel,
     # recurrent
     "LSTM": LSTMKernel,
     # normalisation
