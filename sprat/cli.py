@@ -202,20 +202,20 @@ def cmd_info(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    stage = args.stage
-    if stage == "imported":
-        if not _is_onnx(args.model):
-            raise InputError("stage 'imported' needs an ONNX source model")
-        from .frontends.onnx import importer
+    from .converter import is_tflite_source
 
-        _require_file(pathlib.Path(args.model))
-        print(importer.import_model(importer.load(args.model)).dump())
-        return EXIT_OK
-    if _is_onnx(args.model) and stage in converter_stages():
+    stage = args.stage
+    # NOTE: the converter stages need the source model (ONNX or TFLite), not a .sprat file;
+    # ``convert_graph`` dispatches on the source format itself
+    source = is_tflite_source(args.model) or _is_onnx(args.model)
+    if stage == "imported" or (source and stage in converter_stages()):
+        if not source:
+            raise InputError(f"stage {stage!r} needs an ONNX or TFLite source model")
         from .converter import convert_graph
 
         _require_file(pathlib.Path(args.model))
-        print(convert_graph(args.model, until=stage).dump())
+        until = "import" if stage == "imported" else stage
+        print(convert_graph(args.model, until=until).dump())
         return EXIT_OK
     interp = _open(args.model)
     if stage == "passes":

@@ -206,6 +206,29 @@ def test_dump_passes_prints_the_graph(converted):
     assert lines[-1].startswith("output softmaxout_1")
 
 
+def test_dump_converter_stages_of_a_tflite_source(converted):
+    pytest.importorskip("tflite")
+    from sprat import zoo
+
+    try:
+        path = zoo.fetch("mediapipe_face_detection")
+    except zoo.ZooError as e:
+        pytest.skip(f"mediapipe_face_detection unavailable: {e}")
+    outs = {}
+    for stage in ("imported", "layout", "fuse_activation", "passes"):
+        proc = sprat_cli("dump", path, "--stage", stage)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("input  input: float32 (1, 128, 128, 3)"), proc.stdout[:200]
+        outs[stage] = proc.stdout
+    # the TFLite importer keeps RELU as nodes; the last pass fuses them into the convs
+    assert "_activation" not in outs["imported"] and "_activation" not in outs["layout"]
+    assert "_activation" in outs["fuse_activation"]
+    assert outs["fuse_activation"] == outs["passes"]  # the last pass is the converted graph
+    assert len(outs["imported"].splitlines()) > len(outs["passes"].splitlines())
+    assert_user_error(sprat_cli("dump", converted, "--stage", "imported"),
+                      "needs an ONNX or TFLite source model")
+
+
 def test_bench_compare_prints_ratio(light):
     _, path, _, _ = light
     proc = sprat_cli("bench", path, "--runs", "2", "--warmup", "1", "--compare", "onnxruntime")

@@ -695,3 +695,23 @@ def test_matmul_fused_bias_residual_gelu(bias_shape):
     a, b = randn(2, 5, 7, seed=1), randn(7, 12, seed=2)
     check("MatMul", [a, b, randn(*bias_shape, seed=3), randn(2, 5, 12, seed=4)],
           {"_bias": True, "_residual": True, "_activation": "Gelu"}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("axis,idx", [(0, [[0, 2], [-1, 1]]), (1, [3, -4, 0]), (-1, 1)])
+def test_gather(dtype, axis, idx):
+    data = (randn(3, 4, 5) * 10).astype(dtype)
+    check("Gather", [data, np.array(idx, np.int64)], {"axis": axis})
+
+
+def test_gather_out_of_range_raises():
+    node, infos = make("Gather", [randn(3, 4), np.array([3], np.int64)], {"axis": 0})
+    with pytest.raises(IndexError):
+        run_cpu(node, infos, [randn(3, 4), np.array([3], np.int64)], 1)
+
+
+@pytest.mark.parametrize("src,to", [(np.float32, 7), (np.int64, 1), (np.float32, 9),
+                                    (np.bool_, 1), (np.float64, 10), (np.int32, 6)])
+def test_cast(src, to):
+    x = (randn(4, 5) * 100).astype(src)
+    check("Cast", [x], {"to": to})

@@ -36,7 +36,7 @@ PARALLEL_MIN_MACS = 1 << 20
 # so memory="low" sessions use the other algorithms.
 WINOGRAD_MIN_CHANNELS = 24
 WINOGRAD_TILES = 256  # at most this many tiles per block
-WINOGRAD_BLOCK_BYTES = 1 << 19  # V + M blocks (36 * TB * (C + M) floats) about this size
+WINOGRAD_BLOCK_BYTES = 1 << 20  # V + M blocks (36 * TB * (C + M) floats) about this size
 
 
 def _split_inputs(node, ins):

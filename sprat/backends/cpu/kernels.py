@@ -12,11 +12,13 @@ from .convtranspose import ConvTransposeKernel
 from .elementwise import BinaryKernel, UnaryKernel
 from .linalg import GemmKernel, MatMulKernel
 from .norm import BatchNormKernel, LayerNormKernel, SoftmaxKernel
+from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
 from .rnn import LSTMKernel
-from .tensor import ConcatKernel, CopyKernel, SliceKernel, SplitKernel, TransposeKernel
+from .tensor import (CastKernel, ConcatKernel, CopyKernel, GatherKernel, SliceKernel, SplitKernel,
+                     TransposeKernel)
 
 KERNELS: dict = {
     # convolution and pooling (NHWC)
@@ -80,4 +82,9 @@ KERNELS: dict = {
     "Unsqueeze": CopyKernel,
     "Identity": CopyKernel,
     "Dropout": CopyKernel,
+    "Gather": GatherKernel,
+    "Cast": CastKernel,
+    "Pad": PadKernel,
+    "DepthToSpace": DepthSpaceKernel,
+    "SpaceToDepth": DepthSpaceKernel,
 }

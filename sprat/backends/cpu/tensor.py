@@ -3,6 +3,9 @@
 - Concat-13: ``np.concatenate(..., out=)`` (no temporary); Split-18 and Slice-13 (constant
   parameters): strided copies.
 - Transpose-21: ``np.copyto`` from the transposed view.
+- Gather-13: ``np.take(..., out=)`` (negative indices wrap, out-of-range ones raise);
+  Cast-24 between plain numeric dtypes and bool: ``np.copyto(casting="unsafe")`` (C casts,
+  as NumPy's ``astype``).
 - Reshape-21 / Flatten-21 / Squeeze-21 / Unsqueeze-21 / Identity / Dropout (inference, Y only):
   a flat copy (nothing when the planner gave input and output the same memory). Their shape
   inputs (Reshape shape, Squeeze/Unsqueeze axes) were consumed by shape inference.
@@ -164,3 +167,44 @@ class SliceKernel(CpuKernel):
 def _slice_of(ins):
     get = lambda k: _const_ints(ins[k]) if len(ins) > k else None
     return slice_index(ins[0].shape, get(1), get(2), get(3), get(4))
+
+
+_PLAIN_KINDS = "biuf"
+
+
+class GatherKernel(CpuKernel):
+    """Gather-13 of any plain dtype along ``axis`` into the preallocated output."""
+
+    empty_ok = True
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        return (_plain(node) and len(ins) == 2 and all(i is not None for i in ins)
+                and len(ins[0].shape) > 0 and ins[1].dtype.kind in "iu"
+                and ins[0].dtype.kind in _PLAIN_KINDS)
+
+    def prepare(self, ins, outs):
+        self.axis = int(self.node.attrs.get("axis", 0)) % len(ins[0].shape)
+
+    def run(self, ins, outs):
+        np.take(ins[0], ins[1], axis=self.axis, out=outs[0], mode="raise")
+
+
+class CastKernel(CpuKernel):
+    """Cast-24 between plain numeric dtypes and bool (no float8/bfloat16/string)."""
+
+    empty_ok = True
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _plain(node) or not ins or ins[0] is None or ins[0].dtype.kind not in _PLAIN_KINDS:
+            return False
+        from ...dtypes import to_numpy
+
+        try:
+            return np.dtype(to_numpy(int(node.attrs["to"]))).kind in _PLAIN_KINDS
+        except Exception:  # NOTE: supports never raises; unknown codes go to the reference
+            return False
+
+    def run(self, ins, outs):
+        np.copyto(outs[0], ins[0], casting="unsafe")
