@@ -467,8 +467,10 @@ def _require_file(path: pathlib.Path) -> None:
 
 def _is_onnx(model: str) -> bool:
     path = pathlib.Path(model)
+    from .converter import is_tflite_source
+
     return path.suffix.lower() == ".onnx" or (
-        path.is_file() and path.suffix.lower() != ".tflite" and not _is_sprat_file(path))
+        path.is_file() and not is_tflite_source(model) and not _is_sprat_file(path))
 
 
 def converter_stages() -> list[str]:
@@ -480,7 +482,10 @@ def converter_stages() -> list[str]:
 def _stages(model: str) -> list[str]:
     from .runtime.session import Session
 
-    conv = ["imported", *converter_stages()] if _is_onnx(model) else []
+    from .converter import is_tflite_source
+
+    source = is_tflite_source(model) or _is_onnx(model)
+    conv = ["imported", *converter_stages()] if source else []
     return conv + ["passes", *Session.STAGES]
 
 
