@@ -112,6 +112,21 @@ MODELS: dict[str, ZooModel] = {m.key: m for m in (
         "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6",
         {"images": ((1, 3, 416, 416), "float32", None, None)},
     ),
+    # NOTE: silero-vad: an LSTM voice-activity model inside If nodes (sample rate 8k / 16k)
+    ZooModel(
+        "silero_vad", "silero-vad", "6.2.3",
+        "silero_vad/data/silero_vad.onnx",
+        "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+        {"input": ((1, 512), "float32", -0.5, 0.5), "state": ((2, 1, 128), "float32", 0.0, 0.0),
+         "sr": ((), "int64", 16000, 16000)},
+    ),
+    ZooModel(
+        "silero_vad_16k_op15", "silero-vad", "6.2.3",
+        "silero_vad/data/silero_vad_16k_op15.onnx",
+        "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
+        {"input": ((1, 512), "float32", -0.5, 0.5), "state": ((2, 1, 128), "float32", 0.0, 0.0),
+         "sr": ((), "int64", 16000, 16000)},
+    ),
     ZooModel(
         "mediapipe_face_detection", *_MEDIAPIPE,
         "mediapipe/modules/face_detection/face_detection_short_range.tflite",
@@ -236,7 +251,8 @@ def sample_input(key: str, seed: int = 0) -> dict[str, np.ndarray]:
             x = rng.standard_normal(shape)
         else:
             x = rng.uniform(low, high, shape)
-        feeds[name] = np.ascontiguousarray(x.astype(dtype))
+        # NOTE: reshape keeps a scalar input 0-d (np.ascontiguousarray makes it 1-d)
+        feeds[name] = np.ascontiguousarray(x.astype(dtype)).reshape(shape)
     return feeds
 
 

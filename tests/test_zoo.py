@@ -28,8 +28,9 @@ def _sha256(path) -> str:
 def test_table_lists_the_eight_zoo_models():
     assert set(zoo.MODELS) == {
         "ppocr_v4_det", "ppocr_v4_rec", "ppocr_v2_cls", "nudenet_320n", "ddddocr_ocr",
-        "ddddocr_det", "mediapipe_face_detection", "mediapipe_selfie_segmentation"}
-    assert len(zoo.ONNX_MODELS) == 6
+        "ddddocr_det", "mediapipe_face_detection", "mediapipe_selfie_segmentation",
+        "silero_vad", "silero_vad_16k_op15"}
+    assert len(zoo.ONNX_MODELS) == 8
     for m in zoo.MODELS.values():
         assert len(m.sha256) == 64 and int(m.sha256, 16) >= 0
         assert m.format in ("onnx", "tflite")

@@ -1,9 +1,11 @@
 """Constant folding: every node whose inputs are all constants is computed once at convert time
-with the reference kernels and becomes a constant (ONNX Runtime's ConstantFolding)."""
+with the reference kernels and becomes a constant (ONNX Runtime's ConstantFolding). Subgraphs of
+control-flow nodes are left as they are (their captured values are node inputs, so they stay)."""
 
 from __future__ import annotations
 
 from ..ir.graph import MISSING, Graph, contiguous
+from ..ir.subgraphs import has_subgraphs
 from .util import DEAD, drop_dead, remove_dead
 
 # NOTE: folding must not blow the file up: a tiny ConstantOfShape/Expand/Tile may produce a huge
@@ -15,6 +17,8 @@ def fold_constants(g: Graph) -> Graph:
     from ..backends.reference import evaluate
 
     for n in g.nodes:
+        if has_subgraphs(n):
+            continue  # NOTE: control flow (If/Loop/Scan) runs in the session, never folded here
         ins = [None if i == MISSING else g.values[i] for i in n.inputs]
         if not ins or any(v is not None and v.data is None for v in ins):
             continue

@@ -4,11 +4,19 @@
 to constants, assigns each node a backend, prepares the kernels, plans one arena, and binds every
 tensor to a view of it. ``run`` then only copies the feeds in, calls the kernels and copies the
 outputs out — MNN's ``Session::resize`` / ``Session::run`` split.
+
+Data-dependent shapes (NonZero, Unique, NonMaxSuppression, TopK with a computed k, a Loop's scan
+outputs, an If whose branches differ, ...): the plan is split at the first such node. The nodes
+before it keep the static plan above; the node runs as a dynamic node (it allocates its outputs);
+the rest is planned when those shapes are known, once per signature of them (``_Segment``,
+cached: a run with shapes seen before plans nothing), and may split again further on. Control-flow
+nodes run their subgraphs as nested sessions (``control_flow.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -17,18 +25,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends.base import PackCache
+from ..backends.base import DynamicKernel, PackCache
 from ..backends.reference import evaluate
 from ..backends.registry import make_backend
 from ..errors import InputError, KernelError, SessionBusyError, ShapeError, SpratError
-from ..ir.graph import MISSING, Graph
-from ..ir.shapes import infer
-from ..ir.shapes.values import infer_values
+from ..ir.graph import MISSING, Graph, contiguous
+from ..ir.shapes import DataDependentShape, infer
+from ..ir.shapes.control import fold_node
 from ..ir.tensorinfo import TensorInfo
 from ..memory.lifetimes import lifetimes
 from ..memory.planner import ALIGN, plan_memory
 from ..schedule.assign import assign
 from .config import ScheduleConfig
+from .control_flow import ControlFlowBackend
 from .runtime import Runtime
 
 log = logging.getLogger("sprat")
@@ -36,6 +45,10 @@ log = logging.getLogger("sprat")
 # NOTE: integer feeds up to this many elements may be read at prepare time when the plan needs
 # their contents (shape inputs); larger ones are data, never folded.
 VALUE_INPUT_MAX = 4096
+# NOTE: plans of a dynamic tail kept per dynamic node (one per signature of its output shapes);
+# the oldest is dropped beyond this (a NonZero whose count changes every run must not grow
+# memory without bound).
+MAX_DYNAMIC_PLANS = 16
 
 
 class TensorSpec(NamedTuple):
@@ -76,6 +89,42 @@ class _Step(NamedTuple):
     out_infos: list
 
 
+class _Segment:
+    """A planned stretch of the graph: steps (with their own arena) up to a dynamic node."""
+
+    __slots__ = (
+        "arena",
+        "arrays",
+        "children",
+        "cut",
+        "dyn",
+        "dyn_info",
+        "dyn_rebind",
+        "env",
+        "known",
+        "op_infos",
+        "plan",
+        "rebind",
+        "steps",
+        "total",
+    )
+
+
+class _Evaluate(DynamicKernel):
+    """A dynamic node run by the reference kernels (NumPy allocates the outputs)."""
+
+    backend = "reference"
+
+    def run_dynamic(self, ins):
+        return [contiguous(a) for a in evaluate(self.node, ins)]
+
+
+def _dynamic_run(kernel):
+    def run(ins, box):
+        box.extend(kernel.run_dynamic(ins))
+    return run
+
+
 class Session:
     """Runs one model with one ScheduleConfig. Create with ``Interpreter.create_session``.
 
@@ -99,6 +148,8 @@ class Session:
                                           self.config.memory)
         self._backends = [made[n] for n in self.config.backends]
         self._backup = made[self.config.backup]
+        # NOTE: control-flow nodes (If, Loop, Scan) run their subgraphs as nested sessions
+        self._backends.insert(0, ControlFlowBackend(self._subsession, self.config.backends[0]))
         self._lock = threading.Lock()
         self._shapes: dict[str, tuple[int, ...]] | None = None
         self._plan: tuple = ()
@@ -112,8 +163,17 @@ class Session:
         self._op_times: list[float] = []
         self.copy_counts = {"inputs": 0, "outputs": 0}
         self._arena = None
+        self._tail = None  # the root _Segment when the plan has a dynamic tail
+        self._tail_record: list = []  # (step, OpInfo) of the dynamic tail's last run
+        self._tail_times: list = []
+        self._dynamic_outputs: set[str] = set()
+        self._output_uses: dict = {}
         self._in_specs = [self._spec(i) for i in graph.inputs]
         self._out_specs = [self._spec(i) for i in graph.outputs]
+
+    def _subsession(self, graph: Graph) -> Session:
+        """A session for a subgraph: same config, packed weights and runtime."""
+        return Session(graph, self.config, self._packs, self.runtime)
 
     def _spec(self, idx: int) -> TensorSpec:
         v = self._graph.values[idx]
@@ -148,11 +208,12 @@ class Session:
                 self._pending = full
                 return
             try:
-                self._prepare(full)
-            except ShapeError:
+                self._prepare(full, split=False)
+            except DataDependentShape:
                 if not any(s.dtype is not None and s.dtype.kind in "iub"
                            for s in self._in_specs):
-                    raise
+                    self._prepare(full)
+                    return
                 # NOTE: the plan may need the contents of integer inputs (shape inputs): it is
                 # made on the next run, which has them.
                 self._pending = full
@@ -184,7 +245,9 @@ class Session:
         arrays owned by the caller, except outputs given in ``outputs`` (``{name: array}``),
         which are written in place and returned as those same arrays — with no copy when the
         array has the output's dtype and shape and is C-contiguous and writable (the kernel
-        writes into it; MindSpore Lite's zero-copy), else by a copy into it.
+        writes into it; MindSpore Lite's zero-copy), else by a copy into it. Outputs computed
+        after a data-dependent node (shapes known only while running) are always copied into
+        the given array, whose shape is checked after the run.
         A feed shape other than the prepared one resizes first (logged at debug level).
         Raises InputError (names, dtypes, shapes, output arrays that cannot hold the result),
         KernelError (naming the node), SessionBusyError (another call on this session).
@@ -250,6 +313,13 @@ class Session:
                 if name in user:
                     dst = user[name] if user[name] is not None else outputs[name]
                     if user[name] is None:
+                        if dst.shape != arr.shape:
+                            raise InputError(f"output {name!r}: array of shape "
+                                             f"{list(dst.shape)} cannot hold the result of "
+                                             f"shape {list(arr.shape)}")
+                        if not np.can_cast(arr.dtype, dst.dtype, casting="same_kind"):
+                            raise InputError(f"output {name!r}: array of dtype {dst.dtype} "
+                                             f"cannot hold the result of dtype {arr.dtype}")
                         np.copyto(dst, arr, casting="same_kind")
                         self.copy_counts["outputs"] += 1
                     result[name] = dst
@@ -332,6 +402,12 @@ class Session:
             if not isinstance(dst, np.ndarray):
                 raise InputError(f"output {name!r}: expected a numpy array, got "
                                  f"{type(dst).__name__}")
+            if name in self._dynamic_outputs:
+                # NOTE: shape known only after the run: checked then, and copied into
+                if not dst.flags.writeable:
+                    raise InputError(f"output {name!r}: the array is read-only")
+                user[name] = None
+                continue
             if dst.shape != src.shape:
                 raise InputError(f"output {name!r}: array of shape {list(dst.shape)} cannot "
                                  f"hold the result of shape {list(src.shape)}")
@@ -382,23 +458,38 @@ class Session:
         """Prepare for ``shapes``; when the plan needs the *contents* of inputs (a graph input
         feeding a Reshape shape, Slice starts, TopK k, ...), prepare again with the values of
         the small integer feeds, and remember them: a run with other values re-prepares
-        (MNN resizes when such "shape inputs" change)."""
+        (MNN resizes when such "shape inputs" change). When even that cannot give every
+        shape, the plan is split at the data-dependent nodes (see ``_prepare``)."""
         self._value_inputs = {}
         try:
-            self._prepare(shapes)
-        except ShapeError:
+            self._prepare(shapes, split=False)
+        except DataDependentShape:
             values = {n: a for n, a in feeds.items()
                       if a.dtype.kind in "iub" and a.size <= VALUE_INPUT_MAX}
-            if not values:
-                raise
-            self._prepare(shapes, values)
-            self._value_inputs = {n: a.copy() for n, a in values.items()}
+            try:
+                if not values:
+                    raise
+                self._prepare(shapes, values, split=False)
+                self._value_inputs = {n: a.copy() for n, a in values.items()}
+            except DataDependentShape:
+                # NOTE: shapes only known while running: a static prefix, then the dynamic
+                # nodes and the tail planned at run time (cached by the dynamic shapes)
+                self._prepare(shapes)
 
     def _values_changed(self, feeds: dict) -> bool:
         return any(not np.array_equal(feeds[n], v) for n, v in self._value_inputs.items()
                    if n in feeds)
 
-    def _prepare(self, shapes: dict[str, tuple[int, ...]], values: dict | None = None) -> None:
+    def _prepare(self, shapes: dict[str, tuple[int, ...]], values: dict | None = None,
+                 split: bool = True, dtypes: dict | None = None) -> None:
+        """Infer, fold, assign, prepare kernels and plan the arena for ``shapes``.
+
+        A node whose output shape depends on data computed while running (DataDependentShape)
+        splits the plan when ``split``: the nodes before it form the static plan, the node runs
+        as a dynamic node (it allocates its outputs) and the rest is planned at run time, once
+        per signature of the dynamic outputs' shapes (``_Segment``). ``values``: contents of
+        (small integer) inputs the plan may fold; ``dtypes``: input dtypes overriding the
+        declared ones (subgraph inputs)."""
         g = self._graph
         known: dict[int, TensorInfo] = {}
         for i, v in enumerate(g.values):
@@ -406,35 +497,105 @@ class Session:
                 known[i] = TensorInfo(tuple(v.data.shape), v.data.dtype, v.data)
         for i in g.inputs:
             v = g.values[i]
-            known[i] = TensorInfo(shapes[v.name], v.dtype if v.dtype is not None
-                                  else np.dtype(np.float32),
+            dt = dtypes.get(v.name) if dtypes is not None else None
+            if dt is None:
+                dt = v.dtype if v.dtype is not None else np.dtype(np.float32)
+            known[i] = TensorInfo(shapes[v.name], np.dtype(dt),
                                   None if values is None else values.get(v.name))
+        pending, cut = self._infer_nodes(0, known, split)
+        root = self._plan_segment(pending, cut, known, set(g.inputs), {}, root=True)
+        steps = root.steps
+        self._root = root
+        self._tail = root if root.dyn is not None else None
+        self._arena = root.arena
+        self._steps = steps
+        self._plan = root.plan
+        arrays = root.arrays
+        self._input_views = {g.values[i].name: arrays[i] for i in g.inputs}
+        self._env_inputs = {i: arrays[i] for i in g.inputs}
+        self._input_uses = [[(s.ins, k) for s in steps for k, v in enumerate(s.node.inputs)
+                             if v == i] for i in g.inputs]
+        self._output_arrays = [(g.values[i].name, arrays[i] if i in arrays
+                                else np.empty(0, g.values[i].dtype or np.float32))
+                               for i in g.outputs]
+        self._out_sources = [g.inputs.index(i) if i in g.inputs else -1 for i in g.outputs]
+        self._dynamic_outputs = {g.values[i].name for i in g.outputs if i not in arrays}
+        # where each step-produced graph output appears in the plan (for zero-copy binding);
+        # NOTE: an output the dynamic tail reads stays in the arena (the tail was bound to it)
+        later = self._read_from(cut) if cut is not None else set()
+        produced = {o for node, _, _ in pending for o in node.outputs}
+        self._output_uses = {}
+        for i in g.outputs:
+            if i not in produced or i in g.inputs or i in later:
+                continue
+            uses = []
+            for s in steps:
+                uses += [(s.ins, k) for k, v in enumerate(s.node.inputs) if v == i]
+                uses += [(s.outs, k) for k, v in enumerate(s.node.outputs) if v == i]
+            self._output_uses[g.values[i].name] = uses
+        self._op_infos = root.op_infos
+        self._op_times = [0.0] * len(steps)
+        self._op_starts = [0.0] * len(steps)
+        self._tail_record = []
+        self._tail_times = []
+        self._lent = set()
+        self._pending = None
+        self._arena_bytes = root.total
+        self._shapes = dict(shapes)
+        self._run_contexts = [b for b in {id(b): b for b in
+                                          (*self._backends, self._backup)}.values()
+                              if hasattr(b, "run_context")]
+
+    def _read_from(self, start: int) -> set[int]:
+        """Values read by the nodes from ``start`` on, and the graph outputs."""
+        g = self._graph
+        out = set(g.outputs)
+        for n in g.nodes[start:]:
+            out.update(i for i in n.inputs if i != MISSING)
+        return out
+
+    def _infer_nodes(self, start: int, known: dict, split: bool):
+        """Shapes of the nodes from ``start`` on, folding what is known, into ``known``.
+        Returns ``(pending steps, index of the first dynamic node or None)``."""
         pending = []  # (node, ins infos, outs infos)
-        for node in g.nodes:
+        for k in range(start, len(self._graph.nodes)):
+            node = self._graph.nodes[k]
             ins = [None if i == MISSING else known[i] for i in node.inputs]
-            values = self._fold(node, ins)
+            values = fold_node(node, ins)
             if values is not None:
                 for o, val in zip(node.outputs, values):
                     known[o] = TensorInfo(tuple(val.shape), val.dtype, val)
                 continue
-            outs = [TensorInfo(s, dt) for s, dt in infer(node, ins)]
+            try:
+                outs = [TensorInfo(s, dt) for s, dt in infer(node, ins)]
+            except DataDependentShape:
+                if not split:
+                    raise
+                return pending, k
             for o, info in zip(node.outputs, outs):
                 known[o] = info
             pending.append((node, ins, outs))
+        return pending, None
 
-        unproduced = [g.values[i].name for i in g.outputs if i not in known]
-        if unproduced:
-            raise ShapeError(f"graph output(s) {unproduced} are computed by no node sprat runs "
-                             f"(e.g. training-only outputs)")
-        # memory plan over the steps that remain
-        planned = {i for i in g.inputs}
+    def _plan_segment(self, pending, cut, known, env: set, outer: dict, root=False) -> _Segment:
+        """Kernels and one arena for ``pending`` (the steps up to the dynamic node ``cut``).
+
+        ``env``: values whose arrays are bound at each run (graph inputs, outputs of dynamic
+        nodes); ``outer``: arrays of values planned by the segments before this one."""
+        g = self._graph
+        if cut is None:
+            unproduced = [g.values[i].name for i in g.outputs if i not in known]
+            if unproduced:
+                raise ShapeError(f"graph output(s) {unproduced} are computed by no node sprat "
+                                 f"runs (e.g. training-only outputs)")
+        planned = set(g.inputs) if root else set()
         for node, _, _ in pending:
             planned.update(node.outputs)
-        planned.update(i for i in g.outputs if known[i].value is None)
+        later = self._read_from(cut) if cut is not None else set(g.outputs)
         sizes = {v: known[v].nbytes for v in planned}
         spans = lifetimes([(n.inputs, n.outputs) for n, _, _ in pending],
-                          keep_alive={i for i in g.outputs if i in planned},
-                          start_alive=set(g.inputs))
+                          keep_alive=(planned & later) | (planned & set(g.outputs)),
+                          start_alive=set(g.inputs) if root else set())
         if self._exclusive:
             # NOTE: callbacks may skip ops, whose outputs must then keep their previous
             # contents: no two tensors share bytes in this plan.
@@ -443,72 +604,155 @@ class Session:
         raw = np.empty(total + ALIGN, dtype=np.uint8)
         shift = (-raw.ctypes.data) % ALIGN
         arena = raw[shift:shift + total]
+        rebind = []
 
         def array_of(idx: int) -> np.ndarray:
             info = known[idx]
             if info.value is not None:
                 return info.value
-            off = offsets[idx]
-            return arena[off:off + info.nbytes].view(info.dtype).reshape(info.shape)
+            if idx in offsets:
+                off = offsets[idx]
+                return arena[off:off + info.nbytes].view(info.dtype).reshape(info.shape)
+            if idx in env:
+                return None  # bound at each run (rebind)
+            return outer[idx]
+
+        def bind(node, lst):
+            for k, i in enumerate(node.inputs):
+                if i != MISSING and i not in offsets and known[i].value is None and i in env:
+                    rebind.append((i, lst, k))
+            return lst
 
         steps = []
         for node, ins, outs in pending:
-            backend = assign(node, ins, self._backends, self._backup)
-            kernel = backend.make_kernel(node, ins)
-            try:
-                kernel.prepare(ins, outs)
-            except SpratError:
-                raise
-            except Exception as e:
-                raise KernelError(node.name, node.op_type, f"prepare failed: {e}") from e
+            kernel = self._make_kernel(node, ins, outs)
             steps.append(_Step(node, kernel.backend, kernel,
-                               [None if i == MISSING else array_of(i) for i in node.inputs],
+                               bind(node, [None if i == MISSING else array_of(i)
+                                           for i in node.inputs]),
                                [array_of(o) for o in node.outputs], ins, outs))
-        self._arena = raw
-        self._steps = steps
-        self._plan = tuple((s.kernel.run, s.ins, s.outs) for s in steps)
-        self._input_views = {g.values[i].name: array_of(i) for i in g.inputs}
-        self._output_arrays = [(g.values[i].name, array_of(i)) for i in g.outputs]
-        # where each step-produced graph output appears in the plan (for zero-copy binding)
-        produced = {o for node, _, _ in pending for o in node.outputs}
-        self._output_uses = {}
-        for i in g.outputs:
-            if i not in produced or i in g.inputs:
-                continue
-            uses = []
-            for s in steps:
-                uses += [(s.ins, k) for k, v in enumerate(s.node.inputs) if v == i]
-                uses += [(s.outs, k) for k, v in enumerate(s.node.outputs) if v == i]
-            self._output_uses[g.values[i].name] = uses
+        seg = _Segment()
+        seg.steps, seg.rebind, seg.arena, seg.total = steps, rebind, raw, total
+        seg.plan = tuple((s.kernel.run, s.ins, s.outs) for s in steps)
+        seg.arrays = dict(outer)
+        seg.arrays.update({v: array_of(v) for v in planned})
+        seg.arrays.update({v: known[v].value for v in g.outputs
+                           if v in known and known[v].value is not None})
+        seg.known, seg.env, seg.cut, seg.children = known, env, cut, {}
+        seg.dyn = None
         from ..ir.flops import node_flops
 
-        self._op_infos = [OpInfo(s.node.name, s.node.op_type,
-                                 node_flops(s.node, s.in_infos, s.out_infos), s.backend)
-                          for s in steps]
-        self._op_times = [0.0] * len(steps)
-        self._op_starts = [0.0] * len(steps)
-        self._lent = set()
-        self._pending = None
-        self._arena_bytes = total
-        self._shapes = dict(shapes)
-        self._run_contexts = [b for b in {id(b): b for b in
-                                          (*self._backends, self._backup)}.values()
-                              if hasattr(b, "run_context")]
+        seg.op_infos = [OpInfo(s.node.name, s.node.op_type,
+                               node_flops(s.node, s.in_infos, s.out_infos), s.backend)
+                        for s in steps]
+        if cut is not None:
+            node = g.nodes[cut]
+            ins = [None if i == MISSING else known[i] for i in node.inputs]
+            kernel = self._make_kernel(node, ins, None)
+            dyn_rebind = []
+            arrs = [None if i == MISSING else array_of(i) for i in node.inputs]
+            for k, i in enumerate(node.inputs):
+                if i != MISSING and arrs[k] is None:
+                    dyn_rebind.append((i, arrs, k))
+            seg.dyn = _Step(node, kernel.backend, kernel, arrs, None, ins, None)
+            seg.dyn_rebind = dyn_rebind
+            seg.dyn_info = OpInfo(node.name, node.op_type, 0, kernel.backend)
+        return seg
+
+    def _make_kernel(self, node, ins, outs):
+        """The prepared kernel of ``node``; ``outs=None``: a dynamic node (a DynamicKernel)."""
+        backend = assign(node, ins, self._backends, self._backup)
+        kernel = backend.make_kernel(node, ins)
+        if outs is None and not isinstance(kernel, DynamicKernel):
+            kernel = _Evaluate(node)
+        try:
+            kernel.prepare(ins, outs)
+        except SpratError:
+            raise
+        except Exception as e:
+            raise KernelError(node.name, node.op_type, f"prepare failed: {e}") from e
+        return kernel
+
+    def _next_segment(self, seg: _Segment, outs: list[np.ndarray]) -> _Segment:
+        """Plan the graph after ``seg``'s dynamic node, whose outputs are ``outs``."""
+        known = dict(seg.known)
+        node = seg.dyn.node
+        for o, a in zip(node.outputs, outs):
+            known[o] = TensorInfo(tuple(a.shape), a.dtype)
+        pending, cut = self._infer_nodes(seg.cut + 1, known, True)
+        return self._plan_segment(pending, cut, known, seg.env | set(node.outputs), seg.arrays)
+
+    def _tail_steps(self):
+        """The steps of the dynamic tail of this run, as ``(op info, run, ins, outs)``;
+        segments are planned (and cached by the dynamic outputs' shapes) as they are reached.
+        A dynamic node's ``outs`` is a list its run fills; left empty (skipped), the tail stops.
+        At the end, the graph outputs of this run are in ``_output_arrays``."""
+        env = dict(self._env_inputs)
+        seg = self._root
+        record = []
+        self._tail_record = record
+        self._tail_times = []
+        while seg.dyn is not None:
+            dyn = seg.dyn
+            for v, lst, k in seg.dyn_rebind:
+                lst[k] = env[v]
+            box: list = []
+            record.append((dyn, seg.dyn_info))
+            yield seg.dyn_info, _dynamic_run(dyn.kernel), dyn.ins, box
+            if not box:
+                return
+            for o, a in zip(dyn.node.outputs, box):
+                env[o] = a
+            key = tuple((a.shape, a.dtype.str) for a in box)
+            nxt = seg.children.get(key)
+            if nxt is None:
+                if len(seg.children) >= MAX_DYNAMIC_PLANS:
+                    seg.children.pop(next(iter(seg.children)))
+                nxt = seg.children[key] = self._next_segment(seg, box)
+            for v, lst, k in nxt.rebind:
+                lst[k] = env[v]
+            for s, info in zip(nxt.steps, nxt.op_infos):
+                record.append((s, info))
+                yield info, s.kernel.run, s.ins, s.outs
+            seg = nxt
+        g = self._graph
+        self._output_arrays = [(g.values[i].name, env[i] if i in env else seg.arrays[i])
+                               for i in g.outputs]
 
     @staticmethod
     def _fold(node, ins: list[TensorInfo | None]):
         """Outputs known before running: from shapes alone, or all inputs known (shape chains)."""
-        values = infer_values(node, ins)
-        if values is not None:
-            return values
-        present = [x for x in ins if x is not None]
-        if present and all(x.value is not None for x in present):
+        return fold_node(node, ins)
+
+    def _call(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Run a prepared subgraph session on ``arrays`` (one per graph input, in order, with
+        the prepared shapes): for control-flow kernels, inside the parent's run. No checks, no
+        copies: the kernels read ``arrays`` in place; the results are the session's own arrays
+        (valid until the next call), or input arrays passed through."""
+        for uses, a in zip(self._input_uses, arrays):
+            for lst, k in uses:
+                lst[k] = a
+        i = 0
+        try:
+            for i, (run, ins, outs) in enumerate(self._plan):
+                run(ins, outs)
+        except SpratError:
+            raise
+        except Exception as e:
+            self._kernel_error(i, e)
+        if self._tail is not None:
+            self._env_inputs = dict(zip(self._graph.inputs, arrays))
+            self._run_steps(self._tail_steps())
+        return [a if k < 0 else arrays[k]
+                for k, (_, a) in zip(self._out_sources, self._output_arrays)]
+
+    def _run_steps(self, steps) -> None:
+        for info, run, ins, outs in steps:
             try:
-                return evaluate(node, [None if x is None else x.value for x in ins])
+                run(ins, outs)
+            except SpratError:
+                raise
             except Exception as e:
-                raise ShapeError(f"node {node.name!r} ({node.op_type}): folding at prepare "
-                                 f"failed: {e}") from e
-        return None
+                raise KernelError(info.name, info.type, f"{type(e).__name__}: {e}") from e
 
     # ---- run ----------------------------------------------------------------------------
     def _execute(self, before=None, after=None) -> set[str] | None:
@@ -527,6 +771,8 @@ class Session:
                     raise
                 except Exception as e:
                     self._kernel_error(i, e)
+                if self._tail is not None:
+                    self._run_steps(self._tail_steps())
                 return None
             return self._execute_observed(before, after)
 
@@ -540,9 +786,16 @@ class Session:
         done: set[int] = set()
         start = clock()
         self._op_times = [0.0] * len(self._plan)
-        for i, (run, ins, outs) in enumerate(self._plan):
-            info = self._op_infos[i]
+        self._tail_times = []
+        steps = ((info, run, ins, outs) for info, (run, ins, outs)
+                 in zip(self._op_infos, self._plan))
+        n = len(self._plan)
+        tail = self._tail_steps() if self._tail is not None else ()
+        g = self._graph
+        for k, (info, run, ins, outs) in enumerate(itertools.chain(steps, tail)):
             if before is not None and before(info, ins, outs) is False:
+                if k >= n:
+                    self._tail_times.append((0.0, 0.0))
                 continue
             t0 = clock()
             try:
@@ -550,14 +803,23 @@ class Session:
             except SpratError:
                 raise
             except Exception as e:
-                self._kernel_error(i, e)
-            self._op_times[i] = clock() - t0
-            self._op_starts[i] = t0 - start
-            done.update(self._steps[i].node.outputs)
+                raise KernelError(info.name, info.type, f"{type(e).__name__}: {e}") from e
+            if k < n:
+                self._op_times[k] = clock() - t0
+                self._op_starts[k] = t0 - start
+                done.update(self._steps[k].node.outputs)
+            else:
+                self._tail_times.append((t0 - start, clock() - t0))
+                done.update(self._tail_record[k - n][0].node.outputs)
             if after is not None and after(info, ins, outs) is False:
-                g = self._graph
                 return {g.values[o].name for o in g.outputs
                         if o in done or g.values[o].data is not None or o in g.inputs}
+        if self._tail is not None and len(done) and not all(
+                o in done or o in g.inputs or g.values[o].data is not None
+                or o in self._root.arrays for o in g.outputs):
+            # NOTE: a skipped dynamic node stops the tail: what follows has no shapes
+            return {g.values[o].name for o in g.outputs
+                    if o in done or g.values[o].data is not None or o in g.inputs}
         return None
 
     # ---- introspection ------------------------------------------------------------------
@@ -604,7 +866,7 @@ class Session:
                 for x in v:
                     walk(x)
 
-        for step in self._steps:
+        for step in self._all_steps():
             for value in vars(step.kernel).values():
                 walk(value)
         return total
@@ -618,19 +880,29 @@ class Session:
         events = [{"name": info.name, "cat": info.type, "ph": "X", "pid": 0, "tid": 0,
                    "ts": round(t0 * 1e6, 3), "dur": round(dt * 1e6, 3),
                    "args": {"backend": info.backend, "flops": info.flops}}
-                  for info, t0, dt in zip(self._op_infos, self._op_starts, self._op_times)]
+                  for info, t0, dt in zip([*self._op_infos, *(i for _, i in self._tail_record)],
+                                          [*self._op_starts, *(t for t, _ in self._tail_times)],
+                                          [*self._op_times, *(d for _, d in self._tail_times)])]
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def node_infos(self) -> list[tuple]:
-        """``(node, input TensorInfos, output TensorInfos)`` of every planned step."""
-        return [(s.node, s.in_infos, s.out_infos) for s in self._steps]
+        """``(node, input TensorInfos, output TensorInfos)`` of every planned step (with a
+        dynamic tail: the steps of the last run after the static plan; dynamic nodes, whose
+        output shapes vary, are left out)."""
+        return [(s.node, s.in_infos, s.out_infos) for s in self._all_steps()
+                if s.out_infos is not None]
+
+    def _all_steps(self) -> list:
+        return [*self._steps, *(s for s, _ in self._tail_record)]
 
     def info(self) -> dict:
         """Arena bytes, weight bytes, kernel workspace bytes (scratch owned by this session's
         kernels), FLOPs of one run (multiply-add = 2), number of steps,
         backend per node, threads, prepared input shapes, and with
         ``ScheduleConfig(profiling=True)`` the time in ms of each op in the last run
-        (``op_times_ms``). Shape-dependent entries are those of the last resize."""
+        (``op_times_ms``). Shape-dependent entries are those of the last resize; a model
+        with data-dependent shapes also lists the dynamic nodes and the steps planned after them
+        in its last run (``arena_bytes`` counts the static plan only)."""
         from ..ir.flops import graph_flops
 
         return {
@@ -638,10 +910,12 @@ class Session:
             "weight_bytes": self._graph.weight_bytes(),
             "flops": graph_flops(self.node_infos()),
             "workspace_bytes": self._workspace_bytes(),
-            "steps": len(self._steps),
-            "backends": {s.node.name: s.backend for s in self._steps},
+            "steps": len(self._all_steps()),
+            "backends": {s.node.name: s.backend for s in self._all_steps()},
             "num_threads": self.num_threads,
-            "op_times_ms": ({s.node.name: t * 1e3 for s, t in zip(self._steps, self._op_times)}
+            "op_times_ms": ({s.node.name: t * 1e3 for s, t in
+                             zip(self._all_steps(),
+                                 [*self._op_times, *(d for _, d in self._tail_times)])}
                             if self.config.profiling else {}),
             "input_shapes": dict(self._shapes or {}),
         }

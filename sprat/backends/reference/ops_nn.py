@@ -496,6 +496,60 @@ def space_to_depth(input, blocksize=None, mode="DCR"):
     return t.reshape(n, c * b * b, h // b, w // b)
 
 
+def _corners(boxes, center_point_box):
+    """(y1, x1, y2, x2) with y1 <= y2, x1 <= x2 of NonMaxSuppression boxes (N, 4)."""
+    b = boxes.astype(np.float64)
+    if center_point_box:
+        xc, yc, w, h = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+        return yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2
+    return (np.minimum(b[:, 0], b[:, 2]), np.minimum(b[:, 1], b[:, 3]),
+            np.maximum(b[:, 0], b[:, 2]), np.maximum(b[:, 1], b[:, 3]))
+
+
+def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
+                        score_threshold=None, center_point_box=0):
+    """NonMaxSuppression-11: boxes (B, N, 4) as [y1, x1, y2, x2] (``center_point_box=0``, either
+    corner order) or [x_center, y_center, width, height] (1); scores (B, C, N). Per batch and
+    class: boxes with score > score_threshold (when given), by decreasing score (ties: lower
+    index first), greedily kept unless their IoU with a kept box exceeds ``iou_threshold``,
+    at most ``max_output_boxes_per_class`` (absent: 0). Returns int64 (num_selected, 3) rows
+    [batch, class, box]."""
+    limit = 0 if max_output_boxes_per_class is None or max_output_boxes_per_class.size == 0 \
+        else max(int(max_output_boxes_per_class.reshape(-1)[0]), 0)
+    iou_t = 0.0 if iou_threshold is None or iou_threshold.size == 0 \
+        else float(iou_threshold.reshape(-1)[0])
+    has_score_t = score_threshold is not None and score_threshold.size != 0
+    score_t = float(score_threshold.reshape(-1)[0]) if has_score_t else 0.0
+    rows = []
+    for b in range(boxes.shape[0]):
+        y1, x1, y2, x2 = _corners(boxes[b], center_point_box)
+        area = (y2 - y1) * (x2 - x1)
+        for c in range(scores.shape[1]):
+            sc = scores[b, c]
+            cand = np.arange(sc.shape[0])
+            if has_score_t:
+                cand = cand[sc[cand] > score_t]
+            # NOTE: stable sort of -score: equal scores keep the lower box index first
+            cand = cand[np.argsort(-sc[cand].astype(np.float64), kind="stable")]
+            kept: list[int] = []
+            for i in cand:
+                if len(kept) >= limit:
+                    break
+                if kept:
+                    k = np.array(kept)
+                    ih = np.minimum(y2[i], y2[k]) - np.maximum(y1[i], y1[k])
+                    iw = np.minimum(x2[i], x2[k]) - np.maximum(x1[i], x1[k])
+                    inter = np.where((ih > 0) & (iw > 0), ih * iw, 0.0)
+                    union = area[i] + area[k] - inter
+                    valid = (inter > 0) & (area[i] > 0) & (area[k] > 0) & (union > 0)
+                    iou = np.where(valid, inter / np.where(union > 0, union, 1.0), 0.0)
+                    if np.any(iou > iou_t):
+                        continue
+                kept.append(int(i))
+            rows += [(b, c, i) for i in kept]
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
 OPS = {
     "Conv": conv,
     "ConvTranspose": conv_transpose,
@@ -518,4 +572,5 @@ OPS = {
     "Upsample": upsample,
     "DepthToSpace": depth_to_space,
     "SpaceToDepth": space_to_depth,
+    "NonMaxSuppression": non_max_suppression,
 }

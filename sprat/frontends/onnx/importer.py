@@ -13,6 +13,7 @@ import numpy as np
 
 from ...errors import ConvertError, ModelFormatError, UnsupportedOpError
 from ...ir.graph import MISSING, Graph, contiguous
+from ...ir.subgraphs import CONTROL_FLOW_OPS
 from ...version import __version__
 from . import legacy
 
@@ -49,8 +50,7 @@ def import_model(model) -> Graph:
     (symbolic dims stay strings). Raises UnsupportedOpError (all missing op types at once),
     ConvertError for malformed graphs or opsets below 7.
     """
-    import onnx
-    from onnx import numpy_helper, shape_inference
+    from onnx import shape_inference
 
     from ...backends.reference import _load_ops
 
@@ -63,14 +63,12 @@ def import_model(model) -> Graph:
         inferred = model
     src = inferred.graph
 
-    known_ops = set(_load_ops()) | {"Constant", "Upsample"}
+    known_ops = set(_load_ops()) | {"Constant", "Upsample"} | set(CONTROL_FLOW_OPS)
     missing: dict[str, list[str]] = {}
-    for node in src.node:
-        op = node.op_type
-        if node.domain not in _DEFAULT_DOMAINS:
-            missing.setdefault(f"{node.domain}.{op}", []).append(node.name or op)
-        elif op not in known_ops:
-            missing.setdefault(op, []).append(node.name or op)
+    _collect_missing(src, known_ops, missing)
+    if opset < 9 and "Scan" not in missing and any(n.op_type == "Scan" for n in src.node):
+        # NOTE: Scan-8 (batched, with sequence_lens) has other semantics; only Scan-9+ runs
+        missing["Scan-8"] = [n.name or "Scan" for n in src.node if n.op_type == "Scan"]
     if missing:
         raise UnsupportedOpError(missing)
 
@@ -84,17 +82,81 @@ def import_model(model) -> Graph:
     for p in model.metadata_props:
         g.metadata[p.key] = p.value
 
-    infos = {}
-    # NOTE: graph inputs last: their declaration is authoritative, and an untyped declaration
-    # (e.g. a graph output that is also a graph input) must not hide a typed one.
-    for vi in list(src.value_info) + list(src.output) + list(src.input):
-        if vi.name in infos and not vi.type.tensor_type.elem_type:
-            continue
-        infos[vi.name] = vi
-    index: dict[str, int] = {}
-    anon = [0]
+    scope = _Scope(g, src, None, opset)
+    for vi in src.input:
+        if vi.name in scope.index:
+            continue  # an initializer with a default; treated as constant (ORT does likewise)
+        g.inputs.append(scope.lookup(vi.name))
+    scope.translate_nodes()
+    for vi in src.output:
+        if vi.name not in scope.index:
+            raise ConvertError(f"graph output {vi.name!r} is produced by no node")
+        g.outputs.append(scope.index[vi.name])
+    return g
 
-    def shape_of(vi):
+
+def _collect_missing(src, known_ops: set, missing: dict) -> None:
+    """Op types of ``src`` and of all its subgraphs that sprat lacks, into ``missing``."""
+    for node in src.node:
+        op = node.op_type
+        if node.domain not in _DEFAULT_DOMAINS:
+            missing.setdefault(f"{node.domain}.{op}", []).append(node.name or op)
+        elif op not in known_ops:
+            missing.setdefault(op, []).append(node.name or op)
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _collect_missing(sub, known_ops, missing)
+
+
+class _Scope:
+    """One ONNX graph being translated into ``g``; ``parent`` is the enclosing graph's scope
+    (None at the top). A name a subgraph reads but does not define is looked up in the enclosing
+    scopes: an outer constant is shared as a constant of the subgraph; any other outer value is
+    *captured* (see ``sprat.ir.subgraphs``)."""
+
+    def __init__(self, g: Graph, src, parent: _Scope | None, opset: int):
+        self.g, self.src, self.parent, self.opset = g, src, parent, opset
+        self.index: dict[str, int] = {}
+        self.captures: list[str] = []  # outer names this graph captures, in first-use order
+        self.infos = {}
+        # NOTE: graph inputs last: their declaration is authoritative, and an untyped
+        # declaration (e.g. a graph output that is also a graph input) must not hide a typed one.
+        for vi in list(src.value_info) + list(src.output) + list(src.input):
+            if vi.name in self.infos and not vi.type.tensor_type.elem_type:
+                continue
+            self.infos[vi.name] = vi
+        self.anon = parent.anon if parent is not None else [0]
+        from onnx import numpy_helper
+
+        for init in src.initializer:
+            arr = numpy_helper.to_array(init)
+            self.index[init.name] = g.add_value(init.name, data=contiguous(arr))
+
+    def defines(self, name: str) -> bool:
+        return name in self.index or (self.parent is not None and self.parent.defines(name))
+
+    def lookup(self, name: str) -> int:
+        """The value index of ``name`` in this graph (creating it, or capturing it)."""
+        if name == "":
+            return MISSING
+        if name in self.index:
+            return self.index[name]
+        if self.parent is not None and self.parent.defines(name):
+            outer = self.parent.g.values[self.parent.lookup(name)]
+            if outer.data is not None:
+                self.index[name] = self.g.add_value(name, data=outer.data)
+            else:
+                self.index[name] = self.g.add_value(name, outer.dtype, outer.shape)
+                self.captures.append(name)
+            return self.index[name]
+        vi = self.infos.get(name)
+        if vi is None:
+            self.index[name] = self.g.add_value(name)
+        else:
+            self.index[name] = self.g.add_value(name, _dtype_of(vi), self.shape_of(vi))
+        return self.index[name]
+
+    def shape_of(self, vi):
         t = vi.type.tensor_type
         if not t.HasField("shape"):
             return None
@@ -105,60 +167,87 @@ def import_model(model) -> Graph:
             elif d.dim_param:
                 dims.append(d.dim_param)
             else:
-                anon[0] += 1
-                dims.append(f"unk__{anon[0]}")
+                self.anon[0] += 1
+                dims.append(f"unk__{self.anon[0]}")
         return tuple(dims)
 
-    def dtype_of(vi):
-        code = vi.type.tensor_type.elem_type
-        return onnx.helper.tensor_dtype_to_np_dtype(code) if code else None
+    def translate_nodes(self) -> None:
+        g = self.g
+        for node in self.src.node:
+            name = node.name or g.unique_name(f"{node.op_type}_{len(g.nodes)}")
+            attrs, subs = {}, []
+            for a in node.attribute:
+                attrs[a.name] = self.attr_value(a, name, subs)
+            if node.op_type == "Constant":
+                arr = _constant_value(attrs, name)
+                self.index[node.output[0]] = g.add_value(node.output[0], data=arr)
+                continue
+            inputs = [self.lookup(n) for n in node.input]
+            if subs:
+                inputs += self.bind_captures(subs, attrs)
+            # NOTE: an absent optional output still gets a (never read) value, so kernels
+            # always have somewhere to write every output they compute.
+            outputs = [self.lookup(n) if n else g.add_value(g.unique_name(f"{name}/unused_{k}"))
+                       for k, n in enumerate(node.output)]
+            op, inputs, attrs = legacy.upgrade(g, node.op_type, inputs, attrs, self.opset, name)
+            if op == "Split" and (len(inputs) < 2 or inputs[1] == MISSING):
+                # NOTE: before opset 18 an unsplit Split divides evenly into as many outputs as
+                # the node has; opset 18 says so with num_outputs.
+                attrs.setdefault("num_outputs", len(outputs))
+            if legacy.needs_flatten_softmax(op, self.opset):
+                _flatten_softmax(g, op, inputs, outputs, attrs, name)
+                continue
+            g.add_node(op, inputs, outputs, attrs, name=name)
 
-    def value(name: str) -> int:
-        if name == "":
-            return MISSING
-        if name not in index:
-            vi = infos.get(name)
-            if vi is None:
-                index[name] = g.add_value(name)
-            else:
-                index[name] = g.add_value(name, dtype_of(vi), shape_of(vi))
-        return index[name]
+    def attr_value(self, a, node_name: str, subs: list):
+        from onnx import AttributeProto
 
-    for init in src.initializer:
-        arr = numpy_helper.to_array(init)
-        index[init.name] = g.add_value(init.name, data=contiguous(arr))
-    for vi in src.input:
-        if vi.name in index:
-            continue  # an initializer with a default; treated as constant (ORT does likewise)
-        g.inputs.append(value(vi.name))
+        if a.type == AttributeProto.GRAPH:
+            sub = self.subgraph(a.g, f"{node_name}/{a.name}")
+            subs.append(sub)
+            return sub[0]
+        if a.type == AttributeProto.GRAPHS:
+            items = [self.subgraph(x, f"{node_name}/{a.name}[{k}]") for k, x in enumerate(a.graphs)]
+            subs.extend(items)
+            return [x[0] for x in items]
+        return _attr_value(a)
 
-    for node in src.node:
-        name = node.name or g.unique_name(f"{node.op_type}_{len(g.nodes)}")
-        attrs = {a.name: _attr_value(a) for a in node.attribute}
-        if node.op_type == "Constant":
-            arr = _constant_value(attrs, name)
-            index[node.output[0]] = g.add_value(node.output[0], data=arr)
-            continue
-        inputs = [value(n) for n in node.input]
-        # NOTE: an absent optional output still gets a (never read) value, so kernels always
-        # have somewhere to write every output they compute.
-        outputs = [value(n) if n else g.add_value(g.unique_name(f"{name}/unused_{k}"))
-                   for k, n in enumerate(node.output)]
-        op, inputs, attrs = legacy.upgrade(g, node.op_type, inputs, attrs, opset, name)
-        if op == "Split" and (len(inputs) < 2 or inputs[1] == MISSING):
-            # NOTE: before opset 18 an unsplit Split divides evenly into as many outputs as the
-            # node has; opset 18 says so with num_outputs.
-            attrs.setdefault("num_outputs", len(outputs))
-        if legacy.needs_flatten_softmax(op, opset):
-            _flatten_softmax(g, op, inputs, outputs, attrs, name)
-            continue
-        g.add_node(op, inputs, outputs, attrs, name=name)
+    def subgraph(self, src, where: str) -> tuple[Graph, _Scope]:
+        """Translate a GRAPH attribute: formal inputs first; captures are bound later."""
+        sg = Graph()
+        scope = _Scope(sg, src, self, self.opset)
+        for vi in src.input:
+            if vi.name in scope.index:
+                raise ConvertError(f"{where}: subgraph input {vi.name!r} is also an initializer")
+            scope.index[vi.name] = sg.add_value(vi.name, _dtype_of(vi), scope.shape_of(vi))
+            sg.inputs.append(scope.index[vi.name])
+        scope.translate_nodes()
+        for vi in src.output:
+            sg.outputs.append(scope.lookup(vi.name))
+        return sg, scope
 
-    for vi in src.output:
-        if vi.name not in index:
-            raise ConvertError(f"graph output {vi.name!r} is produced by no node")
-        g.outputs.append(index[vi.name])
-    return g
+    def bind_captures(self, subs: list, attrs: dict) -> list[int]:
+        """Make the outer values the node's subgraphs capture explicit: extra node inputs, and
+        the same values as extra (trailing) inputs of every subgraph (``sprat.ir.subgraphs``)."""
+        names: list[str] = []
+        for _, scope in subs:
+            names += [n for n in scope.captures if n not in names]
+        for sg, scope in subs:
+            for n in names:
+                if n not in scope.index or n not in scope.captures:
+                    outer = self.g.values[self.lookup(n)]
+                    scope.index[n] = sg.add_value(sg.unique_name(n), outer.dtype, outer.shape)
+                sg.inputs.append(scope.index[n])
+        if names:
+            attrs["_captures"] = len(names)
+        return [self.lookup(n) for n in names]
+
+
+def _dtype_of(vi):
+    import onnx
+
+    code = vi.type.tensor_type.elem_type
+    return onnx.helper.tensor_dtype_to_np_dtype(code) if code else None
 
 
 def _default_opset(model) -> int:
@@ -173,8 +262,6 @@ def _attr_value(a):
 
     if a.type == AttributeProto.TENSOR:
         return contiguous(numpy_helper.to_array(a.t))
-    if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
-        raise ConvertError(f"attribute {a.name!r}: subgraphs (If/Loop/Scan) are not supported yet")
     v = helper.get_attribute_value(a)
     if isinstance(v, bytes):
         return v.decode("utf-8")

@@ -4,7 +4,8 @@ Each family module ends with ``SHAPES = {"OpType": fn}``; ``fn(ins, **attrs)`` g
 ``TensorInfo`` (None for an absent optional input) and the node's spec attributes as keyword
 arguments with the spec defaults in its signature, and returns a list of ``(shape, dtype)``, one
 per output. A data-dependent output shape reads ``ins[k].value`` and raises ShapeError if it is
-unknown. ``infer`` wraps every function with the generic handling of ``sprat.ir.fused`` attributes.
+unknown (DataDependentShape). Control-flow nodes (If, Loop, Scan) are inferred from their subgraphs
+(``control.py``). ``infer`` wraps every function with the generic handling of ``sprat.ir.fused`` attributes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from ...errors import ShapeError
 from ..fused import NCHW_TO_NHWC, NHWC_TO_NCHW, permute_shape, split_attrs
 from ..graph import Node
 from ..tensorinfo import TensorInfo
+from .control import CONTROL
+from .datadep import DataDependentShape
+
+__all__ = ["SHAPES", "DataDependentShape", "infer"]
 
 SHAPES: dict = {}
 
@@ -30,6 +35,11 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     if not SHAPES:
         _register_families()
     fn = SHAPES.get(node.op_type)
+    if fn is None and node.op_type in CONTROL:
+        try:
+            return [(tuple(i.shape), np.dtype(i.dtype)) for i in CONTROL[node.op_type](node, ins)]
+        except DataDependentShape as e:
+            raise DataDependentShape(f"node {node.name!r} ({node.op_type}): {e}") from None
     if fn is None:
         raise ShapeError(f"node {node.name!r}: no shape function for op {node.op_type!r}")
     attrs, internal = split_attrs(node.attrs)
@@ -44,7 +54,7 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     try:
         outs = fn(ins, **attrs)
     except ShapeError as e:
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): {e}") from None
+        raise type(e)(f"node {node.name!r} ({node.op_type}): {e}") from None
     except (ValueError, IndexError, TypeError, KeyError) as e:
         raise ShapeError(f"node {node.name!r} ({node.op_type}): {type(e).__name__}: {e}") from e
     if nhwc:

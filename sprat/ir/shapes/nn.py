@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from .datadep import DataDependentShape
 
 _F32 = np.dtype(np.float32)
 _I64 = np.dtype(np.int64)
@@ -364,7 +365,8 @@ def _const(info, what: str):
     if info is None:
         return None
     if info.value is None:
-        raise ShapeError(f"{what} must be known before running (a constant) to infer the shape")
+        raise DataDependentShape(f"{what} must be known before running (a constant) to infer "
+                                 "the shape")
     return np.asarray(info.value)
 
 
@@ -461,7 +463,24 @@ def space_to_depth(ins, blocksize=None, mode="DCR"):
     return [((n, c * b * b, h // b, w // b), ins[0].dtype)]
 
 
+def non_max_suppression(ins, center_point_box=0):
+    """NonMaxSuppression-11(boxes (B, N, 4), scores (B, C, N), ...): int64 (num_selected, 3) —
+    the count is data-dependent."""
+    boxes, scores = ins[0], ins[1]
+    if len(boxes.shape) != 3 or boxes.shape[2] != 4:
+        raise ShapeError(f"NonMaxSuppression boxes must be (batches, boxes, 4), got {boxes.shape}")
+    if len(scores.shape) != 3 or scores.shape[0] != boxes.shape[0] \
+            or scores.shape[2] != boxes.shape[1]:
+        raise ShapeError(f"NonMaxSuppression scores {scores.shape} do not match boxes "
+                         f"{boxes.shape}: expected (batches, classes, boxes)")
+    if center_point_box not in (0, 1):
+        raise ShapeError(f"center_point_box must be 0 or 1, got {center_point_box}")
+    raise DataDependentShape("NonMaxSuppression: the number of selected boxes is only known "
+                             "while running")
+
+
 SHAPES = {
+    "NonMaxSuppression": non_max_suppression,
     "Conv": conv,
     "ConvTranspose": conv_transpose,
     "MaxPool": max_pool,

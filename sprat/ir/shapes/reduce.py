@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
+from .datadep import DataDependentShape
 
 _I64 = np.dtype(np.int64)
 
@@ -47,7 +48,7 @@ def _axes_value(ins):
     if a is None:
         return None
     if a.value is None:
-        raise ShapeError("the reduction axes input must be known before running "
+        raise DataDependentShape("the reduction axes input must be known before running "
                          "(a constant or computable from shapes)")
     return a.value
 

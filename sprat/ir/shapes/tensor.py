@@ -15,6 +15,7 @@ import numpy as np
 
 from ...dtypes import to_numpy
 from ...errors import ShapeError
+from .datadep import DataDependentShape
 from .elementwise import broadcast_shapes
 from .reduce import norm_axis
 
@@ -25,7 +26,7 @@ _I64 = np.dtype(np.int64)
 def known(t, what: str) -> np.ndarray:
     """The contents of input ``t`` (a TensorInfo), or ShapeError naming ``what`` if unknown."""
     if t is None or t.value is None:
-        raise ShapeError(f"{what} must be known before running (a constant, or computable from "
+        raise DataDependentShape(f"{what} must be known before running (a constant, or computable from "
                          "shapes); its value is data-dependent here")
     return np.asarray(t.value)
 
@@ -373,7 +374,7 @@ def non_zero(ins):
     """NonZero-13: (rank, number of non-zeros), int64 — known only when the data is."""
     x = ins[0]
     if x.value is None:
-        raise ShapeError("NonZero output shape is data-dependent (the input is not known "
+        raise DataDependentShape("NonZero output shape is data-dependent (the input is not known "
                          "before running)")
     # NOTE: a scalar counts as shape (1,), as onnxruntime does.
     return [((max(len(x.shape), 1), int(np.count_nonzero(x.value))), _I64)]
