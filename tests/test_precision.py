@@ -134,3 +134,15 @@ def test_real_model_low_precision(key):
         low, _ = _run(graph, feeds, precision="low", memory=memory)
         for name in ref:
             assert _rel(low[name], ref[name]) <= LOW_RTOL, (memory, name)
+
+
+def test_info_reports_modes_and_packed_bytes():
+    graph, feeds, w = _gemm_model(2, 300, 700, None)
+    interp = sprat.Interpreter.from_graph(graph)
+    sess = interp.create_session(sprat.ScheduleConfig(memory="low", precision="high"))
+    sess.run(feeds)
+    info = sess.info()
+    assert (info["memory"], info["precision"], info["packed_bytes"]) == ("low", "high", 0)
+    sess2 = interp.create_session()
+    sess2.run(feeds)
+    assert sess2.info()["packed_bytes"] == w.nbytes == interp.packed_bytes

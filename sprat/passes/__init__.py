@@ -33,7 +33,18 @@ DEFAULT_PIPELINE = [
 
 
 def optimize(g: Graph, pipeline=None, until: str | None = None) -> Graph:
-    """Run the passes of ``pipeline`` (default DEFAULT_PIPELINE) in order; stop after ``until``."""
+    """Run the passes of ``pipeline`` (default DEFAULT_PIPELINE) in order; stop after ``until``.
+
+    Subgraphs of control-flow nodes (If/Loop/Scan) are optimized first, the same way: their
+    inputs and outputs keep their order (``sprat.ir.subgraphs``), so a branch or loop body gets
+    the NHWC layout and fused kernels like the main graph."""
+    for node in g.nodes:
+        for k, v in list(node.attrs.items()):
+            if isinstance(v, Graph):
+                node.attrs[k] = optimize(v, pipeline, until)
+            elif isinstance(v, list) and any(isinstance(x, Graph) for x in v):
+                node.attrs[k] = [optimize(x, pipeline, until) if isinstance(x, Graph) else x
+                                 for x in v]
     for name, fn in pipeline if pipeline is not None else DEFAULT_PIPELINE:
         g = fn(g)
         if name == until:

@@ -896,9 +896,10 @@ class Session:
         return [*self._steps, *(s for s, _ in self._tail_record)]
 
     def info(self) -> dict:
-        """Arena bytes, weight bytes, kernel workspace bytes (scratch owned by this session's
-        kernels), FLOPs of one run (multiply-add = 2), number of steps,
-        backend per node, threads, prepared input shapes, and with
+        """Arena bytes, weight bytes, packed weight bytes (shared by the Interpreter's
+        sessions), kernel workspace bytes (scratch owned by this session's kernels), FLOPs of
+        one run (multiply-add = 2), number of steps, backend per node, threads, the
+        ScheduleConfig precision and memory modes, prepared input shapes, and with
         ``ScheduleConfig(profiling=True)`` the time in ms of each op in the last run
         (``op_times_ms``). Shape-dependent entries are those of the last resize; a model
         with data-dependent shapes also lists the dynamic nodes and the steps planned after them
@@ -908,11 +909,14 @@ class Session:
         return {
             "arena_bytes": getattr(self, "_arena_bytes", 0),
             "weight_bytes": self._graph.weight_bytes(),
+            "packed_bytes": self._packs.nbytes if self._packs is not None else 0,
             "flops": graph_flops(self.node_infos()),
             "workspace_bytes": self._workspace_bytes(),
             "steps": len(self._all_steps()),
             "backends": {s.node.name: s.backend for s in self._all_steps()},
             "num_threads": self.num_threads,
+            "precision": self.config.precision,
+            "memory": self.config.memory,
             "op_times_ms": ({s.node.name: t * 1e3 for s, t in
                              zip(self._all_steps(),
                                  [*self._op_times, *(d for _, d in self._tail_times)])}

@@ -69,6 +69,7 @@ class ConvKernel(CpuKernel):
 
     def prepare(self, ins, outs):
         node = self.node
+        self._bound = (None, None, None)
         x, w, bias, res = _split_inputs(node, ins)
         y = outs[0]
         one_d = len(x.shape) == 3
@@ -117,9 +118,9 @@ class ConvKernel(CpuKernel):
             self.algo = "pointwise"
             cg, mg = c // group, m // group
             # NOTE: memory="low": the model's (M, C/G) weight, read transposed by the GEMM
-            self.wt = self.memory == "low"
+            self.w_stored = self.memory == "low"
             self._keep = []
-            self.w = (writable_alias(w.value, self._keep).reshape(-1) if self.wt else
+            self.w = (writable_alias(w.value, self._keep).reshape(-1) if self.w_stored else
                       self.shared("pointwise", lambda: np.ascontiguousarray(
                           wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel()))
             blk = max(16, POINTWISE_BLOCK_BYTES // (4 * m))
@@ -159,15 +160,25 @@ class ConvKernel(CpuKernel):
             self.col = nb.scratch(nt, self.rows * ow * kh * kw * cg)
 
     def run(self, ins, outs):
-        x = ins[0].reshape(-1)
-        y = outs[0].reshape(-1)
-        res = ins[-1].reshape(-1) if self.has_res else self.empty
+        x, y = ins[0], outs[0]
+        r = ins[-1] if self.has_res else None
+        # NOTE: the session hands the same arrays every run: the argument tuple is built once
+        # per binding (tens of arguments; rebuilding it cost ~3 us a call on small convs)
+        if x is not self._bound[0] or y is not self._bound[1] or r is not self._bound[2]:
+            self._bind(x, y, r)
+        self._fn(*self._args)
+
+    _bound = (None, None, None)
+
+    def _bind(self, xa, ya, ra):
+        x, y = xa.reshape(-1), ya.reshape(-1)
+        res = ra.reshape(-1) if ra is not None else self.empty
         n, h, w, c, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
         code, a, b = self.act
         nt, algo, hr = self.nt, self.algo, self.has_res
         if algo == "pointwise":
             args = (x, self.w, self.bias, res, hr, y, n * oh * ow, c, m, self.group, self.blk,
-                    self.wt, code, a, b)
+                    self.w_stored, code, a, b)
         elif algo == "shift":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw, ph,
                     pw, self.rows, self.xb, self.acc, code, a, b)
@@ -181,9 +192,10 @@ class ConvKernel(CpuKernel):
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, self.group, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
         if nt == 1:
-            SLOT[algo](0, 1, *args)
+            self._fn, self._args = SLOT[algo], (0, 1, *args)
         else:
-            PAR[algo](nt, *args)
+            self._fn, self._args = PAR[algo], (nt, *args)
+        self._bound = (xa, ya, ra)
 
 
 SLOT = {**nb.SLOT, "winograd": wg_nb.winograd_slot}
