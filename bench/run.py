@@ -163,6 +163,10 @@ def cold_start(kind: str, model: pathlib.Path, feeds_path: pathlib.Path, threads
 ENCODER = "bert_encoder"
 ENCODER_CONFIG = dict(vocab=8000, hidden=256, heads=4, layers=4, ffn=1024, max_len=128)
 ENCODER_SEQ = 128
+# NOTE: the speed target (issue 5) is over the core issue's real models plus the encoder; other
+# zoo models (silero-vad: control flow, ~0.3 ms) are reported but kept out of that mean
+PARITY_SET = ("ppocr_v4_det", "ppocr_v4_rec", "ppocr_v2_cls", "nudenet_320n", "ddddocr_ocr",
+              "ddddocr_det", ENCODER)
 
 
 def model_and_feeds(key: str, workdir: pathlib.Path) -> tuple[pathlib.Path, dict]:
@@ -235,9 +239,16 @@ def markdown_table(rows: list[Row]) -> str:
             f"{_f(r.ort_rss_mib, '.0f')} |")
     lines.append("")
     for n in sorted({r.threads for r in rows}):
+        core = [r.ratio for r in rows if r.threads == n and r.model in PARITY_SET]
         ratios = [r.ratio for r in rows if r.threads == n]
-        lines.append(f"Geometric mean of sprat/ort at {n} thread(s): **{geomean(ratios):.2f}** "
-                     f"over {len(ratios)} model(s).  ")
+        if core and len(core) != len(ratios):
+            lines.append(f"Geometric mean of sprat/ort at {n} thread(s): **{geomean(core):.2f}** "
+                         f"over the {len(core)} model(s) of the speed target (the core real "
+                         f"models and the encoder); {geomean(ratios):.2f} over all "
+                         f"{len(ratios)}.  ")
+        else:
+            lines.append(f"Geometric mean of sprat/ort at {n} thread(s): "
+                         f"**{geomean(ratios):.2f}** over {len(ratios)} model(s).  ")
     return "\n".join(lines)
 
 
