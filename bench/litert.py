@@ -33,7 +33,8 @@ if str(ROOT) not in sys.path:  # run as a script from a source checkout
 import numpy as np  # noqa: E402
 
 import sprat  # noqa: E402
-from bench.run import geomean, machine_info, rel_error, timed_blocks  # noqa: E402
+from bench.run import (bench_all, geomean, machine_info, rel_error, timed_blocks,  # noqa: E402
+                       with_failures)
 from sprat import zoo  # noqa: E402
 
 HEADER = "## TFLite models: sprat versus ai-edge-litert"
@@ -176,18 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    rows, failed = [], []
-    for key in models:
-        try:
-            rows += bench_model(key, threads, args.runs, log)
-        except Exception as e:  # noqa: BLE001  (one failing model must not void the whole run)
-            msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-            log(f"{key}: FAILED: {msg}")
-            failed.append((key, msg))
-    table = markdown_table(rows) if rows else "No model ran."
-    if failed:
-        table += "\n\nFailed (not in the table or the means):\n\n" + "\n".join(
-            f"- {key}: `{msg}`" for key, msg in failed)
+    rows, failed = bench_all(models, lambda key: bench_model(key, threads, args.runs, log), log)
+    table = with_failures(markdown_table(rows) if rows else "No model ran.", failed)
     print(table)
     if args.write is not None:
         write_section(pathlib.Path(args.write), section(table, argv, args.runs))

@@ -295,6 +295,27 @@ def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> 
     path.write_text(text)
 
 
+def bench_all(models: list[str], bench_one, log) -> tuple[list, list[tuple[str, str]]]:
+    """``bench_one(key)`` for every model: (all rows, [(key, first line of the error)]); one
+    failing model does not void the run."""
+    rows, failed = [], []
+    for key in models:
+        try:
+            rows += bench_one(key)
+        except Exception as e:  # noqa: BLE001
+            msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            log(f"{key}: FAILED: {msg}")
+            failed.append((key, msg))
+    return rows, failed
+
+
+def with_failures(table: str, failed: list[tuple[str, str]]) -> str:
+    if not failed:
+        return table
+    return table + "\n\nFailed (not in the table or the means):\n\n" + "\n".join(
+        f"- {key}: `{msg}`" for key, msg in failed)
+
+
 # ---- main -------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -331,19 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    rows, failed = [], []
     with tempfile.TemporaryDirectory(prefix="sprat-bench-") as tmp:
-        for key in models:
-            try:
-                rows += bench_model(key, threads, runs, cold_repeats, pathlib.Path(tmp), log)
-            except Exception as e:  # NOTE: one failing model must not void the whole run
-                msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-                log(f"{key}: FAILED: {msg}")
-                failed.append((key, msg))
-    table = markdown_table(rows) if rows else "No model ran."
-    if failed:
-        table += "\n\nFailed (not in the table or the means):\n\n" + "\n".join(
-            f"- {key}: `{msg}`" for key, msg in failed)
+        rows, failed = bench_all(models, lambda key: bench_model(
+            key, threads, runs, cold_repeats, pathlib.Path(tmp), log), log)
+    table = with_failures(markdown_table(rows) if rows else "No model ran.", failed)
     print(table)
     if args.write is not None:
         write_report(pathlib.Path(args.write), table, argv, runs)

@@ -480,9 +480,8 @@ def converter_stages() -> list[str]:
 
 
 def _stages(model: str) -> list[str]:
-    from .runtime.session import Session
-
     from .converter import is_tflite_source
+    from .runtime.session import Session
 
     source = is_tflite_source(model) or _is_onnx(model)
     conv = ["imported", *converter_stages()] if source else []

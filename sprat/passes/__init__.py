@@ -10,7 +10,7 @@ from .fold_constants import fold_constants
 from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
-from .fuse_matmul import fuse_gelu, fuse_matmul_bias, fuse_matmul_residual
+from .fuse_matmul import fuse_gelu, fuse_matmul_bias
 from .layout import to_nhwc
 from .transposes import optimize_transposes
 
@@ -26,7 +26,6 @@ DEFAULT_PIPELINE = [
     ("layout", to_nhwc),
     ("transposes", optimize_transposes),
     ("fuse_matmul_bias", fuse_matmul_bias),
-    ("fuse_matmul_residual", fuse_matmul_residual),
     ("fuse_residual", fuse_residual),
     ("fuse_activation", fuse_activation),
 ]

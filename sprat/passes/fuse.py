@@ -1,7 +1,8 @@
 """Fuse residual adds and activations into the node that produces their input.
 
-- ``Conv -> Add(·, r)`` with ``r`` of the same shape becomes Conv with ``_residual=True`` and ``r``
-  as an extra last input (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z).
+- ``Conv -> Add(·, r)`` (NHWC) or ``MatMul -> Add(·, r)`` with ``r`` of the same shape becomes
+  the producer with ``_residual=True`` and ``r`` as an extra last input (MNN's
+  ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion).
 - ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
   activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu,
   Gelu (erf form) becomes ``_activation`` on X.
@@ -57,30 +58,40 @@ def _rewire_output(g: Graph, producer, act) -> None:
     act.op_type = DEAD
 
 
+def _takes_residual(node) -> bool:
+    """Conv in NHWC, or MatMul (a fused ``_bias`` allowed), with no residual/activation yet."""
+    if node.op_type == "Conv":
+        ok = node.attrs.get("_layout") == "NHWC"
+    else:
+        ok = node.op_type == "MatMul" and node.attrs.get("_layout") is None
+    return ok and len(node.outputs) == 1 and not any(
+        a in node.attrs for a in ("_residual", "_activation"))
+
+
 def fuse_residual(g: Graph) -> Graph:
     consumers, producers = g.consumers(), g.producers()
+    order = {id(n): i for i, n in enumerate(g.nodes)}
     for add in g.nodes:
         if add.op_type != "Add" or len(add.inputs) != 2 or add.attrs:
             continue
         for k in (0, 1):
-            conv = producers.get(add.inputs[k])
+            prod = producers.get(add.inputs[k])
             other = add.inputs[1 - k]
-            if (conv is None or conv.op_type != "Conv" or conv.attrs.get("_layout") != "NHWC"
-                    or any(a in conv.attrs for a in ("_residual", "_activation"))
-                    or single_consumer(g, consumers, conv.outputs[0]) is not add
+            if (prod is None or not _takes_residual(prod) or other == add.inputs[k]
+                    or single_consumer(g, consumers, prod.outputs[0]) is not add
                     or g.values[other].data is not None):
                 continue
-            s1, s2 = g.values[conv.outputs[0]].shape, g.values[other].shape
+            s1, s2 = g.values[prod.outputs[0]].shape, g.values[other].shape
             if s1 is None or s2 is None or tuple(s1) != tuple(s2):
                 continue
-            # NOTE: ``other`` must be computed before the conv runs: true if its producer
+            # NOTE: ``other`` must be computed before the producer runs: true if its producer
             # comes earlier in the node order (it always does for inputs/constants).
             op = producers.get(other)
-            if op is not None and g.nodes.index(op) > g.nodes.index(conv):
+            if op is not None and order[id(op)] > order[id(prod)]:
                 continue
-            conv.inputs.append(other)
-            conv.attrs["_residual"] = True
-            _rewire_output(g, conv, add)
+            prod.inputs.append(other)
+            prod.attrs["_residual"] = True
+            _rewire_output(g, prod, add)
             break
     drop_dead(g)
     return remove_dead(g)

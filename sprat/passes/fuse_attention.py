@@ -112,9 +112,9 @@ def _match(g: Graph, consumers, producers, sm):
     if shape is None or shape.size != 3 or int(shape[2]) not in (-1, heads * v[2]):
         return None
     for i in (0, 1):  # NOTE: each leading entry copies (0) or equals the query's dim
-        if int(shape[i]) != 0 and int(shape[i]) != q_shape[i]:
-            if not (int(shape[i]) == -1 and int(shape[2]) == heads * v[2]):
-                return None
+        d = int(shape[i])
+        if d not in (0, q_shape[i]) and not (d == -1 and int(shape[2]) == heads * v[2]):
+            return None
     dead += [tr, *q[3], *k[3], *v[3]]
     return q[0], k[0], v[0], mask, scale, heads, dead, merge
 

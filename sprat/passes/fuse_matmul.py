@@ -5,9 +5,8 @@
   becomes one ``Gelu`` node (ONNX Gelu-20, approximate="none").
 - ``fuse_matmul_bias``: ``Add(MatMul(X, W), B)`` with W a constant 2-D weight and B a constant
   vector of W's column count becomes MatMul with ``_bias=True`` and B as an extra input.
-- ``fuse_matmul_residual``: ``Add(MatMul(...), R)`` with R of the same shape becomes MatMul
-  with ``_residual=True``, as ``fuse_residual`` does for Conv.
-The ``Gelu`` then fuses into the MatMul as ``_activation`` (``fuse_activation``).
+``fuse_residual`` (``fuse.py``) then takes ``Add(MatMul(...), R)`` with R of the same shape as it
+does for Conv, and the ``Gelu`` fuses into the MatMul as ``_activation`` (``fuse_activation``).
 See ``sprat.ir.fused`` for what the attributes mean.
 """
 
@@ -106,10 +105,10 @@ def _rewire(g: Graph, producer, add) -> None:
     add.op_type = DEAD
 
 
-def _plain_matmul(g: Graph, consumers, producers, value: int, add, allowed=()):
+def _plain_matmul(g: Graph, consumers, producers, value: int, add):
     mm = producers.get(value)
     if (mm is None or mm.op_type != "MatMul" or len(mm.outputs) != 1
-            or any(k in mm.attrs for k in FUSED if k not in allowed)
+            or any(k in mm.attrs for k in FUSED)
             or single_consumer(g, consumers, value) is not add):
         return None
     return mm
@@ -133,31 +132,6 @@ def fuse_matmul_bias(g: Graph) -> Graph:
                 continue  # NOTE: a (1, N) bias on a 1-D product would add a dimension
             mm.inputs.append(add.inputs[1 - k])
             mm.attrs["_bias"] = True
-            _rewire(g, mm, add)
-            break
-    drop_dead(g)
-    return remove_dead(g)
-
-
-def fuse_matmul_residual(g: Graph) -> Graph:
-    consumers, producers = g.consumers(), g.producers()
-    order = {id(n): i for i, n in enumerate(g.nodes)}
-    for add in g.nodes:
-        if add.op_type != "Add" or len(add.inputs) != 2 or add.attrs:
-            continue
-        for k in (0, 1):
-            mm = _plain_matmul(g, consumers, producers, add.inputs[k], add, ("_bias",))
-            other = add.inputs[1 - k]
-            if mm is None or other == add.inputs[k] or g.values[other].data is not None:
-                continue
-            s1, s2 = g.values[mm.outputs[0]].shape, g.values[other].shape
-            if s1 is None or s2 is None or tuple(s1) != tuple(s2):
-                continue
-            op = producers.get(other)  # NOTE: R must be computed before the MatMul runs
-            if op is not None and order[id(op)] > order[id(mm)]:
-                continue
-            mm.inputs.append(other)
-            mm.attrs["_residual"] = True
             _rewire(g, mm, add)
             break
     drop_dead(g)

@@ -731,6 +731,15 @@ class Session:
         for uses, a in zip(self._input_uses, arrays):
             for lst, k in uses:
                 lst[k] = a
+        self._run_plan()
+        if self._tail is not None:
+            self._env_inputs = dict(zip(self._graph.inputs, arrays))
+            self._run_steps(self._tail_steps())
+        return [a if k < 0 else arrays[k]
+                for k, (_, a) in zip(self._out_sources, self._output_arrays)]
+
+    def _run_plan(self) -> None:
+        """The plain plan loop: every prepared step, nothing else on the hot path."""
         i = 0
         try:
             for i, (run, ins, outs) in enumerate(self._plan):
@@ -739,11 +748,6 @@ class Session:
             raise
         except Exception as e:
             self._kernel_error(i, e)
-        if self._tail is not None:
-            self._env_inputs = dict(zip(self._graph.inputs, arrays))
-            self._run_steps(self._tail_steps())
-        return [a if k < 0 else arrays[k]
-                for k, (_, a) in zip(self._out_sources, self._output_arrays)]
 
     def _run_steps(self, steps) -> None:
         for info, run, ins, outs in steps:
@@ -763,14 +767,7 @@ class Session:
             for b in self._run_contexts:
                 stack.enter_context(b.run_context())
             if before is None and after is None and not self.config.profiling:
-                i = 0
-                try:
-                    for i, (run, ins, outs) in enumerate(self._plan):
-                        run(ins, outs)
-                except SpratError:
-                    raise
-                except Exception as e:
-                    self._kernel_error(i, e)
+                self._run_plan()
                 if self._tail is not None:
                     self._run_steps(self._tail_steps())
                 return None

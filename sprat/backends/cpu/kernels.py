@@ -17,8 +17,15 @@ from .pool import PoolKernel
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
 from .rnn import LSTMKernel
-from .tensor import (CastKernel, ConcatKernel, CopyKernel, GatherKernel, SliceKernel, SplitKernel,
-                     TransposeKernel)
+from .tensor import (
+                     CastKernel,
+                     ConcatKernel,
+                     CopyKernel,
+                     GatherKernel,
+                     SliceKernel,
+                     SplitKernel,
+                     TransposeKernel,
+)
 
 KERNELS: dict = {
     # convolution and pooling (NHWC)
