@@ -154,11 +154,15 @@ def im2col_slot(t, nt, x, w, bias, res, has_res, y, N, H, W, C, M, G, OH, OW, kh
         rows_inplace(y, y0, rows * OW, M, bias, res, has_res, code, a, b)
 
 
-SEG = 64  # output pixels per segment in the stride-1 depthwise kernel
+def depthwise_segment(c: int) -> int:
+    """Output pixels per segment of the stride-1 depthwise kernel for ``c`` channels: about 4096
+    floats per tap (64 pixels up to 64 channels), so the tiled weights of a 5x5 kernel stay in
+    L2 at 200+ channels (a fixed 64 tiled a 5x5 kernel of 200 channels into 1.3 MB)."""
+    return max(4, min(64, 4096 // max(c, 1)))
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _dw_tap(yr, x, wt, C, xrow, tap, off, ow0, ow1):
+def _dw_tap(yr, x, wt, C, xrow, tap, off, ow0, ow1, SEG):
     """yr[ow*C + c] += x[(xrow + ow + off)*C + c] * w[tap, c] for ow in [ow0, ow1), in segments
     of SEG pixels (``wt`` holds each tap's weights tiled SEG times)."""
     for a in range(ow0, ow1, SEG):
@@ -172,7 +176,7 @@ def _dw_tap(yr, x, wt, C, xrow, tap, off, ow0, ow1):
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph, pw):
+def _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph, pw, SEG):
     """Stride-1 depthwise, one output row at a time: each tap is one long contiguous
     multiply-add over (pixels x channels) against tiled weights, so the loop vectorises fully
     even for 16 channels; for 3-wide kernels the three taps of a kernel row share one pass
@@ -195,14 +199,15 @@ def _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph
             if kw != 3:
                 for j in range(kw):
                     _dw_tap(yr, x, wt, C, xrow, i * kw + j, j * dw - pw,
-                            max(0, pw - j * dw), min(OW, W + pw - j * dw))
+                            max(0, pw - j * dw), min(OW, W + pw - j * dw), SEG)
                 continue
             a0 = min(OW, max(0, pw))
             a1 = max(a0, min(OW, W + pw - 2 * dw))
             for j in range(3):
-                _dw_tap(yr, x, wt, C, xrow, i * 3 + j, j * dw - pw, max(0, pw - j * dw), a0)
+                _dw_tap(yr, x, wt, C, xrow, i * 3 + j, j * dw - pw, max(0, pw - j * dw), a0,
+                        SEG)
                 _dw_tap(yr, x, wt, C, xrow, i * 3 + j, j * dw - pw, a1,
-                        min(OW, W + pw - j * dw))
+                        min(OW, W + pw - j * dw), SEG)
             for a in range(a0, a1, SEG):
                 m = (min(a1, a + SEG) - a) * C
                 s = (xrow + a - pw) * C
@@ -258,14 +263,14 @@ def _row_epilogue(y, res, has_res, lo, hi, L, code, a, b):
 
 @njit(cache=True, error_model="numpy", nogil=True)
 def depthwise_slot(t, nt, x, w, wt, bias, bt, res, has_res, y, N, H, W, C, OH, OW, kh, kw, sh,
-                   sw, dh, dw, ph, pw, code, a, b):
+                   sw, dh, dw, ph, pw, seg, code, a, b):
     """Depthwise conv (group == C == M). ``w`` packed (kh, kw, C); ``wt``/``bt`` the weights
-    and bias tiled SEG times per tap (used when the stride is 1)."""
+    and bias tiled ``seg`` times per tap (used when the stride is 1; ``depthwise_segment``)."""
     rows = N * OH
     lo = t * rows // nt
     hi = (t + 1) * rows // nt
     if sw == 1 and sh == 1:
-        _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph, pw)
+        _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph, pw, seg)
     else:
         _depthwise_rows(x, w, bias, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
                         ph, pw)
@@ -301,10 +306,10 @@ def im2col_par(nt, x, w, bias, res, has_res, y, N, H, W, C, M, G, OH, OW, kh, kw
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
 def depthwise_par(nt, x, w, wt, bias, bt, res, has_res, y, N, H, W, C, OH, OW, kh, kw, sh, sw,
-                  dh, dw, ph, pw, code, a, b):
+                  dh, dw, ph, pw, seg, code, a, b):
     for t in prange(nt):
         depthwise_slot(t, nt, x, w, wt, bias, bt, res, has_res, y, N, H, W, C, OH, OW, kh, kw,
-                       sh, sw, dh, dw, ph, pw, code, a, b)
+                       sh, sw, dh, dw, ph, pw, seg, code, a, b)
 
 
 SLOT = {"pointwise": pointwise_slot, "shift": shift_slot, "im2col": im2col_slot,

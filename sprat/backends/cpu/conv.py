@@ -108,10 +108,11 @@ class ConvKernel(CpuKernel):
             self.algo = "depthwise"
             self.w = self.shared("dw", lambda: np.ascontiguousarray(
                 wv[:, 0].transpose(1, 2, 0)).ravel())  # (kh, kw, C)
+            seg = self.seg = nb.depthwise_segment(c)
             if sh == 1 and sw == 1:
-                self.wt = self.shared("dw_tiled", lambda: np.tile(
-                    self.w.reshape(kh * kw, 1, c), (1, nb.SEG, 1)).ravel())
-                self.bt = self.shared("bias_tiled", lambda: np.tile(self.bias, nb.SEG))
+                self.wt = self.shared(f"dw_tiled{seg}", lambda: np.tile(
+                    self.w.reshape(kh * kw, 1, c), (1, seg, 1)).ravel())
+                self.bt = self.shared(f"bias_tiled{seg}", lambda: np.tile(self.bias, seg))
             else:
                 self.wt = self.bt = self.empty
         elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
@@ -187,7 +188,7 @@ class ConvKernel(CpuKernel):
                     self.vbuf, self.mbuf, self.pbuf, self.obuf, code, a, b)
         elif algo == "depthwise":
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
-                    kw, sh, sw, dh, dw, ph, pw, code, a, b)
+                    kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
         else:
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, self.group, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
