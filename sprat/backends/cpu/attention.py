@@ -15,12 +15,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._base import CpuKernel
+from ._base import PARALLEL_MIN_MACS, CpuKernel
 from ._blas import sgemm
 from ._epilogue import empty_f32
 from ._math import FAST, acc_max, exp32
-
-PARALLEL_MIN_MACS = 1 << 18
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)

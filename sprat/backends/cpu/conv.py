@@ -19,7 +19,7 @@ import numpy as np
 from ...ir.shapes.nn import conv_geometry
 from . import _conv_nb as nb
 from . import _winograd_nb as wg_nb
-from ._base import CpuKernel, writable_alias
+from ._base import PARALLEL_MIN_MACS, CpuKernel, writable_alias
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
 
@@ -29,7 +29,6 @@ GEMM_ROWS = 384
 # NOTE: shift-GEMM makes kh*kw GEMMs with K = C; measured on 3x3 convs it beats im2col's one
 # GEMM with K = 9C only while C is small (16-64); from 128 channels im2col is as fast or faster.
 SHIFT_MAX_CHANNELS = 128
-PARALLEL_MIN_MACS = 1 << 20
 # NOTE: Winograd F(4,3) does 36 multiplies per 4x4 tile and channel pair instead of 144, but
 # adds two transforms per tile; below ~24 channels the transforms and the short GEMMs (K = C)
 # cost more than they save. Its packed weights are 4x the model's (36 vs 9 per channel pair),
@@ -102,7 +101,7 @@ class ConvKernel(CpuKernel):
         self.empty = empty_f32()
         sh, sw = strides
         macs = n * oh * ow * m * kh * kw * (c // group)
-        # NOTE: below ~1M multiply-adds one thread is faster than a parallel launch (~5 us)
+        # NOTE: small convs run on one thread (PARALLEL_MIN_MACS, see _base)
         nt = self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
         if group == c and group == m and group > 1:
             self.algo = "depthwise"

@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import _elementwise_nb as nb
-from ._base import CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
 from ._epilogue import empty_f32
 from ._math import ACT, CLIP, HARDSIGMOID, LEAKYRELU, act_of
 
-PARALLEL_MIN = 1 << 15  # elements; below this one thread (a parallel region costs ~5-10 us)
+PARALLEL_MIN = PARALLEL_MIN_ELEMENTS  # elements; below this one thread (see _base)
 
 BINARY = {"Add": nb.ADD, "Sum": nb.ADD, "Sub": nb.SUB, "Mul": nb.MUL, "Div": nb.DIV,
           "Max": nb.MAX, "Min": nb.MIN, "PRelu": nb.PRELU}

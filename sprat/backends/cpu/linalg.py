@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import _lowp_nb as lowp
-from ._base import CpuKernel, writable_alias
+from ._base import PARALLEL_MIN_MACS, CpuKernel, writable_alias
 from ._blas import sgemm
 from ._epilogue import empty_f32
 from ._math import ACT, FAST, act_inplace, act_of
@@ -200,7 +200,7 @@ class GemmKernel(_Gemmish):
             self.sm = cs[1] if cs[0] != 1 else 0
             self.sn = 1 if cs[1] != 1 else 0
         self.offs = np.zeros((1, 3), np.int64)
-        self.nt = self.threads if self.M * self.N * max(self.K, 1) >= (1 << 16) else 1
+        self.nt = self.threads if self.M * self.N * max(self.K, 1) >= PARALLEL_MIN_MACS else 1
         self.rb, self.cb = _blocks(1, self.M, self.N, self.nt)
         self.bind_constants(ins, (0, 1, 2) if n_in > 2 else (0, 1))
         self.f16 = None
@@ -278,7 +278,7 @@ class MatMulKernel(_Gemmish):
             self.offs = np.stack([ia * m * k, ib * k * n,
                                   np.arange(nbatch) * m * n], axis=1).astype(np.int64)
         self.M, self.N, self.K = m, n, k
-        self.nt = self.threads if nbatch * m * n * max(k, 1) >= (1 << 16) else 1
+        self.nt = self.threads if nbatch * m * n * max(k, 1) >= PARALLEL_MIN_MACS else 1
         self.rb, self.cb = _blocks(nbatch, m, n, self.nt)
         # NOTE: a fused bias (``_bias``, input 2) is Gemm's C broadcast over the rows
         self.has_c = bool(self.node.attrs.get("_bias"))

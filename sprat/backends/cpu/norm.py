@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._base import CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
 from ._epilogue import empty_f32
 from ._math import ACT, FAST, acc_max, act_inplace, act_of, exp32
 
@@ -206,7 +206,7 @@ class SoftmaxKernel(CpuKernel):
     def prepare(self, ins, outs):
         self.dims = _split_axis(ins[0].shape, int(self.node.attrs.get("axis", -1)))
         self.log = self.node.op_type == "LogSoftmax"
-        self.nt = self.threads if ins[0].size >= (1 << 13) else 1
+        self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
         self.scratch = np.zeros((self.nt, 2 * CHUNK), np.float32)
 
     def run(self, ins, outs):
@@ -239,7 +239,7 @@ class LayerNormKernel(CpuKernel):
         self.D = int(np.prod(shape[axis:], dtype=np.int64))
         self.rows = int(np.prod(shape[:axis], dtype=np.int64))
         self.eps = float(self.node.attrs.get("epsilon", 1e-5))
-        self.nt = self.threads if ins[0].size >= (1 << 13) else 1
+        self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
         self.has_bias = len(ins) > 2 and ins[2] is not None
         self.ones = np.ones(self.D, np.float32)
         self.zeros = np.zeros(self.D, np.float32)
@@ -301,7 +301,7 @@ class BatchNormKernel(CpuKernel):
         self.act = act_of(self.node)
         self.has_res = bool(self.node.attrs.get("_residual"))
         self.empty = empty_f32()
-        self.nt = self.threads if ins[0].size >= (1 << 14) else 1
+        self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
 
     def run(self, ins, outs):
         o, c, i = self.dims

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._base import CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
 from ._math import FAST, acc_max, acc_min, fmax, fmin
 
 SUM, MEAN, MAX, MIN = range(4)
@@ -145,7 +145,7 @@ class ReduceKernel(CpuKernel):
         self.op = OPS[self.node.op_type]
         o, r, i = collapse_reduce(ins[0].shape, _axes(self.node, ins))
         self.dims = (o, r, i)
-        self.nt = self.threads if ins[0].size >= (1 << 14) else 1
+        self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
         self.acc = np.zeros((self.nt, CHUNK), np.float64)
 
     def run(self, ins, outs):
