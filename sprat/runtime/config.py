@@ -25,8 +25,8 @@ class ScheduleConfig:
         precision: ``"normal"``, ``"high"`` or ``"low"``. ``"normal"`` and ``"high"`` compute in
             fp32 everywhere (``"high"``: no reduced-precision shortcut, today the same kernels).
             ``"low"``: Gemm/MatMul with a constant 2-D weight store it as float16 (half the
-            bytes; widened to fp32 on the fly, fp32 accumulation) when the product has at most
-            2 rows (2.4-2.8x faster there), or any number of rows when ``memory="low"`` too
+            bytes; widened to fp32 on the fly, fp32 accumulation) when the product has one row
+            (a GEMV: 1.4-2x faster, ``bench/precision.py``), or any number of rows when ``memory="low"`` too
             (slower, smaller). Conv, ConvTranspose, RNNs and all other ops stay fp32. Outputs
             are within 1e-2 of fp32 relative to the largest output (README, "precision").
         memory: ``"normal"`` or ``"low"`` (MNN ``Memory_Low``): no packed fp32 weight copies

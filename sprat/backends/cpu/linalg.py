@@ -10,7 +10,7 @@ Work is split by rows, or by columns when there are too few rows to go round the
 Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 - ``precision="low"``: a constant 2-D weight B is stored as float16 (half the bytes, shared
   by the sessions) and widened to fp32 on the fly (``_lowp_nb``), fp32 accumulation, when
-  the product has at most ``GEMV_MAX_ROWS`` rows (memory-bound GEMV: 2.4-2.8x faster than
+  the product has at most ``GEMV_MAX_ROWS`` rows (memory-bound GEMV: 0.5-0.7x the time of
   fp32 BLAS, ``bench/precision.py``), or any number of rows when ``memory="low"`` too
   (then 1.2-1.6x slower than fp32 BLAS, for half the weight bytes).
 - ``memory="low"``: Gemm's transposed constant weight is used as stored (BLAS ``transB``)
@@ -29,7 +29,8 @@ from ._epilogue import empty_f32
 from ._math import ACT, FAST, act_inplace, act_of
 
 BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)
-GEMV_MAX_ROWS = 2  # fp16 weights beat fp32 BLAS up to this many rows (bench/precision.py)
+GEMV_MAX_ROWS = 1  # fp16 weights beat fp32 BLAS up to this many rows (bench/precision.py:
+# 0.5-0.7x the time at one row, 1.06-1.11x at two)
 GEMV_PANEL = 2048  # columns per fp16 GEMV work item (y's panel stays in L1/L2)
 F16_PANEL_BYTES = 1 << 18  # widened weight panel of the fp16 GEMM path (fits in L2)
 
