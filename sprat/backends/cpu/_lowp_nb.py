@@ -10,9 +10,9 @@ bit patterns and widened with integer ops (``h2f``, vectorised by LLVM on AVX2):
 which is exact for every finite binary16, subnormals included (an fp16 subnormal becomes an
 fp32 subnormal that the multiply normalises); ``to_f16`` never stores an infinity or a NaN.
 
-Two kernels: ``gemv_f16`` for few rows (M <= ``GEMV_MAX_ROWS``: memory-bound, each weight row
-is widened once and used for every row of A) and ``gemm_f16_blocks`` (a column panel of the
-weight widened into per-thread scratch, then one BLAS call per panel).
+Two kernels: ``gemv_f16`` for one row (memory-bound: each weight element is widened as it is
+read) and ``gemm_f16_blocks`` for more rows (a column panel of the weight widened into
+per-thread scratch, then one BLAS call per panel).
 """
 
 from __future__ import annotations
@@ -62,38 +62,25 @@ def widen(h, out):
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True, fastmath=FAST)
 def gemv_f16(a, w, y, M, N, K, cb, nt, bias, has_bias, res, has_res, code, pa, pb, scratch):
-    """``y[M, N] = act(a[M, K] @ widen(w[K, N]) (+ bias[N]) (+ res[M, N]))`` for small M.
+    """``y[N] = act(a[K] @ widen(w[K, N]) (+ bias[N]) (+ res[N]))``: one row (M == 1).
 
-    Flat C-contiguous arrays. Work items are column panels of ``cb`` columns; each thread
-    widens one weight row of its panel at a time into ``scratch[t]`` (length >= 2 * cb floats:
-    the widened row, used when M > 1) and adds ``a[m, k] * row`` into ``y``'s panel."""
+    Flat C-contiguous arrays; the arguments are those of ``gemm_f16_blocks`` (``scratch``
+    unused). Work items are column panels of ``cb`` columns; each weight row of a panel is
+    widened as it is read and added, times ``a[k]``, into ``y``'s panel (which stays in L1)."""
     ncb = (N + cb - 1) // cb
     for t in prange(nt):
-        buf_f = scratch[t]
         for it in range(t * ncb // nt, (t + 1) * ncb // nt):
             n0 = it * cb
             w_ = min(N, n0 + cb) - n0
-            for m in range(M):
-                yr = y[m * N + n0:m * N + n0 + w_]
-                for j in range(w_):
-                    yr[j] = 0.0
+            yr = y[n0:n0 + w_]
+            for j in range(w_):
+                yr[j] = 0.0
             for k in range(K):
                 hrow = w[k * N + n0:k * N + n0 + w_]
-                if M == 1:
-                    av = a[k]
-                    yr = y[n0:n0 + w_]
-                    for j in range(w_):
-                        yr[j] += av * h2f(hrow[j])
-                    continue
-                widen(hrow, buf_f)
-                row = buf_f[:w_]
-                for m in range(M):
-                    av = a[m * K + k]
-                    yr = y[m * N + n0:m * N + n0 + w_]
-                    for j in range(w_):
-                        yr[j] += av * row[j]
-            for m in range(M):
-                _finish(y, m * N + n0, w_, n0, bias, has_bias, res, has_res, code, pa, pb)
+                av = a[k]
+                for j in range(w_):
+                    yr[j] += av * h2f(hrow[j])
+            _finish(y, n0, w_, n0, bias, has_bias, res, has_res, code, pa, pb)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True, fastmath=FAST)

@@ -30,7 +30,7 @@ from ._math import ACT, FAST, act_inplace, act_of
 
 BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)
 GEMV_MAX_ROWS = 1  # fp16 weights beat fp32 BLAS up to this many rows (bench/precision.py:
-# 0.5-0.7x the time at one row, 1.06-1.11x at two)
+# 0.5-0.7x the time at one row, 1.06-1.11x at two); one row runs lowp.gemv_f16
 GEMV_PANEL = 2048  # columns per fp16 GEMV work item (y's panel stays in L1/L2)
 F16_PANEL_BYTES = 1 << 18  # widened weight panel of the fp16 GEMM path (fits in L2)
 
@@ -138,14 +138,25 @@ class _Gemmish(CpuKernel):
         self.bias16 = (np.zeros(self.N, np.float32) if bias is None
                        else np.ascontiguousarray(bias, np.float32))
         nt = self.nt
-        if self.M <= GEMV_MAX_ROWS:
+        if self.M == 1:
             self.f16 = lowp.gemv_f16
             self.cb = min(GEMV_PANEL, -(-(-(-self.N // nt)) // 16) * 16)
-            self.scratch16 = np.empty((nt, self.cb), np.float32)
+            self.scratch16 = np.empty((nt, 0), np.float32)
         else:
             self.f16 = lowp.gemm_f16_blocks
             self.cb = max(16, min(512, F16_PANEL_BYTES // (4 * max(self.K, 1)) // 16 * 16))
             self.scratch16 = np.empty((nt, self.K * self.cb), np.float32)
+
+    def run(self, ins, outs):
+        """A (input 0) @ B (input 1), C (input 2: Gemm's C or MatMul's fused ``_bias``) as
+        prepared, residual last."""
+        res = ins[-1].reshape(-1) if self.has_res else self.empty
+        if self.f16 is not None:
+            self._run_f16(self.arg(ins, 0).reshape(-1), outs[0].reshape(-1), res)
+            return
+        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
+        self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
+                  outs[0].reshape(-1), c, res)
 
     def _run_f16(self, a, y, res):
         code, pa, pb = self.act
@@ -224,15 +235,6 @@ class GemmKernel(_Gemmish):
             self._keep.append(packed)
             self.consts[1], self.tb, self.ldb = packed, False, packed.shape[1]
 
-    def run(self, ins, outs):
-        res = ins[-1].reshape(-1) if self.has_res else self.empty
-        if self.f16 is not None:
-            self._run_f16(self.arg(ins, 0).reshape(-1), outs[0].reshape(-1), res)
-            return
-        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
-        self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
-                  outs[0].reshape(-1), c, res)
-
 
 class MatMulKernel(_Gemmish):
     """MatMul-13 on float32 with NumPy broadcasting of the batch dims."""
@@ -292,15 +294,6 @@ class MatMulKernel(_Gemmish):
         if (nbatch == 1 and len(sb) == 2 and (bias is not None or not self.has_c)
                 and self._want_f16(b_const, m)):
             self._prepare_f16(lambda: b_const, None if bias is None else bias.reshape(-1))
-
-    def run(self, ins, outs):
-        res = ins[-1].reshape(-1) if self.has_res else self.empty
-        if self.f16 is not None:
-            self._run_f16(self.arg(ins, 0).reshape(-1), outs[0].reshape(-1), res)
-            return
-        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
-        self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
-                  outs[0].reshape(-1), c, res)
 
 
 def _matmul_shape(sa, sb):
