@@ -176,11 +176,16 @@ def test_matmul_bias_not_fused_when_it_broadcasts_more_than_the_last_dim():
     assert g.op_counts() == {"MatMul": 1, "Add": 1}
 
 
+@pytest.mark.parametrize("scale_first", [False, True])
 @pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
-def test_bert_attention_fuses_to_one_attention_node(backends):
+def test_bert_attention_fuses_to_one_attention_node(backends, scale_first):
     from sprat.testing.transformer import build_encoder, sample_inputs
 
     model = build_encoder(hidden=32, heads=4, layers=2, ffn=64)
+    if scale_first:  # Mul(scale, scores) as well as Mul(scores, scale)
+        for n in model.graph.node:
+            if n.name.endswith(".scaled"):
+                n.input[0], n.input[1] = n.input[1], n.input[0]
     g = convert_graph(model)
     counts = g.op_counts()
     assert counts["Attention"] == 2

@@ -81,17 +81,17 @@ def _match(g: Graph, consumers, producers, sm):
     scale = 1.0
     node = producers.get(x)
     if node is not None and node.op_type in ("Mul", "Div") and len(node.inputs) == 2:
+        k = 1  # NOTE: the constant's position; Mul takes it on either side
         c = _scalar(g, node.inputs[1])
         if c is None and node.op_type == "Mul":
-            c = _scalar(g, node.inputs[0])
-            node.inputs = node.inputs[::-1] if c is not None else node.inputs
+            k, c = 0, _scalar(g, node.inputs[0])
         if c is None or c == 0.0:
             return None
         scale = c if node.op_type == "Mul" else 1.0 / c
-        if not _single(g, consumers, node.inputs[0], node):
+        if not _single(g, consumers, node.inputs[1 - k], node):
             return None
         dead.append(node)
-        x = node.inputs[0]
+        x = node.inputs[1 - k]
     scores = producers.get(x)
     if scores is None or scores.op_type != "MatMul" or scores.attrs:
         return None
