@@ -136,6 +136,11 @@ CONV_CASES = [
     ((1, 3, 7, 140), (3, 1, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 3}),
     ((1, 3, 7, 20), (3, 1, 3, 3), {"pads": [0, 0, 0, 0], "group": 3}),
     ((1, 3, 7, 4), (3, 1, 3, 5), {"pads": [1, 3, 1, 3], "group": 3}),  # kernel wider than W
+    # vertical stride only (PP-OCR's (2, 1) strides): the row kernel, 3- and 5-wide taps
+    ((1, 8, 24, 96), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1], "group": 8}),
+    ((2, 32, 7, 70), (32, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 1], "group": 32}),
+    ((1, 6, 9, 5), (6, 1, 5, 5), {"pads": [2, 1, 2, 3], "strides": [3, 1], "group": 6}),
+    ((1, 4, 8, 30), (4, 1, 5, 5), {"pads": [1, 4, 1, 4], "dilations": [1, 2], "group": 4}),
     # im2col at stride 1 (from 128 channels)
     ((1, 128, 9, 7), (16, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
     # Winograd F(4,3): 3x3 s1 with >= 24 channels; ragged tiles, no padding, asymmetric pads
@@ -271,6 +276,9 @@ def test_binary_large_parallel():
     a, b = randn(2, 64, 60, 61), randn(2, 64, 60, 61, seed=2)
     check("Add", [a, b], fused("Relu", layout=False))
     check("Mul", [a, randn(2, 64, 1, 1, seed=3)])
+    se = randn(2, 60, 61, 64, seed=4)  # NHWC SE scale, tiled per image, on two slots
+    check("Mul", [se, randn(2, 1, 1, 64, seed=5)], fused("Relu", layout=False))
+    check("Div", [randn(2, 1, 1, 64, seed=5), se + 8.0])
 
 
 def test_prelu_pow_sum():
@@ -576,6 +584,22 @@ def test_concat_transpose_copies():
     check("Identity", [a.astype(np.int32)])
     check("Dropout", [a])
     assert refuses("Concat", [a, b], {"axis": -1, "_layout": "NHWC"})
+
+
+@pytest.mark.parametrize("shape,perm", [
+    ((1, 3, 48, 64), (0, 2, 3, 1)),  # NCHW -> NHWC of an image: (1, 3, HW, 1), long tiles
+    ((1, 48, 64, 3), (0, 3, 1, 2)),  # and back
+    ((2, 70, 3, 40), (0, 2, 1, 3)),  # attention head split: inner blocks of 40
+    ((70, 45), (1, 0)),
+    ((2, 1, 33, 1, 35), (0, 4, 3, 2, 1)),  # size-1 axes dropped: (2, 33, 35, 1)
+    ((2, 64, 60, 61), (0, 2, 3, 1)),  # above the parallel threshold
+    ((3, 4, 5, 6), (0, 3, 2, 1)),  # not a swap of two groups: NumPy
+])
+def test_transpose_forms(shape, perm):
+    a = randn(*shape)
+    check("Transpose", [a], {"perm": list(perm)})
+    check("Transpose", [(a * 100).astype(np.int32)], {"perm": list(perm)})
+    check("Transpose", [(a * 100).astype(np.int64)], {"perm": list(perm)})
 
 
 def check_multi(op, inputs, attrs, consts, n_out):

@@ -176,11 +176,43 @@ def _dw_tap(yr, x, wt, C, xrow, tap, off, ow0, ow1, SEG):
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph, pw, SEG):
-    """Stride-1 depthwise, one output row at a time: each tap is one long contiguous
-    multiply-add over (pixels x channels) against tiled weights, so the loop vectorises fully
-    even for 16 channels; for 3-wide kernels the three taps of a kernel row share one pass
-    over the pixels where all three are inside the image."""
+def _dw_row5(yr, x, wt, C, xrow, i, OW, W, dw, pw, SEG):
+    """The five taps of kernel row ``i`` of a 5-wide depthwise kernel (horizontal stride 1):
+    edge pixels tap by tap, the interior (all five taps inside the image) in one pass."""
+    a0 = min(OW, max(0, pw))
+    a1 = max(a0, min(OW, W + pw - 4 * dw))
+    for j in range(5):
+        _dw_tap(yr, x, wt, C, xrow, i * 5 + j, j * dw - pw, max(0, pw - j * dw), a0, SEG)
+        _dw_tap(yr, x, wt, C, xrow, i * 5 + j, j * dw - pw, a1, min(OW, W + pw - j * dw), SEG)
+    sc = SEG * C
+    d = dw * C
+    for a in range(a0, a1, SEG):
+        m = (min(a1, a + SEG) - a) * C
+        s = (xrow + a - pw) * C
+        x0 = x[s:s + m]
+        x1 = x[s + d:s + d + m]
+        x2 = x[s + 2 * d:s + 2 * d + m]
+        x3 = x[s + 3 * d:s + 3 * d + m]
+        x4 = x[s + 4 * d:s + 4 * d + m]
+        wo = i * 5 * sc
+        w0 = wt[wo:wo + m]
+        w1 = wt[wo + sc:wo + sc + m]
+        w2 = wt[wo + 2 * sc:wo + 2 * sc + m]
+        w3 = wt[wo + 3 * sc:wo + 3 * sc + m]
+        w4 = wt[wo + 4 * sc:wo + 4 * sc + m]
+        ys = yr[a * C:a * C + m]
+        for k in range(m):
+            ys[k] += (x0[k] * w0[k] + x1[k] * w1[k] + x2[k] * w2[k] + x3[k] * w3[k]
+                      + x4[k] * w4[k])
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, dh, dw, ph, pw, SEG):
+    """Depthwise with horizontal stride 1 (any vertical stride ``sh``), one output row at a
+    time: each tap is one long contiguous multiply-add over (pixels x channels) against tiled
+    weights, so the loop vectorises fully even for 8 channels; for 3- and 5-wide kernels the
+    taps of a kernel row share one pass over the pixels where all of them are inside the
+    image."""
     L = OW * C
     for q in range(lo, hi):
         n = q // OH
@@ -192,10 +224,13 @@ def _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph
             for k in range(m):
                 ys[k] = bt[k]
         for i in range(kh):
-            ih = oh - ph + i * dh
+            ih = oh * sh - ph + i * dh
             if ih < 0 or ih >= H:
                 continue
             xrow = (n * H + ih) * W
+            if kw == 5:
+                _dw_row5(yr, x, wt, C, xrow, i, OW, W, dw, pw, SEG)
+                continue
             if kw != 3:
                 for j in range(kw):
                     _dw_tap(yr, x, wt, C, xrow, i * kw + j, j * dw - pw,
@@ -265,12 +300,14 @@ def _row_epilogue(y, res, has_res, lo, hi, L, code, a, b):
 def depthwise_slot(t, nt, x, w, wt, bias, bt, res, has_res, y, N, H, W, C, OH, OW, kh, kw, sh,
                    sw, dh, dw, ph, pw, seg, code, a, b):
     """Depthwise conv (group == C == M). ``w`` packed (kh, kw, C); ``wt``/``bt`` the weights
-    and bias tiled ``seg`` times per tap (used when the stride is 1; ``depthwise_segment``)."""
+    and bias tiled ``seg`` times per tap (used when the horizontal stride is 1;
+    ``depthwise_segment``)."""
     rows = N * OH
     lo = t * rows // nt
     hi = (t + 1) * rows // nt
-    if sw == 1 and sh == 1:
-        _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, dh, dw, ph, pw, seg)
+    if sw == 1:
+        _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, dh, dw, ph, pw,
+                           seg)
     else:
         _depthwise_rows(x, w, bias, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
                         ph, pw)

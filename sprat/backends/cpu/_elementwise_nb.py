@@ -130,11 +130,93 @@ def _epilogue(y, res, has_res, code, pa, pb):
         act_inplace(y, code, pa, pb)
 
 
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def binary_item_count(dims):
+    """Work items of ``binary_items`` over (O, M, I): rows shorter than a chunk are grouped
+    ``CHUNK // I`` to an item, longer rows are split into chunks."""
+    rows = dims[0] * dims[1]
+    inner = dims[2]
+    if inner >= CHUNK:
+        return rows * ((inner + CHUNK - 1) // CHUNK)
+    per = CHUNK // inner
+    return (rows + per - 1) // per
+
+
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _row(op, a, ao, sai, b, bo, sbi, ys, n):
+    if sai != 0 and sbi != 0:
+        _vv(op, a[ao:ao + n], b[bo:bo + n], ys, n)
+    elif sai != 0:
+        _vs(op, a[ao:ao + n], b[bo], ys, n)
+    else:  # NOTE: prepare never makes both inner strides 0 (then I == 1, strides 1)
+        _sv(op, a[ao], b[bo:bo + n], ys, n)
+
+
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def binary_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb):
-    """Items [lo, hi) of ``binary``; ``sa``/``sb``/``dims`` are (O, M, I)-shaped int tuples."""
+def _row_broadcast_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb, tile):
+    """Short rows where one operand is one row per outer index, repeated over the middle dim
+    (an SE block's ``(N, H, W, C) * (N, 1, 1, C)``): that row is tiled once into ``tile`` (a
+    CHUNK-float scratch), then each run of rows is one contiguous vector pass, with no per-row
+    slicing."""
     m_ = dims[1]
     inner = dims[2]
+    per = CHUNK // inner
+    rows = dims[0] * m_
+    a_rows = sb[1] == 0  # a varies over rows, b is the repeated row
+    last = -1
+    for it in range(lo, hi):
+        r = it * per
+        r_end = min(rows, r + per)
+        while r < r_end:
+            o = r // m_
+            r1 = min(r_end, (o + 1) * m_)
+            if o != last:
+                src = b[o * sb[0]:o * sb[0] + inner] if a_rows else a[o * sa[0]:o * sa[0] + inner]
+                for q in range(per):
+                    tile[q * inner:(q + 1) * inner] = src
+                last = o
+            n = (r1 - r) * inner
+            yo = r * inner
+            ys = y[yo:yo + n]
+            if a_rows:
+                ao = o * sa[0] + (r - o * m_) * inner
+                _vv(op, a[ao:ao + n], tile[:n], ys, n)
+            else:
+                bo = o * sb[0] + (r - o * m_) * inner
+                _vv(op, tile[:n], b[bo:bo + n], ys, n)
+            _epilogue(ys, res[yo:yo + n], has_res, code, pa, pb)
+            r = r1
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def binary_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb, tile):
+    """Items [lo, hi) of ``binary`` (``binary_item_count``); ``sa``/``sb``/``dims`` are
+    (O, M, I)-shaped int tuples, ``tile`` a scratch of CHUNK floats. Short rows (an SE block's
+    per-channel scale: I = C) are grouped so that the residual and activation run once per
+    group, not once per row."""
+    m_ = dims[1]
+    inner = dims[2]
+    if inner < CHUNK and sa[2] == 1 and sb[2] == 1 and (
+            (sa[1] == inner and sb[1] == 0) or (sa[1] == 0 and sb[1] == inner)):
+        _row_broadcast_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb,
+                             tile)
+        return
+    if inner < CHUNK:
+        per = CHUNK // inner
+        rows = dims[0] * m_
+        for it in range(lo, hi):
+            r0 = it * per
+            r1 = min(rows, r0 + per)
+            for r in range(r0, r1):
+                o = r // m_
+                m = r - o * m_
+                yo = r * inner
+                _row(op, a, o * sa[0] + m * sa[1], sa[2], b, o * sb[0] + m * sb[1], sb[2],
+                     y[yo:yo + inner], inner)
+            y0 = r0 * inner
+            n = (r1 - r0) * inner
+            _epilogue(y[y0:y0 + n], res[y0:y0 + n], has_res, code, pa, pb)
+        return
     nch = (inner + CHUNK - 1) // CHUNK
     for it in range(lo, hi):
         r = it // nch
@@ -142,26 +224,21 @@ def binary_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb):
         n = min(CHUNK, inner - c0)
         o = r // m_
         m = r - o * m_
-        ao = o * sa[0] + m * sa[1] + c0 * sa[2]
-        bo = o * sb[0] + m * sb[1] + c0 * sb[2]
         yo = r * inner + c0
         ys = y[yo:yo + n]
-        if sa[2] != 0 and sb[2] != 0:
-            _vv(op, a[ao:ao + n], b[bo:bo + n], ys, n)
-        elif sa[2] != 0:
-            _vs(op, a[ao:ao + n], b[bo], ys, n)
-        else:  # NOTE: prepare never makes both inner strides 0 (then I == 1, strides 1)
-            _sv(op, a[ao], b[bo:bo + n], ys, n)
+        _row(op, a, o * sa[0] + m * sa[1] + c0 * sa[2], sa[2], b,
+             o * sb[0] + m * sb[1] + c0 * sb[2], sb[2], ys, n)
         _epilogue(ys, res[yo:yo + n], has_res, code, pa, pb)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def binary_par(nt, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb):
-    """``y = act(op(a, b) + res)`` over (O, M, I) with per-dim operand strides; ``nt`` slots."""
-    items = dims[0] * dims[1] * ((dims[2] + CHUNK - 1) // CHUNK)
+def binary_par(nt, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb, tiles):
+    """``y = act(op(a, b) + res)`` over (O, M, I) with per-dim operand strides; ``nt`` slots,
+    ``tiles`` (nt, CHUNK) scratch."""
+    items = binary_item_count(dims)
     for t in prange(nt):
         binary_items(t * items // nt, (t + 1) * items // nt, op, a, sa, b, sb, y, dims, res,
-                     has_res, code, pa, pb)
+                     has_res, code, pa, pb, tiles[t])
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)

@@ -108,7 +108,7 @@ class ConvKernel(CpuKernel):
             self.w = self.shared("dw", lambda: np.ascontiguousarray(
                 wv[:, 0].transpose(1, 2, 0)).ravel())  # (kh, kw, C)
             seg = self.seg = nb.depthwise_segment(c)
-            if sh == 1 and sw == 1:
+            if sw == 1:
                 self.wt = self.shared(f"dw_tiled{seg}", lambda: np.tile(
                     self.w.reshape(kh * kw, 1, c), (1, seg, 1)).ravel())
                 self.bt = self.shared(f"bias_tiled{seg}", lambda: np.tile(self.bias, seg))

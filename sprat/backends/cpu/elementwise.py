@@ -121,8 +121,8 @@ class BinaryKernel(_Epilogue):
         size = int(np.prod(out))
         self.nt = self.threads if size >= PARALLEL_MIN else 1
         if self.plan is not None:
-            dims = self.plan[0]
-            self.items = dims[0] * dims[1] * (-(-dims[2] // nb.CHUNK))
+            self.items = nb.binary_item_count(self.plan[0])
+            self.tiles = np.empty((self.nt, nb.CHUNK), np.float32)  # row-broadcast scratch
 
     def run(self, ins, outs):
         y = outs[0]
@@ -142,10 +142,10 @@ class BinaryKernel(_Epilogue):
         a, b, yf = a.reshape(-1), b.reshape(-1), y.reshape(-1)
         if self.nt > 1:
             nb.binary_par(self.nt, self.op, a, sa, b, sb, yf, dims, res, self.has_res,
-                          code, pa, pb)
+                          code, pa, pb, self.tiles)
         else:
             nb.binary_items(0, self.items, self.op, a, sa, b, sb, yf, dims, res, self.has_res,
-                            code, pa, pb)
+                            code, pa, pb, self.tiles[0])
 
 
 def _run_unary(kernel, op, x, y, pa, pb, res):

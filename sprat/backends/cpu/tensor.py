@@ -2,7 +2,9 @@
 
 - Concat-13: ``np.concatenate(..., out=)`` (no temporary); Split-18 and Slice-13 (constant
   parameters): strided copies.
-- Transpose-21: ``np.copyto`` from the transposed view.
+- Transpose-21: perms that merge to a batched swap of two axes with a contiguous inner block,
+  ``(N, A, B, I) -> (N, B, A, I)`` (NCHW <-> NHWC, attention head split/merge), run a blocked
+  Numba copy on 4-byte elements; others ``np.copyto`` from the transposed view.
 - Gather-13: ``np.take(..., out=)`` (negative indices wrap, out-of-range ones raise);
   Cast-24 between plain numeric dtypes and bool: ``np.copyto(casting="unsafe")`` (C casts,
   as NumPy's ``astype``).
@@ -15,9 +17,10 @@ None of them may carry sprat's fused attributes: the layout pass rewrites their 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit, prange, uint64
 
 from ...ir.shapes import infer
-from ._base import CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
 
 
 def _plain(node) -> bool:
@@ -43,6 +46,86 @@ class ConcatKernel(CpuKernel):
         np.concatenate(ins, axis=self.axis, out=outs[0])
 
 
+def swap_form(shape, perm) -> tuple[int, int, int, int] | None:
+    """``(N, A, B, I)`` when transposing ``shape`` by ``perm`` is a batched swap of two axes
+    (``x.reshape(N, A, B, I)`` -> ``y.reshape(N, B, A, I)``), after dropping size-1 axes and
+    merging axes that stay neighbours; None for other permutations or a plain copy."""
+    axes = [p for p in perm if shape[p] != 1]  # the output's order of non-trivial axes
+    rank = {p: i for i, p in enumerate(sorted(axes))}  # their input order
+    groups: list[list[int]] = []  # runs of axes that are neighbours in input and output
+    for p in axes:
+        if groups and rank[p] == rank[groups[-1][-1]] + 1:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    in_order = sorted(range(len(groups)), key=lambda k: rank[groups[k][0]])
+    ins = [int(np.prod([shape[p] for p in groups[k]])) for k in in_order]
+    out_in = [in_order.index(k) for k in range(len(groups))]  # input position per output group
+    if out_in == [1, 0]:
+        return 1, ins[0], ins[1], 1
+    if out_in == [0, 2, 1]:
+        return ins[0], ins[1], ins[2], 1
+    if out_in == [1, 0, 2]:
+        return 1, ins[0], ins[1], ins[2]
+    if out_in == [0, 2, 1, 3]:
+        return ins[0], ins[1], ins[2], ins[3]
+    return None
+
+
+TILE = 1024  # elements per (a, b) tile of the swap: 32x32, or longer in b when A is small
+
+
+def swap_tiles(a: int, b: int) -> tuple[int, int]:
+    """Tile sides (along A, along B) of about TILE elements: 32x32, stretched along the longer
+    axis when the other is short (an NCHW image of 3 channels: 3 x 341)."""
+    sa = min(a, 32)
+    sb = min(b, max(32, TILE // sa))
+    sa = min(a, max(sa, TILE // sb))
+    return sa, sb
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _swap_tiles(x, y, lo, hi, A, B, L, sa, sb):
+    """Tiles [lo, hi) of the (N, A, B, L) -> (N, B, A, L), L the inner block, copy; tiles are (n, a-tile,
+    b-tile) with sides ``sa`` x ``sb`` (``swap_tiles``)."""
+    ta = (A + sa - 1) // sa
+    tb = (B + sb - 1) // sb
+    for t in range(lo, hi):
+        n = t // (ta * tb)
+        r = t - n * ta * tb
+        a0 = (r // tb) * sa
+        b0 = (r % tb) * sb
+        a1 = min(A, a0 + sa)
+        b1 = min(B, b0 + sb)
+        base = n * A * B * L
+        if L == 1:  # NOTE: a one-trip inner loop would pay its vector alias checks per element
+            if sb >= sa:  # the inner loop runs along the tile's longer side
+                for a in range(a0, a1):
+                    s = base + a * B
+                    d = base + a
+                    for b in range(b0, b1):
+                        y[uint64(d + b * A)] = x[uint64(s + b)]
+            else:
+                for b in range(b0, b1):
+                    s = base + b
+                    d = base + b * A
+                    for a in range(a0, a1):
+                        y[uint64(d + a)] = x[uint64(s + a * B)]
+            continue
+        for b in range(b0, b1):
+            for a in range(a0, a1):
+                s = base + (a * B + b) * L
+                d = base + (b * A + a) * L
+                for k in range(L):
+                    y[uint64(d + k)] = x[uint64(s + k)]
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def _swap_par(nt, x, y, total, A, B, L, sa, sb):
+    for t in prange(nt):
+        _swap_tiles(x, y, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
+
+
 class TransposeKernel(CpuKernel):
     """Transpose by ``perm`` (default: reversed axes)."""
 
@@ -54,12 +137,30 @@ class TransposeKernel(CpuKernel):
 
     def prepare(self, ins, outs):
         perm = self.node.attrs.get("perm")
-        r = len(ins[0].shape)
+        shape = tuple(ins[0].shape)
+        r = len(shape)
         self.perm = tuple(range(r - 1, -1, -1)) if perm is None or len(perm) == 0 else tuple(
             int(p) % r for p in perm)
+        form = swap_form(shape, self.perm) if np.dtype(ins[0].dtype).itemsize == 4 else None
+        self.form = None
+        if form is not None and int(np.prod(shape)) > 0:
+            n, a, b, i = form
+            sa, sb = swap_tiles(a, b)
+            total = n * -(-a // sa) * -(-b // sb)
+            nt = self.threads if n * a * b * i >= PARALLEL_MIN_ELEMENTS and total > 1 else 1
+            self.form = (nt, total, a, b, i, sa, sb)
 
     def run(self, ins, outs):
-        np.copyto(outs[0], ins[0].transpose(self.perm))
+        if self.form is None:
+            np.copyto(outs[0], ins[0].transpose(self.perm))
+            return
+        nt, total, a, b, i, sa, sb = self.form
+        x = ins[0].reshape(-1).view(np.uint32)
+        y = outs[0].reshape(-1).view(np.uint32)
+        if nt > 1:
+            _swap_par(nt, x, y, total, a, b, i, sa, sb)
+        else:
+            _swap_tiles(x, y, 0, total, a, b, i, sa, sb)
 
 
 class CopyKernel(CpuKernel):
