@@ -86,8 +86,8 @@ def swap_tiles(a: int, b: int) -> tuple[int, int]:
 
 @njit(cache=True, error_model="numpy", nogil=True)
 def _swap_tiles(x, y, lo, hi, A, B, L, sa, sb):
-    """Tiles [lo, hi) of the (N, A, B, L) -> (N, B, A, L), L the inner block, copy; tiles are (n, a-tile,
-    b-tile) with sides ``sa`` x ``sb`` (``swap_tiles``)."""
+    """Tiles [lo, hi) of the copy (N, A, B, L) -> (N, B, A, L) (L: the contiguous inner
+    block); tiles are (n, a-tile, b-tile) with sides ``sa`` x ``sb`` (``swap_tiles``)."""
     ta = (A + sa - 1) // sa
     tb = (B + sb - 1) // sb
     for t in range(lo, hi):
@@ -266,7 +266,9 @@ class SliceKernel(CpuKernel):
 
 
 def _slice_of(ins):
-    get = lambda k: _const_ints(ins[k]) if len(ins) > k else None
+    def get(k):
+        return _const_ints(ins[k]) if len(ins) > k else None
+
     return slice_index(ins[0].shape, get(1), get(2), get(3), get(4))
 
 
