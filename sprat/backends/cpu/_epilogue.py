@@ -2,56 +2,73 @@
 
 from __future__ import annotations
 
-# NOTE: inner loops index slices with the bare loop variable: an index like ``o + c`` may be
-# negative as far as Numba knows, so each access gets a wraparound select and the loop no
-# longer vectorises (measured 5x on the depthwise conv).
 import numpy as np
 from numba import njit
 
 from ._math import FAST, act_inplace
 
+# NOTE: inner loops index slices with the bare loop variable: an index like ``o + c`` may be
+# negative as far as Numba knows, so each access gets a wraparound select and the loop no
+# longer vectorises (measured 5x on the depthwise conv).
+
+
+# NOTE: rows as short as a conv's 8 output channels cost more in per-row slicing and
+# activation dispatch than in arithmetic: the epilogues take the bias tiled ``g`` times
+# (``tiled_bias``) and treat ``g`` rows as one contiguous run.
+EPILOGUE_RUN = 1024  # floats per run of rows (bias tiled to about this length)
+
+
+def tiled_bias(bias: np.ndarray) -> np.ndarray:
+    """``bias`` (length m) repeated ``max(1, EPILOGUE_RUN // m)`` times, for the epilogues."""
+    m = max(1, bias.size)
+    return np.ascontiguousarray(np.tile(bias, max(1, EPILOGUE_RUN // m)), np.float32)
+
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def rows_inplace(y, y0, nrows, m, bias, res, has_res, code, a, b):
-    """In place on the rows ``y[y0 : y0 + nrows*m]`` (flat, row length ``m``):
-    add ``bias`` (length m), add ``res`` at the same flat positions when ``has_res``, then apply
-    activation ``code``. Works row by row so each row is touched once in L1."""
-    for r in range(nrows):
-        o = y0 + r * m
-        row = y[o:o + m]
+    """In place on the rows ``y[y0 : y0 + nrows*m]`` (flat, row length ``m``): add the bias,
+    add ``res`` at the same flat positions when ``has_res``, then apply activation ``code``.
+    ``bias`` is the row bias repeated ``g >= 1`` times (``tiled_bias``); ``g`` rows are one
+    run, touched once while in L1."""
+    g = max(1, bias.size // m)
+    for r0 in range(0, nrows, g):
+        n = min(g, nrows - r0) * m
+        o = y0 + r0 * m
+        run = y[o:o + n]
         if has_res:
-            rr = res[o:o + m]
-            for c in range(m):
-                row[c] += bias[c] + rr[c]
+            rr = res[o:o + n]
+            for k in range(n):
+                run[k] += bias[k] + rr[k]
         else:
-            for c in range(m):
-                row[c] += bias[c]
+            for k in range(n):
+                run[k] += bias[k]
         if code != 0:
-            act_inplace(row, code, a, b)
+            act_inplace(run, code, a, b)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def gather_rows(acc, a0, lda, y, y0, nrows, ncols, m, bias, res, has_res, code, a, b):
     """``y`` rows of ``ncols * m`` from ``acc`` rows of pitch ``lda`` (skips padding columns):
-    ``y[y0 + (r*ncols + j)*m + c] = act(acc[a0 + r*lda + j*m + c] + bias[c] (+ res))``."""
+    ``y[y0 + (r*ncols + j)*m + c] = act(acc[a0 + r*lda + j*m + c] + bias[c] (+ res))``;
+    ``bias`` tiled ``g >= 1`` times as for ``rows_inplace`` (``g`` columns per run)."""
     ln = ncols * m
+    g = max(1, bias.size // m)
     for r in range(nrows):
         o = y0 + r * ln
         s = a0 + r * lda
-        row = y[o:o + ln]
-        src = acc[s:s + ln]
-        for j in range(ncols):
-            d = row[j * m:(j + 1) * m]
-            v = src[j * m:(j + 1) * m]
+        for j0 in range(0, ncols, g):
+            n = min(g, ncols - j0) * m
+            d = y[o + j0 * m:o + j0 * m + n]
+            v = acc[s + j0 * m:s + j0 * m + n]
             if has_res:
-                rr = res[o + j * m:o + (j + 1) * m]
-                for c in range(m):
-                    d[c] = v[c] + bias[c] + rr[c]
+                rr = res[o + j0 * m:o + j0 * m + n]
+                for k in range(n):
+                    d[k] = v[k] + bias[k] + rr[k]
             else:
-                for c in range(m):
-                    d[c] = v[c] + bias[c]
+                for k in range(n):
+                    d[k] = v[k] + bias[k]
         if code != 0:
-            act_inplace(row, code, a, b)
+            act_inplace(y[o:o + ln], code, a, b)
 
 
 def empty_f32() -> np.ndarray:

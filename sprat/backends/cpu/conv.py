@@ -20,7 +20,7 @@ from ...ir.shapes.nn import conv_geometry
 from . import _conv_nb as nb
 from . import _winograd_nb as wg_nb
 from ._base import PARALLEL_MIN_MACS, CpuKernel, writable_alias
-from ._epilogue import empty_f32
+from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
 
 # NOTE: block sizes tuned with bench/kernels.py (GEMM rows per block; keeps a block in L2).
@@ -97,6 +97,7 @@ class ConvKernel(CpuKernel):
             np.zeros(m, np.float32) if bias is None
             else np.ascontiguousarray(bias.value, np.float32).reshape(m)))
         self.act = act_of(node)
+        self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
         self.has_res = res is not None
         self.empty = empty_f32()
         sh, sw = strides
@@ -177,11 +178,11 @@ class ConvKernel(CpuKernel):
         code, a, b = self.act
         nt, algo, hr = self.nt, self.algo, self.has_res
         if algo == "pointwise":
-            args = (x, self.w, self.bias, res, hr, y, n * oh * ow, c, m, self.group, self.blk,
-                    self.w_stored, code, a, b)
+            args = (x, self.w, self.bias_rows, res, hr, y, n * oh * ow, c, m, self.group,
+                    self.blk, self.w_stored, code, a, b)
         elif algo == "shift":
-            args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw, ph,
-                    pw, self.rows, self.xb, self.acc, code, a, b)
+            args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
+                    ph, pw, self.rows, self.xb, self.acc, code, a, b)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.vbuf, self.mbuf, self.pbuf, self.obuf, code, a, b)
@@ -189,8 +190,8 @@ class ConvKernel(CpuKernel):
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
         else:
-            args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, self.group, oh, ow, kh,
-                    kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
+            args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
+                    kh, kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
         if nt == 1:
             self._fn, self._args = SLOT[algo], (0, 1, *args)
         else:
