@@ -106,19 +106,29 @@ def ort_session(path: pathlib.Path, threads: int):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
+IDLE_GAP_S = 0.05  # before each timed block: the other runtime's spinning workers go to sleep
+MIN_BLOCK_S = 0.25  # each timed block runs at least this long (more calls for small models)
+
+
 def timed_blocks(fns: dict[str, callable], runs: int, rounds: int = 3) -> dict[str, float]:
     """Median seconds per call of each function, measured in alternating blocks.
 
     NOTE: blocks rather than call-by-call interleaving, because onnxruntime's worker threads
-    spin for a while after each run and would steal the CPU from the call that follows; each
-    block starts with one untimed call for the same reason.
+    and Numba's OpenMP workers spin for a while after each parallel region and would steal
+    the CPU from the other runtime's call that follows; each block starts after an idle gap
+    (longer than either pool spins) and one untimed call, for the same reason.
     """
     times = {k: [] for k in fns}
     per_round = max(1, math.ceil(runs / rounds))
     for _ in range(rounds):
         for name, fn in fns.items():
+            time.sleep(IDLE_GAP_S)
+            t0 = time.perf_counter()
             fn()
-            for _ in range(per_round):
+            # NOTE: a block lasts at least MIN_BLOCK_S: a millisecond model's 10 calls would be
+            # one scheduler hiccup away from a different median on this shared machine
+            count = max(per_round, math.ceil(MIN_BLOCK_S / max(time.perf_counter() - t0, 1e-6)))
+            for _ in range(count):
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
