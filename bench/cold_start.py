@@ -13,9 +13,10 @@ starts, as in ``bench/run.py``), in three states:
 
 Two untimed children (without, then with ``cache_dir``) run first, so the entry exists and the
 OS page cache, Python's bytecode cache (in a private ``PYTHONPYCACHEPREFIX``, as an installed
-package has ``.pyc`` files) and Numba's cache are warm; then ``no cache`` and ``warm cache`` children alternate ``--repeats``
-times and the medians are reported. Each warm-cache child also reports how many Numba
-functions it compiled (0 means Numba's cache was warm) and whether it imported ``onnx``.
+package has ``.pyc`` files) and Numba's cache are warm; then ``no cache`` and ``warm cache``
+children alternate ``--repeats`` times and the medians are reported. Each warm-cache child also
+reports how many Numba functions it compiled (0 means Numba's cache was warm) and whether it
+imported ``onnx``.
 """
 
 from __future__ import annotations

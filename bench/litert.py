@@ -33,8 +33,7 @@ if str(ROOT) not in sys.path:  # run as a script from a source checkout
 import numpy as np  # noqa: E402
 
 import sprat  # noqa: E402
-from bench.run import (bench_all, geomean, machine_info, rel_error, timed_blocks,  # noqa: E402
-                       with_failures)
+from bench.run import bench_all, geomean, machine_info, rel_error, timed_blocks, with_failures  # noqa: E402
 from sprat import zoo  # noqa: E402
 
 HEADER = "## TFLite models: sprat versus ai-edge-litert"
@@ -126,7 +125,8 @@ def section(table: str, argv: list[str], runs: int) -> str:
     return (
         f"{HEADER}\n\n"
         "sprat versus ai-edge-litert on the MediaPipe TFLite models of the zoo, both in one "
-        f"process, measured in alternating blocks. Latency is the median of {runs} runs; ratio = "
+        "process, measured in alternating blocks (`bench.run.timed_blocks`: the median call of "
+        "a block, best block of each runtime); ratio = "
         "sprat / litert (lower is better). litert: `Interpreter(num_threads=N)` with its default "
         "op resolver (XNNPACK delegate); sprat converts the `.tflite` in memory (convert s). max "
         "rel err is `max|sprat - litert| / max(1, max|litert|)` over the outputs.\n\n"

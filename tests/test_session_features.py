@@ -175,3 +175,47 @@ def test_auto_resize_is_logged_at_debug(interp, caplog):
     with caplog.at_level("DEBUG", logger="sprat"):
         sess.run(_feeds(1, (5, 5)))
     assert any("resizing" in r.message for r in caplog.records)
+
+
+def _view_chain_model():
+    """x -> Relu -> a -> Reshape -> b -> Unsqueeze -> c -> Sigmoid -> y; outputs a, c, y."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    nodes = [h.make_node("Relu", ["x"], ["a"]),
+             h.make_node("Reshape", ["a", "shape"], ["b"]),
+             h.make_node("Unsqueeze", ["b", "axes"], ["c"]),
+             h.make_node("Sigmoid", ["c"], ["y"])]
+    inits = [h.make_tensor("shape", T.INT64, [2], [6, 20]),
+             h.make_tensor("axes", T.INT64, [1], [0])]
+    g = h.make_graph(nodes, "views", [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4, 5])],
+                     [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("a", "c", "y")],
+                     inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_view_ops_share_their_input_bytes():
+    model = _view_chain_model()
+    sess = sprat.Interpreter.from_buffer(sprat.convert(model)).create_session()
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = sess.run({"x": x})
+    for name, w in zip(("a", "c", "y"), want):
+        np.testing.assert_allclose(got[name], w, rtol=1e-6)
+    # the Reshape and Unsqueeze outputs are the Relu output's bytes: the arena holds x, a, y
+    arrays = dict(sess._output_arrays)
+    assert np.shares_memory(arrays["a"], arrays["c"])
+    assert not np.shares_memory(arrays["a"], arrays["y"])
+    assert sess.info()["arena_bytes"] <= 3 * 512
+    # binding either end of the chain to a user array still gives every output right
+    for bound in ("a", "c"):
+        dst = np.empty(want[("a", "c").index(bound)].shape, np.float32)
+        got = sess.run({"x": x}, outputs={bound: dst})
+        assert got[bound] is dst
+        for name, w in zip(("a", "c", "y"), want):
+            np.testing.assert_allclose(got[name], w, rtol=1e-6)
+    # with callbacks every tensor has its own bytes again (a skipped op keeps its output)
+    seen = []
+    sess.run_with_callback({"x": x}, before=lambda info, i, o: seen.append(info.type))
+    assert seen == ["Relu", "Reshape", "Unsqueeze", "Sigmoid"]
+    np.testing.assert_allclose(sess.run({"x": x})["y"], want[2], rtol=1e-6)

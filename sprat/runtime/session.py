@@ -51,6 +51,32 @@ VALUE_INPUT_MAX = 4096
 MAX_DYNAMIC_PLANS = 16
 
 
+# NOTE: ops whose output holds its input's bytes unchanged: the planner gives the output the
+# input's arena bytes (MNN and onnxruntime do the same for Reshape), so their kernel finds
+# nothing to copy.
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+
+
+def _view_aliases(pending, sizes: dict, spans: dict, known) -> dict[int, int]:
+    """``{output: root}`` for view ops whose input and output are both arena tensors of the
+    same bytes: the output is dropped from ``sizes`` and the root's span grows to cover it
+    (both updated in place). Callers place aliases at their root's offset."""
+    root: dict[int, int] = {}
+    for node, _, _ in pending:
+        if (node.op_type not in VIEW_OPS or len(node.outputs) != 1 or not node.inputs
+                or any(k.startswith("_") for k in node.attrs)):
+            continue
+        i, o = node.inputs[0], node.outputs[0]
+        r = root.get(i, i)
+        if r not in sizes or o not in sizes or known[i].dtype != known[o].dtype \
+                or known[i].nbytes != known[o].nbytes:
+            continue
+        root[o] = r
+        spans[r] = (min(spans[r][0], spans[o][0]), max(spans[r][1], spans[o][1]))
+        del sizes[o]
+    return root
+
+
 class TensorSpec(NamedTuple):
     """A graph input or output: name, shape (ints, or str for symbolic dims), numpy dtype."""
 
@@ -350,7 +376,8 @@ class Session:
 
     def _check_feeds(self, feeds) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
-            raise InputError(f"feeds must be a dict {{input name: array}}, got {type(feeds).__name__}")
+            raise InputError(f"feeds must be a dict {{input name: array}}, got "
+                             f"{type(feeds).__name__}")
         names = [s.name for s in self._in_specs]
         unknown = [k for k in feeds if k not in names]
         missing = [n for n in names if n not in feeds and n not in self._lent]
@@ -366,7 +393,8 @@ class Session:
             if not isinstance(arr, np.ndarray):
                 arr = np.asarray(arr)
             if spec.dtype is not None and arr.dtype != spec.dtype:
-                raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {arr.dtype}")
+                raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got "
+                                 f"{arr.dtype}")
             self._check_shape(spec, tuple(arr.shape))
             out[spec.name] = arr
         return out
@@ -447,8 +475,8 @@ class Session:
             elif spec.shape is not None and all(isinstance(d, int) and d >= 0 for d in spec.shape):
                 shape = spec.shape
             else:
-                raise InputError(f"input {spec.name!r} has symbolic shape {list(spec.shape or [])}; "
-                                 f"give its shape to resize()")
+                raise InputError(f"input {spec.name!r} has symbolic shape "
+                                 f"{list(spec.shape or [])}; give its shape to resize()")
             self._check_shape(spec, shape)
             full[spec.name] = shape
         return full
@@ -600,7 +628,9 @@ class Session:
             # NOTE: callbacks may skip ops, whose outputs must then keep their previous
             # contents: no two tensors share bytes in this plan.
             spans = {v: (0, len(pending)) for v in spans}
+        views = {} if self._exclusive else _view_aliases(pending, sizes, spans, known)
         offsets, total = plan_memory(sizes, spans)
+        offsets.update({v: offsets[root] for v, root in views.items()})
         raw = np.empty(total + ALIGN, dtype=np.uint8)
         shift = (-raw.ctypes.data) % ALIGN
         arena = raw[shift:shift + total]
