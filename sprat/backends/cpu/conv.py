@@ -68,7 +68,7 @@ class ConvKernel(CpuKernel):
 
     def prepare(self, ins, outs):
         node = self.node
-        self._bound = (None, None, None)
+        self._binding = None
         x, w, bias, res = _split_inputs(node, ins)
         y = outs[0]
         one_d = len(x.shape) == 3
@@ -163,15 +163,11 @@ class ConvKernel(CpuKernel):
     def run(self, ins, outs):
         x, y = ins[0], outs[0]
         r = ins[-1] if self.has_res else None
-        # NOTE: the session hands the same arrays every run: the argument tuple is built once
-        # per binding (tens of arguments; rebuilding it cost ~3 us a call on small convs)
-        if x is not self._bound[0] or y is not self._bound[1] or r is not self._bound[2]:
-            self._bind(x, y, r)
-        self._fn(*self._args)
+        # NOTE: the argument tuple (tens of arguments) is built once per binding: rebuilding it
+        # cost ~3 us a call on small convs
+        self.bound_call((x, y, r), lambda: self._args_for(x, y, r))
 
-    _bound = (None, None, None)
-
-    def _bind(self, xa, ya, ra):
+    def _args_for(self, xa, ya, ra):
         x, y = xa.reshape(-1), ya.reshape(-1)
         res = ra.reshape(-1) if ra is not None else self.empty
         n, h, w, c, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
@@ -193,10 +189,8 @@ class ConvKernel(CpuKernel):
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
                     kh, kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
         if nt == 1:
-            self._fn, self._args = SLOT[algo], (0, 1, *args)
-        else:
-            self._fn, self._args = PAR[algo], (nt, *args)
-        self._bound = (xa, ya, ra)
+            return SLOT[algo], (0, 1, *args)
+        return PAR[algo], (nt, *args)
 
 
 SLOT = {**nb.SLOT, "winograd": wg_nb.winograd_slot}

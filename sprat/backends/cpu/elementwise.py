@@ -126,36 +126,44 @@ class BinaryKernel(_Epilogue):
 
     def run(self, ins, outs):
         y = outs[0]
-        res = ins[-1].reshape(-1) if self.has_res else self.empty
-        code, pa, pb = self.act
+        r = ins[-1] if self.has_res else None
         if self.unary is not None:
-            _run_unary(self, self.unary, ins[0].reshape(-1), y.reshape(-1), 0.0, 0.0, res)
+            self.bound_call((ins[0], y, r), lambda: _unary_call(
+                self, self.unary, ins[0].reshape(-1), y.reshape(-1), 0.0, 0.0, r))
             return
         a, b = self.arg(ins, 0), self.arg(ins, 1)
         if self.plan is None:
+            code, pa, pb = self.act
             UFUNC[self.op](a, b, out=y)
             yf = y.reshape(-1)
             nb.unary_items(0, -(-yf.size // nb.CHUNK), nb.IDENTITY, yf, yf, yf.size, 0.0, 0.0,
-                           res, self.has_res, code, pa, pb)
+                           self.empty if r is None else r.reshape(-1), self.has_res, code, pa,
+                           pb)
             return
+        self.bound_call((a, b, y, r), lambda: self._binary_call(a, b, y, r))
+
+    def _binary_call(self, a, b, y, r):
+        code, pa, pb = self.act
         dims, sa, sb = self.plan
         a, b, yf = a.reshape(-1), b.reshape(-1), y.reshape(-1)
+        res = self.empty if r is None else r.reshape(-1)
         if self.nt > 1:
-            nb.binary_par(self.nt, self.op, a, sa, b, sb, yf, dims, res, self.has_res,
-                          code, pa, pb, self.tiles)
-        else:
-            nb.binary_items(0, self.items, self.op, a, sa, b, sb, yf, dims, res, self.has_res,
-                            code, pa, pb, self.tiles[0])
+            return nb.binary_par, (self.nt, self.op, a, sa, b, sb, yf, dims, res, self.has_res,
+                                   code, pa, pb, self.tiles)
+        return nb.binary_items, (0, self.items, self.op, a, sa, b, sb, yf, dims, res,
+                                 self.has_res, code, pa, pb, self.tiles[0])
 
 
-def _run_unary(kernel, op, x, y, pa, pb, res):
+def _unary_call(kernel, op, x, y, pa, pb, r):
+    """(function, args) of the unary pass ``y = act(op(x) + r)`` over flat arrays."""
     code, qa, qb = kernel.act
+    res = kernel.empty if r is None else r.reshape(-1)
     size = x.size
-    items = -(-size // nb.CHUNK)
     if kernel.threads > 1 and size >= PARALLEL_MIN:
-        nb.unary_par(kernel.threads, op, x, y, size, pa, pb, res, kernel.has_res, code, qa, qb)
-    else:
-        nb.unary_items(0, items, op, x, y, size, pa, pb, res, kernel.has_res, code, qa, qb)
+        return nb.unary_par, (kernel.threads, op, x, y, size, pa, pb, res, kernel.has_res, code,
+                              qa, qb)
+    return nb.unary_items, (0, -(-size // nb.CHUNK), op, x, y, size, pa, pb, res,
+                            kernel.has_res, code, qa, qb)
 
 
 class UnaryKernel(_Epilogue):
@@ -195,6 +203,7 @@ class UnaryKernel(_Epilogue):
         self.op, self.pa, self.pb = op, pa, pb
 
     def run(self, ins, outs):
-        res = ins[-1].reshape(-1) if self.has_res else self.empty
-        _run_unary(self, self.op, ins[0].reshape(-1), outs[0].reshape(-1), self.pa, self.pb,
-                   res)
+        x, y = ins[0], outs[0]
+        r = ins[-1] if self.has_res else None
+        self.bound_call((x, y, r), lambda: _unary_call(self, self.op, x.reshape(-1),
+                                                       y.reshape(-1), self.pa, self.pb, r))

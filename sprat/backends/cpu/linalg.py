@@ -150,24 +150,30 @@ class _Gemmish(CpuKernel):
     def run(self, ins, outs):
         """A (input 0) @ B (input 1), C (input 2: Gemm's C or MatMul's fused ``_bias``) as
         prepared, residual last."""
-        res = ins[-1].reshape(-1) if self.has_res else self.empty
+        a, y = self.arg(ins, 0), outs[0]
+        r = ins[-1] if self.has_res else None
         if self.f16 is not None:
-            self._run_f16(self.arg(ins, 0).reshape(-1), outs[0].reshape(-1), res)
+            self.bound_call((a, y, r), lambda: self._f16_call(a, y, r))
             return
-        c = self.arg(ins, 2).reshape(-1) if self.has_c else self.empty
-        self._run(self.arg(ins, 0).reshape(-1), self.arg(ins, 1).reshape(-1),
-                  outs[0].reshape(-1), c, res)
+        b = self.arg(ins, 1)
+        c = self.arg(ins, 2) if self.has_c else None
+        self.bound_call((a, b, c, y, r), lambda: self._gemm_call(a, b, c, y, r))
 
-    def _run_f16(self, a, y, res):
+    def _f16_call(self, a, y, r):
         code, pa, pb = self.act
-        self.f16(a, self.w16, y, self.M, self.N, self.K, self.cb, self.nt, self.bias16,
-                 self.has_bias16, res, self.has_res, code, pa, pb, self.scratch16)
+        res = self.empty if r is None else r.reshape(-1)
+        return self.f16, (a.reshape(-1), self.w16, y.reshape(-1), self.M, self.N, self.K,
+                          self.cb, self.nt, self.bias16, self.has_bias16, res, self.has_res,
+                          code, pa, pb, self.scratch16)
 
-    def _run(self, a, b, y, c, res):
+    def _gemm_call(self, a, b, c, y, r):
         code, pa, pb = self.act
-        gemm_blocks(a, b, y, self.offs, self.M, self.N, self.K, self.ta, self.tb, self.alpha,
-                    self.lda, self.ldb, self.rb, self.cb, self.nt, c, self.sm, self.sn,
-                    self.beta, res, self.has_res, code, pa, pb)
+        res = self.empty if r is None else r.reshape(-1)
+        c = self.empty if c is None else c.reshape(-1)
+        return gemm_blocks, (a.reshape(-1), b.reshape(-1), y.reshape(-1), self.offs, self.M,
+                             self.N, self.K, self.ta, self.tb, self.alpha, self.lda, self.ldb,
+                             self.rb, self.cb, self.nt, c, self.sm, self.sn, self.beta, res,
+                             self.has_res, code, pa, pb)
 
 
 class GemmKernel(_Gemmish):

@@ -149,5 +149,7 @@ class ReduceKernel(CpuKernel):
         self.acc = np.zeros((self.nt, CHUNK), np.float64)
 
     def run(self, ins, outs):
+        x, y = ins[0], outs[0]
         o, r, i = self.dims
-        reduce_ori(ins[0].reshape(-1), outs[0].reshape(-1), o, r, i, self.op, self.nt, self.acc)
+        self.bound_call((x, y), lambda: (reduce_ori, (x.reshape(-1), y.reshape(-1), o, r, i,
+                                                      self.op, self.nt, self.acc)))
