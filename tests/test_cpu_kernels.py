@@ -361,6 +361,23 @@ def test_blas_binding():
     assert (c[:, 29:] == 1).all()
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("beta", [0.0, 1.0, 0.5])
+def test_sgemm_few_rows(m, tb, beta):
+    # 1-3 rows run sprat's own loops (_blas.SMALL_M), 4 rows BLAS: offsets and pitches kept
+    n, k = 37, 19
+    a = randn(m, k + 3, seed=1)
+    b = randn(n, k, seed=2) if tb else randn(k, n + 2, seed=2)
+    c = randn(m, n + 1, seed=3)
+    want = c.copy()
+    op = b.T if tb else b[:, :n]
+    want[:, :n] = 1.5 * a[:, 1:k + 1] @ op + beta * c[:, :n]
+    _blas.sgemm(False, tb, m, n, k, 1.5, a.ravel(), 1, k + 3, b.ravel(), 0, b.shape[1], beta,
+                c.ravel(), 0, n + 1)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+
+
 # ---- steady state: no allocation per call --------------------------------------------------
 
 def _traced_run_bytes(op, inputs, attrs, consts=(), threads=2):
