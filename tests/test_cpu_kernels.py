@@ -701,6 +701,20 @@ def test_winograd_is_chosen_and_fuses_epilogue():
           {"pads": [1, 1, 1, 1], **fused("Relu", residual=True)}, consts=(1, 2))
 
 
+@pytest.mark.parametrize("m", [128, 136])
+def test_winograd_small_map_splits_output_channels(m):
+    # 3x3 tiles (9 of them) at 2 threads: each thread takes a range of output channels (a
+    # multiple of 8, the last one the rest), with the residual and activation on its range
+    x, w = nhwc(randn(1, 24, 9, 10, seed=1)), randn(m, 24, 3, 3, seed=2, scale=0.2)
+    ins = [x, w, randn(m, seed=3), randn(1, 9, 10, m, seed=4)]
+    attrs = {"pads": [1, 1, 1, 1], **fused("HardSwish", residual=True)}
+    node, infos = make("Conv", ins, attrs, consts=(1, 2))
+    kernel = CpuBackend(2).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo((1, 9, 10, m), np.dtype(np.float32))])
+    assert kernel.algo == "winograd" and kernel.split_m
+    check("Conv", ins, attrs, consts=(1, 2))
+
+
 @pytest.mark.parametrize("qs,ks,vs,heads,kv_heads,mask", [
     ((1, 7, 16), (1, 9, 16), (1, 9, 12), 4, 4, None),
     ((2, 5, 16), (2, 5, 16), (2, 5, 16), 2, 2, (2, 1, 1, 5)),   # BERT's padding mask

@@ -5,7 +5,8 @@ convs.
 Each 4x4 output tile needs a 6x6 input tile ``d``: ``Y = A^T [ (G g G^T) * (B^T d B) ] A``. The
 element-wise product over the 6x6 = 36 positions, summed over input channels, is 36 GEMMs of
 (tiles x C) @ (C x M): 36 multiplies per tile and channel pair instead of 16 * 9 = 144. Work is
-split into blocks of ``TB`` tiles: per block the input transform writes ``V`` (36, TB, C) into
+split into blocks of ``TB`` tiles (or, on maps with few tiles, into ranges of output channels):
+per block the input transform writes ``V`` (36, TB, C) into
 per-slot scratch, 36 one-thread GEMMs write ``Mo`` (36, TB, M), the output transform adds bias
 (+ residual) and the activation and writes the tiles' pixels into ``y``. Transforms run over
 the channel axis, which is contiguous in NHWC, so they vectorise.
@@ -131,10 +132,11 @@ def _input_tile(x, n, H, W, C, ih0, iw0, patch, tmp, v, tile, TB):
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _output_tile(mo, tile, TB, M, bias, res, has_res, y, n, OH, OW, oh0, ow0, tmp, out,
-                 code, a, b):
+def _output_tile(mo, tile, TB, M, bias, res, has_res, y, ldy, c0, n, OH, OW, oh0, ow0, tmp,
+                 out, code, a, b):
     """Inverse-transform tile ``tile`` of ``mo`` (36, TB, M), add bias (+ residual), apply the
-    activation, and write its in-image pixels of the 4x4 output tile at (oh0, ow0)."""
+    activation, and write its in-image pixels of the 4x4 output tile at (oh0, ow0) into output
+    channels ``c0 .. c0+M`` of ``y`` (and read ``res``) with ``ldy`` channels per pixel."""
     st = TB * M
     # rows: tmp[i][j] (i < 4, j < 6) = sum_p AT[i][p] * mo[p][j]
     for j in range(6):
@@ -160,7 +162,7 @@ def _output_tile(mo, tile, TB, M, bias, res, has_res, y, n, OH, OW, oh0, ow0, tm
             ow = ow0 + q
             if ow >= OW:
                 break
-            d = ((n * OH + oh) * OW + ow) * M
+            d = ((n * OH + oh) * OW + ow) * ldy + c0
             dst = y[d:d + M]
             src = out[(i * 4 + q) * M:(i * 4 + q + 1) * M]
             if has_res:
@@ -176,10 +178,12 @@ def _output_tile(mo, tile, TB, M, bias, res, has_res, y, n, OH, OW, oh0, ow0, tm
 
 @njit(cache=True, error_model="numpy", nogil=True)
 def winograd_slot(t, nt, x, u, bias, res, has_res, y, N, H, W, C, M, OH, OW, ph, pw, TB,
-                  vbuf, mbuf, pbuf, obuf, code, a, b):
+                  split_m, vbuf, mbuf, pbuf, obuf, code, a, b):
     """3x3, stride 1, dilation 1, group 1 conv by Winograd F(4,3); slot ``t`` of ``nt`` takes a
-    range of blocks of ``TB`` tiles. ``u`` packed (36, C, M); per-slot scratch ``vbuf[t]``
-    (36*TB*C), ``mbuf[t]`` (36*TB*M), ``pbuf[t]`` (2*36*C), ``obuf[t]`` (40*M)."""
+    range of blocks of ``TB`` tiles, or with ``split_m`` every block but a range of the output
+    channels (a small map has too few tiles to share out; each slot then transforms the whole
+    input itself). ``u`` packed (36, C, M); per-slot scratch ``vbuf[t]`` (36*TB*C),
+    ``mbuf[t]`` (36*TB*M), ``pbuf[t]`` (2*36*C), ``obuf[t]`` (40*M)."""
     th = (OH + 3) // 4
     tw = (OW + 3) // 4
     per_image = th * tw
@@ -191,7 +195,16 @@ def winograd_slot(t, nt, x, u, bias, res, has_res, y, N, H, W, C, M, OH, OW, ph,
     ptmp = pbuf[t][36 * C:72 * C]
     otmp = obuf[t][:24 * M]
     out = obuf[t][24 * M:40 * M]
-    for blk in range(t * nblk // nt, (t + 1) * nblk // nt):
+    if split_m:
+        b0, b1 = 0, nblk
+        c0 = (t * M // nt) // 8 * 8
+        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+    else:
+        b0, b1 = t * nblk // nt, (t + 1) * nblk // nt
+        c0, c1 = 0, M
+    mt = c1 - c0
+    bias_t = bias[c0:c1]
+    for blk in range(b0, b1):
         t0 = blk * TB
         cnt = min(TB, T - t0)
         for k in range(cnt):
@@ -202,21 +215,21 @@ def winograd_slot(t, nt, x, u, bias, res, has_res, y, N, H, W, C, M, OH, OW, ph,
             tj = r - ti * tw
             _input_tile(x, n, H, W, C, ti * 4 - ph, tj * 4 - pw, patch, ptmp, v, k, TB)
         for p in range(36):
-            sgemm(False, False, cnt, M, C, 1.0, v, p * TB * C, C, u, p * C * M, M, 0.0,
-                  mo, p * TB * M, M)
+            sgemm(False, False, cnt, mt, C, 1.0, v, p * TB * C, C, u, p * C * M + c0, M, 0.0,
+                  mo, p * TB * mt, mt)
         for k in range(cnt):
             g = t0 + k
             n = g // per_image
             r = g - n * per_image
             ti = r // tw
             tj = r - ti * tw
-            _output_tile(mo, k, TB, M, bias, res, has_res, y, n, OH, OW, ti * 4, tj * 4,
-                         otmp, out, code, a, b)
+            _output_tile(mo, k, TB, mt, bias_t, res, has_res, y, M, c0, n, OH, OW, ti * 4,
+                         tj * 4, otmp, out, code, a, b)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def winograd_par(nt, x, u, bias, res, has_res, y, N, H, W, C, M, OH, OW, ph, pw, TB, vbuf,
-                 mbuf, pbuf, obuf, code, a, b):
+def winograd_par(nt, x, u, bias, res, has_res, y, N, H, W, C, M, OH, OW, ph, pw, TB, split_m,
+                 vbuf, mbuf, pbuf, obuf, code, a, b):
     for t in prange(nt):
         winograd_slot(t, nt, x, u, bias, res, has_res, y, N, H, W, C, M, OH, OW, ph, pw, TB,
-                      vbuf, mbuf, pbuf, obuf, code, a, b)
+                      split_m, vbuf, mbuf, pbuf, obuf, code, a, b)
