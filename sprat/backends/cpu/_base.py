@@ -10,9 +10,12 @@ from ..base import Kernel, PackCache
 
 # NOTE: a parallel region costs ~5-10 us while Numba's workers spin, but 50-100 us once they
 # have gone to sleep between sparse regions (measured: PP-OCR v2 cls at 2 threads ran slower than
-# at 1). Below ~0.5 MB of memory-bound work or ~1M multiply-adds a kernel runs on one thread.
+# at 1 with every conv parallel). Below ~0.5 MB of memory-bound work or 256K multiply-adds a
+# kernel runs on one thread (``bench``-style A/B at 2 threads, 256K against 1M: PP-OCR v2 cls
+# 0.85-0.88x the time, 64K and 512K slower than 256K; PP-OCRv4 rec/det and NudeNet unchanged
+# within noise).
 PARALLEL_MIN_ELEMENTS = 1 << 17
-PARALLEL_MIN_MACS = 1 << 20
+PARALLEL_MIN_MACS = 1 << 18
 
 
 class CpuKernel(Kernel):
