@@ -544,6 +544,12 @@ def test_batchnorm():
     check("BatchNormalization", [xn] + p + [randn(*xn.shape, seed=9)],
           fused("HardSwish", residual=True), consts=(1, 2, 3, 4))
     assert refuses("BatchNormalization", [x] + p)  # statistics not constant
+    # NHWC runs of whole pixels (24 channels, a partial last run) split across two threads
+    p24 = [randn(24, seed=2), randn(24, seed=3), randn(24, seed=4), np.abs(randn(24, seed=5)) + .1]
+    big = nhwc(randn(1, 24, 81, 80))
+    check("BatchNormalization", [big] + p24, fused("Relu"), consts=(1, 2, 3, 4))
+    check("BatchNormalization", [big] + p24 + [randn(*big.shape, seed=9)],
+          fused(residual=True), consts=(1, 2, 3, 4))
 
 
 # ---- Gemm / MatMul -------------------------------------------------------------------------

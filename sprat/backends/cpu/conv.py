@@ -34,6 +34,10 @@ SHIFT_MAX_CHANNELS = 128
 # cost more than they save. Its packed weights are 4x the model's (36 vs 9 per channel pair),
 # so memory="low" sessions use the other algorithms.
 WINOGRAD_MIN_CHANNELS = 24
+# NOTE: on one thread a map of fewer than 16 tiles (10x10) runs faster as im2col/shift GEMMs
+# (NudeNet 320: 0.96-0.97x the time); on two threads Winograd splits its output channels and
+# stays ahead (without it 1.05-1.06x the time), so the minimum applies to one thread only.
+WINOGRAD_MIN_TILES = 16
 WINOGRAD_TILES = 256  # at most this many tiles per block
 WINOGRAD_BLOCK_BYTES = 1 << 20  # V + M blocks (36 * TB * (C + M) floats) about this size
 WINOGRAD_SPLIT_TILES = 32  # fewer tiles than this per thread: threads split output channels
@@ -132,7 +136,8 @@ class ConvKernel(CpuKernel):
             self.blk = -(-p // nblocks)
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
               and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
-              and oh >= 4 and ow >= 4 and self.memory != "low"):
+              and oh >= 4 and ow >= 4 and self.memory != "low"
+              and (nt > 1 or n * (-(-oh // 4)) * (-(-ow // 4)) >= WINOGRAD_MIN_TILES)):
             self.algo = "winograd"
             self.w = self.shared("winograd", lambda: wg_nb.pack_weights(wv))  # (36, C, M)
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
