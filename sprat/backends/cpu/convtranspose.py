@@ -11,7 +11,7 @@ the shape function's own rule); everything else stays on the reference backend.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, uint64
 
 from ...ir.shapes.nn import conv_transpose_geometry
 from ._base import CpuKernel
@@ -24,27 +24,28 @@ from .conv import GEMM_ROWS, _rows_per_block
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def _scatter(acc, y, bias, res, has_res, n, h0, rows, W, M, kh, kw, OH, OW, code, a, b):
-    """acc (rows*W, kh*kw*M) -> y[n, h*kh + i, w*kw + j, :], plus bias, residual, act."""
+    """acc (rows*W, kh*kw*M) -> y[n, h*kh + i, w*kw + j, :], plus bias, residual, act.
+
+    For one input pixel and kernel row ``i`` the kw*M values are one contiguous run in both
+    ``acc`` and ``y`` (``bias`` holds the M biases repeated kw times): one flat loop per run,
+    with unsigned indices so that it vectorises (per-pixel slices cost more than a 1-channel
+    output's arithmetic)."""
+    L = kw * M
     for r in range(rows):
         h = h0 + r
         for i in range(kh):
             o = ((n * OH + h * kh + i) * OW) * M
-            yrow = y[o:o + OW * M]
             for w in range(W):
-                for j in range(kw):
-                    s = ((r * W + w) * kh * kw + i * kw + j) * M
-                    src = acc[s:s + M]
-                    d = (w * kw + j) * M
-                    dst = yrow[d:d + M]
-                    if has_res:
-                        rr = res[o + d:o + d + M]
-                        for c in range(M):
-                            dst[c] = src[c] + bias[c] + rr[c]
-                    else:
-                        for c in range(M):
-                            dst[c] = src[c] + bias[c]
+                s = ((r * W + w) * kh + i) * L
+                d = o + w * L
+                if has_res:
+                    for c in range(L):
+                        y[uint64(d + c)] = acc[uint64(s + c)] + bias[c] + res[uint64(d + c)]
+                else:
+                    for c in range(L):
+                        y[uint64(d + c)] = acc[uint64(s + c)] + bias[c]
             if code != 0:
-                act_inplace(yrow, code, a, b)
+                act_inplace(y[o:o + OW * M], code, a, b)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
@@ -108,8 +109,8 @@ class ConvTransposeKernel(CpuKernel):
         self.w = self.shared("w", lambda: np.ascontiguousarray(
             wv.transpose(0, 2, 3, 1)).ravel())  # (C, kh, kw, M)
         bias = ins[2] if n_in > 2 else None
-        self.bias = (np.zeros(m, np.float32) if bias is None
-                     else np.ascontiguousarray(bias.value, np.float32).reshape(m))
+        self.bias = np.tile(np.zeros(m, np.float32) if bias is None  # (kw, M): see _scatter
+                            else np.ascontiguousarray(bias.value, np.float32).reshape(m), kw)
         self.act = act_of(node)
         self.empty = empty_f32()
         nt = self.threads
