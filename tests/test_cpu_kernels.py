@@ -695,14 +695,19 @@ def test_every_kernel_op_has_a_reference():
     assert set(KERNELS) <= set(_load_ops())
 
 
-def test_winograd_is_chosen_and_fuses_epilogue():
-    x, w = nhwc(randn(1, 32, 10, 11, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
-    res = randn(1, 10, 11, 32, seed=4)
+@pytest.mark.parametrize("h,w_,threads,algo", [
+    (14, 15, 1, "winograd"),  # 4x4 = 16 tiles
+    (10, 11, 1, "shift"),  # 9 tiles: GEMMs are faster on one thread
+    (10, 11, 2, "winograd"),  # ... but not on two
+])
+def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
+    x, w = nhwc(randn(1, 32, h, w_, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
+    res = randn(1, h, w_, 32, seed=4)
     node, infos = make("Conv", [x, w, randn(32, seed=3), res],
                        {"pads": [1, 1, 1, 1], **fused("Relu", residual=True)}, consts=(1, 2))
-    kernel = CpuBackend(1).make_kernel(node, infos)
-    kernel.prepare(infos, [TensorInfo((1, 10, 11, 32), np.dtype(np.float32))])
-    assert kernel.algo == "winograd"
+    kernel = CpuBackend(threads).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo((1, h, w_, 32), np.dtype(np.float32))])
+    assert kernel.algo == algo
     check("Conv", [x, w, randn(32, seed=3), res],
           {"pads": [1, 1, 1, 1], **fused("Relu", residual=True)}, consts=(1, 2))
 
