@@ -753,14 +753,16 @@ class Session:
         """Outputs known before running: from shapes alone, or all inputs known (shape chains)."""
         return fold_node(node, ins)
 
-    def _call(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def _call(self, arrays: list[np.ndarray], bind: bool = True) -> list[np.ndarray]:
         """Run a prepared subgraph session on ``arrays`` (one per graph input, in order, with
         the prepared shapes): for control-flow kernels, inside the parent's run. No checks, no
         copies: the kernels read ``arrays`` in place; the results are the session's own arrays
-        (valid until the next call), or input arrays passed through."""
-        for uses, a in zip(self._input_uses, arrays):
-            for lst, k in uses:
-                lst[k] = a
+        (valid until the next call), or input arrays passed through. ``bind=False``: the plan
+        still holds these very arrays from the previous call."""
+        if bind:
+            for uses, a in zip(self._input_uses, arrays):
+                for lst, k in uses:
+                    lst[k] = a
         self._run_plan()
         if self._tail is not None:
             self._env_inputs = dict(zip(self._graph.inputs, arrays))
