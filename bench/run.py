@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", help=f"comma-separated zoo keys or {ENCODER} (default: all "
                                     f"ONNX models: {', '.join(zoo.ONNX_MODELS)}, {ENCODER})")
     p.add_argument("--threads", help="comma-separated thread counts (default 1,2; --quick 1)")
-    p.add_argument("--runs", type=int, help="timed runs per setting (default 30; --quick 6)")
+    p.add_argument("--runs", type=int, help="at least this many timed calls per runtime and "
+                                         "setting, over the blocks (default 30; --quick 6)")
     p.add_argument("--cold-repeats", type=int,
                    help="cold-start children per setting, 0 to skip (default 3; --quick 1)")
     p.add_argument("--quick", action="store_true",
