@@ -124,6 +124,10 @@ CONV_CASES = [
     ((1, 6, 11, 12), (6, 6, 4, 4), {"auto_pad": "SAME_LOWER"}),
     ((1, 6, 11, 12), (6, 6, 3, 3), {"auto_pad": "VALID", "dilations": [2, 2]}),
     ((1, 4, 2, 2), (3, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # im2col's one-group gather: uneven pads, left/right edge windows, vertical dilation
+    ((1, 3, 9, 10), (8, 3, 3, 3), {"pads": [0, 2, 1, 1], "strides": [2, 3]}),
+    ((1, 4, 11, 9), (6, 4, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1], "strides": [1, 2]}),
+    ((2, 3, 13, 5), (4, 3, 3, 7), {"pads": [1, 3, 1, 3], "strides": [2, 2]}),  # kernel > W
     # depthwise
     ((2, 6, 13, 12), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
     ((2, 6, 13, 12), (6, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2], "group": 6}),
