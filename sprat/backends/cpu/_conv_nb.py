@@ -106,14 +106,52 @@ def _zero_run(dst, d, n):
         dst[uint64(d + k)] = 0.0
 
 
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _window_taps(colt, d, x, row0, W, C, iw0, kw, dw, cg, coff):
+    """One kernel row of one window, tap by tap (``cg`` channels from ``coff`` of input row
+    ``row0``): zeros for the taps outside the image."""
+    for j in range(kw):
+        iw = iw0 + j * dw
+        if iw < 0 or iw >= W:
+            _zero_run(colt, d + j * cg, cg)
+        else:
+            _copy_run(colt, d + j * cg, x, (row0 + iw) * C + coff, cg)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _gather_whole(colt, x, n, H, W, C, OW, kh, kw, sh, sw, dh, ph, pw, oh0, rows, kk):
+    """Patch rows of one group with no horizontal dilation: a window's kw*C entries of one
+    kernel row are one contiguous run of the input. Per (output row, kernel row) the windows
+    fully inside the image are a branch-free loop over ow; only the edge windows go tap by
+    tap (stems: the gather ~2x faster than deciding per window)."""
+    run = kw * C
+    ow_lo = min(OW, (pw + sw - 1) // sw)
+    ow_hi = max(ow_lo, min(OW, (W - kw + pw) // sw + 1))
+    for r in range(rows):
+        oh = oh0 + r
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            d0 = r * OW * kk + i * run
+            if ih < 0 or ih >= H:
+                for ow in range(OW):
+                    _zero_run(colt, d0 + ow * kk, run)
+                continue
+            row0 = (n * H + ih) * W
+            for ow in range(ow_lo, ow_hi):
+                _copy_run(colt, d0 + ow * kk, x, (row0 + ow * sw - pw) * C, run)
+            for ow in range(ow_lo):
+                _window_taps(colt, d0 + ow * kk, x, row0, W, C, ow * sw - pw, kw, 1, C, 0)
+            for ow in range(ow_hi, OW):
+                _window_taps(colt, d0 + ow * kk, x, row0, W, C, ow * sw - pw, kw, 1, C, 0)
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
 def im2col_slot(t, nt, x, w, bias, res, has_res, y, N, H, W, C, M, G, OH, OW, kh, kw, sh, sw,
                 dh, dw, ph, pw, R, col, code, a, b):
     """General conv (any stride, dilation, padding, groups): per block of R output rows and per
     group, gather the (rows*OW, kh*kw*C/G) patch matrix into ``col[t]`` and GEMM it with the
-    packed weights (G, kh, kw, C/G, M/G) straight into the output (ldc = M). With one group
-    and no horizontal dilation, a patch row's kw*C entries of one kernel row are one
-    contiguous run of the input, copied at once where the window is inside the image."""
+    packed weights (G, kh, kw, C/G, M/G) straight into the output (ldc = M). One group with no
+    horizontal dilation gathers whole kernel-row runs (``_gather_whole``)."""
     cg = C // G
     mg = M // G
     kk = kh * kw * cg
@@ -127,61 +165,23 @@ def im2col_slot(t, nt, x, w, bias, res, has_res, y, N, H, W, C, M, G, OH, OW, kh
         oh0 = (bi % nbh) * R
         rows = min(R, OH - oh0)
         y0 = (n * OH + oh0) * OW * M
-        if whole:
-            # NOTE: one group, no horizontal dilation: per (output row, kernel row) the windows
-            # fully inside the image are a branch-free loop over ow of kw*C-float runs; only
-            # the few edge windows take the per-tap path below (stems: ~2x faster gathers)
-            ow_lo = min(OW, (pw + sw - 1) // sw)
-            ow_hi = max(ow_lo, min(OW, (W - kw + pw) // sw + 1))
-            for r in range(rows):
-                oh = oh0 + r
-                for i in range(kh):
-                    ih = oh * sh - ph + i * dh
-                    d0 = r * OW * kk + i * run
-                    if ih < 0 or ih >= H:
-                        for ow in range(OW):
-                            _zero_run(colt, d0 + ow * kk, run)
-                        continue
-                    src = ((n * H + ih) * W - pw) * C
-                    for ow in range(ow_lo, ow_hi):
-                        _copy_run(colt, d0 + ow * kk, x, src + ow * sw * C, run)
-                    for part in range(2):  # the edge windows: left of ow_lo, from ow_hi
-                        e0 = 0 if part == 0 else ow_hi
-                        e1 = ow_lo if part == 0 else OW
-                        for ow in range(e0, e1):
-                            iw0 = ow * sw - pw
-                            for j in range(kw):
-                                iw = iw0 + j
-                                if iw < 0 or iw >= W:
-                                    _zero_run(colt, d0 + ow * kk + j * C, C)
-                                else:
-                                    _copy_run(colt, d0 + ow * kk + j * C, x,
-                                              ((n * H + ih) * W + iw) * C, C)
-            sgemm(False, False, rows * OW, M, kk, 1.0, colt, 0, kk, w, 0, M, 0.0, y, y0, M)
-            rows_inplace(y, y0, rows * OW, M, bias, res, has_res, code, a, b)
-            continue
         for g in range(G):
-            for r in range(rows):
-                oh = oh0 + r
-                for ow in range(OW):
-                    d = (r * OW + ow) * kk
-                    iw0 = ow * sw - pw
-                    inside = whole and iw0 >= 0 and iw0 + kw <= W
-                    for i in range(kh):
-                        ih = oh * sh - ph + i * dh
-                        if ih < 0 or ih >= H:
-                            _zero_run(colt, d, run)
-                        elif inside:
-                            _copy_run(colt, d, x, ((n * H + ih) * W + iw0) * C, run)
-                        else:
-                            for j in range(kw):
-                                iw = iw0 + j * dw
-                                if iw < 0 or iw >= W:
-                                    _zero_run(colt, d + j * cg, cg)
-                                else:
-                                    _copy_run(colt, d + j * cg, x,
-                                              ((n * H + ih) * W + iw) * C + g * cg, cg)
-                        d += run
+            if whole:
+                _gather_whole(colt, x, n, H, W, C, OW, kh, kw, sh, sw, dh, ph, pw, oh0, rows,
+                              kk)
+            else:
+                for r in range(rows):
+                    oh = oh0 + r
+                    for ow in range(OW):
+                        d = (r * OW + ow) * kk
+                        for i in range(kh):
+                            ih = oh * sh - ph + i * dh
+                            if ih < 0 or ih >= H:
+                                _zero_run(colt, d, run)
+                            else:
+                                _window_taps(colt, d, x, (n * H + ih) * W, W, C, ow * sw - pw,
+                                             kw, dw, cg, g * cg)
+                            d += run
             sgemm(False, False, rows * OW, mg, kk, 1.0, colt, 0, kk, w, g * kk * mg, mg,
                   0.0, y, y0 + g * mg, M)
         rows_inplace(y, y0, rows * OW, M, bias, res, has_res, code, a, b)
