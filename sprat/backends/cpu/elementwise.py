@@ -133,12 +133,9 @@ class BinaryKernel(_Epilogue):
             return
         a, b = self.arg(ins, 0), self.arg(ins, 1)
         if self.plan is None:
-            code, pa, pb = self.act
-            UFUNC[self.op](a, b, out=y)
-            yf = y.reshape(-1)
-            nb.unary_items(0, -(-yf.size // nb.CHUNK), nb.IDENTITY, yf, yf, yf.size, 0.0, 0.0,
-                           self.empty if r is None else r.reshape(-1), self.has_res, code, pa,
-                           pb)
+            UFUNC[self.op](a, b, out=y)  # then the residual and activation in place
+            self.bound_call((y, r), lambda: _unary_call(
+                self, nb.IDENTITY, y.reshape(-1), y.reshape(-1), 0.0, 0.0, r))
             return
         self.bound_call((a, b, y, r), lambda: self._binary_call(a, b, y, r))
 
