@@ -146,18 +146,15 @@ def layernorm(x, y, rows, D, scale, bias, eps, nt):
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def _affine_block(xr, yr, rr, s, b, C, I, has_res, code, pa, pb):
-    """One (C, I) block: ``yr = act(xr * s[c] + b[c] + rr)``."""
-    if I == 1:
-        for c in range(C):
-            yr[c] = xr[c] * s[c] + b[c]
-    else:
-        for c in range(C):
-            xc = xr[c * I:(c + 1) * I]
-            yc = yr[c * I:(c + 1) * I]
-            sc = s[c]
-            sh = b[c]
-            for i in range(I):
-                yc[i] = xc[i] * sc + sh
+    """One (C, I) block, I > 1 (NCHW; NHWC goes by ``_affine_runs``):
+    ``yr = act(xr * s[c] + b[c] + rr)``."""
+    for c in range(C):
+        xc = xr[c * I:(c + 1) * I]
+        yc = yr[c * I:(c + 1) * I]
+        sc = s[c]
+        sh = b[c]
+        for i in range(I):
+            yc[i] = xc[i] * sc + sh
     if has_res:
         for k in range(C * I):
             yr[k] += rr[k]
