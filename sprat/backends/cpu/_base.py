@@ -54,18 +54,26 @@ class CpuKernel(Kernel):
 
     _binding = None
 
-    def bound_call(self, arrays: tuple, make) -> None:
-        """Run ``fn(*args)`` with ``(fn, args) = make()``, made (and ``fn``'s compiled entry
-        resolved, see ``entry_point``) once per binding of ``arrays`` (the run's input and
-        output arrays, compared by identity): the session hands the same arrays every run, so
-        the argument tuple is built once, not per call."""
+    def binding(self, arrays: tuple, make):
+        """``make()``, made once per binding of ``arrays`` (the run's input and output arrays,
+        compared by identity) and kept: the session hands the same arrays every run."""
         ids = tuple(map(id, arrays))
         b = self._binding
         if b is None or b[0] != ids:
-            fn, args = make()
             # NOTE: ``arrays`` is kept so that the ids cannot be reused by new objects
-            b = self._binding = (ids, arrays, entry_point(fn, args), args)
-        b[2](*b[3])
+            b = self._binding = (ids, arrays, make())
+        return b[2]
+
+    def bound_call(self, arrays: tuple, make) -> None:
+        """Run ``fn(*args)`` with ``(fn, args) = make()``, the argument tuple built and ``fn``'s
+        compiled entry resolved (``entry_point``) once per ``binding`` of ``arrays``, not per
+        call."""
+        b = self._binding
+        if b is not None and b[0] == tuple(map(id, arrays)):  # NOTE: the hot path, inlined
+            entry, args = b[2]
+        else:
+            entry, args = self.binding(arrays, lambda: _entry_and_args(*make()))
+        entry(*args)
 
     def bind_constants(self, ins, which) -> None:
         """Keep writable aliases of the constant inputs among positions ``which`` (see
@@ -95,6 +103,10 @@ def entry_point(fn, args: tuple):
         fn.compile(sig)
         cres = fn.overloads.get(sig)
     return fn if cres is None else cres.entry_point
+
+
+def _entry_and_args(fn, args: tuple):
+    return entry_point(fn, args), args
 
 
 def writable_alias(a: np.ndarray, keep: list) -> np.ndarray:
