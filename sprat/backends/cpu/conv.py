@@ -73,7 +73,6 @@ class ConvKernel(CpuKernel):
 
     def prepare(self, ins, outs):
         node = self.node
-        self._binding = None
         x, w, bias, res = _split_inputs(node, ins)
         y = outs[0]
         one_d = len(x.shape) == 3
@@ -102,7 +101,6 @@ class ConvKernel(CpuKernel):
             np.zeros(m, np.float32) if bias is None
             else np.ascontiguousarray(bias.value, np.float32).reshape(m)))
         self.act = act_of(node)
-        self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
         self.has_res = res is not None
         self.empty = empty_f32()
         sh, sw = strides
@@ -172,6 +170,8 @@ class ConvKernel(CpuKernel):
             self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
             self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // ow), nt)
             self.col = nb.scratch(nt, self.rows * ow * kh * kw * cg)
+        if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
+            self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
 
     def run(self, ins, outs):
         x, y = ins[0], outs[0]
