@@ -141,7 +141,9 @@ def test_interpreter_from_onnx_file(model, tmp_path, monkeypatch):
 
 def test_warm_load_in_fresh_process_imports_no_onnx(model, tmp_path):
     """A fresh process with a warm cache: no conversion, no ``onnx`` import, same outputs,
-    and (after one run on this machine) Numba compiles nothing."""
+    and (after one run on this machine) Numba compiles nothing and loads its cached kernels
+    without its lowering registries (``sprat.backends.cpu._jit.KernelCache``: no
+    ``numba.np.arraymath``, which would import SciPy)."""
     path, _, ref = model
     script = textwrap.dedent(f"""
         import json, sys
@@ -159,7 +161,8 @@ def test_warm_load_in_fresh_process_imports_no_onnx(model, tmp_path):
                     if e.is_start]
         np.save(sys.argv[1], out[0])
         print(json.dumps({{"converted": len(calls), "onnx": "onnx" in sys.modules,
-                          "compiled": compiled}}))
+                          "compiled": compiled,
+                          "registries": "numba.np.arraymath" in sys.modules}}))
     """)
     runs = []
     for i in range(2):
@@ -171,7 +174,7 @@ def test_warm_load_in_fresh_process_imports_no_onnx(model, tmp_path):
         np.testing.assert_array_equal(np.load(npy), ref[0])
     cold, warm = runs
     assert cold["converted"] == 1 and cold["onnx"]
-    assert warm == {"converted": 0, "onnx": False, "compiled": []}
+    assert warm == {"converted": 0, "onnx": False, "compiled": [], "registries": False}
 
 
 # ---- stale, foreign, corrupt ----------------------------------------------------------------

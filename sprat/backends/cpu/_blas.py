@@ -21,7 +21,9 @@ import os
 
 import llvmlite.binding as llvm
 import numpy as np
-from numba import cfunc, njit, types
+from numba import cfunc, types
+
+from ._jit import njit
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,11 @@ block and applies the fused epilogue while the block is hot in cache.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, uint64
+from numba import prange, uint64
 
 from ._blas import sgemm
 from ._epilogue import gather_rows, rows_inplace
+from ._jit import njit
 from ._math import FAST, act_inplace
 
 

@@ -9,8 +9,9 @@ is computed, then the residual is added and the activation applied while it is i
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from ._jit import njit
 from ._math import (
     CLIP,
     FAST,

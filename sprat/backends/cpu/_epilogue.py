@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ._jit import njit
 from ._math import FAST, act_inplace
 
 # NOTE: inner loops index slices with the bare loop variable: an index like ``o + c`` may be

@@ -18,10 +18,11 @@ per-thread scratch, then one BLAS call per panel).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ._blas import sgemm
 from ._epilogue import rows_inplace
+from ._jit import njit
 from ._math import FAST
 
 F16_MAX = 65504.0

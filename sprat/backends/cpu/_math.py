@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
 
 from ...errors import KernelError
+from ._jit import njit
 
 # NOTE: no "nnan"/"ninf": Clip bounds may be +-inf and NaN must propagate like NumPy's.
 # No "nsz" either: it lets LLVM fold ``x + 0.0``, which ``acc_max`` relies on (see there).

@@ -17,9 +17,10 @@ The transformed weights ``U = G g G^T`` are packed once per model as (36, C, M).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ._blas import sgemm
+from ._jit import njit
 from ._math import FAST, act_inplace
 
 # F(4,3): G (6x3), B^T (6x6), A^T (4x6)

@@ -13,11 +13,12 @@ reference kernel.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ._base import PARALLEL_MIN_MACS, CpuKernel
 from ._blas import sgemm
 from ._epilogue import empty_f32
+from ._jit import njit
 from ._math import FAST, acc_max, exp32
 
 

@@ -11,13 +11,14 @@ the shape function's own rule); everything else stays on the reference backend.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, uint64
+from numba import prange, uint64
 
 from ...ir.shapes.nn import conv_transpose_geometry
 from ._base import CpuKernel
 from ._blas import sgemm
 from ._conv_nb import scratch
 from ._epilogue import empty_f32
+from ._jit import njit
 from ._math import ACT, FAST, act_inplace, act_of
 from .conv import GEMM_ROWS, _rows_per_block
 

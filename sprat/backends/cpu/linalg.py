@@ -20,12 +20,13 @@ Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from . import _lowp_nb as lowp
 from ._base import PARALLEL_MIN_MACS, CpuKernel, writable_alias
 from ._blas import sgemm
 from ._epilogue import empty_f32
+from ._jit import njit
 from ._math import ACT, FAST, act_inplace, act_of
 
 BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)

@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
 from ._epilogue import empty_f32, tiled_bias
+from ._jit import njit
 from ._math import ACT, FAST, acc_max, act_inplace, act_of, exp32
 
 CHUNK = 512

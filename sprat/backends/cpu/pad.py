@@ -25,12 +25,12 @@ elements): a Numba row loop does it (measured 85 -> 30 us on 1x64x64x24 -> 28).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ...errors import SpratError
 from ...ir.shapes import infer
 from ...ir.shapes.tensor import pad_widths
 from ._base import CpuKernel
+from ._jit import njit
 
 _MODES = ("constant", "reflect", "edge", "wrap")
 _CONST_KINDS = "biufc"  # bool, signed, unsigned, float, complex: a fill value casts cheaply

@@ -10,10 +10,11 @@ The Numba kernel vectorises over the channels of one output pixel.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ...ir.shapes.nn import pool_geometry
 from ._base import CpuKernel
+from ._jit import njit
 from ._math import ACT, FAST, acc_max, act_inplace, act_of
 
 

@@ -11,9 +11,10 @@ noop_with_empty_axes); GlobalAveragePool-1 / GlobalMaxPool-1 (NCHW or ``_layout=
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from ._jit import njit
 from ._math import FAST, acc_max, acc_min, fmax, fmin
 
 SUM, MEAN, MAX, MIN = range(4)

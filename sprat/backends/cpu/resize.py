@@ -11,13 +11,14 @@ vectors. Cubic, tf_crop_and_resize and antialiasing stay on the reference backen
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ...ir.fused import NHWC_TO_NCHW, permute_shape
 from ...ir.shapes.nn import resize_geometry
 from ..reference.ops_nn import nearest_index as ref_nearest_index
 from ..reference.ops_nn import source_coords
 from ._base import CpuKernel
+from ._jit import njit
 from ._math import FAST
 
 MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",

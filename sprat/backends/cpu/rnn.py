@@ -12,9 +12,10 @@ Other LSTMs run on the reference backend.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ._base import CpuKernel
+from ._jit import njit
 from ._math import FAST, sigmoid32, tanh32
 
 

@@ -18,10 +18,11 @@ None of them may carry sprat's fused attributes: the layout pass rewrites their 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, uint64
+from numba import prange, uint64
 
 from ...ir.shapes import infer
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from ._jit import njit
 
 
 def _plain(node) -> bool:
