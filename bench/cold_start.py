@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import shutil
 import statistics
@@ -34,6 +33,8 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a source checkout
     sys.path.insert(0, str(ROOT))
+
+from bench.run import child_env  # noqa: E402
 
 MODELS = ("ppocr_v4_det", "ppocr_v4_rec", "ppocr_v2_cls", "nudenet_320n", "ddddocr_ocr",
           "ddddocr_det")
@@ -66,11 +67,7 @@ print(json.dumps({"s": t1 - t0, "compiled": compiled, "onnx": "onnx" in sys.modu
 def child(model: pathlib.Path, feeds: pathlib.Path, cache_dir: str | None,
           numba_dir: str | None = None) -> dict:
     """One fresh process; returns ``{"s", "compiled", "onnx"}``. Raises RuntimeError if it fails."""
-    env = dict(os.environ)
-    # NOTE: Python's bytecode cache, as an installed package has it, kept out of the source
-    # tree (PYTHONDONTWRITEBYTECODE would recompile every sprat module in every child).
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(feeds.parent / "pycache")
+    env = child_env(feeds.parent / "pycache")
     if numba_dir is not None:
         env["NUMBA_CACHE_DIR"] = numba_dir
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(feeds), cache_dir or ""],
