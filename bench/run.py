@@ -314,7 +314,7 @@ def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> 
         "Latency is the median call of a block, best block of each runtime; ratio = sprat / "
         "onnxruntime (lower is better). Cold start is a fresh "
         "subprocess from importing the runtime to the first output (caches warm: one untimed "
-        "child first); RSS is that subprocess's peak resident set (`VmHWM`). max rel err is "
+        "child first; Python's bytecode cached as for an installed package); RSS is that subprocess's peak resident set (`VmHWM`). max rel err is "
         "`max|sprat - ort| / max(1, max|ort|)` over the outputs. onnxruntime: "
         "`intra_op_num_threads=N`, `inter_op_num_threads=1`, default graph optimizations.\n\n"
         f"Command: `{cmd}`  \nDate: {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
