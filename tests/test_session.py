@@ -83,13 +83,36 @@ def test_output_names_selects(sess):
     (lambda f: f.update(x=np.zeros((3, 9, 9), np.float32)), "expected rank 4"),
     (lambda f: f.update(idx=np.zeros(4, np.int64)), "dim 0 must be 3"),
 ])
-def test_bad_feeds_raise_input_error(sess, change, message):
+@pytest.mark.parametrize("warm", [False, True], ids=["first-run", "after-good-run"])
+def test_bad_feeds_raise_input_error(sess, change, message, warm):
+    """Also after a good run, whose feeds' names/shapes/dtypes let the same again skip the
+    checks (``Session._fed``): any change must take the full checks."""
+    if warm:
+        sess.run(_feeds())
     feeds = _feeds()
     change(feeds)
     with pytest.raises(sprat.InputError, match=message):
         sess.run(feeds)
     # the session still works afterwards
     assert sess.run(_feeds())["y"].shape == (1, 8)
+
+
+class _Tagged(np.ndarray):
+    pass
+
+
+def test_feeds_that_are_not_plain_arrays_are_checked_every_run(sess):
+    """A list or an ndarray subclass is never remembered as checked (``Session._fed``)."""
+    good = _feeds()
+    tagged = {"x": good["x"].view(_Tagged), "idx": good["idx"]}
+    for feeds in (tagged, {"x": good["x"], "idx": [0, 4, 2]}):
+        sess.run(good)  # remembered as checked
+        sess.run(feeds)
+        sess.run(feeds)
+        bad = dict(feeds, x=np.zeros((3, 9, 9), np.float32).view(type(feeds["x"])))
+        with pytest.raises(sprat.InputError, match="expected rank 4"):
+            sess.run(bad)
+    np.testing.assert_array_equal(sess.run(tagged)["z"], sess.run(good)["z"])
 
 
 def test_resize_errors(sess):

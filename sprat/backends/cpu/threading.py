@@ -14,8 +14,6 @@ per calling thread, the BLAS limit is process-wide (it is restored on exit).
 
 from __future__ import annotations
 
-import contextlib
-
 import numba
 
 _blas_libs = None
@@ -68,18 +66,26 @@ def configure(num_threads: int) -> None:
     numba.set_num_threads(clamp(num_threads))
 
 
-@contextlib.contextmanager
-def limits(num_threads: int):
+class limits:  # noqa: N801 (used as a function: ``with limits(2): ...``)
     """Context manager: ``configure(num_threads)`` inside, the previous settings restored after.
 
-    Usage: ``with limits(2): session_steps()``. Cost: a few microseconds per entry.
+    Usage: ``with limits(2): session_steps()``. Raises ValueError as ``clamp``. Cost: a few
+    microseconds per entry (entered on every run; a class rather than a generator context
+    manager for that reason).
     """
-    n = clamp(num_threads)
-    previous = numba.get_num_threads()
-    blas = _hold_blas_to_one()
-    numba.set_num_threads(n)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(previous)
-        _restore_blas(blas)
+
+    __slots__ = ("n", "previous", "blas")
+
+    def __init__(self, num_threads: int):
+        self.n = clamp(num_threads)
+
+    def __enter__(self) -> None:
+        self.previous = numba.get_num_threads()
+        self.blas = _hold_blas_to_one()
+        if self.previous != self.n:
+            numba.set_num_threads(self.n)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous != self.n:
+            numba.set_num_threads(self.previous)
+        _restore_blas(self.blas)
