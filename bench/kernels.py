@@ -109,6 +109,10 @@ def cases():
     a, b, bias = _randn(64, 512), _randn(1000, 512) * 0.05, _randn(1000)
     c.append(Case("gemm 64x512x1000 +bias", [helper.make_node(
         "Gemm", ["a", "b", "c"], ["y"], transB=1)], {"a": a}, {"b": b, "c": bias}))
+    for m, k, n in ((128, 256, 1024), (128, 1024, 256), (128, 256, 256)):  # the encoder's
+        a, b = _randn(m, k), _randn(k, n) * 0.05
+        c.append(Case(f"matmul {m}x{k}x{n}", [helper.make_node("MatMul", ["a", "b"], ["y"])],
+                      {"a": a}, {"b": b}))
     c.append(Case("softmax 12x256x256", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
                   {"x": _randn(12, 256, 256)}, {}))
     x, g, bb = _randn(4, 256, 768), _randn(768), _randn(768)
