@@ -37,7 +37,7 @@ ADD, SUB, MUL, DIV, MAX, MIN, PRELU = range(7)
 ERF, EXP, SQRT, ABS, NEG, GELU, GELU_TANH, RECIPROCAL, IDENTITY, POW2 = range(20, 30)
 
 
-@njit(cache=True, error_model="numpy", inline="always", fastmath=FAST)
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def _vv(op, a, b, y, n):
     """y[:n] = op(a[:n], b[:n]) on slices (loop-variable indices vectorise; offsets do not)."""
     if op == ADD:
@@ -67,7 +67,7 @@ def _vv(op, a, b, y, n):
             y[i] = p + b[i] * (v - p)
 
 
-@njit(cache=True, error_model="numpy", inline="always", fastmath=FAST)
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def _vs(op, a, s, y, n):
     """b is the scalar ``s``."""
     if op == ADD:
@@ -94,7 +94,7 @@ def _vs(op, a, s, y, n):
             y[i] = v if v >= 0 else v * s
 
 
-@njit(cache=True, error_model="numpy", inline="always", fastmath=FAST)
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def _sv(op, s, b, y, n):
     """a is the scalar ``s``."""
     if op == ADD:
