@@ -5,8 +5,8 @@ Why: Numba's ``Cache.load_overload`` starts every cache read with ``target_conte
 which imports every lowering module Numba has (``numba.np.*``, ``numba.cpython.*``, typed
 containers, jitclass, ...; ``numba.np.arraymath`` in turn imports ``scipy.linalg`` to probe for
 BLAS when SciPy is installed). None of it is needed to load a kernel that is already compiled:
-measured on PP-OCR v2 cls in a fresh process, the first kernel load took 0.3 s and 27 MiB of
-the cold start for that refresh alone (``bench/cold_start.py``).
+measured on PP-OCR v2 cls in fresh processes (with and without it), that refresh was 0.3 s
+and 27 MiB of the cold start (docs/benchmarks.md, "Cold start and memory: where they go").
 
 What a cached kernel does need is Numba's runtime (NRT) initialised, because kernels allocate
 through it; ``KernelCache.load_overload`` does exactly that and then reads the cache as Numba
