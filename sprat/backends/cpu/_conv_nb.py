@@ -12,9 +12,9 @@ import numpy as np
 from numba import prange, uint64
 
 from ._blas import sgemm
-from ._epilogue import gather_rows, rows_inplace
+from ._epilogue import gather_rows, residual_act, rows_inplace
 from ._jit import njit
-from ._math import FAST, act_inplace
+from ._math import FAST
 
 
 @njit(cache=True, error_model="numpy", nogil=True, inline="always")
@@ -321,13 +321,7 @@ def _depthwise_rows(x, w, bias, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, sw, dh, 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def _row_epilogue(y, res, has_res, lo, hi, L, code, a, b):
     for q in range(lo, hi):
-        row = y[q * L:(q + 1) * L]
-        if has_res:
-            rr = res[q * L:(q + 1) * L]
-            for k in range(L):
-                row[k] += rr[k]
-        if code != 0:
-            act_inplace(row, code, a, b)
+        residual_act(y[q * L:(q + 1) * L], res[q * L:(q + 1) * L], has_res, code, a, b)
 
 
 @njit(cache=True, error_model="numpy", nogil=True)

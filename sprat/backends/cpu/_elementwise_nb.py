@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from ._epilogue import residual_act
 from ._jit import njit
 from ._math import (
     CLIP,
@@ -121,16 +122,6 @@ def _sv(op, s, b, y, n):
             y[i] = p + b[i] * (s - p)
 
 
-@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _epilogue(y, res, has_res, code, pa, pb):
-    """y += res (same length) when has_res, then the activation; y, res are slices."""
-    if has_res:
-        for i in range(y.size):
-            y[i] += res[i]
-    if code != 0:
-        act_inplace(y, code, pa, pb)
-
-
 @njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def binary_item_count(dims):
     """Work items of ``binary_items`` over (O, M, I): rows shorter than a chunk are grouped
@@ -185,7 +176,7 @@ def _row_broadcast_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, 
             else:
                 bo = o * sb[0] + (r - o * m_) * inner
                 _vv(op, tile[:n], b[bo:bo + n], ys, n)
-            _epilogue(ys, res[yo:yo + n], has_res, code, pa, pb)
+            residual_act(ys, res[yo:yo + n], has_res, code, pa, pb)
             r = r1
 
 
@@ -216,7 +207,7 @@ def binary_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb, 
                      y[yo:yo + inner], inner)
             y0 = r0 * inner
             n = (r1 - r0) * inner
-            _epilogue(y[y0:y0 + n], res[y0:y0 + n], has_res, code, pa, pb)
+            residual_act(y[y0:y0 + n], res[y0:y0 + n], has_res, code, pa, pb)
         return
     nch = (inner + CHUNK - 1) // CHUNK
     for it in range(lo, hi):
@@ -229,7 +220,7 @@ def binary_items(lo, hi, op, a, sa, b, sb, y, dims, res, has_res, code, pa, pb, 
         ys = y[yo:yo + n]
         _row(op, a, o * sa[0] + m * sa[1] + c0 * sa[2], sa[2], b,
              o * sb[0] + m * sb[1] + c0 * sb[2], sb[2], ys, n)
-        _epilogue(ys, res[yo:yo + n], has_res, code, pa, pb)
+        residual_act(ys, res[yo:yo + n], has_res, code, pa, pb)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
@@ -292,7 +283,7 @@ def unary_items(lo, hi, op, x, y, size, pa, pb, res, has_res, code, qa, qb):
         n = min(CHUNK, size - o)
         ys = y[o:o + n]
         _unary_chunk(op, x[o:o + n], ys, n, pa, pb)
-        _epilogue(ys, res[o:o + n], has_res, code, qa, qb)
+        residual_act(ys, res[o:o + n], has_res, code, qa, qb)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)

@@ -25,6 +25,17 @@ def tiled_bias(bias: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
+def residual_act(y, res, has_res, code, a, b):
+    """In place on the slice ``y``: ``y += res`` (a slice of the same length) when
+    ``has_res``, then activation ``code`` (``act_inplace``)."""
+    if has_res:
+        for k in range(y.size):
+            y[k] += res[k]
+    if code != 0:
+        act_inplace(y, code, a, b)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
 def rows_inplace(y, y0, nrows, m, bias, res, has_res, code, a, b):
     """In place on the rows ``y[y0 : y0 + nrows*m]`` (flat, row length ``m``): add the bias,
     add ``res`` at the same flat positions when ``has_res``, then apply activation ``code``.

@@ -25,9 +25,9 @@ from numba import prange
 from . import _lowp_nb as lowp
 from ._base import PARALLEL_MIN_MACS, CpuKernel, writable_alias
 from ._blas import sgemm
-from ._epilogue import empty_f32
+from ._epilogue import empty_f32, residual_act
 from ._jit import njit
-from ._math import ACT, FAST, act_inplace, act_of
+from ._math import ACT, FAST, act_of
 
 BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)
 GEMV_MAX_ROWS = 1  # fp16 weights beat fp32 BLAS up to this many rows (bench/precision.py:
@@ -55,12 +55,7 @@ def _epilogue(y, m0, m1, n0, n1, N, c, sm, sn, beta, res, has_res, code, pa, pb)
                 cr = c[co:co + w]
                 for j in range(w):
                     yr[j] += beta * cr[j]
-        if has_res:
-            rr = res[o:o + w]
-            for j in range(w):
-                yr[j] += rr[j]
-        if code != 0:
-            act_inplace(yr, code, pa, pb)
+        residual_act(yr, res[o:o + w], has_res, code, pa, pb)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)

@@ -15,9 +15,9 @@ import numpy as np
 from numba import prange
 
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
-from ._epilogue import empty_f32, tiled_bias
+from ._epilogue import empty_f32, residual_act, tiled_bias
 from ._jit import njit
-from ._math import ACT, FAST, acc_max, act_inplace, act_of, exp32
+from ._math import ACT, FAST, acc_max, act_of, exp32
 
 CHUNK = 512
 
@@ -156,11 +156,7 @@ def _affine_block(xr, yr, rr, s, b, C, I, has_res, code, pa, pb):
         sh = b[c]
         for i in range(I):
             yc[i] = xc[i] * sc + sh
-    if has_res:
-        for k in range(C * I):
-            yr[k] += rr[k]
-    if code != 0:
-        act_inplace(yr, code, pa, pb)
+    residual_act(yr, rr, has_res, code, pa, pb)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
@@ -175,12 +171,7 @@ def _affine_runs(x, y, res, lo_run, hi_run, total, st, bt, has_res, code, pa, pb
         yr = y[lo:lo + n]
         for k in range(n):
             yr[k] = xr[k] * st[k] + bt[k]
-        if has_res:
-            rr = res[lo:lo + n]
-            for k in range(n):
-                yr[k] += rr[k]
-        if code != 0:
-            act_inplace(yr, code, pa, pb)
+        residual_act(yr, res[lo:lo + n], has_res, code, pa, pb)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
