@@ -37,7 +37,9 @@ class Kernel:
 
 
 class Backend:
-    """A set of kernels. ``supports`` must be cheap and must not raise for a node it cannot run."""
+    """A set of kernels. ``supports`` must be cheap and return False for a node it cannot
+    run: only that deliberate "no" means no. An exception from ``supports`` is a bug and
+    propagates (as a KernelError naming the node), never read as "not supported"."""
 
     name: str = "?"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends.base import Backend, DynamicKernel
-from ..errors import KernelError
+from ..errors import KernelError, SpratError
 from ..ir.graph import contiguous
 from ..ir.shapes.control import infer_graph, loop_parts, scan_parts
 from ..ir.subgraphs import CONTROL_FLOW_OPS
@@ -99,7 +99,10 @@ class IfKernel(_ControlKernel):
             if cond is None or bool(np.asarray(cond).reshape(-1)[0]) == flag:
                 try:
                     sub.prepare(caps)
-                except Exception:
+                except SpratError:
+                    # NOTE: with the condition unknown at prepare, a branch that cannot be
+                    # prepared for these shapes (e.g. a ShapeError) is prepared when taken;
+                    # a bug (any other exception) still raises here
                     if cond is not None:
                         raise
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import SpratError
+from ...errors import KernelError, SpratError
 from ...ir.graph import Node
 from ...ir.shapes import infer
 from ...ir.tensorinfo import TensorInfo
@@ -68,12 +68,17 @@ class CpuBackend(Backend):
         if not cls.empty_ok and any(i is not None and i.size == 0 and i.value is None
                                     for i in ins):
             return False
+        # NOTE: only a deliberate "no" means no. An exception here is a bug in a kernel's
+        # ``supports``: swallowing it would turn the bug into a silently slow run.
         try:
             if node.attrs.get("_residual") and not _residual_matches(node, ins):
                 return False
             return bool(cls.supports(node, ins))
-        except (SpratError, TypeError, ValueError, IndexError, KeyError, AttributeError):
-            return False  # NOTE: supports must never raise (base.Backend contract)
+        except SpratError:
+            raise
+        except Exception as e:
+            raise KernelError(node.name, node.op_type,
+                              f"the cpu kernel's supports() failed: {type(e).__name__}: {e}") from e
 
     def make_kernel(self, node: Node, ins: list[TensorInfo | None] | None = None) -> Kernel:
         """The fast kernel when ``has_fast_kernel(node, ins)`` (assumed when ``ins`` is None),

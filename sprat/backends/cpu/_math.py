@@ -37,8 +37,9 @@ def act_of(node) -> tuple[int, float, float]:
     """(code, a, b) for a node's fused ``_activation`` / ``_act_params``. Raises KernelError."""
     name = node.attrs.get("_activation")
     if name not in ACT:
-        raise KernelError(f"node {node.name!r}: unknown fused activation {name!r}, "
-                          f"expected one of {sorted(k for k in ACT if k)}")
+        raise KernelError(node.name, node.op_type,
+                          f"unknown fused activation {name!r}, expected one of "
+                          f"{sorted(k for k in ACT if k)}")
     params = [float(p) for p in node.attrs.get("_act_params", ())]
     code = ACT[name]
     if code == CLIP:

@@ -46,9 +46,10 @@ WINOGRAD_SPLIT_TILES = 32  # fewer tiles than this per thread: threads split out
 def _split_inputs(node, ins):
     """(x, w, bias, residual) from a node's inputs; the residual is the extra last input."""
     ins = list(ins)
-    res = ins.pop() if node.attrs.get("_residual") else None
+    res = ins.pop() if node.attrs.get("_residual") and ins else None
     bias = ins[2] if len(ins) > 2 else None
-    return ins[0], ins[1], bias, res
+    # NOTE: a malformed node (fewer than X and W) gets None: supports() then says no
+    return (ins[0] if ins else None), (ins[1] if len(ins) > 1 else None), bias, res
 
 
 class ConvKernel(CpuKernel):

@@ -307,11 +307,13 @@ class CastKernel(CpuKernel):
         if not _plain(node) or not ins or ins[0] is None or ins[0].dtype.kind not in _PLAIN_KINDS:
             return False
         from ...dtypes import to_numpy
+        from ...errors import ModelFormatError
 
         try:
-            return np.dtype(to_numpy(int(node.attrs["to"]))).kind in _PLAIN_KINDS
-        except Exception:  # NOTE: supports never raises; unknown codes go to the reference
+            to = to_numpy(int(node.attrs["to"]))
+        except ModelFormatError:  # NOTE: a deliberate no: the reference kernel names the code
             return False
+        return np.dtype(to).kind in _PLAIN_KINDS
 
     def run(self, ins, outs):
         np.copyto(outs[0], ins[0], casting="unsafe")
