@@ -96,7 +96,8 @@ def kitchen_sink() -> Graph:
     deeper = Graph()
     d0 = deeper.add_value("d0", np.int64, ())
     deeper.inputs, deeper.outputs = [d0], [d0]
-    sub.add_node("If", [s_in], [s_out], {"then_branch": deeper, "else_branch": deeper})
+    s_if = sub.add_value("s_if", np.int64, ())
+    sub.add_node("If", [s_in], [s_if], {"then_branch": deeper, "else_branch": deeper})
     attrs = {
         "i": 7, "neg": -(1 << 62), "f": 0.1, "negzero": -0.0, "nan": float("nan"),
         "inf": float("inf"), "s": "héllo", "empty_s": "", "ints": [1, -2, 3],
@@ -110,8 +111,9 @@ def kitchen_sink() -> Graph:
         "flag_false": False,
     }
     g.add_node("Conv", [x, consts[0], -1, unknown], [y, -1], attrs, domain="com.example")
-    g.add_node("Identity", [untyped, scalar, empty] + consts, [untyped])
-    g.inputs, g.outputs = [x, unknown], [y, untyped]
+    ident = g.add_value("ident")
+    g.add_node("Identity", [untyped, scalar, empty] + consts, [ident])
+    g.inputs, g.outputs = [x, unknown, untyped], [y, ident]
     g.metadata.update(producer="pytest", biz_code="biz-42", uuid="fixed-uuid",
                       sprat_version="9.9", source_format="onnx", source_opset=17,
                       author="me", description="ünïcode = fine")
@@ -542,7 +544,7 @@ def _field_pos(obj, slot: int) -> int:
     ("dtype", "<i", 8, "unknown dtype code 8"),
     ("dtype", "<i", -1, "unknown dtype code -1"),
     ("dim", "<q", -5, "negative dim -5"),
-    ("dim", "<q", 1 << 62, "do not hold"),
+    ("dim", "<q", 1 << 62, "declares more than"),
     ("input", "<i", 10 ** 6, "tensor index 1000000"),
     ("input", "<i", -2, "tensor index -2"),
 ])
@@ -577,7 +579,9 @@ def test_nesting_depth_is_bounded(monkeypatch):
     deep = _shallow(40)
     g = Graph()
     x = g.add_value("x", np.float32, (1,))
-    g.add_node("If", [x], [x], {"then_branch": deep})
+    y = g.add_value("y", np.float32, (1,))
+    g.add_node("If", [x], [y], {"then_branch": deep})
+    g.inputs, g.outputs = [x], [y]
     with pytest.raises(ModelFormatError, match="deeper than 32"):
         write_model(g)
     monkeypatch.setattr(writer, "MAX_GRAPH_DEPTH", 100)  # a foreign writer without the limit
@@ -641,7 +645,9 @@ def test_hostile_shared_subgraphs_do_not_explode():
     graphs if followed naively) is rejected quickly by the work budget."""
     g = Graph()
     x = g.add_value("x", np.float32, (1,))
-    g.add_node("If", [x], [x], {"then_branch": _shallow(3)})
+    y = g.add_value("y", np.float32, (1,))
+    g.add_node("If", [x], [y], {"then_branch": _shallow(3)})
+    g.inputs, g.outputs = [x], [y]
     data = write_model(g)
     assert _must_load_or_reject(data, "shallow")
     shared = _share_subgraphs(depth=30)

@@ -26,7 +26,9 @@ from .version import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
+    MAX_ELEMENTS,
     MAX_GRAPH_DEPTH,
+    MAX_RANK,
 )
 
 log = logging.getLogger(__name__)
@@ -114,6 +116,8 @@ class _Decoder:
             if params is not None:
                 self.r.fail(f"{t.where}.dim_params", t.pos, "dim_params without a shape")
             return None
+        if len(dims) > MAX_RANK:
+            self.r.fail(f"{t.where}.shape", t.pos, f"rank {len(dims)} exceeds {MAX_RANK}")
         if params is not None and len(params) != len(dims):
             self.r.fail(f"{t.where}.dim_params", t.pos, f"{len(params)} dim_params for "
                         f"rank {len(dims)}")
@@ -130,6 +134,9 @@ class _Decoder:
             else:
                 self.r.fail(f"{t.where}.shape[{k}]", t.pos, f"negative dim {d} (only -1, "
                             f"symbolic, is allowed)")
+        if _count([d for d in shape if isinstance(d, int)], MAX_ELEMENTS) < 0:
+            self.r.fail(f"{t.where}.shape", t.pos, f"shape {list(dims)} declares more than "
+                        f"{MAX_ELEMENTS} elements")
         return tuple(shape)
 
     def _file_dtype(self, dtype: np.dtype) -> np.dtype:
@@ -228,7 +235,14 @@ class _Decoder:
         nodes = [self.node(x, n, depth) for x in t.tables(s_nodes, "nodes") or ()]
         inputs = self._indices(t, s_inputs, "inputs", n)
         outputs = self._indices(t, s_outputs, "outputs", n)
-        return Graph(values, nodes, inputs, outputs, {})
+        g = Graph(values, nodes, inputs, outputs, {})
+        # NOTE: a value written twice is left to the converter that made the file: it
+        # computes in order all the same; what must not happen is a read of nothing
+        errors = g.dataflow_errors(single_writer=False)
+        if errors:
+            self.r.fail(t.where, t.pos, "the graph cannot be computed in order: "
+                        + "; ".join(errors))
+        return g
 
     def subgraph(self, t: C.Table, depth: int) -> Graph:
         if depth > MAX_GRAPH_DEPTH:

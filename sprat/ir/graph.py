@@ -123,6 +123,48 @@ class Graph:
         """value index -> the node that produces it."""
         return {o: n for n in self.nodes for o in n.outputs}
 
+    def dataflow_errors(self, limit: int = 5, single_writer: bool = True) -> list[str]:
+        """What breaks the graph's order of computation, at most ``limit`` items: a node reading
+        a value that no graph input, constant or earlier node provides, a value produced twice
+        (when ``single_writer``), an index out of range, a graph output nothing provides.
+        Empty for a well-formed graph.
+        The frontends and the model-file reader raise on a non-empty list (their own error
+        type), so a session never meets a value it cannot compute."""
+        errors: list[str] = []
+        n_values = len(self.values)
+        ready = {i for i in self.inputs if 0 <= i < n_values}
+        ready.update(i for i, v in enumerate(self.values) if v.data is not None)
+        for i in (*self.inputs, *self.outputs):
+            if not 0 <= i < n_values:
+                errors.append(f"graph input/output index {i} is out of range ({n_values} values)")
+        for node in self.nodes:
+            for i in node.inputs:
+                if i == MISSING:
+                    continue
+                if not 0 <= i < n_values:
+                    errors.append(f"node {node.name!r} ({node.op_type}) reads value index {i}, "
+                                  f"out of range ({n_values} values)")
+                elif i not in ready:
+                    errors.append(f"node {node.name!r} ({node.op_type}) reads "
+                                  f"{self.values[i].name!r}, which no input, constant or "
+                                  f"earlier node provides")
+            for o in node.outputs:
+                if o == MISSING:  # NOTE: an optional output the model does not use
+                    continue
+                if not 0 <= o < n_values:
+                    errors.append(f"node {node.name!r} ({node.op_type}) writes value index {o}, "
+                                  f"out of range ({n_values} values)")
+                elif single_writer and o in ready:
+                    errors.append(f"node {node.name!r} ({node.op_type}) writes "
+                                  f"{self.values[o].name!r}, which is already provided")
+                ready.add(o)
+            if len(errors) >= limit:
+                return errors[:limit]
+        for i in self.outputs:
+            if 0 <= i < n_values and i not in ready:
+                errors.append(f"graph output {self.values[i].name!r} is provided by nothing")
+        return errors[:limit]
+
     def consumers(self) -> dict[int, list[Node]]:
         """value index -> nodes that read it (graph outputs are not listed)."""
         out: dict[int, list[Node]] = {}

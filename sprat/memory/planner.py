@@ -7,6 +7,12 @@ A pure function; it knows nothing of ops or backends.
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
+
+from ..errors import ShapeError
+
 ALIGN = 64
 
 
@@ -40,3 +46,32 @@ def plan_memory(sizes: dict[int, int], spans: dict[int, tuple[int, int]],
         placed.append((offset, offset + size, first, last))
         total = max(total, offset + size)
     return offsets, total
+
+
+def physical_memory() -> int:
+    """Bytes of physical memory of this machine (0 when the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # NOTE: not POSIX: no bound known
+        return 0
+
+
+def allocate_arena(total: int, align: int = ALIGN) -> tuple[np.ndarray, np.ndarray]:
+    """``(raw, arena)``: ``raw`` owns ``total + align`` bytes, ``arena`` is its ``total`` bytes
+    starting at an ``align``-byte boundary.
+
+    Raises ShapeError when ``total`` exceeds the machine's physical memory or cannot be
+    allocated: the shapes of the model at these input shapes imply that much (a hostile or
+    corrupt file, or inputs far larger than the model was made for), and saying so beats
+    NumPy's MemoryError or "Maximum allowed dimension exceeded"."""
+    limit = physical_memory()
+    if total < 0 or (limit and total > limit):
+        raise ShapeError(f"the plan needs an arena of {total} bytes, more than this machine's "
+                         f"{limit} bytes of memory: check the input shapes and the model's "
+                         f"shapes (sprat dump --stage planned)")
+    try:
+        raw = np.empty(total + align, dtype=np.uint8)
+    except (MemoryError, ValueError) as e:
+        raise ShapeError(f"cannot allocate the plan's arena of {total} bytes: {e}") from e
+    shift = (-raw.ctypes.data) % align
+    return raw, raw[shift:shift + total]

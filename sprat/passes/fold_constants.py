@@ -4,8 +4,11 @@ control-flow nodes are left as they are (their captured values are node inputs, 
 
 from __future__ import annotations
 
+from ..errors import ConvertError, SpratError
 from ..ir.graph import MISSING, Graph, contiguous
+from ..ir.shapes import output_nbytes
 from ..ir.subgraphs import has_subgraphs
+from ..ir.tensorinfo import TensorInfo
 from .util import DEAD, drop_dead, remove_dead
 
 # NOTE: folding must not blow the file up: a tiny ConstantOfShape/Expand/Tile may produce a huge
@@ -24,9 +27,20 @@ def fold_constants(g: Graph) -> Graph:
             continue
         if all(v is None for v in ins):
             continue
-        outs = evaluate(n, [None if v is None else v.data for v in ins])
         in_bytes = sum(v.data.nbytes for v in ins if v is not None)
-        if sum(o.nbytes for o in outs) > max(in_bytes, 0) + MAX_GROWTH_BYTES:
+        infos = [None if v is None else TensorInfo(tuple(v.data.shape), v.data.dtype, v.data)
+                 for v in ins]
+        # NOTE: sizes from the shape function first, so a huge result is never allocated
+        if output_nbytes(n, infos) > in_bytes + MAX_GROWTH_BYTES:
+            continue
+        try:
+            outs = evaluate(n, [None if v is None else v.data for v in ins])
+        except SpratError:
+            raise
+        except Exception as e:  # NOTE: a bad attribute or input the shape function let pass
+            raise ConvertError(f"node {n.name!r} ({n.op_type}): folding the constant failed: "
+                               f"{type(e).__name__}: {e}") from e
+        if sum(o.nbytes for o in outs) > in_bytes + MAX_GROWTH_BYTES:
             continue
         for o, arr in zip(n.outputs, outs):
             v = g.values[o]
@@ -35,3 +49,4 @@ def fold_constants(g: Graph) -> Graph:
         n.op_type = DEAD
     drop_dead(g)
     return remove_dead(g)
+

@@ -34,7 +34,7 @@ from ..ir.shapes import DataDependentShape, infer
 from ..ir.shapes.control import fold_node
 from ..ir.tensorinfo import TensorInfo
 from ..memory.lifetimes import lifetimes
-from ..memory.planner import ALIGN, plan_memory
+from ..memory.planner import ALIGN, allocate_arena, plan_memory
 from ..schedule.assign import assign
 from .config import ScheduleConfig
 from .control_flow import ControlFlowBackend
@@ -648,9 +648,7 @@ class Session:
         views = {} if self._exclusive else _view_aliases(pending, sizes, spans, known)
         offsets, total = plan_memory(sizes, spans)
         offsets.update({v: offsets[root] for v, root in views.items()})
-        raw = np.empty(total + ALIGN, dtype=np.uint8)
-        shift = (-raw.ctypes.data) % ALIGN
-        arena = raw[shift:shift + total]
+        raw, arena = allocate_arena(total)
         rebind = []
 
         def array_of(idx: int) -> np.ndarray:

@@ -54,6 +54,7 @@ def import_model(model) -> Graph:
 
     from ...backends.reference import _load_ops
 
+    _check_names(model.graph, "graph")
     opset = _default_opset(model)
     if opset < MIN_OPSET:
         raise ConvertError(f"ONNX opset {opset} is older than the oldest supported ({MIN_OPSET})")
@@ -92,6 +93,9 @@ def import_model(model) -> Graph:
         if vi.name not in scope.index:
             raise ConvertError(f"graph output {vi.name!r} is produced by no node")
         g.outputs.append(scope.index[vi.name])
+    errors = g.dataflow_errors()
+    if errors:
+        raise ConvertError("the ONNX graph cannot be computed in order: " + "; ".join(errors))
     return g
 
 
@@ -126,10 +130,8 @@ class _Scope:
                 continue
             self.infos[vi.name] = vi
         self.anon = parent.anon if parent is not None else [0]
-        from onnx import numpy_helper
-
         for init in src.initializer:
-            arr = numpy_helper.to_array(init)
+            arr = _to_array(init, f"initializer {init.name!r}")
             self.index[init.name] = g.add_value(init.name, data=contiguous(arr))
 
     def defines(self, name: str) -> bool:
@@ -258,16 +260,56 @@ def _default_opset(model) -> int:
 
 
 def _attr_value(a):
-    from onnx import AttributeProto, helper, numpy_helper
+    from onnx import AttributeProto, helper
 
     if a.type == AttributeProto.TENSOR:
-        return contiguous(numpy_helper.to_array(a.t))
-    v = helper.get_attribute_value(a)
-    if isinstance(v, bytes):
-        return v.decode("utf-8")
-    if isinstance(v, list):
-        return [x.decode("utf-8") if isinstance(x, bytes) else x for x in v]
+        return contiguous(_to_array(a.t, f"attribute {a.name!r}"))
+    try:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            return v.decode("utf-8")
+        if isinstance(v, list):
+            return [x.decode("utf-8") if isinstance(x, bytes) else x for x in v]
+    except (ValueError, TypeError) as e:  # NOTE: UnicodeDecodeError, an unknown type
+        raise ModelFormatError(f"attribute {a.name!r}: {type(e).__name__}: {e}") from e
+    if v is None:
+        raise ModelFormatError(f"attribute {a.name!r} has no value of a known type "
+                               f"(type code {a.type})")
     return v
+
+
+def _to_array(t, where: str) -> np.ndarray:
+    """A TensorProto's contents. Raises ModelFormatError for an unknown element type or data
+    that does not match the declared dims (onnx's numpy_helper raises KeyError, ValueError
+    or TypeError for those)."""
+    from onnx import numpy_helper
+
+    try:
+        return numpy_helper.to_array(t)
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        raise ModelFormatError(f"{where}: not a valid tensor: {type(e).__name__}: {e}") from e
+
+
+def _check_names(graph, where: str) -> None:
+    """Every name, op type and domain is text: protobuf hands strings that are not valid
+    UTF-8 through as bytes. Raises ModelFormatError naming the first one."""
+    def check(value, what):
+        if not isinstance(value, str):
+            raise ModelFormatError(f"{where}: {what} is not valid UTF-8 text: {value!r}")
+
+    for coll, what in ((graph.input, "input"), (graph.output, "output"),
+                       (graph.value_info, "value_info"), (graph.initializer, "initializer")):
+        for item in coll:
+            check(item.name, f"{what} name")
+    for node in graph.node:
+        for field in ("op_type", "domain", "name"):
+            check(getattr(node, field), f"node {field}")
+        for name in (*node.input, *node.output):
+            check(name, f"node {node.name!r} input/output name")
+        for a in node.attribute:
+            check(a.name, f"node {node.name!r} attribute name")
+            for k, sub in enumerate((*([a.g] if a.HasField("g") else []), *a.graphs)):
+                _check_names(sub, f"{where}/{node.name}.{a.name}[{k}]")
 
 
 def _constant_value(attrs: dict, name: str) -> np.ndarray:

@@ -158,6 +158,9 @@ def import_model(model) -> Graph:
             raise ConvertError(f"graph output {model.tensors[t].name!r} is produced by no "
                                "operator")
         g.outputs.append(b.vals[t])
+    errors = g.dataflow_errors()
+    if errors:
+        raise ConvertError("the TFLite graph cannot be computed in order: " + "; ".join(errors))
     return g
 
 

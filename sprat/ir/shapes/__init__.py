@@ -48,6 +48,10 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     if internal.get("_bias"):
         ins = ins[:-1]
     nhwc = internal.get("_layout") == "NHWC"
+    if nhwc and (not ins or ins[0] is None or len(ins[0].shape) not in NHWC_TO_NCHW):
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): an NHWC op needs a first input "
+                         f"of rank {sorted(NHWC_TO_NCHW)}, got "
+                         f"{None if not ins or ins[0] is None else list(ins[0].shape)}")
     if nhwc:
         x = ins[0]
         ins = [TensorInfo(permute_shape(x.shape, NHWC_TO_NCHW[len(x.shape)]), x.dtype)] + list(ins[1:])
@@ -55,9 +59,23 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
         outs = fn(ins, **attrs)
     except ShapeError as e:
         raise type(e)(f"node {node.name!r} ({node.op_type}): {e}") from None
-    except (ValueError, IndexError, TypeError, KeyError) as e:
+    except (ValueError, IndexError, TypeError, KeyError, ArithmeticError) as e:
+        # NOTE: attributes a shape function cannot use (a stride of 0, a malformed list)
         raise ShapeError(f"node {node.name!r} ({node.op_type}): {type(e).__name__}: {e}") from e
     if nhwc:
         s, dt = outs[0]
         outs = [(permute_shape(s, NCHW_TO_NHWC[len(s)]), dt)] + list(outs[1:])
     return [(tuple(int(d) for d in s), np.dtype(dt)) for s, dt in outs]
+
+
+def output_nbytes(node: Node, ins: list[TensorInfo | None]) -> int:
+    """Bytes of ``node``'s outputs for these inputs, from its shape function (Python ints: no
+    overflow on hostile shapes). Lets constant folding refuse a huge result before computing
+    it. Raises ShapeError as ``infer``."""
+    total = 0
+    for shape, dtype in infer(node, ins):
+        count = 1
+        for d in shape:
+            count *= int(d)
+        total += count * dtype.itemsize
+    return total

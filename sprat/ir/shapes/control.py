@@ -18,6 +18,8 @@ from ..tensorinfo import TensorInfo
 from .datadep import DataDependentShape
 
 _I64 = np.dtype(np.int64)
+# NOTE: a fold at prepare may grow its inputs by this much; beyond, the node runs as a step
+FOLD_GROWTH_BYTES = 1 << 20
 _BOOL = np.dtype(np.bool_)
 
 
@@ -39,6 +41,13 @@ def fold_node(node: Node, ins: list[TensorInfo | None]) -> list[np.ndarray] | No
         return values
     if _all_known(ins):
         from ...backends.reference import evaluate
+        from . import output_nbytes
+
+        # NOTE: a huge constant (ConstantOfShape of a hostile shape) is not computed here: it
+        # runs as a step, whose arena is checked before it is allocated
+        in_bytes = sum(x.value.nbytes for x in ins if x is not None)
+        if output_nbytes(node, ins) > in_bytes + FOLD_GROWTH_BYTES:
+            return None
 
         try:
             return evaluate(node, [None if x is None else x.value for x in ins])
