@@ -1,7 +1,7 @@
 """The ``sprat`` command line: a thin layer over the public API.
 
-``sprat convert|run|info|dump|bench|demo`` — see ``sprat <command> --help``. Every stage a user
-might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
+``sprat convert|run|info|dump|check|bench|demo`` — see ``sprat <command> --help``. Every stage a
+user might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
 (:class:`sprat.SpratError`) and missing files print one line on stderr and exit with status 2;
 no traceback is shown for them.
 """
@@ -73,12 +73,22 @@ def _parser() -> argparse.ArgumentParser:
                    help="fill inputs not given with --input with random values")
     _add_shape_arg(r)
     r.add_argument("--output-dir", "-o", metavar="DIR", help="save NAME.npy per output here")
+    r.add_argument("--assert-outputs", metavar="EXPECTED.npz",
+                   help="compare the outputs with the arrays of this .npz (by output name); "
+                        "exit 1 naming every output that differs")
+    _add_tolerance_args(r)
     _add_threads_arg(r, "1")
+    _add_json_arg(r, '{"inputs": {name: {dtype, shape}}, "outputs": {name: {dtype, shape, '
+                     'min, max, mean}}, "ms": first-run time, "threads": N, "assert": '
+                     '{name: {max_abs, max_rel, ok}} with --assert-outputs, "ok": bool}')
     r.set_defaults(func=cmd_run)
 
     i = sub.add_parser("info", help="inputs, outputs, op counts, weights, metadata, FLOPs")
     i.add_argument("model", help=".sprat or .onnx model")
     _add_shape_arg(i)
+    _add_json_arg(i, '{"model", "inputs": [{name, dtype, shape}], "outputs": [...], '
+                     '"op_counts": {op: n}, "nodes": N, "weight_bytes": N, "weight_tensors": N, '
+                     '"metadata": {...}, "flops": N or null, "shapes": {name: shape}}')
     i.set_defaults(func=cmd_info)
 
     d = sub.add_parser("dump", help="print the graph at a named stage")
@@ -87,7 +97,24 @@ def _parser() -> argparse.ArgumentParser:
                    help="imported (ONNX source only), passes (default), or a session stage "
                         "such as assigned/planned when the runtime provides it")
     _add_shape_arg(d)
+    _add_json_arg(d, '{"model", "stage", "text": the dump as printed}')
     d.set_defaults(func=cmd_dump)
+
+    k = sub.add_parser("check", help="run sprat and onnxruntime on the same inputs and name the "
+                                     "first node whose output differs")
+    k.add_argument("model", help=".onnx model (or a .sprat file with --reference)")
+    k.add_argument("--reference", metavar="MODEL.onnx",
+                   help="the ONNX model onnxruntime runs (default: MODEL itself)")
+    k.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input tensor (repeat per input; others get random values)")
+    _add_shape_arg(k)
+    _add_tolerance_args(k, rtol=1e-3)
+    _add_threads_arg(k, "1")
+    k.add_argument("--verbose", "-v", action="store_true", help="a line per compared value")
+    _add_json_arg(k, '{"ok": bool, "first_divergence": {node, op_type, value, layout, '
+                     'max_abs, max_rel, ok} or null, "compared": N, "not_compared": N, '
+                     '"nodes": [...], "outputs": [...], "rtol", "atol"}')
+    k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="median latency per thread count, optionally vs onnxruntime")
     b.add_argument("model", help=".sprat or .onnx model")
@@ -115,6 +142,19 @@ def _add_shape_arg(p: argparse.ArgumentParser) -> None:
                    help="input shape (repeat per input); symbolic dims default to 1")
 
 
+def _add_json_arg(p: argparse.ArgumentParser, schema: str) -> None:
+    p.add_argument("--json", action="store_true",
+                   help=f"print one JSON object instead of text: {schema}")
+
+
+def _add_tolerance_args(p: argparse.ArgumentParser, rtol: float = 1e-4,
+                        atol: float = 1e-5) -> None:
+    p.add_argument("--rtol", type=float, default=rtol,
+                   help=f"relative tolerance, of the largest expected |value| (default {rtol:g})")
+    p.add_argument("--atol", type=float, default=atol,
+                   help=f"absolute tolerance (default {atol:g})")
+
+
 def _add_threads_arg(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--threads", default=default, metavar="N[,N...]",
                    help=f"thread count(s), comma separated (default {default})")
@@ -139,7 +179,8 @@ def cmd_convert(args) -> int:
 
 def cmd_run(args) -> int:
     interp = _open(args.model)
-    session = _session(interp, _threads(args.threads)[0])
+    threads = _threads(args.threads)[0]
+    session = _session(interp, threads)
     feeds = _parse_inputs(args.input)
     shapes = _parse_shapes(args.shape, session)
     names = [s.name for s in session.inputs]
@@ -153,48 +194,144 @@ def cmd_run(args) -> int:
     if missing:
         fill = random_feeds(session, shapes, only=missing)
         feeds.update(fill)
+    expected = _load_expected(args.assert_outputs) if args.assert_outputs else None
     t0 = time.perf_counter()
     outs = session.run(feeds)
     dt = time.perf_counter() - t0
-    for name, x in feeds.items():
-        print(f"input  {name}: {x.dtype} {list(x.shape)}")
     out_dir = None if args.output_dir is None else pathlib.Path(args.output_dir)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        for name, y in outs.items():
+            np.save(out_dir / f"{_safe_filename(name)}.npy", np.asarray(y))
+    verdicts = _assert_outputs(outs, expected, args.rtol, args.atol) if expected else {}
+    ok = all(v["ok"] for v in verdicts.values())
+    if args.json:
+        _print_json({
+            "inputs": {n: {"dtype": str(x.dtype), "shape": list(x.shape)}
+                       for n, x in feeds.items()},
+            "outputs": {n: _stats(np.asarray(y)) for n, y in outs.items()},
+            "ms": dt * 1e3, "threads": threads, "assert": verdicts or None, "ok": ok})
+        return EXIT_OK if ok else EXIT_FAIL
+    for name, x in feeds.items():
+        print(f"input  {name}: {x.dtype} {list(x.shape)}")
     for name, y in outs.items():
         y = np.asarray(y)
         print(f"output {name}: {y.dtype} {list(y.shape)}  {_summary(y)}")
-        if out_dir is not None:
-            np.save(out_dir / f"{_safe_filename(name)}.npy", y)
-    print(f"ran in {dt * 1e3:.2f} ms (first run, {_threads(args.threads)[0]} thread(s))")
+    print(f"ran in {dt * 1e3:.2f} ms (first run, {threads} thread(s))")
     if out_dir is not None:
         print(f"saved {len(outs)} output(s) to {out_dir}")
-    return EXIT_OK
+    for name, v in verdicts.items():
+        print(f"assert {name}: {'ok' if v['ok'] else 'DIFFERS'}  {v['detail']}")
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _load_expected(path: str) -> dict[str, np.ndarray]:
+    _require_file(pathlib.Path(path))
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise InputError(f"--assert-outputs {path}: expected an .npz archive of "
+                                 f"{{output name: array}}")
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError) as e:
+        raise InputError(f"--assert-outputs: cannot read {path} as .npz: {e}") from None
+
+
+def _assert_outputs(outs, expected, rtol: float, atol: float) -> dict[str, dict]:
+    """``{output name: {ok, max_abs, max_rel, detail}}`` for every output and every expected
+    array: a match when shapes agree and ``max|d| <= atol + rtol * max|expected|``."""
+    verdicts = {}
+    for name in sorted(set(outs) | set(expected)):
+        if name not in expected or name not in outs:
+            where = "the .npz" if name not in expected else "the model's outputs"
+            verdicts[name] = {"ok": False, "max_abs": None, "max_rel": None,
+                              "detail": f"missing from {where}"}
+            continue
+        got, want = np.asarray(outs[name]), np.asarray(expected[name])
+        if got.shape != want.shape:
+            verdicts[name] = {"ok": False, "max_abs": None, "max_rel": None,
+                              "detail": f"shape {list(got.shape)}, expected {list(want.shape)}"}
+            continue
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        max_abs = float(np.nanmax(diff)) if diff.size else 0.0
+        same_nan = bool(np.array_equal(np.isnan(got), np.isnan(want))) \
+            if got.dtype.kind == "f" else True
+        ok = same_nan and max_abs <= atol + rtol * scale
+        verdicts[name] = {"ok": ok, "max_abs": max_abs,
+                          "max_rel": max_abs / scale if scale else None,
+                          "detail": f"max abs error {max_abs:.3g} (tolerance "
+                                    f"{atol + rtol * scale:.3g})"
+                                    + ("" if same_nan else "; NaNs differ")}
+    return verdicts
+
+
+def _stats(y: np.ndarray) -> dict:
+    out = {"dtype": str(y.dtype), "shape": list(y.shape)}
+    if y.size and y.dtype.kind in "fiub":
+        v = y.astype(np.float64)
+        out.update(min=float(np.nanmin(v)), max=float(np.nanmax(v)), mean=float(np.nanmean(v)))
+    return out
+
+
+def _print_json(obj) -> None:
+    import json
+
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def cmd_check(args) -> int:
+    from .check import check
+
+    session = _session(_open(args.reference or args.model), 1) if args.shape else None
+    shapes = _parse_shapes(args.shape, session) if session is not None else None
+    report = check(args.model, _parse_inputs(args.input), reference=args.reference,
+                   shapes=shapes, rtol=args.rtol, atol=args.atol,
+                   num_threads=_threads(args.threads)[0])
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(report.summary(verbose=args.verbose))
+    return EXIT_OK if report.ok else EXIT_FAIL
 
 
 def cmd_info(args) -> int:
     interp = _open(args.model)
     g = interp.graph
     session = _session(interp, 1)
+    user_shapes = bool(args.shape)
+    shapes = _parse_shapes(args.shape, session)
+    flops, why = None, None
+    try:
+        flops = session_flops(session, shapes)
+    except SpratError as e:
+        if user_shapes:
+            raise
+        why = str(e)
+    spec = lambda s: {"name": s.name, "dtype": _dtype_name(s.dtype),  # noqa: E731
+                      "shape": list(s.shape) if s.shape is not None else None}
+    if args.json:
+        _print_json({"model": str(args.model), "inputs": [spec(s) for s in session.inputs],
+                     "outputs": [spec(s) for s in session.outputs],
+                     "op_counts": g.op_counts(), "nodes": len(g.nodes),
+                     "weight_bytes": g.weight_bytes(),
+                     "weight_tensors": sum(1 for v in g.values if v.data is not None),
+                     "metadata": dict(g.metadata), "flops": flops,
+                     "shapes": {n: list(s) for n, s in shapes.items()}})
+        return EXIT_OK
     print(f"model: {args.model}")
-    for spec in session.inputs:
-        print(f"input  {spec.name}: {_dtype_name(spec.dtype)} {_shape_str(spec.shape)}")
-    for spec in session.outputs:
-        print(f"output {spec.name}: {_dtype_name(spec.dtype)} {_shape_str(spec.shape)}")
+    for s in session.inputs:
+        print(f"input  {s.name}: {_dtype_name(s.dtype)} {_shape_str(s.shape)}")
+    for s in session.outputs:
+        print(f"output {s.name}: {_dtype_name(s.dtype)} {_shape_str(s.shape)}")
     counts = g.op_counts()
     print(f"nodes: {len(g.nodes)}  ({', '.join(f'{k} {v}' for k, v in counts.items())})")
     print(f"weights: {_fmt_bytes(g.weight_bytes())} in "
           f"{sum(1 for v in g.values if v.data is not None)} tensors")
     for k, v in sorted(g.metadata.items()):
         print(f"metadata {k}: {v}")
-    user_shapes = bool(args.shape)
-    shapes = _parse_shapes(args.shape, session)
-    try:
-        flops = session_flops(session, shapes)
-    except SpratError as e:
-        if user_shapes:
-            raise
-        print(f"flops: unknown (symbolic dims set to 1 gave: {e}); pass --shape NAME=DIMS")
+    if flops is None:
+        print(f"flops: unknown (symbolic dims set to 1 gave: {why}); pass --shape NAME=DIMS")
         return EXIT_OK
     shown = ", ".join(f"{n}={list(s)}" for n, s in shapes.items())
     print(f"flops: {_fmt_flops(flops)} at {shown}")
@@ -202,6 +339,15 @@ def cmd_info(args) -> int:
 
 
 def cmd_dump(args) -> int:
+    text = _dump_text(args)
+    if args.json:
+        _print_json({"model": str(args.model), "stage": args.stage, "text": text})
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def _dump_text(args) -> str:
     from .converter import is_tflite_source
 
     stage = args.stage
@@ -215,12 +361,10 @@ def cmd_dump(args) -> int:
 
         _require_file(pathlib.Path(args.model))
         until = "import" if stage == "imported" else stage
-        print(convert_graph(args.model, until=until).dump())
-        return EXIT_OK
+        return convert_graph(args.model, until=until).dump()
     interp = _open(args.model)
     if stage == "passes":
-        print(interp.graph.dump())
-        return EXIT_OK
+        return interp.graph.dump()
     session = _session(interp, 1)
     dump = getattr(session, "dump", None)
     if dump is None:
@@ -228,11 +372,10 @@ def cmd_dump(args) -> int:
     shapes = _parse_shapes(args.shape, session)
     _resize(session, shapes)
     try:
-        print(dump(stage))
+        return dump(stage)
     except (KeyError, ValueError) as e:
         raise InputError(f"unknown stage {stage!r} ({e}); available: "
                          f"{', '.join(_stages(args.model))} and the session's stages") from None
-    return EXIT_OK
 
 
 def cmd_bench(args) -> int:

@@ -25,6 +25,10 @@ class Kernel:
     """
 
     backend: str = "?"
+    # NOTE: the input whose bytes output 0 holds unchanged (Reshape, Flatten, Squeeze, ...),
+    # or None: the planner then gives the output that input's arena bytes (onnxruntime's
+    # ``KernelDefBuilder::Alias``, MNN's reshape-as-view), and ``run`` finds nothing to copy
+    view_of: int | None = None
 
     def __init__(self, node: Node):
         self.node = node

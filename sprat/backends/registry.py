@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from .base import Backend, PackCache
 
+# NOTE: the names a ScheduleConfig may list; "control_flow" is made by every session for its
+# If/Loop/Scan nodes (its subgraphs run on the listed backends)
+BACKENDS = ("cpu", "reference", "null")
+
 
 def make_backend(name: str, num_threads: int = 1, packs: PackCache | None = None,
-                 precision: str = "normal", memory: str = "normal") -> Backend:
+                 precision: str = "normal", memory: str = "normal", *,
+                 make_session=None, report_as: str = "") -> Backend:
     """Instantiate the backend called ``name``; ``packs`` shares packed weights between the
     sessions of one model; ``precision`` and ``memory`` are the ScheduleConfig modes (only the
-    ``cpu`` backend acts on them). Raises ValueError for an unknown name."""
+    ``cpu`` backend acts on them). ``control_flow`` needs ``make_session(graph)`` (a nested
+    session for a subgraph) and ``report_as`` (the backend name its nodes report). Raises
+    ValueError for an unknown name."""
+    if name == "control_flow":
+        from .control_flow import ControlFlowBackend
+
+        return ControlFlowBackend(make_session, report_as)
     if name == "reference":
         from .reference import ReferenceBackend
 
@@ -23,4 +34,4 @@ def make_backend(name: str, num_threads: int = 1, packs: PackCache | None = None
         from .null import NullBackend
 
         return NullBackend()
-    raise ValueError(f"unknown backend {name!r}; allowed: cpu, reference, null")
+    raise ValueError(f"unknown backend {name!r}; allowed: {', '.join(BACKENDS)}, control_flow")

@@ -38,14 +38,13 @@ def fold_batchnorm(g: Graph) -> Graph:
         conv.inputs = [conv.inputs[0],
                        g.add_const(f"{conv.name}/W_bn", new_w),
                        g.add_const(f"{conv.name}/B_bn", new_b)]
-        replace_uses(g, bn.outputs[0], conv.outputs[0])
-        _keep_name(g, bn.outputs[0], conv.outputs[0])
+        # NOTE: the conv now writes the BatchNormalization's output value, so the value keeps
+        # the name of what it holds (the conv's own output, read by nothing else, goes)
+        old, new = conv.outputs[0], bn.outputs[0]
+        conv.outputs[0] = new
+        replace_uses(g, old, new)
+        producers[new] = conv
         bn.op_type = DEAD
     drop_dead(g)
     return remove_dead(g)
 
-
-def _keep_name(g: Graph, old: int, new: int) -> None:
-    """When ``old`` was a graph output, ``new`` takes its name (names are the user contract)."""
-    if new in g.outputs:
-        g.values[new].name, g.values[old].name = g.values[old].name, g.values[new].name + "/_"

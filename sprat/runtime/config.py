@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-BACKENDS = ("cpu", "reference")
+from ..backends.registry import BACKENDS
+
 PRECISIONS = ("normal", "high", "low")
 MEMORY_MODES = ("normal", "low")
 RESIZE_MODES = ("direct", "defer")

@@ -37,7 +37,6 @@ from ..memory.lifetimes import lifetimes
 from ..memory.planner import ALIGN, allocate_arena, plan_memory
 from ..schedule.assign import assign
 from .config import ScheduleConfig
-from .control_flow import ControlFlowBackend
 from .runtime import Runtime
 
 log = logging.getLogger("sprat")
@@ -51,22 +50,17 @@ VALUE_INPUT_MAX = 4096
 MAX_DYNAMIC_PLANS = 16
 
 
-# NOTE: ops whose output holds its input's bytes unchanged: the planner gives the output the
-# input's arena bytes (MNN and onnxruntime do the same for Reshape), so their kernel finds
-# nothing to copy.
-VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
-
-
-def _view_aliases(pending, sizes: dict, spans: dict, known) -> dict[int, int]:
-    """``{output: root}`` for view ops whose input and output are both arena tensors of the
-    same bytes: the output is dropped from ``sizes`` and the root's span grows to cover it
-    (both updated in place). Callers place aliases at their root's offset."""
+def _view_aliases(pending, kernels, sizes: dict, spans: dict, known) -> dict[int, int]:
+    """``{output: root}`` for the steps whose kernel declares that its output holds an input's
+    bytes unchanged (``Kernel.view_of``, as onnxruntime's ``KernelDefBuilder::Alias``) when
+    both are arena tensors of the same bytes: the output is dropped from ``sizes`` and the
+    root's span grows to cover it (both updated in place). Callers place aliases at their
+    root's offset."""
     root: dict[int, int] = {}
-    for node, _, _ in pending:
-        if (node.op_type not in VIEW_OPS or len(node.outputs) != 1 or not node.inputs
-                or any(k.startswith("_") for k in node.attrs)):
+    for (node, _, _), kernel in zip(pending, kernels):
+        if kernel.view_of is None or len(node.outputs) != 1:
             continue
-        i, o = node.inputs[0], node.outputs[0]
+        i, o = node.inputs[kernel.view_of], node.outputs[0]
         r = root.get(i, i)
         if r not in sizes or o not in sizes or known[i].dtype != known[o].dtype \
                 or known[i].nbytes != known[o].nbytes:
@@ -175,7 +169,8 @@ class Session:
         self._backends = [made[n] for n in self.config.backends]
         self._backup = made[self.config.backup]
         # NOTE: control-flow nodes (If, Loop, Scan) run their subgraphs as nested sessions
-        self._backends.insert(0, ControlFlowBackend(self._subsession, self.config.backends[0]))
+        self._backends.insert(0, make_backend("control_flow", make_session=self._subsession,
+                                              report_as=self.config.backends[0]))
         self._lock = threading.Lock()
         self._shapes: dict[str, tuple[int, ...]] | None = None
         self._plan: tuple = ()
@@ -645,7 +640,10 @@ class Session:
             # NOTE: callbacks may skip ops, whose outputs must then keep their previous
             # contents: no two tensors share bytes in this plan.
             spans = {v: (0, len(pending)) for v in spans}
-        views = {} if self._exclusive else _view_aliases(pending, sizes, spans, known)
+        # NOTE: kernels are made (and prepared) before the arena: they say which outputs are
+        # views of an input, and need no arena bytes to prepare
+        kernels = [self._make_kernel(node, ins, outs) for node, ins, outs in pending]
+        views = {} if self._exclusive else _view_aliases(pending, kernels, sizes, spans, known)
         offsets, total = plan_memory(sizes, spans)
         offsets.update({v: offsets[root] for v, root in views.items()})
         raw, arena = allocate_arena(total)
@@ -669,8 +667,7 @@ class Session:
             return lst
 
         steps = []
-        for node, ins, outs in pending:
-            kernel = self._make_kernel(node, ins, outs)
+        for (node, ins, outs), kernel in zip(pending, kernels):
             steps.append(_Step(node, kernel.backend, kernel,
                                bind(node, [None if i == MISSING else array_of(i)
                                            for i in node.inputs]),

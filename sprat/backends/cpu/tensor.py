@@ -10,7 +10,7 @@
   as NumPy's ``astype``).
 - Reshape-21 / Flatten-21 / Squeeze-21 / Unsqueeze-21 / Identity / Dropout (inference, Y only):
   a flat copy (nothing when the planner gave input and output the same bytes, as it does
-  for arena tensors: session.VIEW_OPS). Their shape
+  for arena tensors: ``CopyKernel.view_of``). Their shape
   inputs (Reshape shape, Squeeze/Unsqueeze axes) were consumed by shape inference.
 None of them may carry sprat's fused attributes: the layout pass rewrites their axes instead.
 """
@@ -171,6 +171,7 @@ class CopyKernel(CpuKernel):
     """Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout (inference): copy the data."""
 
     empty_ok = True
+    view_of = 0  # NOTE: the planner gives the output the input's bytes: no copy at all
 
     @classmethod
     def supports(cls, node, ins) -> bool:

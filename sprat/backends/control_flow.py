@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.base import Backend, DynamicKernel
 from ..errors import KernelError, SpratError
 from ..ir.graph import contiguous
 from ..ir.shapes.control import infer_graph, loop_parts, scan_parts
 from ..ir.subgraphs import CONTROL_FLOW_OPS
 from ..ir.tensorinfo import TensorInfo
+from .base import Backend, DynamicKernel
 
 # NOTE: nested plans kept per subgraph (one per input-shape signature); the oldest is dropped
 # beyond this, so a Loop whose carried shapes grow every iteration cannot grow memory unbounded.
