@@ -8,6 +8,7 @@ workspaces) from ``run`` (every call: compute into preallocated outputs) — MNN
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -86,6 +87,12 @@ class PackCache:
                 self._items[key] = arr
             return arr
 
+    def when_released(self, fn) -> None:
+        """Call ``fn(items)`` with a snapshot ``{key: packed}`` when this cache is collected or
+        the process exits (the compiled cache writes new packs then). ``fn`` must not hold a
+        reference to this cache."""
+        weakref.finalize(self, _call_with_snapshot, fn, self._items, self._lock)
+
     def ids(self) -> set[int]:
         """``id`` of every shared array (to tell shared memory from a session's own)."""
         out: set[int] = set()
@@ -106,6 +113,12 @@ class PackCache:
     def nbytes(self) -> int:
         with self._lock:
             return sum(_nbytes(v) for v in self._items.values())
+
+
+def _call_with_snapshot(fn, items: dict, lock) -> None:
+    with lock:
+        snapshot = dict(items)
+    fn(snapshot)
 
 
 def _nbytes(v) -> int:

@@ -181,7 +181,8 @@ class InferenceSession:
                       else Interpreter.from_buffer(path_or_bytes))
         elif cached:
             src = path if path is not None else path_or_bytes
-            interp = Interpreter(*load_or_convert(src, config), *(() if path is None else (path,)))
+            graph, buffer, store = load_or_convert(src, config)
+            interp = Interpreter(graph, buffer, path, pack_store=store)
         else:
             src = path if path is not None else bytes(path_or_bytes)
             interp = Interpreter.from_graph(convert_graph(src, optimize=optimize))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from ..backends.base import PackCache
 from ..errors import SpratError
@@ -20,13 +19,17 @@ class Interpreter:
     Create with ``from_file`` or ``from_buffer`` (or ``from_graph`` for an in-memory graph).
     """
 
-    def __init__(self, graph: Graph, buffer=None, path: str | None = None):
+    def __init__(self, graph: Graph, buffer=None, path: str | None = None, pack_store=None):
+        """``pack_store``: the compiled cache's PackStore of the entry ``graph`` came from
+        (``sprat.runtime.cache.load_or_convert``): its packed weights are read, and new ones
+        written, through it."""
         self._graph = graph
         self._buffer = buffer
         self.path = path
         self._packs = PackCache()
         self._onnx: str | None = None  # an ONNX source, converted on first need
-        self._attach_cache(graph)
+        if pack_store is not None:
+            pack_store.attach(self._packs)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, populate: bool = False) -> Interpreter:
@@ -76,6 +79,12 @@ class Interpreter:
         """Bytes of packed weights the sessions of this model share."""
         return self._packs.nbytes
 
+    def packed_weights(self) -> dict:
+        """``{(node name, tag): array or list of arrays}``: a snapshot of the packed weights
+        the sessions of this model share (the kernels' copies of their weights in the layout
+        of their algorithm; the compiled cache stores and maps them)."""
+        return dict(self._packs.items())
+
     def create_session(self, config: ScheduleConfig | None = None,
                        runtime: Runtime | None = None) -> Session:
         """A new Session over this model's weights: sessions share the model's weights and the
@@ -97,21 +106,14 @@ class Interpreter:
         if config is not None and config.cache_dir is not None:
             from .cache import load_or_convert
 
-            self._graph, self._buffer = load_or_convert(self._onnx, config)
-            self._attach_cache(self._graph)
+            self._graph, self._buffer, store = load_or_convert(self._onnx, config)
+            if store is not None:
+                store.attach(self._packs)
         else:
             from ..converter import convert_graph
 
             self._graph = convert_graph(self._onnx)
         self._onnx = None
-
-    def _attach_cache(self, graph) -> None:
-        """When ``graph`` came from the compiled cache, read and write the packed weights of
-        its entry (``sprat.runtime.cache.PackStore``)."""
-        cache = sys.modules.get("sprat.runtime.cache")  # NOTE: only loaded when a cache is used
-        store = None if cache is None or graph is None else cache.pack_store_of(graph)
-        if store is not None:
-            store.attach(self._packs)
 
     def release_model(self) -> None:
         """Drop the interpreter's hold on the model (MNN ``releaseModel``): the model buffer and
