@@ -47,6 +47,8 @@ import numpy as np  # noqa: E402
 
 import sprat  # noqa: E402
 from sprat import zoo  # noqa: E402
+from sprat.testing import families  # noqa: E402
+from sprat.testing.families import SUITE  # noqa: E402
 
 QUICK_MODEL = "ppocr_v2_cls"
 
@@ -201,7 +203,17 @@ PARITY_SET = ("ppocr_v4_det", "ppocr_v4_rec", "ppocr_v2_cls", "nudenet_320n", "d
 
 
 def model_and_feeds(key: str, workdir: pathlib.Path) -> tuple[pathlib.Path, dict]:
-    """The ONNX file and sample feeds of ``key``: a zoo model, or the built-in encoder."""
+    """The ONNX file and sample feeds of ``key``: a zoo model, the built-in encoder, or a model
+    of the broad suite (``sprat.testing.families``, at the input size its family uses)."""
+    if key in SUITE:
+        import onnx
+
+        model, feeds = families.build(key)
+        if isinstance(model, str):
+            return pathlib.Path(model), feeds
+        path = workdir / f"{key}.onnx"
+        onnx.save(model, path)
+        return path, feeds
     if key != ENCODER:
         return zoo.fetch(key), zoo.sample_input(key)
     import onnx
@@ -270,8 +282,14 @@ def markdown_table(rows: list[Row]) -> str:
             f"{_f(r.ort_rss_mib, '.0f')} |")
     lines.append("")
     for n in sorted({r.threads for r in rows}):
+        broad = [r.ratio for r in rows if r.threads == n and r.model in SUITE]
+        if broad:
+            lines.append(f"Geometric mean of sprat/ort at {n} thread(s) over the broad suite: "
+                         f"**{geomean(broad):.2f}** ({len(broad)} model(s)).  ")
         core = [r.ratio for r in rows if r.threads == n and r.model in PARITY_SET]
-        ratios = [r.ratio for r in rows if r.threads == n]
+        ratios = [r.ratio for r in rows if r.threads == n and r.model not in SUITE]
+        if not ratios:
+            continue
         if core and len(core) != len(ratios):
             lines.append(f"Geometric mean of sprat/ort at {n} thread(s): **{geomean(core):.2f}** "
                          f"over the {len(core)} model(s) of the speed target (the core real "
@@ -354,13 +372,19 @@ def with_failures(table: str, failed: list[tuple[str, str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", help=f"comma-separated zoo keys or {ENCODER} (default: all "
-                                    f"ONNX models: {', '.join(zoo.ONNX_MODELS)}, {ENCODER})")
+    p.add_argument("--models", help=f"comma-separated zoo keys, {ENCODER} or broad-suite names "
+                                    f"(default: per --suite; real: "
+                                    f"{', '.join(zoo.ONNX_MODELS)}, {ENCODER}; broad: "
+                                    f"{', '.join(SUITE)})")
     p.add_argument("--threads", help="comma-separated thread counts (default 1,2; --quick 1)")
     p.add_argument("--runs", type=int, help="at least this many timed calls per runtime and "
                                          "setting, over the blocks (default 30; --quick 6)")
     p.add_argument("--cold-repeats", type=int,
                    help="cold-start children per setting, 0 to skip (default 3; --quick 1)")
+    p.add_argument("--suite", choices=("real", "broad", "all"), default="real",
+                   help="real: the zoo's models and the encoder (default); broad: the model "
+                        "families of sprat.testing.families and onnx's light models, no kernel "
+                        "tuned on them (cold start not measured for these); all: both")
     p.add_argument("--quick", action="store_true",
                    help=f"smoke test: {QUICK_MODEL} only, 1 thread, few runs")
     p.add_argument("--write", metavar="FILE", help="also write the report (markdown) to FILE")
@@ -368,10 +392,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.models is not None:
         models = [m.strip() for m in args.models.split(",") if m.strip()]
+    elif args.quick:
+        models = [QUICK_MODEL]
     else:
-        models = [QUICK_MODEL] if args.quick else [*zoo.ONNX_MODELS, ENCODER]
+        real, broad = [*zoo.ONNX_MODELS, ENCODER], [*SUITE]
+        models = {"real": real, "broad": broad, "all": real + broad}[args.suite]
     for m in models:
-        if m == ENCODER:
+        if m == ENCODER or m in SUITE:
             continue
         if m not in zoo.MODELS:
             p.error(f"unknown zoo model {m!r}; known: {', '.join(zoo.MODELS)}")
@@ -389,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="sprat-bench-") as tmp:
         rows, failed = bench_all(models, lambda key: bench_model(
-            key, threads, runs, cold_repeats, pathlib.Path(tmp), log), log)
+            key, threads, runs, 0 if key in SUITE else cold_repeats, pathlib.Path(tmp), log),
+            log)
     table = with_failures(markdown_table(rows) if rows else "No model ran.", failed)
     print(table)
     if args.write is not None:

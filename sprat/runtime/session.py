@@ -607,7 +607,9 @@ class Session:
                     known[o] = TensorInfo(tuple(val.shape), val.dtype, val)
                 continue
             try:
-                outs = [TensorInfo(s, dt) for s, dt in infer(node, ins)]
+                # NOTE: a shape function gives every output the op can have (LSTM: Y, Y_h,
+                # Y_c); the node may list fewer (trailing optional outputs left out)
+                outs = [TensorInfo(s, dt) for s, dt in infer(node, ins)][:len(node.outputs)]
             except DataDependentShape:
                 if not split:
                     raise

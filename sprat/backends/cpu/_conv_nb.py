@@ -216,8 +216,12 @@ def _dw_row5(yr, x, wt, C, xrow, i, OW, W, dw, pw, SEG):
     a0 = min(OW, max(0, pw))
     a1 = max(a0, min(OW, W + pw - 4 * dw))
     for j in range(5):
-        _dw_tap(yr, x, wt, C, xrow, i * 5 + j, j * dw - pw, max(0, pw - j * dw), a0, SEG)
-        _dw_tap(yr, x, wt, C, xrow, i * 5 + j, j * dw - pw, a1, min(OW, W + pw - j * dw), SEG)
+        # NOTE: each edge run is clipped to the pixels whose tap j lies inside the row: on a
+        # row narrower than the kernel the left edge reaches past the right end, and back
+        lo = max(0, pw - j * dw)
+        hi = min(OW, W + pw - j * dw)
+        _dw_tap(yr, x, wt, C, xrow, i * 5 + j, j * dw - pw, lo, min(a0, hi), SEG)
+        _dw_tap(yr, x, wt, C, xrow, i * 5 + j, j * dw - pw, max(a1, lo), hi, SEG)
     sc = SEG * C
     d = dw * C
     for a in range(a0, a1, SEG):
@@ -273,10 +277,10 @@ def _depthwise_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, dh, dw
             a0 = min(OW, max(0, pw))
             a1 = max(a0, min(OW, W + pw - 2 * dw))
             for j in range(3):
-                _dw_tap(yr, x, wt, C, xrow, i * 3 + j, j * dw - pw, max(0, pw - j * dw), a0,
-                        SEG)
-                _dw_tap(yr, x, wt, C, xrow, i * 3 + j, j * dw - pw, a1,
-                        min(OW, W + pw - j * dw), SEG)
+                lo = max(0, pw - j * dw)  # NOTE: edge runs clipped as in _dw_row5
+                hi = min(OW, W + pw - j * dw)
+                _dw_tap(yr, x, wt, C, xrow, i * 3 + j, j * dw - pw, lo, min(a0, hi), SEG)
+                _dw_tap(yr, x, wt, C, xrow, i * 3 + j, j * dw - pw, max(a1, lo), hi, SEG)
             for a in range(a0, a1, SEG):
                 m = (min(a1, a + SEG) - a) * C
                 s = (xrow + a - pw) * C
