@@ -145,9 +145,10 @@ def resnet18(size: float = 1.0):
     return b.model(inputs, [_head(b, x, 512)]), feeds
 
 
-def _inverted_residual(b, x, cin, cout, expand, k, stride, act, se=False, se_gate="sigmoid"):
-    mid = cin * expand
-    y = b.cba(x, cin, mid, 1, act=act) if expand != 1 else x
+def _inverted_residual(b, x, cin, cout, mid, k, stride, act, se=False, se_gate="sigmoid"):
+    """1x1 expansion to ``mid`` channels (none when ``mid == cin``), depthwise ``k`` x ``k``,
+    optional squeeze-excite, linear 1x1 projection, residual add when the shape allows."""
+    y = b.cba(x, cin, mid, 1, act=act) if mid != cin else x
     y = b.cba(y, mid, mid, k, stride, group=mid, act=act)
     if se:
         y = b.se(y, mid, max(8, mid // 4), gate=se_gate,
@@ -164,7 +165,7 @@ def mobilenet_v2(size: float = 1.0):
     for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
                        (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
         for i in range(n):
-            x = _inverted_residual(b, x, cin, c, t, 3, s if i == 0 else 1, "relu6")
+            x = _inverted_residual(b, x, cin, c, cin * t, 3, s if i == 0 else 1, "relu6")
             cin = c
     x = b.cba(x, cin, 1280, 1, act="relu6")
     return b.model(inputs, [_head(b, x, 1280)]), feeds
@@ -182,12 +183,7 @@ def mobilenet_v3_small(size: float = 1.0):
                                   (5, 120, 48, True, "hswish", 1), (5, 144, 48, True, "hswish", 1),
                                   (5, 288, 96, True, "hswish", 2), (5, 576, 96, True, "hswish", 1),
                                   (5, 576, 96, True, "hswish", 1)):
-        y = b.cba(x, cin, exp, 1, act=act) if exp != cin else x
-        y = b.cba(y, exp, exp, k, s, group=exp, act=act)
-        if se:
-            y = b.se(y, exp, max(8, exp // 4), gate="hsigmoid")
-        y = b.bn(b.conv(y, exp, c, 1), c, gain=0.3)
-        x = b.op("Add", [x, y]) if s == 1 and cin == c else y
+        x = _inverted_residual(b, x, cin, c, exp, k, s, act, se=se, se_gate="hsigmoid")
         cin = c
     x = b.cba(x, cin, 576, 1, act="hswish")
     return b.model(inputs, [_head(b, x, 576)]), feeds
@@ -201,7 +197,8 @@ def efficientnet_b0(size: float = 1.0):
     for t, k, s, c, n in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
                           (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
         for i in range(n):
-            x = _inverted_residual(b, x, cin, c, t, k, s if i == 0 else 1, "silu", se=True)
+            x = _inverted_residual(b, x, cin, c, cin * t, k, s if i == 0 else 1, "silu",
+                                   se=True)
             cin = c
     x = b.cba(x, cin, 1280, 1, act="silu")
     return b.model(inputs, [_head(b, x, 1280)]), feeds

@@ -18,8 +18,10 @@ from ..tensorinfo import TensorInfo
 from .datadep import DataDependentShape
 
 _I64 = np.dtype(np.int64)
-# NOTE: a fold at prepare may grow its inputs by this much; beyond, the node runs as a step
-FOLD_GROWTH_BYTES = 1 << 20
+# NOTE: a fold at prepare computes a constant once (a ConstantOfShape bias, say, which the fast
+# kernels need as a constant): any size a real model has, but not one beyond a quarter of the
+# machine's memory (a hostile shape); such a node runs as a step, whose arena is checked
+FOLD_MAX_FRACTION = 4
 _BOOL = np.dtype(np.bool_)
 
 
@@ -43,10 +45,10 @@ def fold_node(node: Node, ins: list[TensorInfo | None]) -> list[np.ndarray] | No
         from ...backends.reference import evaluate
         from . import output_nbytes
 
-        # NOTE: a huge constant (ConstantOfShape of a hostile shape) is not computed here: it
-        # runs as a step, whose arena is checked before it is allocated
-        in_bytes = sum(x.value.nbytes for x in ins if x is not None)
-        if output_nbytes(node, ins) > in_bytes + FOLD_GROWTH_BYTES:
+        from ...memory.planner import physical_memory
+
+        limit = physical_memory() // FOLD_MAX_FRACTION
+        if limit and output_nbytes(node, ins) > limit:
             return None
 
         try:
