@@ -1,10 +1,12 @@
 """End-to-end benchmark: sprat versus onnxruntime on the real zoo models, side by side.
 
-    python bench/run.py [--models a,b] [--threads 1,2] [--runs N] [--quick] [--write FILE]
+    python bench/run.py [--suite real|broad|all] [--models a,b] [--threads 1,2] [--runs N]
+                        [--quick] [--write FILE]
 
 For each model (fetched with ``sprat.zoo``, fed ``zoo.sample_input``; plus ``bert_encoder``, the
-BERT-style encoder of ``sprat.testing.transformer`` at BERT-mini size, 1 x 128 tokens) and thread
-count, both
+BERT-style encoder of ``sprat.testing.transformer`` at BERT-mini size, 1 x 128 tokens; with
+``--suite broad`` the model families of ``sprat.testing.families`` and onnx's light models,
+which no kernel was tuned on, without cold start) and thread count, both
 runtimes run in this one process, in alternating blocks, and the table reports:
 
 - latency of sprat and of onnxruntime, and their ratio sprat/ort (lower is better), with the
