@@ -157,16 +157,23 @@ def _inverted_residual(b, x, cin, cout, mid, k, stride, act, se=False, se_gate="
     return b.op("Add", [x, y]) if stride == 1 and cin == cout else y
 
 
+def _stages(b, x, cin, stages, act, se=False):
+    """Inverted-residual stages ``(expansion t, kernel k, stride s, out c, repeats n)``, as the
+    MobileNetV2 and EfficientNet papers tabulate them. Returns ``(x, channels)``."""
+    for t, k, s, c, n in stages:
+        for i in range(n):
+            x = _inverted_residual(b, x, cin, c, cin * t, k, s if i == 0 else 1, act, se=se)
+            cin = c
+    return x, cin
+
+
 def mobilenet_v2(size: float = 1.0):
     b = _Builder(2)
     inputs, feeds = _image(size)
     x = b.cba("x", 3, 32, 3, 2, act="relu6")
-    cin = 32
-    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
-        for i in range(n):
-            x = _inverted_residual(b, x, cin, c, cin * t, 3, s if i == 0 else 1, "relu6")
-            cin = c
+    x, cin = _stages(b, x, 32, ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 3, 2, 32, 3),
+                                (6, 3, 2, 64, 4), (6, 3, 1, 96, 3), (6, 3, 2, 160, 3),
+                                (6, 3, 1, 320, 1)), "relu6")
     x = b.cba(x, cin, 1280, 1, act="relu6")
     return b.model(inputs, [_head(b, x, 1280)]), feeds
 
@@ -193,13 +200,9 @@ def efficientnet_b0(size: float = 1.0):
     b = _Builder(4)
     inputs, feeds = _image(size)
     x = b.cba("x", 3, 32, 3, 2, act="silu")
-    cin = 32
-    for t, k, s, c, n in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
-                          (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
-        for i in range(n):
-            x = _inverted_residual(b, x, cin, c, cin * t, k, s if i == 0 else 1, "silu",
-                                   se=True)
-            cin = c
+    x, cin = _stages(b, x, 32, ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2),
+                                (6, 3, 2, 80, 3), (6, 5, 1, 112, 3), (6, 5, 2, 192, 4),
+                                (6, 3, 1, 320, 1)), "silu", se=True)
     x = b.cba(x, cin, 1280, 1, act="silu")
     return b.model(inputs, [_head(b, x, 1280)]), feeds
 
