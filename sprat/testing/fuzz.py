@@ -8,7 +8,7 @@ values); ``try_model`` loads, prepares and runs one of them; ``run_cases`` does 
 process, so that a crash or a hang is seen as such (a negative exit code, a timeout) and names
 the case that caused it.
 
-Used by ``tests/test_fuzz.py`` (a fixed seed, bounded in time) and as a command:
+Used by ``tests/unit/test_fuzz.py`` (a fixed seed, bounded in time) and as a command:
 ``python -m sprat.testing.fuzz model.sprat --cases 300 --seed 0``.
 """
 

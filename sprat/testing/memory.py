@@ -1,6 +1,6 @@
 """Memory of a second session over one model, measured in a fresh process (issue #3, part 1).
 
-Used by ``bench/sessions.py`` (the figure) and ``tests/test_sharing.py`` (the bound).
+Used by ``bench/sessions.py`` (the figure) and ``tests/sessions/test_sharing.py`` (the bound).
 """
 
 from __future__ import annotations

@@ -523,7 +523,7 @@ def test_einsum_and_deform_conv_flops():
 
 # ---- full pipeline for every op of this family -----------------------------------------------
 # (op, inputs, attrs, check_op keywords): convert -> .sprat -> Session on the reference and cpu
-# backends, against onnxruntime. Shaped like tests/test_ops_backends.py's REGISTRY_CASES rows.
+# backends, against onnxruntime. Shaped like tests/ops/test_ops_backends.py's REGISTRY_CASES rows.
 
 def _mel_inputs():
     return {"num_mel_bins": np.array(6, I64), "dft_length": np.array(32, I64),

@@ -19,7 +19,7 @@ import sprat.converter
 from sprat.runtime import cache
 
 KEY = "ppocr_v2_cls"
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from sprat.ir.flops import node_flops
 from sprat.ir.graph import Node
 from sprat.ir.tensorinfo import TensorInfo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 F32 = np.dtype(np.float32)
 
 
