@@ -6,8 +6,8 @@ found on the zoo's models carries to families of shapes. Each builder returns
 emits at opset 17 (Conv + BatchNormalization + activation, Sigmoid * Mul for SiLU, HardSwish,
 LayerNormalization, MatMul + Add, Erf-GELU, Softmax, GRU/LSTM). Weights are He-initialised and
 BatchNormalization keeps unit statistics with scales below one, so activations stay in range
-through deep residual stacks (``tests/models/test_suite_models.py`` checks the outputs are finite and
-not flat).
+through deep residual stacks (``tests/models/test_suite_models.py`` checks the outputs are
+finite and not flat).
 
 ``size`` scales the input's spatial size (1.0: the size the real model uses); the tests use
 small sizes, the benchmark the real ones. Architectures: ResNet-18 (He et al., 2016, basic

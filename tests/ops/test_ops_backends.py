@@ -313,11 +313,12 @@ def test_registered_op(op, inputs, attrs, kw):
 def test_registry_covered():
     from sprat.backends.reference import _load_ops
 
+    from test_ops_contrib import TESTED as CONTRIB_TESTED
     from test_ops_extra import NEWER_THAN_ORT_CASES, PIPELINE_CASES
 
     covered = {p.values[0] for p in REGISTRY_CASES}
-    # the ops of test_ops_extra.py run through the whole pipeline there
-    covered |= {c[0] for c in (*PIPELINE_CASES, *NEWER_THAN_ORT_CASES)}
+    # the ops of test_ops_extra.py and test_ops_contrib.py run through the whole pipeline there
+    covered |= {c[0] for c in (*PIPELINE_CASES, *NEWER_THAN_ORT_CASES)} | CONTRIB_TESTED
     missing = sorted(set(_load_ops()) - covered)
     assert not missing, f"reference ops without a full-pipeline case: {missing}"
 

@@ -13,6 +13,8 @@ import numpy as np
 
 from ...errors import ConvertError, ModelFormatError, UnsupportedOpError
 from ...ir.graph import MISSING, Graph, contiguous
+from ...ir.shapes.contrib import CONTRIB_OPS
+from ...ir.shapes.contrib import DOMAIN as CONTRIB_DOMAIN
 from ...ir.subgraphs import CONTROL_FLOW_OPS
 from ...version import __version__
 from . import legacy
@@ -103,7 +105,9 @@ def _collect_missing(src, known_ops: set, missing: dict) -> None:
     """Op types of ``src`` and of all its subgraphs that sprat lacks, into ``missing``."""
     for node in src.node:
         op = node.op_type
-        if node.domain not in _DEFAULT_DOMAINS:
+        if node.domain == CONTRIB_DOMAIN and op in CONTRIB_OPS:
+            pass  # NOTE: onnxruntime's quantized contrib ops (QOperator format)
+        elif node.domain not in _DEFAULT_DOMAINS:
             missing.setdefault(f"{node.domain}.{op}", []).append(node.name or op)
         elif op not in known_ops:
             missing.setdefault(op, []).append(node.name or op)
@@ -199,7 +203,8 @@ class _Scope:
             if legacy.needs_flatten_softmax(op, self.opset):
                 _flatten_softmax(g, op, inputs, outputs, attrs, name)
                 continue
-            g.add_node(op, inputs, outputs, attrs, name=name)
+            g.add_node(op, inputs, outputs, attrs, name=name,
+                       domain="" if node.domain in _DEFAULT_DOMAINS else node.domain)
 
     def attr_value(self, a, node_name: str, subs: list):
         from onnx import AttributeProto

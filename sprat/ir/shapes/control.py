@@ -43,9 +43,8 @@ def fold_node(node: Node, ins: list[TensorInfo | None]) -> list[np.ndarray] | No
         return values
     if _all_known(ins):
         from ...backends.reference import evaluate
-        from . import output_nbytes
-
         from ...memory.planner import physical_memory
+        from . import output_nbytes
 
         limit = physical_memory() // FOLD_MAX_FRACTION
         if limit and output_nbytes(node, ins) > limit:

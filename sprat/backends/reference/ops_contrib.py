@@ -1,0 +1,134 @@
+"""Reference kernels: onnxruntime's ``com.microsoft`` quantized contrib ops (QOperator format).
+
+Each dequantizes its inputs (``(x - zero_point) * scale``), computes the float op, and
+quantizes to the output's scale and zero point (round half to even, saturate), as
+onnxruntime's reference semantics do; integer products accumulate exactly in int64 first
+(QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul). Source: onnxruntime's
+ContribOperators.md and its CPU kernels' definitions (QLinearAdd/Mul, QLinearSigmoid,
+QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QGemm,
+MatMulIntegerToFloat, DynamicQuantizeMatMul).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ops_nn import average_pool
+from .ops_quant import _saturate, dynamic_quantize_linear
+
+_F32 = np.float32
+
+
+def _deq(x, scale, zp=None) -> np.ndarray:
+    x = np.asarray(x).astype(_F32) if zp is None else (
+        np.asarray(x).astype(np.int32) - np.asarray(zp).astype(np.int32)).astype(_F32)
+    return x * np.asarray(scale, _F32)
+
+
+def _q(v: np.ndarray, scale, zp=None, like=None) -> np.ndarray:
+    dt = np.asarray(zp).dtype if zp is not None else (like if like is not None else np.uint8)
+    r = np.rint(v.astype(_F32) / np.asarray(scale, _F32))
+    if zp is not None:
+        r = r + np.asarray(zp).astype(_F32)
+    return _saturate(r, dt)
+
+
+def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None):
+    """QLinearAdd: C = quantize(dequantize(A) + dequantize(B)), numpy broadcasting."""
+    return _q(_deq(A, A_scale, A_zero_point) + _deq(B, B_scale, B_zero_point), C_scale,
+              C_zero_point, A.dtype)
+
+
+def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None):
+    """QLinearMul: C = quantize(dequantize(A) * dequantize(B)), numpy broadcasting."""
+    return _q(_deq(A, A_scale, A_zero_point) * _deq(B, B_scale, B_zero_point), C_scale,
+              C_zero_point, A.dtype)
+
+
+def qlinear_sigmoid(X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None):
+    """QLinearSigmoid: Y = quantize(sigmoid(dequantize(X)))."""
+    x = _deq(X, X_scale, X_zero_point)
+    return _q(1.0 / (1.0 + np.exp(-x)), Y_scale, Y_zero_point, X.dtype)
+
+
+def qlinear_leaky_relu(X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None,
+                       alpha=0.01):
+    """QLinearLeakyRelu: Y = quantize(leaky_relu(dequantize(X), alpha))."""
+    x = _deq(X, X_scale, X_zero_point)
+    return _q(np.where(x >= 0, x, x * _F32(alpha)), Y_scale, Y_zero_point, X.dtype)
+
+
+def qlinear_global_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point,
+                                channels_last=0):
+    """QLinearGlobalAveragePool: the mean over the spatial axes of dequantize(X), quantized."""
+    x = _deq(X, x_scale, x_zero_point)
+    axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
+    return _q(x.mean(axis=axes, keepdims=True), y_scale, y_zero_point, X.dtype)
+
+
+def qlinear_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point, channels_last=0,
+                         **attrs):
+    """QLinearAveragePool: AveragePool (same attributes) of dequantize(X), quantized."""
+    return _q(average_pool(_deq(X, x_scale, x_zero_point), **attrs), y_scale, y_zero_point,
+              X.dtype)
+
+
+def qlinear_concat(Y_scale, Y_zero_point, *inputs, axis):
+    """QLinearConcat: each (X, scale, zero point) requantized to Y's scale, concatenated."""
+    xs = [_deq(inputs[k], inputs[k + 1], inputs[k + 2]) for k in range(0, len(inputs), 3)]
+    return _q(np.concatenate(xs, axis=axis), Y_scale, Y_zero_point)
+
+
+def _int_matmul(a, a_zp, b, b_zp) -> np.ndarray:
+    a = np.asarray(a).astype(np.int64) - (0 if a_zp is None else np.asarray(a_zp, np.int64))
+    b = np.asarray(b).astype(np.int64)
+    if b_zp is not None:
+        bz = np.asarray(b_zp, np.int64)
+        b = b - (bz.reshape(1, -1) if bz.ndim == 1 and bz.size > 1 else bz)
+    return np.matmul(a, b)
+
+
+def qgemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None,
+          y_zero_point=None, alpha=1.0, transA=0, transB=0):
+    """QGemm: Y = alpha * (A - a_zp)(B - b_zp) * a_scale * b_scale + C * a_scale * b_scale
+    (C int32, in the product's scale), float32 when y_scale is absent, else quantized."""
+    a = A.T if transA else A
+    b = B.T if transB else B
+    bz = b_zero_point
+    bs = np.asarray(b_scale, _F32)
+    acc = _int_matmul(a, a_zero_point, b, bz)
+    if C is not None:
+        acc = acc + np.asarray(C, np.int64)
+    y = acc.astype(_F32) * (_F32(alpha) * np.asarray(a_scale, _F32) * bs)
+    if y_scale is None:
+        return y.astype(_F32)
+    return _q(y, y_scale, y_zero_point, np.uint8)
+
+
+def matmul_integer_to_float(A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None,
+                            bias=None):
+    """MatMulIntegerToFloat: (A - a_zp) @ (B - b_zp) * a_scale * b_scale + bias, float32."""
+    y = _int_matmul(A, a_zero_point, B, b_zero_point).astype(_F32) * (
+        np.asarray(a_scale, _F32) * np.asarray(b_scale, _F32))
+    return (y + bias if bias is not None else y).astype(_F32)
+
+
+def dynamic_quantize_matmul(A, B, b_scale, b_zero_point=None, bias=None):
+    """DynamicQuantizeMatMul: A quantized as DynamicQuantizeLinear (uint8), then as
+    MatMulIntegerToFloat with B."""
+    a, a_scale, a_zp = dynamic_quantize_linear(np.asarray(A, _F32))
+    return matmul_integer_to_float(a, B, a_scale, b_scale, a_zp, b_zero_point, bias)
+
+
+OPS = {
+    "QLinearAdd": qlinear_add,
+    "QLinearMul": qlinear_mul,
+    "QLinearSigmoid": qlinear_sigmoid,
+    "QLinearLeakyRelu": qlinear_leaky_relu,
+    "QLinearGlobalAveragePool": qlinear_global_average_pool,
+    "QLinearAveragePool": qlinear_average_pool,
+    "QLinearConcat": qlinear_concat,
+    "QGemm": qgemm,
+    "MatMulIntegerToFloat": matmul_integer_to_float,
+    "DynamicQuantizeMatMul": dynamic_quantize_matmul,
+}
