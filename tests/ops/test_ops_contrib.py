@@ -161,6 +161,15 @@ def test_matmul_integer_to_float_and_dynamic_quantize_matmul():
     _assert_lsb(got, want)
 
 
+def test_a_contrib_op_outside_its_domain_is_unsupported():
+    node = h.make_node("QLinearSigmoid", ["x", "xs", "xz", "ys", "yz"], ["y"])  # ONNX domain
+    data = _model(node, [("x", T.UINT8, (2, 4))], T.UINT8,
+                  {"xs": np.float32(0.1), "xz": np.uint8(0), "ys": np.float32(1 / 256),
+                   "yz": np.uint8(0)})
+    with pytest.raises(sprat.errors.UnsupportedOpError, match="QLinearSigmoid"):
+        sprat.convert(data)
+
+
 def test_an_unknown_contrib_op_is_named():
     node = h.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS)
     data = _model(node, [("x", T.UINT8, (2, 4))], T.UINT8,

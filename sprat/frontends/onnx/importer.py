@@ -109,7 +109,8 @@ def _collect_missing(src, known_ops: set, missing: dict) -> None:
             pass  # NOTE: onnxruntime's quantized contrib ops (QOperator format)
         elif node.domain not in _DEFAULT_DOMAINS:
             missing.setdefault(f"{node.domain}.{op}", []).append(node.name or op)
-        elif op not in known_ops:
+        elif op not in known_ops or op in CONTRIB_OPS:
+            # NOTE: a contrib op's name in the ONNX domain is no ONNX op (onnxruntime refuses it)
             missing.setdefault(op, []).append(node.name or op)
         for a in node.attribute:
             for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
