@@ -27,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from sprat.backends.base import Workspace
 from sprat.backends.cpu import CpuBackend, threading
 from sprat.ir.graph import Node
 from sprat.ir.shapes import infer
@@ -151,8 +152,9 @@ def worker(case, engine, threads, seconds):
         return _time(lambda: sess.run(["y"], case.feeds), seconds), None
     kernel, arrays, out = case.sprat_kernel(threads)
     outs = [out]
+    ws = Workspace.allocate(kernel)
     with threading.limits(threads):
-        ts = _time(lambda: kernel.run(arrays, outs), seconds)
+        ts = _time(lambda: kernel.run(arrays, outs, ws), seconds)
     expect = case.ort_session(1).run(["y"], case.feeds)[0]
     got = out.transpose(0, 3, 1, 2) if case.nhwc else out
     err = float(np.abs(got - expect).max() / max(1.0, float(np.abs(expect).max())))

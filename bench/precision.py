@@ -54,7 +54,7 @@ def bench_case(name: str, m: int, k: int, n: int, runs: int, threads: int) -> st
     low = interp.create_session(sprat.ScheduleConfig(num_threads=threads, precision="low"))
     ref, got = normal.run(feeds)["y"], low.run(feeds)["y"]
     err = float(np.abs(got - ref).max() / max(1.0, np.abs(ref).max()))
-    kernel = "w_f16" if getattr(low._steps[0].kernel, "f16", None) is not None else "fp32"
+    kernel = "w_f16" if getattr(low.plan.steps[0].kernel, "f16", None) is not None else "fp32"
     times = {"normal": [], "low": []}
     for _ in range(runs):
         for key, sess in (("normal", normal), ("low", low)):

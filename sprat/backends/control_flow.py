@@ -1,10 +1,11 @@
-"""Kernels of the control-flow ops If, Loop and Scan: each subgraph runs as a nested, prepared
-Session.
+"""Kernels of the control-flow ops If, Loop and Scan: each subgraph runs as a nested plan.
 
-A subgraph is prepared once per signature of its input shapes and dtypes (``_Subgraph``) and
+A subgraph is planned once per signature of its input shapes and dtypes (``_Subgraph``) and
 reused across iterations and runs: a Loop whose carried values keep their shapes plans its body
-once. The nested session reads its inputs in place (captured outer values, scan slices, carried
-values: no copy in) and runs inside the parent's run (its thread slots and backend contexts).
+once. Each run state of the parent keeps its own run states of the nested plans (in the
+kernel's workspace memo). The nested run reads its inputs in place (captured outer values, scan
+slices, carried values: no copy in) and runs inside the parent's run (its thread slots and
+backend contexts).
 Carried values and scan outputs are copied out of the body's arena after each iteration (the
 next iteration reuses that arena). Inputs are laid out as ``sprat.ir.subgraphs`` describes.
 Source: ONNX spec If-21, Loop-21, Scan-21; scan outputs of a Loop are stacked along a new first
@@ -13,6 +14,8 @@ axis, as onnxruntime does.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..errors import KernelError, SpratError
@@ -20,6 +23,8 @@ from ..ir.graph import contiguous
 from ..ir.shapes.control import infer_graph, loop_parts, scan_parts
 from ..ir.subgraphs import CONTROL_FLOW_OPS
 from ..ir.tensorinfo import TensorInfo
+from ..runtime import executor
+from ..runtime.state import RunState
 from .base import Backend, DynamicKernel
 
 # NOTE: nested plans kept per subgraph (one per input-shape signature); the oldest is dropped
@@ -28,50 +33,63 @@ MAX_PLANS = 16
 
 
 class _Subgraph:
-    """A subgraph with its prepared nested sessions, one per input signature.
+    """A subgraph with its plans, one per input signature (memoised, shared by every run
+    state of the parent plan); the run states of those plans live in the caller's workspace.
 
-    ``consts``: ``{input position: value}`` known when the parent was prepared (captured
+    ``consts``: ``{input position: value}`` known when the parent was planned (captured
     constants of the parent's plan); the nested plan folds them."""
 
-    def __init__(self, graph, make_session, consts: dict[int, np.ndarray]):
+    def __init__(self, graph, make_plan, consts: dict[int, np.ndarray]):
         self.graph = graph
-        self.make_session = make_session
+        self.make_plan = make_plan
         self.consts = consts
-        self.sessions: dict = {}
-        self._last = None  # (ids of the arrays, the arrays, their session) of the last call
+        self.plans: dict = {}
+        self._lock = threading.Lock()
 
-    def session(self, shapes: tuple, dtypes: tuple):
+    def plan(self, shapes: tuple, dtypes: tuple):
         key = (shapes, dtypes)
-        sess = self.sessions.get(key)
-        if sess is None:
-            g = self.graph
-            sess = self.make_session(g)
-            names = [g.values[i].name for i in g.inputs]
-            values = {names[k]: v for k, v in self.consts.items()}
-            sess._prepare(dict(zip(names, shapes)), values, dtypes=dict(zip(names, dtypes)))
-            if len(self.sessions) >= MAX_PLANS:
-                self.sessions.pop(next(iter(self.sessions)))
-            self.sessions[key] = sess
-        return sess
+        with self._lock:
+            plan = self.plans.get(key)
+            if plan is None:
+                g = self.graph
+                names = [g.values[i].name for i in g.inputs]
+                values = {names[k]: v for k, v in self.consts.items()}
+                plan = self.make_plan(g, dict(zip(names, shapes)), values,
+                                      dict(zip(names, dtypes)))
+                if len(self.plans) >= MAX_PLANS:
+                    self.plans.pop(next(iter(self.plans)))
+                self.plans[key] = plan
+            return plan
 
     def prepare(self, infos: list[TensorInfo]) -> None:
-        self.session(tuple(tuple(i.shape) for i in infos), tuple(np.dtype(i.dtype) for i in infos))
+        self.plan(tuple(tuple(i.shape) for i in infos), tuple(np.dtype(i.dtype) for i in infos))
 
-    def call(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """The subgraph's outputs for ``arrays``: the nested session's own arrays, valid until
-        the next call (copy what is kept)."""
+    def call(self, arrays: list[np.ndarray], ws) -> list[np.ndarray]:
+        """The subgraph's outputs for ``arrays``, run on a run state kept in the caller's
+        workspace ``ws``: that state's own arrays, valid until the next call (copy what is
+        kept)."""
+        if ws.memo is None:
+            ws.memo = {}
+        mine = ws.memo.get(id(self))
+        if mine is None:
+            mine = ws.memo[id(self)] = [{}, None]  # run states by plan, the last call
+        states, last = mine
         ids = tuple(map(id, arrays))
-        last = self._last
         if last is not None and last[0] == ids:
-            # NOTE: an If reads the same parent arrays every run: the nested plan still holds
+            # NOTE: an If reads the same parent arrays every run: the nested state still holds
             # them (bound by the previous call), so no checks and no rebinding
-            return last[2]._call(last[1], bind=False)
+            return executor.call(last[2], last[1], bind=False)
         arrays = [contiguous(a) for a in arrays]
-        sess = self.session(tuple(a.shape for a in arrays), tuple(a.dtype for a in arrays))
+        plan = self.plan(tuple(a.shape for a in arrays), tuple(a.dtype for a in arrays))
+        state = states.get(plan)
+        if state is None:
+            if len(states) >= MAX_PLANS:
+                states.pop(next(iter(states)))
+            state = states[plan] = RunState(plan)
         # NOTE: kept only when no input needed a contiguous copy (the same objects come back);
         # holding the arrays keeps their ids from being reused
-        self._last = (ids, arrays, sess) if ids == tuple(map(id, arrays)) else None
-        return sess._call(arrays)
+        mine[1] = (ids, arrays, state) if ids == tuple(map(id, arrays)) else None
+        return executor.call(state, arrays)
 
 
 def _consts(infos, first: int) -> dict[int, np.ndarray]:
@@ -80,9 +98,9 @@ def _consts(infos, first: int) -> dict[int, np.ndarray]:
 
 
 class _ControlKernel(DynamicKernel):
-    def __init__(self, node, make_session, backend: str):
+    def __init__(self, node, make_plan, backend: str):
         super().__init__(node)
-        self.make_session = make_session
+        self.make_plan = make_plan
         self.backend = backend
 
 
@@ -91,7 +109,7 @@ class IfKernel(_ControlKernel):
 
     def prepare(self, ins, outs):
         caps = list(ins[1:])
-        self.branches = {flag: _Subgraph(self.node.attrs[name], self.make_session,
+        self.branches = {flag: _Subgraph(self.node.attrs[name], self.make_plan,
                                          _consts(caps, 0))
                          for flag, name in ((True, "then_branch"), (False, "else_branch"))}
         cond = ins[0].value
@@ -106,17 +124,17 @@ class IfKernel(_ControlKernel):
                     if cond is not None:
                         raise
 
-    def _results(self, ins):
-        return self.branches[bool(np.asarray(ins[0]).reshape(-1)[0])].call(list(ins[1:]))
+    def _results(self, ins, ws):
+        return self.branches[bool(np.asarray(ins[0]).reshape(-1)[0])].call(list(ins[1:]), ws)
 
-    def run(self, ins, outs):
-        for dst, src in zip(outs, self._results(ins)):
+    def run(self, ins, outs, ws):
+        for dst, src in zip(outs, self._results(ins, ws)):
             if dst.shape != src.shape:
                 raise ValueError(f"branch produced shape {src.shape}, planned {dst.shape}")
             np.copyto(dst, src, casting="unsafe")
 
-    def run_dynamic(self, ins):
-        return [np.array(a, copy=True, order="C") for a in self._results(ins)]
+    def run_dynamic(self, ins, ws):
+        return [np.array(a, copy=True, order="C") for a in self._results(ins, ws)]
 
 
 class LoopKernel(_ControlKernel):
@@ -125,14 +143,14 @@ class LoopKernel(_ControlKernel):
     def prepare(self, ins, outs):
         self.n, self.k, self.c = loop_parts(self.node, len(ins))
         caps = ins[2 + self.n:]
-        self.body = _Subgraph(self.node.attrs["body"], self.make_session,
+        self.body = _Subgraph(self.node.attrs["body"], self.make_plan,
                               _consts(caps, 2 + self.n))
         self.in_infos = [TensorInfo((), np.dtype(np.int64)), TensorInfo((), np.dtype(np.bool_)),
                          *(TensorInfo(tuple(x.shape), x.dtype) for x in ins[2:2 + self.n]),
                          *caps]
         self.out_infos = outs
 
-    def _iterate(self, ins, scan_outs=None):
+    def _iterate(self, ins, ws, scan_outs=None):
         n = self.n
         m = ins[0]
         trips = None if m is None else int(np.asarray(m).reshape(-1)[0])
@@ -142,7 +160,7 @@ class LoopKernel(_ControlKernel):
         scans: list[list] = [[] for _ in range(self.k)]
         i = 0
         while keep and (trips is None or i < trips):
-            res = self.body.call([np.array(i, np.int64), np.array(keep), *carried, *caps])
+            res = self.body.call([np.array(i, np.int64), np.array(keep), *carried, *caps], ws)
             # NOTE: the body's condition stops the loop even when the cond input is absent
             # (onnxruntime does so; the spec's table says it is then ignored)
             keep = bool(np.asarray(res[0]).reshape(-1)[0])
@@ -156,15 +174,15 @@ class LoopKernel(_ControlKernel):
             i += 1
         return carried, scans, i
 
-    def run(self, ins, outs):
-        carried, _, i = self._iterate(ins, outs[self.n:])
+    def run(self, ins, outs, ws):
+        carried, _, i = self._iterate(ins, ws, outs[self.n:])
         if any(o.shape[0] != i for o in outs[self.n:]):
             raise ValueError(f"Loop ran {i} iterations, planned {outs[self.n].shape[0]}")
         for dst, src in zip(outs[:self.n], carried):
             np.copyto(dst, src, casting="unsafe")
 
-    def run_dynamic(self, ins):
-        carried, scans, i = self._iterate(ins)
+    def run_dynamic(self, ins, ws):
+        carried, scans, i = self._iterate(ins, ws)
         out = [contiguous(c) for c in carried]
         if i > 0:
             return out + [np.stack(s) for s in scans]
@@ -193,9 +211,9 @@ class ScanKernel(_ControlKernel):
         self.out_axes = list(a.get("scan_output_axes") or [0] * self.k)
         self.out_dirs = list(a.get("scan_output_directions") or [0] * self.k)
         caps = ins[self.n + self.m:]
-        self.body = _Subgraph(a["body"], self.make_session, _consts(caps, self.n + self.m))
+        self.body = _Subgraph(a["body"], self.make_plan, _consts(caps, self.n + self.m))
 
-    def _iterate(self, ins, scan_outs):
+    def _iterate(self, ins, ws, scan_outs):
         n, m = self.n, self.m
         scans = ins[n:n + m]
         views = [np.moveaxis(x, ax % x.ndim, 0) for x, ax in zip(scans, self.in_axes)]
@@ -204,19 +222,19 @@ class ScanKernel(_ControlKernel):
         caps = list(ins[n + m:])
         for t in range(trips):
             slices = [v[trips - 1 - t if d else t] for v, d in zip(views, self.in_dirs)]
-            res = self.body.call([*states, *slices, *caps])
+            res = self.body.call([*states, *slices, *caps], ws)
             states = [np.array(r, copy=True) for r in res[:n]]
             for j, r in enumerate(res[n:]):
                 scan_outs(j, trips, r.shape, r.dtype)[trips - 1 - t if self.out_dirs[j] else t] = r
         return states
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         views = [np.moveaxis(o, ax % o.ndim, 0) for o, ax in zip(outs[self.n:], self.out_axes)]
-        states = self._iterate(ins, lambda j, trips, shape, dtype: views[j])
+        states = self._iterate(ins, ws, lambda j, trips, shape, dtype: views[j])
         for dst, src in zip(outs[:self.n], states):
             np.copyto(dst, src, casting="unsafe")
 
-    def run_dynamic(self, ins):
+    def run_dynamic(self, ins, ws):
         made: dict[int, np.ndarray] = {}
 
         def sink(j, trips, shape, dtype):
@@ -224,7 +242,7 @@ class ScanKernel(_ControlKernel):
                 made[j] = np.empty((trips, *shape), dtype)
             return made[j]
 
-        states = self._iterate(ins, sink)
+        states = self._iterate(ins, ws, sink)
         outs = []
         for j in range(self.k):
             full = made.get(j)
@@ -239,18 +257,19 @@ assert set(KERNELS) == set(CONTROL_FLOW_OPS)
 
 
 class ControlFlowBackend(Backend):
-    """Runs the control-flow nodes of a session; their subgraphs run as nested sessions with the
-    session's own config, packed-weight cache and runtime (``make_session(graph)``).
+    """Runs the control-flow nodes of a plan; their subgraphs run as nested plans made by
+    ``make_plan(graph, shapes, values, dtypes)`` (``build_plan`` with the session's own
+    backends, so its config and packed-weight cache).
     ``backend``: the name reported for these nodes (the backend that runs the subgraphs)."""
 
     name = "control"
 
-    def __init__(self, make_session, backend: str):
-        self.make_session = make_session
+    def __init__(self, make_plan, backend: str):
+        self.make_plan = make_plan
         self.backend = backend
 
     def supports(self, node, ins) -> bool:
         return node.op_type in KERNELS and node.domain in ("", "ai.onnx")
 
     def make_kernel(self, node, ins=None):
-        return KERNELS[node.op_type](node, self.make_session, self.backend)
+        return KERNELS[node.op_type](node, self.make_plan, self.backend)

@@ -11,16 +11,16 @@ BACKENDS = ("cpu", "reference", "null")
 
 def make_backend(name: str, num_threads: int = 1, packs: PackCache | None = None,
                  precision: str = "normal", memory: str = "normal", *,
-                 make_session=None, report_as: str = "") -> Backend:
+                 make_plan=None, report_as: str = "") -> Backend:
     """Instantiate the backend called ``name``; ``packs`` shares packed weights between the
     sessions of one model; ``precision`` and ``memory`` are the ScheduleConfig modes (only the
-    ``cpu`` backend acts on them). ``control_flow`` needs ``make_session(graph)`` (a nested
-    session for a subgraph) and ``report_as`` (the backend name its nodes report). Raises
+    ``cpu`` backend acts on them). ``control_flow`` needs ``make_plan(graph, shapes, values,
+    dtypes)`` (the plan of a subgraph) and ``report_as`` (the backend name its nodes report). Raises
     ValueError for an unknown name."""
     if name == "control_flow":
         from .control_flow import ControlFlowBackend
 
-        return ControlFlowBackend(make_session, report_as)
+        return ControlFlowBackend(make_plan, report_as)
     if name == "reference":
         from .reference import ReferenceBackend
 

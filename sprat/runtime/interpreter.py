@@ -7,6 +7,7 @@ import os
 from ..backends.base import PackCache
 from ..errors import SpratError
 from ..ir.graph import Graph
+from ..schedule.plan import PlanCache
 from .config import ScheduleConfig
 from .runtime import Runtime
 from .session import Session
@@ -27,6 +28,8 @@ class Interpreter:
         self._buffer = buffer
         self.path = path
         self._packs = PackCache()
+        # NOTE: plans shared by the sessions (same schedule, same input shapes: one plan)
+        self._plans = PlanCache()
         self._onnx: str | None = None  # an ONNX source, converted on first need
         if pack_store is not None:
             pack_store.attach(self._packs)
@@ -88,8 +91,10 @@ class Interpreter:
     def create_session(self, config: ScheduleConfig | None = None,
                        runtime: Runtime | None = None) -> Session:
         """A new Session over this model's weights: sessions share the model's weights and the
-        packed copies kernels make of them (packed once, by the first session that needs them).
-        ``runtime``: the Runtime whose cores the session shares (default: the process-wide one).
+        packed copies kernels make of them (packed once, by the first session that needs them),
+        and their plans (sessions with the same schedule and input shapes plan once and run
+        one Plan, each on a RunState of its own). ``runtime``: the Runtime whose cores the
+        session shares (default: the process-wide one).
 
         Raises TypeError/ValueError for a bad config, SpratError after ``release_model``.
         """
@@ -99,7 +104,7 @@ class Interpreter:
             raise TypeError(f"runtime must be a sprat.Runtime, got {type(runtime).__name__}")
         if self._graph is None and self._onnx is not None:
             self._convert(config)
-        return Session(self.graph, config, self._packs, runtime)
+        return Session(self.graph, config, self._packs, runtime, self._plans)
 
     def _convert(self, config: ScheduleConfig | None) -> None:
         """Convert the ONNX source, through the compiled cache when ``config.cache_dir``."""

@@ -42,7 +42,7 @@ print(json.dumps({"weights": interp.graph.weight_bytes(), "packed": interp.packe
 def second_session_growth(key: str, path: str | os.PathLike) -> dict:
     """Run zoo model ``key`` (``path``: its ``.sprat``) in a fresh process: one session runs twice,
     then a second session of the same Interpreter is prepared and run. Returns bytes:
-    ``weights``, ``packed`` (shared), ``arena`` and ``workspace`` (the second session's own),
+    ``weights``, ``packed`` (shared), ``arena`` (the second session's own, ``workspace`` of it),
     ``prepared`` and ``ran`` (RSS growth after its prepare, after its first run)."""
     out = subprocess.run([sys.executable, "-c", PROBE, key, os.fspath(path)],
                          capture_output=True, text=True, timeout=600, check=True)

@@ -177,9 +177,9 @@ def test_loop_body_is_planned_once():
     want = feeds["a0"] + feeds["x"] * np.float32(np.arange(5).sum())
     for _ in range(3):
         assert_close(sess.run(feeds)["acc"], want)
-    (step,) = [s for s in sess._steps if s.node.op_type == "Loop"]
-    assert len(step.kernel.body.sessions) == 1
-    assert sess._tail is None  # carried shapes are static: the Loop is a plain step
+    (step,) = [s for s in sess.plan.steps if s.node.op_type == "Loop"]
+    assert len(step.kernel.body.plans) == 1
+    assert sess.plan.dynamic is None  # carried shapes are static: the Loop is a plain step
 
 
 # ---- Scan --------------------------------------------------------------------------------------

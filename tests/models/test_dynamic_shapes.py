@@ -101,23 +101,25 @@ def test_tail_plan_is_cached_by_the_dynamic_shapes():
     sess = _session(model)
     x = np.array([[1, -1, 2, 0], [0, 3, -2, 1], [1, 1, 1, 1]], np.float32)
     sess.run({"x": x})
-    root = sess._tail
-    assert root is not None and root.dyn.node.op_type == "NonZero"
-    assert len(root.children) == 1
-    plans = list(root.children.values())
+    root = sess.plan
+    assert root.dynamic is not None and root.dynamic.node.op_type == "NonZero"
+    assert len(sess.state.children) == 1
+    (tail,) = sess.state.children
+    nz = tuple((a.shape, a.dtype.str) for a in [np.argwhere(x > 0).T.astype(np.int64)])
+    assert root.next(nz) is tail  # the tail's plan, memoised by the dynamic shapes
     x2 = -x  # another count of positives: a second tail plan
     sess.run({"x": x})
-    assert list(root.children.values()) == plans  # same shapes: nothing re-planned
+    assert list(sess.state.children) == [tail]  # same shapes: nothing re-planned
     sess.run({"x": x2})
-    assert len(root.children) == 2
-    assert sess._tail is root  # the static prefix was not re-prepared
+    assert len(sess.state.children) == 2
+    assert sess.plan is root  # the static prefix was not re-prepared
 
 
 def test_static_model_has_no_tail():
     m = _model([N("Relu", ["x"], ["y"])], {"x": (F32, [2, 3])}, {"y": F32})
     sess = _session(m)
     sess.run({"x": randn(2, 3)})
-    assert sess._tail is None
+    assert sess.plan.dynamic is None
 
 
 def test_callbacks_profiling_and_outputs_with_a_dynamic_tail():
@@ -131,7 +133,7 @@ def test_callbacks_profiling_and_outputs_with_a_dynamic_tail():
     assert not res.partial
     assert_close(res["y"], want["y"])
     times = sess.info()["op_times_ms"]
-    assert set(times) == {n.name for n in sess._graph.nodes}  # the tail's ops included
+    assert set(times) == {n.name for n in sess.plan.graph.nodes}  # the tail's ops included
     assert set(sess.info()["backends"]) == set(times)
     # an after callback stopping at the dynamic node: a partial result
     res = sess.run_with_callback(feeds, after=lambda info, i, o: info.type != "NonZero")

@@ -488,7 +488,7 @@ def test_mediapipe_model_matches_litert(key):
 
 def test_face_landmark_with_attention_names_its_custom_ops():
     path = _fetch("mediapipe_face_detection")  # the wheel is cached once fetched
-    wheel = zoo._find_wheel(zoo.get("mediapipe_face_detection"),
+    wheel = zoo.find_wheel(zoo.get("mediapipe_face_detection"),
                             zoo.resolve_cache_dir() / "wheels")
     if wheel is None:
         pytest.skip("mediapipe wheel not cached")

@@ -78,7 +78,7 @@ def test_second_fetch_uses_cache_without_pip(small_model, monkeypatch):
 @pytest.fixture
 def offline_cache(small_model, tmp_path, monkeypatch):
     """A temp cache holding only the cached wheel; pip is disabled."""
-    wheel = zoo._find_wheel(zoo.MODELS[SMALL], small_model.parent / "wheels")
+    wheel = zoo.find_wheel(zoo.MODELS[SMALL], small_model.parent / "wheels")
     assert wheel is not None
     (tmp_path / "wheels").mkdir()
     shutil.copy(wheel, tmp_path / "wheels" / wheel.name)

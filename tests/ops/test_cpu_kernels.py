@@ -15,6 +15,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from sprat.backends.base import Workspace
 from sprat.backends.cpu import CpuBackend, _blas, limits
 from sprat.backends.cpu._math import ACT
 from sprat.backends.reference import evaluate
@@ -63,10 +64,12 @@ def run_cpu(node, infos, inputs, threads):
     kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
     # NOTE: garbage-filled outputs: a kernel must write every element
     outs = [np.full(s, np.nan if np.dtype(d).kind == "f" else -7, d) for s, d in shapes]
+    # NOTE: scratch not declared zeroed starts as garbage, as another tensor's arena bytes
+    ws = Workspace.allocate(kernel, np.nan)
     with limits(threads):
-        kernel.run(inputs, outs)
+        kernel.run(inputs, outs, ws)
         first = [o.copy() for o in outs]
-        kernel.run(inputs, outs)
+        kernel.run(inputs, outs, ws)
     for a, b in zip(first, outs):
         np.testing.assert_array_equal(a, b)  # deterministic, nothing left over between calls
     return outs
@@ -391,11 +394,12 @@ def _traced_run_bytes(op, inputs, attrs, consts=(), threads=2):
     kernel = backend.make_kernel(node)
     kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
     outs = [np.empty(s, d) for s, d in shapes]
+    ws = Workspace.allocate(kernel)
     with limits(threads):
-        kernel.run(inputs, outs)
+        kernel.run(inputs, outs, ws)
         tracemalloc.start()
         for _ in range(3):
-            kernel.run(inputs, outs)
+            kernel.run(inputs, outs, ws)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     return peak
@@ -664,7 +668,7 @@ def test_copy_skips_aliased_output():
     kernel = CpuBackend(1).make_kernel(node)
     kernel.prepare(infos, [TensorInfo((3, 2), np.dtype(np.float32))])
     out = a.reshape(3, 2)
-    kernel.run([a, None], [out])
+    kernel.run([a, None], [out], Workspace.allocate(kernel))
     np.testing.assert_array_equal(out.reshape(-1), randn(2, 3).reshape(-1))
 
 

@@ -16,6 +16,7 @@ from opcheck import check_op, make_node_model, node_from_model, run_onnxruntime
 
 import sprat
 from sprat import zoo
+from sprat.backends.base import Workspace
 from sprat.backends.cpu import CpuBackend, limits
 from sprat.backends.reference import evaluate
 from sprat.ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW
@@ -46,10 +47,10 @@ def run_fast(node, infos, arrays, threads=1):
     kernel.prepare(infos, [TensorInfo(shape, dtype)])
     out = garbage(shape, dtype)
     with limits(threads):
-        kernel.run(arrays, [out])
+        kernel.run(arrays, [out], Workspace.allocate(kernel))
         first = out.copy()
         out[...] = garbage(shape, dtype)
-        kernel.run(arrays, [out])
+        kernel.run(arrays, [out], Workspace.allocate(kernel))
     np.testing.assert_array_equal(first, out)
     return out
 

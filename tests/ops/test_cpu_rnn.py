@@ -4,6 +4,7 @@ against onnxruntime in test_ops_backends / test_models)."""
 import numpy as np
 import pytest
 
+from sprat.backends.base import Workspace
 from sprat.backends.cpu import CpuBackend
 from sprat.backends.cpu.rnn import LSTMKernel
 from sprat.backends.reference import evaluate
@@ -35,9 +36,10 @@ def test_lstm_matches_reference(direction, init, bias, seq_lens):
     ref = evaluate(node, arrs)
     kernel = LSTMKernel(node, 1)
     kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
+    ws = Workspace.allocate(kernel, np.nan)
     for _ in range(2):  # a second run must not depend on state left by the first
         outs = [np.full_like(r, np.nan) for r in ref]
-        kernel.run(arrs, outs)
+        kernel.run(arrs, outs, ws)
         for got, want in zip(outs, ref):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -56,12 +58,13 @@ def test_bidirectional_lstm_on_two_threads(memory):
     kernel.memory = memory
     kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
     assert kernel.par
+    ws = Workspace.allocate(kernel, np.nan)
     from sprat.backends.cpu import limits
 
     with limits(2):
         for _ in range(2):
             outs = [np.full_like(r, np.nan) for r in ref]
-            kernel.run(arrs, outs)
+            kernel.run(arrs, outs, ws)
             for got, want in zip(outs, ref):
                 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 

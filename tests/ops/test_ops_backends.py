@@ -311,10 +311,10 @@ def test_registered_op(op, inputs, attrs, kw):
 
 
 def test_registry_covered():
-    from sprat.backends.reference import _load_ops
-
     from test_ops_contrib import TESTED as CONTRIB_TESTED
     from test_ops_extra import NEWER_THAN_ORT_CASES, PIPELINE_CASES
+
+    from sprat.backends.reference import _load_ops
 
     covered = {p.values[0] for p in REGISTRY_CASES}
     # the ops of test_ops_extra.py and test_ops_contrib.py run through the whole pipeline there
@@ -908,7 +908,7 @@ def test_shape_chain_nodes_fold_at_prepare():
     sess = sprat.Interpreter.from_buffer(sprat.convert(model)).create_session(
         sprat.ScheduleConfig(backends=("cpu",)))
     sess.run(feeds)
-    ops = {n.op_type for n in sess._graph.nodes if n.name in sess.info()["backends"]}
+    ops = {n.op_type for n in sess.plan.graph.nodes if n.name in sess.info()["backends"]}
     assert ops == {"Reshape"}, sess.info()["backends"]
 
 

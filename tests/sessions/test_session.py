@@ -86,7 +86,7 @@ def test_output_names_selects(sess):
 @pytest.mark.parametrize("warm", [False, True], ids=["first-run", "after-good-run"])
 def test_bad_feeds_raise_input_error(sess, change, message, warm):
     """Also after a good run, whose feeds' names/shapes/dtypes let the same again skip the
-    checks (``Session._fed``): any change must take the full checks."""
+    checks (the session remembers the last checked feeds): any change must take the full checks."""
     if warm:
         sess.run(_feeds())
     feeds = _feeds()
@@ -102,7 +102,7 @@ class _Tagged(np.ndarray):
 
 
 def test_feeds_that_are_not_plain_arrays_are_checked_every_run(sess):
-    """A list or an ndarray subclass is never remembered as checked (``Session._fed``)."""
+    """A list or an ndarray subclass is never remembered as checked (the session remembers the last checked feeds)."""
     good = _feeds()
     tagged = {"x": good["x"].view(_Tagged), "idx": good["idx"]}
     for feeds in (tagged, {"x": good["x"], "idx": [0, 4, 2]}):
@@ -131,14 +131,16 @@ def test_kernel_error_names_the_node(sess):
 
 
 def test_concurrent_run_raises_busy(sess):
-    # NOTE: hold the session's guard from another thread, as a long run would.
+    # NOTE: a run held inside its first op by a callback, in another thread: a long run
     got = []
     entered, release = threading.Event(), threading.Event()
 
+    def after(info, ins, outs):
+        entered.set()
+        release.wait(10)
+
     def hold():
-        with sess._busy():
-            entered.set()
-            release.wait(10)
+        got.append(sess.run_with_callback(_feeds(), after=after))
 
     t = threading.Thread(target=hold)
     t.start()
@@ -150,7 +152,8 @@ def test_concurrent_run_raises_busy(sess):
         release.set()
         t.join()
     got.append(sess.run(_feeds()))
-    assert got[0]["y"].shape == (1, 8)
+    assert got[0]["y"].shape == got[1]["y"].shape == (1, 8)
+    np.testing.assert_array_equal(got[0]["y"], got[1]["y"])
 
 
 def test_sessions_share_weights(model):

@@ -203,9 +203,12 @@ def test_view_ops_share_their_input_bytes():
     for name, w in zip(("a", "c", "y"), want):
         np.testing.assert_allclose(got[name], w, rtol=1e-6)
     # the Reshape and Unsqueeze outputs are the Relu output's bytes: the arena holds x, a, y
-    arrays = dict(sess._output_arrays)
-    assert np.shares_memory(arrays["a"], arrays["c"])
-    assert not np.shares_memory(arrays["a"], arrays["y"])
+    plan = sess.plan
+    ids = {v.name: i for i, v in enumerate(plan.graph.values)}
+    assert plan.aliases.get(ids["c"]) == ids["a"]  # a view declared by the kernel ...
+    arrays = sess.state.arrays  # ... placed on the same bytes
+    assert np.shares_memory(arrays[ids["a"]], arrays[ids["c"]])
+    assert not np.shares_memory(arrays[ids["a"]], arrays[ids["y"]])
     assert sess.info()["arena_bytes"] <= 3 * 512
     # binding either end of the chain to a user array still gives every output right
     for bound in ("a", "c"):

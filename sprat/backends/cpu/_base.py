@@ -6,7 +6,7 @@ import ctypes
 
 import numpy as np
 
-from ..base import Kernel, PackCache
+from ..base import Kernel, PackCache, WorkspaceSpec
 
 # NOTE: a parallel region costs ~5-10 us while Numba's workers spin, but 50-100 us once they
 # have gone to sleep between sparse regions (measured: PP-OCR v2 cls at 2 threads ran slower than
@@ -52,27 +52,26 @@ class CpuKernel(Kernel):
     def supports(cls, node, ins) -> bool:
         raise NotImplementedError
 
-    _binding = None
-
-    def binding(self, arrays: tuple, make):
+    def binding(self, ws, arrays: tuple, make):
         """``make()``, made once per binding of ``arrays`` (the run's input and output arrays,
-        compared by identity) and kept: the session hands the same arrays every run."""
+        compared by identity) and kept in the workspace ``ws`` (one per run state): a run
+        state hands the same arrays every run."""
         ids = tuple(map(id, arrays))
-        b = self._binding
+        b = ws.memo
         if b is None or b[0] != ids:
             # NOTE: ``arrays`` is kept so that the ids cannot be reused by new objects
-            b = self._binding = (ids, arrays, make())
+            b = ws.memo = (ids, arrays, make())
         return b[2]
 
-    def bound_call(self, arrays: tuple, make) -> None:
+    def bound_call(self, ws, arrays: tuple, make) -> None:
         """Run ``fn(*args)`` with ``(fn, args) = make()``, the argument tuple built and ``fn``'s
         compiled entry resolved (``entry_point``) once per ``binding`` of ``arrays``, not per
         call."""
-        b = self._binding
+        b = ws.memo
         if b is not None and b[0] == tuple(map(id, arrays)):  # NOTE: the hot path, inlined
             entry, args = b[2]
         else:
-            entry, args = self.binding(arrays, lambda: _entry_and_args(*make()))
+            entry, args = self.binding(ws, arrays, lambda: _entry_and_args(*make()))
         entry(*args)
 
     def bind_constants(self, ins, which) -> None:
@@ -86,6 +85,14 @@ class CpuKernel(Kernel):
         """Input ``k`` for run: the bound constant when there is one, else ``ins[k]``."""
         c = self.consts.get(k)
         return ins[k] if c is None else c
+
+
+def scratch(nt: int, size: int, dtype=np.float32, zeroed: bool = False) -> WorkspaceSpec:
+    """A workspace of ``size`` elements per work slot, shape (nt, size rounded up to 64 bytes):
+    each row starts on a 64-byte boundary (the arena is 64-byte aligned)."""
+    dtype = np.dtype(dtype)
+    per_line = 64 // dtype.itemsize
+    return WorkspaceSpec((nt, size + (-size) % per_line), dtype, zeroed)
 
 
 def entry_point(fn, args: tuple):

@@ -8,7 +8,6 @@ block and applies the fused epilogue while the block is hot in cache.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import prange, uint64
 
 from ._blas import sgemm
@@ -386,8 +385,3 @@ SLOT = {"pointwise": pointwise_slot, "shift": shift_slot, "im2col": im2col_slot,
 PAR = {"pointwise": pointwise_par, "shift": shift_par, "im2col": im2col_par,
        "depthwise": depthwise_par}
 
-
-def scratch(nt: int, size: int) -> np.ndarray:
-    """Zeroed per-thread scratch, shape (nt, size) float32 (rows 64-byte aligned when possible)."""
-    pad = (-size) % 16
-    return np.zeros((nt, size + pad), np.float32)

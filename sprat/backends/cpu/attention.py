@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ._base import PARALLEL_MIN_MACS, CpuKernel
+from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._blas import sgemm
 from ._epilogue import empty_f32
 from ._jit import njit
@@ -137,16 +137,16 @@ class AttentionKernel(CpuKernel):
                          else (0, 0, 0))
         macs = B * H * Sq * Skv * (D + Dv)
         self.nt = min(self.threads, B * H) if macs >= PARALLEL_MIN_MACS else 1
-        self.buf = np.zeros((self.nt, Sq * Skv + 16), np.float32)
+        self.workspaces = (scratch(self.nt, Sq * Skv + 16),)
         self.empty = empty_f32()
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         B, H, G, Sq, Skv, D, Dv = self.geom
         mask = ins[3].reshape(-1) if self.has_mask else self.empty
         mb, mh, mq = self.mstrides
         args = (ins[0].reshape(-1), ins[1].reshape(-1), ins[2].reshape(-1), mask,
                 self.has_mask, outs[0].reshape(-1), B, H, G, Sq, Skv, D, Dv, self.scale,
-                mb, mh, mq, self.buf)
+                mb, mh, mq, ws.buffers[0])
         if self.nt == 1:
             attention_slot(0, 1, *args)
         else:

@@ -19,7 +19,7 @@ import numpy as np
 from ...ir.shapes.nn import conv_geometry
 from . import _conv_nb as nb
 from . import _winograd_nb as wg_nb
-from ._base import PARALLEL_MIN_MACS, CpuKernel, writable_alias
+from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch, writable_alias
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
 
@@ -151,10 +151,8 @@ class ConvKernel(CpuKernel):
             if not self.split_m:
                 nblocks = -(-nblocks // nt) * nt
             self.tb = max(1, -(-tiles // nblocks))
-            self.vbuf = nb.scratch(nt, 36 * self.tb * c)
-            self.mbuf = nb.scratch(nt, 36 * self.tb * m)
-            self.pbuf = nb.scratch(nt, 72 * c)
-            self.obuf = nb.scratch(nt, 40 * m)
+            self.workspaces = (scratch(nt, 36 * self.tb * c), scratch(nt, 36 * self.tb * m),
+                               scratch(nt, 72 * c), scratch(nt, 40 * m))
         elif sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS:
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
@@ -162,26 +160,27 @@ class ConvKernel(CpuKernel):
             wp = ow + (kw - 1) * dil[1]
             self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // wp), nt)
             band = self.rows + (kh - 1) * dil[0]
-            self.xb = nb.scratch(nt, (band * wp + (kw - 1) * dil[1]) * c)
-            self.acc = nb.scratch(nt, self.rows * wp * m)
+            # NOTE: xb's padding border is never written: it must stay zero
+            self.workspaces = (scratch(nt, (band * wp + (kw - 1) * dil[1]) * c, zeroed=True),
+                               scratch(nt, self.rows * wp * m))
         else:
             self.algo = "im2col"
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
             self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
             self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // ow), nt)
-            self.col = nb.scratch(nt, self.rows * ow * kh * kw * cg)
+            self.workspaces = (scratch(nt, self.rows * ow * kh * kw * cg),)
         if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         r = ins[-1] if self.has_res else None
         # NOTE: the argument tuple (tens of arguments) is built once per binding: rebuilding it
         # cost ~3 us a call on small convs
-        self.bound_call((x, y, r), lambda: self._args_for(x, y, r))
+        self.bound_call(ws, (x, y, r), lambda: self._args_for(x, y, r, ws.buffers))
 
-    def _args_for(self, xa, ya, ra):
+    def _args_for(self, xa, ya, ra, bufs):
         x, y = xa.reshape(-1), ya.reshape(-1)
         res = ra.reshape(-1) if ra is not None else self.empty
         n, h, w, c, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
@@ -192,16 +191,16 @@ class ConvKernel(CpuKernel):
                     self.blk, self.w_stored, code, a, b)
         elif algo == "shift":
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
-                    ph, pw, self.rows, self.xb, self.acc, code, a, b)
+                    ph, pw, self.rows, *bufs, code, a, b)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
-                    self.split_m, self.vbuf, self.mbuf, self.pbuf, self.obuf, code, a, b)
+                    self.split_m, *bufs, code, a, b)
         elif algo == "depthwise":
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
         else:
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
-                    kh, kw, sh, sw, dh, dw, ph, pw, self.rows, self.col, code, a, b)
+                    kh, kw, sh, sw, dh, dw, ph, pw, self.rows, *bufs, code, a, b)
         if nt == 1:
             return SLOT[algo], (0, 1, *args)
         return PAR[algo], (nt, *args)

@@ -14,9 +14,8 @@ import numpy as np
 from numba import prange, uint64
 
 from ...ir.shapes.nn import conv_transpose_geometry
-from ._base import CpuKernel
+from ._base import CpuKernel, scratch
 from ._blas import sgemm
-from ._conv_nb import scratch
 from ._epilogue import empty_f32
 from ._jit import njit
 from ._math import ACT, FAST, act_inplace, act_of
@@ -117,11 +116,11 @@ class ConvTransposeKernel(CpuKernel):
         nt = self.threads
         self.rows = _rows_per_block(n, h, max(1, GEMM_ROWS // w), nt)
         self.dims = (n, h, w, c, m, kh, kw)
-        self.acc = scratch(nt, self.rows * w * kh * kw * m)
+        self.workspaces = (scratch(nt, self.rows * w * kh * kw * m),)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         code, a, b = self.act
         res = ins[-1].reshape(-1) if self.has_res else self.empty
         conv_transpose_tiles(ins[0].reshape(-1), self.w, self.bias, res, self.has_res,
                              outs[0].reshape(-1), *self.dims, self.rows, self.threads,
-                             self.acc, code, a, b)
+                             ws.buffers[0], code, a, b)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _elementwise_nb as nb
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from ._math import ACT, CLIP, HARDSIGMOID, LEAKYRELU, act_of
 
@@ -122,33 +122,33 @@ class BinaryKernel(_Epilogue):
         self.nt = self.threads if size >= PARALLEL_MIN else 1
         if self.plan is not None:
             self.items = nb.binary_item_count(self.plan[0])
-            self.tiles = np.empty((self.nt, nb.CHUNK), np.float32)  # row-broadcast scratch
+            self.workspaces = (scratch(self.nt, nb.CHUNK),)  # row-broadcast tiles
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         y = outs[0]
         r = ins[-1] if self.has_res else None
         if self.unary is not None:
-            self.bound_call((ins[0], y, r), lambda: _unary_call(
+            self.bound_call(ws, (ins[0], y, r), lambda: _unary_call(
                 self, self.unary, ins[0].reshape(-1), y.reshape(-1), 0.0, 0.0, r))
             return
         a, b = self.arg(ins, 0), self.arg(ins, 1)
         if self.plan is None:
             UFUNC[self.op](a, b, out=y)  # then the residual and activation in place
-            self.bound_call((y, r), lambda: _unary_call(
+            self.bound_call(ws, (y, r), lambda: _unary_call(
                 self, nb.IDENTITY, y.reshape(-1), y.reshape(-1), 0.0, 0.0, r))
             return
-        self.bound_call((a, b, y, r), lambda: self._binary_call(a, b, y, r))
+        self.bound_call(ws, (a, b, y, r), lambda: self._binary_call(a, b, y, r, ws.buffers[0]))
 
-    def _binary_call(self, a, b, y, r):
+    def _binary_call(self, a, b, y, r, tiles):
         code, pa, pb = self.act
         dims, sa, sb = self.plan
         a, b, yf = a.reshape(-1), b.reshape(-1), y.reshape(-1)
         res = self.empty if r is None else r.reshape(-1)
         if self.nt > 1:
             return nb.binary_par, (self.nt, self.op, a, sa, b, sb, yf, dims, res, self.has_res,
-                                   code, pa, pb, self.tiles)
+                                   code, pa, pb, tiles)
         return nb.binary_items, (0, self.items, self.op, a, sa, b, sb, yf, dims, res,
-                                 self.has_res, code, pa, pb, self.tiles[0])
+                                 self.has_res, code, pa, pb, tiles[0])
 
 
 def _unary_call(kernel, op, x, y, pa, pb, r):
@@ -199,8 +199,8 @@ class UnaryKernel(_Epilogue):
             op = nb.GELU_TANH
         self.op, self.pa, self.pb = op, pa, pb
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         r = ins[-1] if self.has_res else None
-        self.bound_call((x, y, r), lambda: _unary_call(self, self.op, x.reshape(-1),
+        self.bound_call(ws, (x, y, r), lambda: _unary_call(self, self.op, x.reshape(-1),
                                                        y.reshape(-1), self.pa, self.pb, r))

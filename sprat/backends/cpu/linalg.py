@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from . import _lowp_nb as lowp
-from ._base import PARALLEL_MIN_MACS, CpuKernel, writable_alias
+from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch, writable_alias
 from ._blas import sgemm
 from ._epilogue import empty_f32, residual_act
 from ._jit import njit
@@ -137,30 +137,30 @@ class _Gemmish(CpuKernel):
         if self.M == 1:
             self.f16 = lowp.gemv_f16
             self.cb = min(GEMV_PANEL, -(-(-(-self.N // nt)) // 16) * 16)
-            self.scratch16 = np.empty((nt, 0), np.float32)
+            self.workspaces = (scratch(nt, 0),)
         else:
             self.f16 = lowp.gemm_f16_blocks
             self.cb = max(16, min(512, F16_PANEL_BYTES // (4 * max(self.K, 1)) // 16 * 16))
-            self.scratch16 = np.empty((nt, self.K * self.cb), np.float32)
+            self.workspaces = (scratch(nt, self.K * self.cb),)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         """A (input 0) @ B (input 1), C (input 2: Gemm's C or MatMul's fused ``_bias``) as
         prepared, residual last."""
         a, y = self.arg(ins, 0), outs[0]
         r = ins[-1] if self.has_res else None
         if self.f16 is not None:
-            self.bound_call((a, y, r), lambda: self._f16_call(a, y, r))
+            self.bound_call(ws, (a, y, r), lambda: self._f16_call(a, y, r, ws.buffers[0]))
             return
         b = self.arg(ins, 1)
         c = self.arg(ins, 2) if self.has_c else None
-        self.bound_call((a, b, c, y, r), lambda: self._gemm_call(a, b, c, y, r))
+        self.bound_call(ws, (a, b, c, y, r), lambda: self._gemm_call(a, b, c, y, r))
 
-    def _f16_call(self, a, y, r):
+    def _f16_call(self, a, y, r, buf):
         code, pa, pb = self.act
         res = self.empty if r is None else r.reshape(-1)
         return self.f16, (a.reshape(-1), self.w16, y.reshape(-1), self.M, self.N, self.K,
                           self.cb, self.nt, self.bias16, self.has_bias16, res, self.has_res,
-                          code, pa, pb, self.scratch16)
+                          code, pa, pb, buf)
 
     def _gemm_call(self, a, b, c, y, r):
         code, pa, pb = self.act

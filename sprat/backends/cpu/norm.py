@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from ._epilogue import empty_f32, residual_act, tiled_bias
 from ._jit import njit
 from ._math import ACT, FAST, acc_max, act_of, exp32
@@ -223,12 +223,12 @@ class SoftmaxKernel(CpuKernel):
         self.dims = _split_axis(ins[0].shape, int(self.node.attrs.get("axis", -1)))
         self.log = self.node.op_type == "LogSoftmax"
         self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
-        self.scratch = np.zeros((self.nt, 2 * CHUNK), np.float32)
+        self.workspaces = (scratch(self.nt, 2 * CHUNK),)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         o, l_, i = self.dims
         softmax(ins[0].reshape(-1), outs[0].reshape(-1), o, l_, i, self.log, self.nt,
-                self.scratch)
+                ws.buffers[0])
 
 
 class LayerNormKernel(CpuKernel):
@@ -263,7 +263,7 @@ class LayerNormKernel(CpuKernel):
         self.full_bias = self.has_bias and ins[2].size == self.D
         self.bind_constants(ins, (1, 2))
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         scale = self.arg(ins, 1).reshape(-1)
         if not self.full_scale:
             self.ones.fill(scale[0])
@@ -319,7 +319,7 @@ class BatchNormKernel(CpuKernel):
         self.empty = empty_f32()
         self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         o, c, i = self.dims
         code, pa, pb = self.act
         res = ins[-1].reshape(-1) if self.has_res else self.empty

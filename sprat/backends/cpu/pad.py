@@ -88,7 +88,7 @@ class PadKernel(CpuKernel):
                 src_index[a] = src
                 self.copies.append((tuple(index), tuple(src_index)))
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         y = outs[0]
         x = ins[0][self.crop]
         if self.mode == "constant":
@@ -277,7 +277,7 @@ class DepthSpaceKernel(CpuKernel):
         if self.perm[-1] != 5 and np.dtype(ins[0].dtype) == np.float32:
             self.order = "src" if self.view[-1] > self.out_view[-1] else "dst"
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x, y = ins[0].reshape(self.view), outs[0].reshape(self.out_view)
         if self.order == "src":
             _copy6(x, y.transpose(self.inverse))

@@ -107,8 +107,8 @@ class PoolKernel(CpuKernel):
                      self.node.op_type == "MaxPool", bool(a.get("count_include_pad", 0)))
         self.act = act_of(self.node)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         code, a, b = self.act
-        self.bound_call((x, y), lambda: (pool2d, (x.reshape(-1), y.reshape(-1), *self.args,
+        self.bound_call(ws, (x, y), lambda: (pool2d, (x.reshape(-1), y.reshape(-1), *self.args,
                                                   self.threads, code, a, b)))

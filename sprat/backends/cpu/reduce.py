@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from ._jit import njit
 from ._math import FAST, acc_max, acc_min, fmax, fmin
 
@@ -147,10 +147,10 @@ class ReduceKernel(CpuKernel):
         o, r, i = collapse_reduce(ins[0].shape, _axes(self.node, ins))
         self.dims = (o, r, i)
         self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
-        self.acc = np.zeros((self.nt, CHUNK), np.float64)
+        self.workspaces = (scratch(self.nt, CHUNK, np.float64),)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         o, r, i = self.dims
-        self.bound_call((x, y), lambda: (reduce_ori, (x.reshape(-1), y.reshape(-1), o, r, i,
-                                                      self.op, self.nt, self.acc)))
+        self.bound_call(ws, (x, y), lambda: (reduce_ori, (x.reshape(-1), y.reshape(-1), o, r, i,
+                                                      self.op, self.nt, ws.buffers[0])))

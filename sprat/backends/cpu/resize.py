@@ -146,7 +146,7 @@ class ResizeKernel(CpuKernel):
         else:
             self.ty, self.tx = linear_taps(cy, h), linear_taps(cx, w)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x, y = ins[0].reshape(-1), outs[0].reshape(-1)
         if self.mode == "nearest":
             resize_nearest(x, y, *self.shape, self.iy, self.ix, self.threads)

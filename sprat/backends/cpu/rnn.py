@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from ..base import WorkspaceSpec
 from ._base import CpuKernel
 from ._jit import njit
 from ._math import FAST, sigmoid32, tanh32
@@ -157,40 +158,39 @@ class LSTMKernel(CpuKernel):
         self.has_c0 = len(ins) > 6 and ins[6] is not None
         # scratch, once per shape, one slice per direction
         d = self.dirs
-        self.xw = np.empty((d, seq, batch, four_h), np.float32)
-        self.gates = np.empty((d, batch, four_h), np.float32)
-        self.h = np.empty((d, batch, self.hidden), np.float32)
-        self.c = np.empty((d, batch, self.hidden), np.float32)
-        self.y = np.empty((d, seq, batch, self.hidden), np.float32)
+        f32 = np.dtype(np.float32)
+        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, h, c, y
+            (d, seq, batch, four_h), (d, batch, four_h), (d, batch, self.hidden),
+            (d, batch, self.hidden), (d, seq, batch, self.hidden)))
         self.rev = np.array(self.reverse, np.bool_)
         self.n_outs = len(outs)
         # NOTE: two threads only pay when a direction has real work (the launch costs ~5 us)
         self.par = d == 2 and self.threads >= 2 and seq * four_h * self.hidden >= (1 << 18)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x = ins[0]
         seq, batch, hid = self.seq, self.batch, self.hidden
+        xw, gates, h, c, y = ws.buffers
         x2 = x.reshape(seq * batch, x.shape[2])
         for d in range(self.dirs):
-            np.matmul(x2, self.wt[d], out=self.xw[d].reshape(seq * batch, 4 * hid))
+            np.matmul(x2, self.wt[d], out=xw[d].reshape(seq * batch, 4 * hid))
         if self.has_h0:
-            self.h[...] = ins[5]
+            h[...] = ins[5]
         else:
-            self.h.fill(0.0)
+            h.fill(0.0)
         if self.has_c0:
-            self.c[...] = ins[6]
+            c[...] = ins[6]
         else:
-            self.c.fill(0.0)
+            c.fill(0.0)
         if self.par:
-            _lstm_directions(self.xw, self.r, self.r_trans, self.bias, self.h, self.c, self.y,
-                             self.gates, self.rev)
+            _lstm_directions(xw, self.r, self.r_trans, self.bias, h, c, y, gates, self.rev)
         else:
             for d in range(self.dirs):
-                _lstm_direction(self.xw[d], self.r[d], self.r_trans, self.bias[d], self.h[d],
-                                self.c[d], self.y[d], self.gates[d], self.reverse[d])
+                _lstm_direction(xw[d], self.r[d], self.r_trans, self.bias[d], h[d], c[d], y[d],
+                                gates[d], self.reverse[d])
         if self.n_outs > 0 and outs[0].size:
-            outs[0][...] = self.y.transpose(1, 0, 2, 3)
+            outs[0][...] = y.transpose(1, 0, 2, 3)
         if self.n_outs > 1:
-            outs[1][...] = self.h
+            outs[1][...] = h
         if self.n_outs > 2:
-            outs[2][...] = self.c
+            outs[2][...] = c

@@ -44,7 +44,7 @@ class ConcatKernel(CpuKernel):
     def prepare(self, ins, outs):
         self.axis = int(self.node.attrs.get("axis", 0)) % len(ins[0].shape)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         np.concatenate(ins, axis=self.axis, out=outs[0])
 
 
@@ -152,11 +152,11 @@ class TransposeKernel(CpuKernel):
             nt = self.threads if n * a * b * i >= PARALLEL_MIN_ELEMENTS and total > 1 else 1
             self.form = (nt, total, a, b, i, sa, sb)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         if self.form is None:
             np.copyto(outs[0], ins[0].transpose(self.perm))
             return
-        self.bound_call((ins[0], outs[0]), lambda: self._swap_call(ins[0], outs[0]))
+        self.bound_call(ws, (ins[0], outs[0]), lambda: self._swap_call(ins[0], outs[0]))
 
     def _swap_call(self, xa, ya):
         nt, total, a, b, i, sa, sb = self.form
@@ -185,10 +185,10 @@ class CopyKernel(CpuKernel):
                 return ins[2].value is not None and not bool(np.asarray(ins[2].value).any())
         return True
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         # NOTE: a planner alias (input and output the same bytes) needs no copy
-        if not self.binding((x, y), lambda: y.size == 0 or x.ctypes.data == y.ctypes.data):
+        if not self.binding(ws, (x, y), lambda: y.size == 0 or x.ctypes.data == y.ctypes.data):
             np.copyto(y.reshape(-1), x.reshape(-1))
 
 
@@ -219,7 +219,7 @@ class SplitKernel(CpuKernel):
             self.slices.append((slice(None),) * axis + (slice(off, off + n),))
             off += n
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         x = ins[0]
         for out, sl in zip(outs, self.slices):
             np.copyto(out, x[sl])
@@ -266,7 +266,7 @@ class SliceKernel(CpuKernel):
     def prepare(self, ins, outs):
         self.index = _slice_of(ins)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         np.copyto(outs[0], ins[0][self.index])
 
 
@@ -294,7 +294,7 @@ class GatherKernel(CpuKernel):
     def prepare(self, ins, outs):
         self.axis = int(self.node.attrs.get("axis", 0)) % len(ins[0].shape)
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         np.take(ins[0], ins[1], axis=self.axis, out=outs[0], mode="raise")
 
 
@@ -316,5 +316,5 @@ class CastKernel(CpuKernel):
             return False
         return np.dtype(to).kind in _PLAIN_KINDS
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         np.copyto(outs[0], ins[0], casting="unsafe")

@@ -8,7 +8,7 @@ from ..base import Backend, Kernel
 class NullKernel(Kernel):
     backend = "null"
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         pass
 
 

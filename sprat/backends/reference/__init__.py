@@ -56,7 +56,7 @@ VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", 
 class ReferenceKernel(Kernel):
     backend = "reference"
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, ws):
         results = evaluate(self.node, ins)
         for dst, src in zip(outs, results):
             if dst.shape != src.shape:

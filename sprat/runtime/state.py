@@ -1,0 +1,117 @@
+"""RunState: one caller's memory for running a Plan.
+
+A ``Plan`` (``sprat.schedule.plan``) is immutable and may be shared; a RunState owns what one
+call writes: the arena (tensors and kernel workspaces), the slot -> array table, the argument
+lists handed to the kernels (with user output arrays bound into them for a zero-copy run), the
+kernels' workspaces and memos, the run states of the plans after a dynamic node, per-op timings
+and copy counts (tract's ``SimpleState``). Two RunStates of one Plan run at the same time
+without sharing a byte they write.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends.base import Workspace
+from ..ir.graph import MISSING
+from ..memory.planner import allocate_arena
+from ..schedule.plan import MAX_DYNAMIC_PLANS, Plan
+
+
+class RunState:
+    """The arena and bindings of one ``plan`` for one caller.
+
+    ``outer``: the arrays of the run state of the plan before this one (a plan after a dynamic
+    node reads the values planned there). Attributes: ``arrays`` (``{slot: array}``), ``calls``
+    (per step ``(kernel.run, ins, outs, ws)``: what the run loop calls), ``input_arrays``
+    (``{graph input name: the arena array it is read from}``), ``outputs``
+    (``[(graph output name, array)]`` of the last run), ``op_times`` / ``op_starts`` (seconds,
+    filled by a profiled or observed run), ``record`` / ``tail_times`` (the steps after a
+    dynamic node in the last run, and their start and duration), ``copy_counts``
+    (``{"inputs": n, "outputs": n}``: copies made by runs on this state).
+    Raises ShapeError when the arena cannot be allocated.
+    """
+
+    def __init__(self, plan: Plan, outer: dict | None = None, copy_counts: dict | None = None):
+        self.plan = plan
+        self.raw, arena = allocate_arena(plan.layout.size)
+        arrays = dict(outer or {})
+        arrays.update(plan.constants)
+        for slot, off in plan.layout.offsets.items():
+            info = plan.slots[slot]
+            arrays[slot] = arena[off:off + info.nbytes].view(info.dtype).reshape(info.shape)
+        for slot in plan.zeroed:
+            arrays[slot].fill(0)
+        self.arrays = arrays
+        self.rebind: list = []  # (value, list, position) of values each run supplies
+        self.calls = [(s.kernel.run, self._list(s.ins), [arrays[v] for v in s.outs],
+                       Workspace(arrays[w] for w in s.workspaces)) for s in plan.steps]
+        g = plan.graph
+        self.outputs = [(g.values[i].name, arrays[i] if i in arrays
+                         else np.empty(0, g.values[i].dtype or np.float32)) for i in g.outputs]
+        self._planned = dict(self.outputs)
+        # NOTE: outputs whose shapes are known only once the run has reached them
+        self.dynamic_outputs = {g.values[i].name for i in g.outputs if i not in arrays}
+        self.dynamic_ws = Workspace()
+        self.children: dict[Plan, RunState] = {}
+        n = len(plan.steps)
+        self.op_times, self.op_starts = [0.0] * n, [0.0] * n
+        self.record: list = []
+        self.tail_times: list = []
+        self.copy_counts = copy_counts if copy_counts is not None else {"inputs": 0,
+                                                                        "outputs": 0}
+        self.input_arrays = {g.values[i].name: arrays[i] for i in g.inputs if i in arrays}
+
+    def _list(self, values) -> list:
+        out = []
+        for k, v in enumerate(values):
+            if v == MISSING:
+                out.append(None)
+            elif v in self.plan.bound:
+                self.rebind.append((v, out, k))
+                out.append(None)
+            else:
+                out.append(self.arrays[v])
+        return out
+
+    def bind_inputs(self, arrays) -> None:
+        """Make the steps read graph input ``k`` from ``arrays[k]`` (no copy)."""
+        calls = self.calls
+        for uses, a in zip(self.plan.input_uses, arrays):
+            for t, _, k in uses:
+                calls[t][1][k] = a
+
+    def bind_outputs(self, bound) -> None:
+        """Make the kernels write (and later steps read) the graph outputs ``[(name, array)]``
+        in those arrays; ``unbind_outputs`` restores the arena's."""
+        calls = self.calls
+        for name, arr in bound:
+            for t, side, k in self.plan.output_uses[name]:
+                calls[t][1 + side][k] = arr
+
+    def unbind_outputs(self, bound) -> None:
+        self.bind_outputs([(name, self._planned[name]) for name, _ in bound])
+
+    def child(self, plan: Plan) -> RunState:
+        """The run state of ``plan``, a plan after this one's dynamic node (made on first use,
+        kept for the next runs: at most MAX_DYNAMIC_PLANS)."""
+        state = self.children.get(plan)
+        if state is None:
+            if len(self.children) >= MAX_DYNAMIC_PLANS:
+                self.children.pop(next(iter(self.children)))
+            state = self.children[plan] = RunState(plan, self.arrays)
+        return state
+
+    def steps(self) -> list:
+        """The plan's steps and those run after its dynamic node in the last run."""
+        return [*self.plan.steps, *(s for s, _ in self.record)]
+
+    def timed(self) -> list[tuple]:
+        """``(step, start, duration)`` of every step of the last observed run (seconds)."""
+        return [*zip(self.plan.steps, self.op_starts, self.op_times),
+                *((s, t0, dt) for (s, _), (t0, dt) in zip(self.record, self.tail_times))]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arena."""
+        return self.plan.layout.size
