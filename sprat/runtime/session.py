@@ -14,6 +14,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Mapping
+
 import numpy as np
 
 from ..backends.base import PackCache
@@ -188,14 +189,13 @@ class Session:
                           output_names=None) -> RunResult:
         """Run with a callback around every op (MNN ``runSessionWithCallBackInfo``).
 
-        ``before(info: OpInfo, inputs, outputs)`` is called before an op runs; returning False
-        skips it (its outputs keep their previous contents: once ``before`` is used, the
-        session plans every tensor in bytes of its own, at the cost of a larger arena; that
-        new plan starts empty). ``after(info, inputs, outputs)``
-        is called after; returning False stops the run: the result then holds the outputs
-        computed so far and ``result.partial`` is True. The arrays are the session's own,
-        valid during the call only (copy what you keep). Errors as ``run``; an exception
-        raised by a callback propagates unchanged.
+        ``before(info: OpInfo, inputs, outputs)`` is called before an op runs; returning False skips
+        it (its outputs keep their previous contents: once ``before`` is used, the session plans
+        every tensor in bytes of its own, at the cost of a larger arena; that new plan starts
+        empty). ``after(info, inputs, outputs)`` is called after; returning False stops the run: the
+        result then holds the outputs computed so far and ``result.partial`` is True. The arrays are
+        the session's own, valid during the call only (copy what you keep). Errors as ``run``; an
+        exception raised by a callback propagates unchanged.
         """
         if before is not None and not self._exclusive:
             with self._busy():
@@ -324,9 +324,9 @@ class Session:
     def _prepare(self, shapes: dict[str, tuple[int, ...]], values: dict | None = None,
                  split: bool = True) -> None:
         """Find (or make) the plan for ``shapes`` and ``values`` and a run state over it."""
-        key = (id(self._graph), self._schedule, self._exclusive, split, tuple(sorted(shapes.items())),
-               tuple((n, a.dtype.str, a.shape, a.tobytes())
-                     for n, a in sorted((values or {}).items())))
+        vals = sorted((n, a.dtype.str, a.shape, a.tobytes()) for n, a in (values or {}).items())
+        key = (id(self._graph), self._schedule, self._exclusive, split, *sorted(shapes.items()),
+               *vals)
         plan = self._plans.get(key, lambda: build_plan(
             self._graph, shapes, self._backends, self._backup, values=values, split=split,
             exclusive=self._exclusive))

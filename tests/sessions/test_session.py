@@ -102,7 +102,8 @@ class _Tagged(np.ndarray):
 
 
 def test_feeds_that_are_not_plain_arrays_are_checked_every_run(sess):
-    """A list or an ndarray subclass is never remembered as checked (the session remembers the last checked feeds)."""
+    """A list or an ndarray subclass is never remembered as checked (the session remembers
+    the last feeds it checked, to skip the checks for feeds of the same kind)."""
     good = _feeds()
     tagged = {"x": good["x"].view(_Tagged), "idx": good["idx"]}
     for feeds in (tagged, {"x": good["x"], "idx": [0, 4, 2]}):
