@@ -94,8 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dump", help="print the graph at a named stage")
     d.add_argument("model", help=".sprat or .onnx model")
     d.add_argument("--stage", default="passes",
-                   help="imported (ONNX source only), passes (default), or a session stage "
-                        "such as assigned/planned when the runtime provides it")
+                   help="import or a pass name (ONNX/TFLite source only), passes (default: the "
+                        "converted graph), assigned or planned (a prepared session); see "
+                        "sprat.stages")
     _add_shape_arg(d)
     _add_json_arg(d, '{"model", "stage", "text": the dump as printed}')
     d.set_defaults(func=cmd_dump)
@@ -348,34 +349,27 @@ def cmd_dump(args) -> int:
 
 
 def _dump_text(args) -> str:
+    from . import stages
     from .converter import is_tflite_source
 
-    stage = args.stage
     # NOTE: the converter stages need the source model (ONNX or TFLite), not a .sprat file;
     # ``convert_graph`` dispatches on the source format itself
     source = is_tflite_source(args.model) or _is_onnx(args.model)
-    if stage == "imported" or (source and stage in converter_stages()):
-        if not source:
-            raise InputError(f"stage {stage!r} needs an ONNX or TFLite source model")
+    try:
+        stage = stages.find(args.stage, source)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if stage.kind == stages.CONVERT:
         from .converter import convert_graph
 
         _require_file(pathlib.Path(args.model))
-        until = "import" if stage == "imported" else stage
-        return convert_graph(args.model, until=until).dump()
+        return convert_graph(args.model, until=stage.name).dump()
     interp = _open(args.model)
-    if stage == "passes":
+    if stage.kind == stages.MODEL:
         return interp.graph.dump()
     session = _session(interp, 1)
-    dump = getattr(session, "dump", None)
-    if dump is None:
-        raise InputError(f"unknown stage {stage!r}; available: {', '.join(_stages(args.model))}")
-    shapes = _parse_shapes(args.shape, session)
-    _resize(session, shapes)
-    try:
-        return dump(stage)
-    except (KeyError, ValueError) as e:
-        raise InputError(f"unknown stage {stage!r} ({e}); available: "
-                         f"{', '.join(_stages(args.model))} and the session's stages") from None
+    _resize(session, _parse_shapes(args.shape, session))
+    return session.dump(stage.name)
 
 
 def cmd_bench(args) -> int:
@@ -614,21 +608,6 @@ def _is_onnx(model: str) -> bool:
 
     return path.suffix.lower() == ".onnx" or (
         path.is_file() and not is_tflite_source(model) and not _is_sprat_file(path))
-
-
-def converter_stages() -> list[str]:
-    from .converter import stages
-
-    return stages()
-
-
-def _stages(model: str) -> list[str]:
-    from .converter import is_tflite_source
-    from .runtime.session import Session
-
-    source = is_tflite_source(model) or _is_onnx(model)
-    conv = ["imported", *converter_stages()] if source else []
-    return conv + ["passes", *Session.STAGES]
 
 
 def _parse_inputs(items: list[str]) -> dict[str, np.ndarray]:

@@ -5,15 +5,7 @@ from __future__ import annotations
 import os
 
 from .ir.graph import Graph
-
-STAGES = ("import",)  # then the name of every pass of sprat.passes.DEFAULT_PIPELINE
-
-
-def stages() -> list[str]:
-    """Names of the conversion stages, in order: ``import`` then one per pass (``sprat dump``)."""
-    from .passes import DEFAULT_PIPELINE
-
-    return [*STAGES, *(name for name, _ in DEFAULT_PIPELINE)]
+from .stages import converter_stages as stages  # noqa: F401 — the API's name for them
 
 
 def is_tflite_source(src) -> bool:
@@ -44,7 +36,7 @@ def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Gr
     from .passes import optimize as run_passes
 
     if until is not None and until not in stages():
-        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(stages())}")
+        raise ValueError(f"unknown converter stage {until!r}; stages: {', '.join(stages())}")
     if is_tflite_source(src):
         g = _import_tflite(src)
         if not optimize or until == "import":

@@ -23,6 +23,7 @@ from ..errors import InputError, SessionBusyError, ShapeError
 from ..ir.graph import Graph
 from ..ir.shapes import DataDependentShape
 from ..schedule.plan import OpInfo, Plan, PlanCache, build_plan
+from ..stages import SESSION_STAGES
 from . import checks, executor
 from .checks import TensorSpec
 from .config import ScheduleConfig
@@ -53,7 +54,7 @@ class Session:
     SessionBusyError.
     """
 
-    STAGES = ("assigned", "planned")
+    STAGES = SESSION_STAGES
 
     def __init__(self, graph: Graph, config: ScheduleConfig | None = None,
                  packs: PackCache | None = None, runtime=None, plans: PlanCache | None = None):

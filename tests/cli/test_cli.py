@@ -215,17 +215,17 @@ def test_dump_converter_stages_of_a_tflite_source(converted):
     except zoo.ZooError as e:
         pytest.skip(f"mediapipe_face_detection unavailable: {e}")
     outs = {}
-    for stage in ("imported", "layout", "fuse_activation", "passes"):
+    for stage in ("import", "layout", "fuse_activation", "passes"):
         proc = sprat_cli("dump", path, "--stage", stage)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("input  input: float32 (1, 128, 128, 3)"), proc.stdout[:200]
         outs[stage] = proc.stdout
     # the TFLite importer keeps RELU as nodes; the last pass fuses them into the convs
-    assert "_activation" not in outs["imported"] and "_activation" not in outs["layout"]
+    assert "_activation" not in outs["import"] and "_activation" not in outs["layout"]
     assert "_activation" in outs["fuse_activation"]
     assert outs["fuse_activation"] == outs["passes"]  # the last pass is the converted graph
-    assert len(outs["imported"].splitlines()) > len(outs["passes"].splitlines())
-    assert_user_error(sprat_cli("dump", converted, "--stage", "imported"),
+    assert len(outs["import"].splitlines()) > len(outs["passes"].splitlines())
+    assert_user_error(sprat_cli("dump", converted, "--stage", "import"),
                       "needs an ONNX or TFLite source model")
 
 

@@ -6,6 +6,7 @@ import ast
 import pathlib
 
 import numpy as np
+import pytest
 
 import sprat
 from sprat.backends.reference import _load_ops
@@ -74,3 +75,19 @@ def test_view_ops_share_their_input_bytes_through_the_kernel_property():
         np.testing.assert_array_equal(out["y"], np.maximum(xv, 0).reshape(6, 4))
         (src, dst), = seen["Reshape"]
         assert src == dst, backend
+
+
+def test_one_registry_of_stage_names_serves_the_api_and_the_cli():
+    from sprat import converter, stages
+    from sprat.passes import DEFAULT_PIPELINE
+    from sprat.runtime.session import Session
+
+    names = [s.name for s in stages.stages()]
+    assert names == ["import", *(n for n, _ in DEFAULT_PIPELINE), "passes", "assigned", "planned"]
+    assert converter.stages() == names[:len(DEFAULT_PIPELINE) + 1]
+    assert Session.STAGES == tuple(names[-2:])
+    assert [s.name for s in stages.stages(source=False)] == names[-3:]
+    with pytest.raises(ValueError, match="needs an ONNX or TFLite source"):
+        stages.find("import", source=False)
+    with pytest.raises(ValueError, match="unknown stage 'nope'; stages: import, "):
+        stages.find("nope")
