@@ -15,6 +15,8 @@ can reuse them:
 - :func:`check_op` / :func:`check_model` — the full pipeline (``sprat.convert`` -> ``.sprat``
   bytes -> Interpreter -> one Session per backend), against onnxruntime and, for the cpu
   backend, against the reference backend; :func:`make_dynamic` makes graph inputs symbolic.
+- :func:`make_node` / :func:`run_cpu` / :func:`check_cpu` / :func:`cpu_refuses` — one cpu kernel
+  on its own (a sprat ``Node`` built directly, no ONNX), against the reference kernel.
 
 Tolerance (PREAMBLE): float outputs must satisfy ``max|got - ref| <= rtol * max(1, max|ref|)``
 with ``rtol = 1e-4`` by default; integer and bool outputs must match exactly.
@@ -396,3 +398,106 @@ def check_op(
     feeds = {k: np.asarray(v) for k, v in inputs.items()
              if v is not None and k not in set(const_inputs)}
     return check_model(model, feeds, backends, resize_to, rtol, atol, num_threads)
+
+
+# ---- one cpu kernel on its own ------------------------------------------------------------------
+
+def nhwc(x: np.ndarray) -> np.ndarray:
+    """``x`` (NCHW, NCW or NCDHW) in channels-last layout, C-contiguous."""
+    from sprat.ir.fused import NCHW_TO_NHWC
+
+    return np.ascontiguousarray(x.transpose(NCHW_TO_NHWC[x.ndim]))
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only copy of ``a`` (as weights mapped from a .sprat file are)."""
+    a = np.array(a)
+    a.setflags(write=False)
+    return a
+
+
+def garbage(shape, dtype) -> np.ndarray:
+    """An array a kernel must overwrite entirely: NaN, True or 7 by dtype kind."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.full(shape, np.nan, dtype)
+    return np.full(shape, True if dtype.kind == "b" else 7, dtype)
+
+
+def fused(act=None, params=(), residual=False, layout=True) -> dict:
+    """The attributes sprat's passes give a fused node: NHWC layout, activation, residual."""
+    attrs = {"_layout": "NHWC"} if layout else {}
+    if act is not None:
+        attrs.update(_activation=act, _act_params=list(params))
+    if residual:
+        attrs["_residual"] = True
+    return attrs
+
+
+def make_node(op, inputs: list, attrs=None, consts=()):
+    """``(node, infos)`` for ``op`` over ``inputs``; indices in ``consts`` carry their value.
+    Constant inputs are made read-only in place in ``inputs``."""
+    from sprat.ir.graph import Node
+    from sprat.ir.tensorinfo import TensorInfo
+
+    for i in consts:
+        if i < len(inputs) and inputs[i] is not None:
+            inputs[i] = readonly(inputs[i])
+    node = Node(op, op.lower(), list(range(len(inputs))), [len(inputs)], dict(attrs or {}))
+    infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if i in consts else None)
+             for i, a in enumerate(inputs)]
+    return node, infos
+
+
+def run_cpu(node, infos, inputs, threads: int = 1) -> list[np.ndarray]:
+    """The outputs of the cpu backend's fast kernel for ``node`` at ``threads``: asserts that
+    the fast kernel took it, runs it twice into garbage-filled outputs with garbage-filled
+    workspaces (a kernel must write every element and read no scratch it did not write, as
+    another tensor's arena bytes) and checks that both runs agree."""
+    from sprat.backends.base import Workspace
+    from sprat.backends.cpu import CpuBackend, limits
+    from sprat.ir.shapes import infer
+    from sprat.ir.tensorinfo import TensorInfo
+
+    backend = CpuBackend(threads)
+    assert backend.has_fast_kernel(node, infos), f"cpu backend refused {node}"
+    shapes = infer(node, infos)[:len(node.outputs)]
+    kernel = backend.make_kernel(node, infos)
+    assert kernel.backend == "cpu"
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
+    outs = [garbage(s, d) for s, d in shapes]
+    ws = Workspace.allocate(kernel, np.nan)
+    with limits(threads):
+        kernel.run(inputs, outs, ws)
+        first = [o.copy() for o in outs]
+        for o in outs:
+            o[...] = garbage(o.shape, o.dtype)
+        kernel.run(inputs, outs, ws)
+    for a, b in zip(first, outs):
+        np.testing.assert_array_equal(a, b)  # deterministic, nothing left over between calls
+    return outs
+
+
+def check_cpu(op, inputs, attrs=None, consts=(), rtol=DEFAULT_RTOL, threads=(1, 2)) -> None:
+    """Run ``op`` on the cpu backend's fast kernel at each thread count and compare with the
+    reference kernel (``max|got - ref| <= rtol * max(1, max|ref|)``)."""
+    from sprat.backends.reference import evaluate
+
+    node, infos = make_node(op, inputs, attrs, consts)
+    expect = evaluate(node, [None if a is None else a.copy() for a in inputs])
+    expect = expect[:len(node.outputs)]
+    for nt in threads:
+        got = run_cpu(node, infos, inputs, nt)
+        for g, e in zip(got, expect):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            err = np.abs(g.astype(np.float64) - e).max() if g.size else 0.0
+            bound = rtol * max(1.0, float(np.abs(e).max()) if e.size else 1.0)
+            assert err <= bound, f"{op} {attrs} threads={nt}: max err {err:.3g} > {bound:.3g}"
+
+
+def cpu_refuses(op, inputs, attrs=None, consts=()) -> bool:
+    """Whether the cpu backend leaves ``op`` over ``inputs`` to the reference kernels."""
+    from sprat.backends.cpu import CpuBackend
+
+    node, infos = make_node(op, inputs, attrs, consts)
+    return not CpuBackend(1).has_fast_kernel(node, infos)

@@ -14,98 +14,25 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from opcheck import DEFAULT_RTOL, fused, nhwc, randn, run_cpu
+from opcheck import check_cpu as check
+from opcheck import cpu_refuses as refuses
+from opcheck import make_node as make
 
 from sprat.backends.base import Workspace
 from sprat.backends.cpu import CpuBackend, _blas, limits
 from sprat.backends.cpu._math import ACT
 from sprat.backends.reference import evaluate
-from sprat.ir.fused import NCHW_TO_NHWC
-from sprat.ir.graph import Node
 from sprat.ir.shapes import infer
 from sprat.ir.tensorinfo import TensorInfo
 
-RTOL = 1e-4
+RTOL = DEFAULT_RTOL
 THREADS = (1, 2)
-
-
-def randn(*shape, seed=0, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
-
-
-def nhwc(x):
-    return np.ascontiguousarray(x.transpose(NCHW_TO_NHWC[x.ndim]))
-
-
-def readonly(a):
-    a = np.array(a)
-    a.setflags(write=False)
-    return a
-
-
-def make(op, inputs, attrs=None, consts=()):
-    """(node, infos) for ``op`` over ``inputs``; indices in ``consts`` carry their value.
-
-    Constant inputs are made read-only in place in ``inputs`` (as weights mapped from a .sprat
-    file are)."""
-    for i in consts:
-        if i < len(inputs) and inputs[i] is not None:
-            inputs[i] = readonly(inputs[i])
-    node = Node(op, op.lower(), list(range(len(inputs))), [len(inputs)], dict(attrs or {}))
-    infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if i in consts else None)
-             for i, a in enumerate(inputs)]
-    return node, infos
-
-
-def run_cpu(node, infos, inputs, threads):
-    backend = CpuBackend(threads)
-    assert backend.has_fast_kernel(node, infos), f"cpu backend refused {node}"
-    shapes = infer(node, infos)[:len(node.outputs)]
-    kernel = backend.make_kernel(node)
-    kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
-    # NOTE: garbage-filled outputs: a kernel must write every element
-    outs = [np.full(s, np.nan if np.dtype(d).kind == "f" else -7, d) for s, d in shapes]
-    # NOTE: scratch not declared zeroed starts as garbage, as another tensor's arena bytes
-    ws = Workspace.allocate(kernel, np.nan)
-    with limits(threads):
-        kernel.run(inputs, outs, ws)
-        first = [o.copy() for o in outs]
-        kernel.run(inputs, outs, ws)
-    for a, b in zip(first, outs):
-        np.testing.assert_array_equal(a, b)  # deterministic, nothing left over between calls
-    return outs
-
-
-def check(op, inputs, attrs=None, consts=(), rtol=RTOL, threads=THREADS):
-    """Run ``op`` on the cpu backend at each thread count and compare with the reference."""
-    node, infos = make(op, inputs, attrs, consts)
-    expect = evaluate(node, [None if a is None else a.copy() for a in inputs])
-    expect = expect[:len(node.outputs)]
-    for nt in threads:
-        got = run_cpu(node, infos, inputs, nt)
-        for g, e in zip(got, expect):
-            assert g.shape == e.shape and g.dtype == e.dtype
-            err = np.abs(g.astype(np.float64) - e).max() if g.size else 0.0
-            bound = rtol * max(1.0, float(np.abs(e).max()) if e.size else 1.0)
-            assert err <= bound, f"{op} {attrs} threads={nt}: max err {err:.3g} > {bound:.3g}"
-
-
-def refuses(op, inputs, attrs=None, consts=()):
-    node, infos = make(op, inputs, attrs, consts)
-    return not CpuBackend(1).has_fast_kernel(node, infos)
 
 
 ACTS = [(None, []), ("Relu", []), ("Clip", [0.0, 6.0]), ("Sigmoid", []),
         ("HardSigmoid", [0.2, 0.5]), ("HardSwish", []), ("LeakyRelu", [0.1]), ("Tanh", []),
         ("Silu", []), ("Gelu", [])]
-
-
-def fused(act=None, params=(), residual=False, layout=True):
-    attrs = {"_layout": "NHWC"} if layout else {}
-    if act is not None:
-        attrs.update(_activation=act, _act_params=list(params))
-    if residual:
-        attrs["_residual"] = True
-    return attrs
 
 
 # ---- Conv ----------------------------------------------------------------------------------
