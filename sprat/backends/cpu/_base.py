@@ -113,7 +113,10 @@ def entry_point(fn, args: tuple):
 
 
 def _entry_and_args(fn, args: tuple):
-    return entry_point(fn, args), args
+    # NOTE: a compiled (Cython) kernel is its own entry; a Numba dispatcher resolves one
+    if hasattr(fn, "typeof_pyval"):
+        return entry_point(fn, args), args
+    return fn, args
 
 
 def writable_alias(a: np.ndarray, keep: list) -> np.ndarray:

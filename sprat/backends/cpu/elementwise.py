@@ -3,32 +3,32 @@
 Binary (ONNX Add, Sub, Mul, Div, Max, Min, Sum with two inputs, PRelu; Pow with a constant
 exponent of 2 or 0.5): the broadcast is collapsed at prepare to at most three dims (O, M, I)
 with per-operand strides (0 where it broadcasts), which covers same-shape, scalar, per-channel
-(last axis), per-row (``(..., 1)``) and SE-style ``(N, 1, 1, C)`` operands in one Numba pass.
-Other broadcasts fall back to a NumPy ufunc with ``out=`` plus the Numba epilogue (PRelu then
-stays on the reference backend).
+(last axis), per-row (``(..., 1)``) and SE-style ``(N, 1, 1, C)`` operands in one compiled
+pass (``compiled/elementwise.pxi``). Other broadcasts fall back to a NumPy ufunc with ``out=``
+plus the compiled epilogue (PRelu then stays on the reference backend).
 Unary (Relu, Sigmoid, HardSigmoid, HardSwish, Tanh, Clip, LeakyRelu, Erf, Exp, Sqrt, Abs, Neg,
-Reciprocal, Gelu): one Numba pass with vectorisable transcendentals (_math.py).
+Reciprocal, Gelu): one compiled pass with vectorisable transcendentals (``compiled/common.pxi``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _elementwise_nb as nb
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from ._math import ACT, CLIP, HARDSIGMOID, LEAKYRELU, act_of
+from .compiled import kernels as ck
 
 PARALLEL_MIN = PARALLEL_MIN_ELEMENTS  # elements; below this one thread (see _base)
 
-BINARY = {"Add": nb.ADD, "Sum": nb.ADD, "Sub": nb.SUB, "Mul": nb.MUL, "Div": nb.DIV,
-          "Max": nb.MAX, "Min": nb.MIN, "PRelu": nb.PRELU}
-UFUNC = {nb.ADD: np.add, nb.SUB: np.subtract, nb.MUL: np.multiply, nb.DIV: np.divide,
-         nb.MAX: np.maximum, nb.MIN: np.minimum}
+BINARY = {"Add": ck.ADD, "Sum": ck.ADD, "Sub": ck.SUB, "Mul": ck.MUL, "Div": ck.DIV,
+          "Max": ck.MAX, "Min": ck.MIN, "PRelu": ck.PRELU}
+UFUNC = {ck.ADD: np.add, ck.SUB: np.subtract, ck.MUL: np.multiply, ck.DIV: np.divide,
+         ck.MAX: np.maximum, ck.MIN: np.minimum}
 UNARY = {"Relu": ACT["Relu"], "Sigmoid": ACT["Sigmoid"], "HardSigmoid": HARDSIGMOID,
          "HardSwish": ACT["HardSwish"], "Tanh": ACT["Tanh"], "Clip": CLIP,
-         "LeakyRelu": LEAKYRELU, "Erf": nb.ERF, "Exp": nb.EXP, "Sqrt": nb.SQRT, "Abs": nb.ABS,
-         "Neg": nb.NEG, "Reciprocal": nb.RECIPROCAL, "Gelu": nb.GELU}
+         "LeakyRelu": LEAKYRELU, "Erf": ck.ERF, "Exp": ck.EXP, "Sqrt": ck.SQRT, "Abs": ck.ABS,
+         "Neg": ck.NEG, "Reciprocal": ck.RECIPROCAL, "Gelu": ck.GELU}
 
 
 def _f32(info) -> bool:
@@ -112,7 +112,7 @@ class BinaryKernel(_Epilogue):
         out = tuple(outs[0].shape)
         if self.node.op_type == "Pow":
             expo = float(ins[1].value.reshape(-1)[0])
-            self.unary = nb.POW2 if expo == 2.0 else nb.SQRT
+            self.unary = ck.POW2 if expo == 2.0 else ck.SQRT
             return
         self.unary = None
         self.bind_constants(ins, (0, 1))
@@ -121,8 +121,7 @@ class BinaryKernel(_Epilogue):
         size = int(np.prod(out))
         self.nt = self.threads if size >= PARALLEL_MIN else 1
         if self.plan is not None:
-            self.items = nb.binary_item_count(self.plan[0])
-            self.workspaces = (scratch(self.nt, nb.CHUNK),)  # row-broadcast tiles
+            self.workspaces = (scratch(self.nt, ck.CHUNK),)  # row-broadcast tiles
 
     def run(self, ins, outs, ws):
         y = outs[0]
@@ -135,20 +134,16 @@ class BinaryKernel(_Epilogue):
         if self.plan is None:
             UFUNC[self.op](a, b, out=y)  # then the residual and activation in place
             self.bound_call(ws, (y, r), lambda: _unary_call(
-                self, nb.IDENTITY, y.reshape(-1), y.reshape(-1), 0.0, 0.0, r))
+                self, ck.IDENTITY, y.reshape(-1), y.reshape(-1), 0.0, 0.0, r))
             return
         self.bound_call(ws, (a, b, y, r), lambda: self._binary_call(a, b, y, r, ws.buffers[0]))
 
     def _binary_call(self, a, b, y, r, tiles):
         code, pa, pb = self.act
         dims, sa, sb = self.plan
-        a, b, yf = a.reshape(-1), b.reshape(-1), y.reshape(-1)
         res = self.empty if r is None else r.reshape(-1)
-        if self.nt > 1:
-            return nb.binary_par, (self.nt, self.op, a, sa, b, sb, yf, dims, res, self.has_res,
-                                   code, pa, pb, tiles)
-        return nb.binary_items, (0, self.items, self.op, a, sa, b, sb, yf, dims, res,
-                                 self.has_res, code, pa, pb, tiles[0])
+        return ck.binary, (self.nt, self.op, a.reshape(-1), sa, b.reshape(-1), sb, y.reshape(-1),
+                           dims, res, self.has_res, code, pa, pb, tiles)
 
 
 def _unary_call(kernel, op, x, y, pa, pb, r):
@@ -156,11 +151,8 @@ def _unary_call(kernel, op, x, y, pa, pb, r):
     code, qa, qb = kernel.act
     res = kernel.empty if r is None else r.reshape(-1)
     size = x.size
-    if kernel.threads > 1 and size >= PARALLEL_MIN:
-        return nb.unary_par, (kernel.threads, op, x, y, size, pa, pb, res, kernel.has_res, code,
-                              qa, qb)
-    return nb.unary_items, (0, -(-size // nb.CHUNK), op, x, y, size, pa, pb, res,
-                            kernel.has_res, code, qa, qb)
+    nt = kernel.threads if size >= PARALLEL_MIN else 1
+    return ck.unary, (nt, op, x, y, size, pa, pb, res, kernel.has_res, code, qa, qb)
 
 
 class UnaryKernel(_Epilogue):
@@ -196,7 +188,7 @@ class UnaryKernel(_Epilogue):
         elif node.op_type == "LeakyRelu":
             pa = float(node.attrs.get("alpha", 0.01))
         elif node.op_type == "Gelu" and node.attrs.get("approximate", "none") == "tanh":
-            op = nb.GELU_TANH
+            op = ck.GELU_TANH
         self.op, self.pa, self.pb = op, pa, pb
 
     def run(self, ins, outs, ws):

@@ -1,0 +1,343 @@
+# The shared part of the compiled kernels: float32 math that vectorises, the fused-activation
+# epilogues and the single-threaded GEMM every kernel calls. Included by kernels.pxi.
+#
+# Math (float32, measured against float64 over dense grids): exp 1e-7 relative (Cephes ``expf``
+# polynomial), tanh 4e-7 and erf 4e-7 relative (Eigen's rational approximations ``ptanh_float`` /
+# ``perf_float``): only +, *, /, floor, min/max selects and a bit cast, which the C compiler
+# vectorises (libm's expf is a call per element).
+#
+# Activation codes encode ``sprat.ir.fused`` activations as (code, a, b) (``_math.ACT``):
+# one compiled epilogue serves them all, branching once per call, outside its loops.
+
+from libc.math cimport floorf, sqrtf, fabsf
+from libc.string cimport memcpy, memset
+
+ctypedef Py_ssize_t idx
+
+cdef enum:
+    A_NONE = 0
+    A_RELU = 1
+    A_CLIP = 2
+    A_SIGMOID = 3
+    A_HARDSIGMOID = 4
+    A_HARDSWISH = 5
+    A_LEAKYRELU = 6
+    A_TANH = 7
+    A_SILU = 8
+    A_GELU = 9
+
+
+cdef inline float fmax32(float u, float v) noexcept nogil:
+    """max as a select; NaN in u propagates (as Python's ``max(u, v)``)."""
+    return v if v > u else u
+
+
+cdef inline float fmin32(float u, float v) noexcept nogil:
+    """min as a select; NaN in u propagates."""
+    return v if v < u else u
+
+
+cdef inline float bits_to_f32(int bits) noexcept nogil:
+    cdef float f
+    memcpy(&f, &bits, 4)
+    return f
+
+
+cdef inline float exp32(float x) noexcept nogil:
+    """exp(x); inputs clamped to [-87.3, 88.7] (so exp(-inf) = 1.2e-38, not 0)."""
+    x = fmin32(fmax32(x, -<float>87.33654), <float>88.72283)
+    cdef float n = floorf(x * <float>1.44269504088896341 + <float>0.5)
+    cdef float r = x - n * <float>0.693359375 - n * -<float>2.12194440e-4
+    cdef float p = <float>1.9875691500e-4
+    p = p * r + <float>1.3981999507e-3
+    p = p * r + <float>8.3334519073e-3
+    p = p * r + <float>4.1665795894e-2
+    p = p * r + <float>1.6666665459e-1
+    p = p * r + <float>5.0000001201e-1
+    cdef float y = p * r * r + r + <float>1.0
+    return y * bits_to_f32((<int>n + 127) << 23)
+
+
+cdef inline float sigmoid32(float x) noexcept nogil:
+    return <float>1.0 / (<float>1.0 + exp32(-x))
+
+
+cdef inline float tanh32(float x) noexcept nogil:
+    """tanh(x), Eigen's [13/6] rational approximation on [-7.9, 7.9]."""
+    x = fmin32(fmax32(x, -<float>7.90531110763549805), <float>7.90531110763549805)
+    cdef float x2 = x * x
+    cdef float p = -<float>2.76076847742355e-16
+    p = p * x2 + <float>2.00018790482477e-13
+    p = p * x2 + -<float>8.60467152213735e-11
+    p = p * x2 + <float>5.12229709037114e-08
+    p = p * x2 + <float>1.48572235717979e-05
+    p = p * x2 + <float>6.37261928875436e-04
+    p = p * x2 + <float>4.89352455891786e-03
+    cdef float q = <float>1.19825839466702e-06
+    q = q * x2 + <float>1.18534705686654e-04
+    q = q * x2 + <float>2.26843463243900e-03
+    q = q * x2 + <float>4.89352518554385e-03
+    return x * p / q
+
+
+cdef inline float erf32(float x) noexcept nogil:
+    """erf(x), Eigen's rational approximation on [-4, 4]."""
+    x = fmin32(fmax32(x, -<float>4.0), <float>4.0)
+    cdef float x2 = x * x
+    cdef float p = -<float>2.72614225801306e-10
+    p = p * x2 + <float>2.77068142495902e-08
+    p = p * x2 + -<float>2.10102402082508e-06
+    p = p * x2 + -<float>5.69250639462346e-05
+    p = p * x2 + -<float>7.34990630326855e-04
+    p = p * x2 + -<float>2.95459980854025e-03
+    p = p * x2 + -<float>1.60960333262415e-02
+    cdef float q = -<float>1.45660718464996e-05
+    q = q * x2 + -<float>2.13374055278905e-04
+    q = q * x2 + -<float>1.68282697438203e-03
+    q = q * x2 + -<float>7.37332916720468e-03
+    q = q * x2 + -<float>1.42647390514189e-02
+    return x * p / q
+
+
+cdef void act_inplace(float* y, idx n, int code, float a, float b) noexcept nogil:
+    """Activation ``code`` with params (a, b) on ``y[:n]`` in place."""
+    cdef idx i
+    cdef float v, p
+    if code == A_RELU:
+        # NOTE: (v + |v|) / 2 is exact and NaN-propagating
+        for i in range(n):
+            v = y[i]
+            y[i] = (v + fabsf(v)) * <float>0.5
+    elif code == A_CLIP:
+        for i in range(n):
+            y[i] = fmin32(fmax32(y[i], a), b)
+    elif code == A_SIGMOID:
+        for i in range(n):
+            y[i] = sigmoid32(y[i])
+    elif code == A_HARDSIGMOID:
+        for i in range(n):
+            y[i] = fmin32(fmax32(a * y[i] + b, <float>0.0), <float>1.0)
+    elif code == A_HARDSWISH:
+        for i in range(n):
+            v = y[i]
+            y[i] = v * fmin32(fmax32(v * <float>(<float>1.0 / <float>6.0) + <float>0.5, <float>0.0), <float>1.0)
+    elif code == A_LEAKYRELU:
+        for i in range(n):
+            v = y[i]
+            p = (v + fabsf(v)) * <float>0.5  # relu(v), exact; then v or a*v exactly
+            y[i] = p + a * (v - p)
+    elif code == A_TANH:
+        for i in range(n):
+            y[i] = tanh32(y[i])
+    elif code == A_SILU:
+        for i in range(n):
+            v = y[i]
+            y[i] = v * sigmoid32(v)
+    elif code == A_GELU:
+        for i in range(n):
+            v = y[i]
+            y[i] = <float>0.5 * v * (<float>1.0 + erf32(v * <float>0.7071067811865476))
+
+
+cdef inline void residual_act(float* y, const float* res, idx n, bint has_res, int code,
+                              float a, float b) noexcept nogil:
+    """In place on ``y[:n]``: ``y += res[:n]`` when ``has_res``, then activation ``code``."""
+    cdef idx k
+    if has_res:
+        for k in range(n):
+            y[k] += res[k]
+    if code != A_NONE:
+        act_inplace(y, n, code, a, b)
+
+
+cdef void rows_inplace(float* y, idx nrows, idx m, const float* bias, idx nbias,
+                       const float* res, bint has_res, int code, float a,
+                       float b) noexcept nogil:
+    """In place on the rows ``y[: nrows*m]`` (row length ``m``): add the bias, add ``res`` at
+    the same positions when ``has_res``, then activation ``code``. ``bias`` (``nbias``
+    floats) is the row bias repeated ``g >= 1`` times (``tiled_bias``): ``g`` rows are one run,
+    touched once while in L1."""
+    cdef idx g = max(1, nbias // m)
+    cdef idx r0, n, k
+    cdef float* run
+    cdef const float* rr
+    r0 = 0
+    while r0 < nrows:
+        n = min(g, nrows - r0) * m
+        run = y + r0 * m
+        if has_res:
+            rr = res + r0 * m
+            for k in range(n):
+                run[k] += bias[k] + rr[k]
+        else:
+            for k in range(n):
+                run[k] += bias[k]
+        if code != A_NONE:
+            act_inplace(run, n, code, a, b)
+        r0 += g
+
+
+cdef void gather_rows(const float* acc, idx lda, float* y, idx nrows, idx ncols, idx m,
+                      const float* bias, idx nbias, const float* res, bint has_res, int code,
+                      float a, float b) noexcept nogil:
+    """``y`` rows of ``ncols * m`` from ``acc`` rows of pitch ``lda`` (skips padding columns):
+    ``y[(r*ncols + j)*m + c] = act(acc[r*lda + j*m + c] + bias[c] (+ res))``; ``bias`` tiled
+    ``g >= 1`` times as for ``rows_inplace``."""
+    cdef idx ln = ncols * m
+    cdef idx g = max(1, nbias // m)
+    cdef idx r, j0, n, k
+    cdef float* d
+    cdef const float* v
+    cdef const float* rr
+    for r in range(nrows):
+        j0 = 0
+        while j0 < ncols:
+            n = min(g, ncols - j0) * m
+            d = y + r * ln + j0 * m
+            v = acc + r * lda + j0 * m
+            if has_res:
+                rr = res + r * ln + j0 * m
+                for k in range(n):
+                    d[k] = v[k] + bias[k] + rr[k]
+            else:
+                for k in range(n):
+                    d[k] = v[k] + bias[k]
+            j0 += g
+        if code != A_NONE:
+            act_inplace(y + r * ln, ln, code, a, b)
+
+
+# ---- GEMM -----------------------------------------------------------------------------------
+# NumPy's own BLAS (OpenBLAS in NumPy's wheels), found at import by sprat's Python side and bound
+# here as a function pointer: 64-bit integers (``scipy_cblas_sgemm64_``) or 32-bit ones.
+
+ctypedef void (*sgemm64_t)(int, int, int, long long, long long, long long, float, const float*,
+                           long long, const float*, long long, float, float*,
+                           long long) noexcept nogil
+ctypedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float*, int, const float*,
+                           int, float, float*, int) noexcept nogil
+
+cdef sgemm64_t _sgemm64 = NULL
+cdef sgemm32_t _sgemm32 = NULL
+
+cdef enum:
+    ROW_MAJOR = 101
+    NO_TRANS = 111
+    TRANS = 112
+    # NOTE: OpenBLAS packs B on every call; with 1-3 rows of A that packing is the whole cost
+    # (1 x 256 @ 256 x 258: 20 us in OpenBLAS, 6 us as a plain loop); such products run loops
+    SMALL_M = 3
+    SMALL_MIN_N = 8
+
+
+def bind_blas(size_t address, bint ilp64):
+    """Bind ``cblas_sgemm`` at ``address`` (64-bit integer interface when ``ilp64``); 0: no
+    BLAS, GEMMs then run a slow portable loop."""
+    global _sgemm64, _sgemm32
+    _sgemm64 = <sgemm64_t>address if ilp64 else NULL
+    _sgemm32 = <sgemm32_t>address if not ilp64 else NULL
+
+
+cdef void _small_nn(idx m, idx n, idx k, float alpha, const float* a, idx lda, const float* b,
+                    idx ldb, float beta, float* c, idx ldc) noexcept nogil:
+    """C = alpha * A @ B + beta * C for a few rows of A: each row of B read once."""
+    cdef idx i, j, p
+    cdef float av
+    cdef float* cr
+    cdef const float* br
+    for i in range(m):
+        cr = c + i * ldc
+        if beta == <float>0.0:
+            for j in range(n):
+                cr[j] = <float>0.0
+        elif beta != <float>1.0:
+            for j in range(n):
+                cr[j] *= beta
+    for p in range(k):
+        br = b + p * ldb
+        for i in range(m):
+            av = alpha * a[i * lda + p]
+            cr = c + i * ldc
+            for j in range(n):
+                cr[j] += av * br[j]
+
+
+cdef void _small_nt(idx m, idx n, idx k, float alpha, const float* a, idx lda, const float* b,
+                    idx ldb, float beta, float* c, idx ldc) noexcept nogil:
+    """C = alpha * A @ B^T + beta * C (B stored n x k) for a few rows: a dot per element."""
+    cdef idx i, j, q
+    cdef float acc
+    cdef const float* ar
+    cdef const float* br
+    for i in range(m):
+        ar = a + i * lda
+        for j in range(n):
+            br = b + j * ldb
+            acc = <float>0.0
+            for q in range(k):
+                acc += ar[q] * br[q]
+            c[i * ldc + j] = alpha * acc if beta == <float>0.0 else alpha * acc + beta * c[i * ldc + j]
+
+
+cdef void _portable(bint ta, bint tb, idx m, idx n, idx k, float alpha, const float* a, idx lda,
+                    const float* b, idx ldb, float beta, float* c, idx ldc) noexcept nogil:
+    """Row-major GEMM as plain loops: only when no BLAS was found."""
+    cdef idx i, j, p
+    cdef float av
+    for i in range(m):
+        for j in range(n):
+            c[i * ldc + j] = <float>0.0 if beta == <float>0.0 else beta * c[i * ldc + j]
+        for p in range(k):
+            av = alpha * (a[p * lda + i] if ta else a[i * lda + p])
+            if tb:
+                for j in range(n):
+                    c[i * ldc + j] += av * b[j * ldb + p]
+            else:
+                for j in range(n):
+                    c[i * ldc + j] += av * b[p * ldb + j]
+
+
+cdef void sgemm(bint ta, bint tb, idx m, idx n, idx k, float alpha, const float* a, idx lda,
+                const float* b, idx ldb, float beta, float* c, idx ldc) noexcept nogil:
+    """Row-major ``C = alpha * op(A) @ op(B) + beta * C`` (``ta``/``tb``: the stored matrix is
+    the transpose: A stored k x m, B stored n x k; leading dimensions in elements). With
+    ``beta == 0`` C is not read. Runs on the calling thread (BLAS is held to one thread)."""
+    cdef idx i, j
+    if m <= 0 or n <= 0:
+        return
+    if k <= 0:
+        for i in range(m):
+            for j in range(n):
+                c[i * ldc + j] = <float>0.0 if beta == <float>0.0 else beta * c[i * ldc + j]
+        return
+    if not ta and m <= SMALL_M and n >= SMALL_MIN_N:
+        if tb:
+            _small_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        else:
+            _small_nn(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        return
+    if _sgemm64 != NULL:
+        _sgemm64(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k,
+                 alpha, a, lda, b, ldb, beta, c, ldc)
+    elif _sgemm32 != NULL:
+        _sgemm32(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, <int>m,
+                 <int>n, <int>k, alpha, a, <int>lda, b, <int>ldb, beta, c, <int>ldc)
+    else:
+        _portable(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+
+def sgemm_flat(bint ta, bint tb, idx m, idx n, idx k, float alpha, const float[::1] a,
+               idx a_off, idx lda, const float[::1] b, idx b_off, idx ldb, float beta,
+               float[::1] c, idx c_off, idx ldc):
+    """``sgemm`` on flat float32 arrays with element offsets (tests, Python-side kernels).
+    Raises ValueError when an operand is too short for its matrix."""
+    if m > 0 and n > 0 and k > 0:
+        if a_off + ((k - 1) * lda + m if ta else (m - 1) * lda + k) > a.shape[0]:
+            raise ValueError("sgemm: A is too short")
+        if b_off + ((n - 1) * ldb + k if tb else (k - 1) * ldb + n) > b.shape[0]:
+            raise ValueError("sgemm: B is too short")
+    if m > 0 and n > 0 and c_off + (m - 1) * ldc + n > c.shape[0]:
+        raise ValueError("sgemm: C is too short")
+    with nogil:
+        sgemm(ta, tb, m, n, k, alpha, &a[a_off] if a.shape[0] else NULL, lda,
+              &b[b_off] if b.shape[0] else NULL, ldb, beta, &c[c_off], ldc)

@@ -1,0 +1,30 @@
+# The compiled kernels of the cpu backend, as one Cython module. ``_kernels_base.pyx`` and
+# ``_kernels_avx2.pyx`` both include this file: the package's build compiles it twice, for the
+# baseline of the architecture and for AVX2 + FMA + F16C (``setup.py``); ``__init__.py`` picks
+# the variant the CPU runs at import.
+
+cdef extern from *:
+    """
+    static int sprat_cpu_avx2(void) {
+    #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+            && __builtin_cpu_supports("f16c");
+    #else
+        return 0;
+    #endif
+    }
+    """
+    int sprat_cpu_avx2() nogil
+
+
+def cpu_has_avx2() -> bool:
+    """Whether this CPU runs AVX2, FMA and F16C (the ``avx2`` variant's instructions)."""
+    return bool(sprat_cpu_avx2())
+
+
+include "common.pxi"
+include "elementwise.pxi"
+include "conv.pxi"
+include "dense.pxi"
+include "data.pxi"
