@@ -13,13 +13,13 @@
   takes it), NCHW or NHWC (``_layout="NHWC"``, which the TFLite importer and the layout pass
   set): a copy of a 6-D transposed view, any dtype. In NHWC with DCR (TFLite's only order) it
   moves contiguous runs of ``blocksize * C`` elements (``np.copyto``); the other cases gather
-  or scatter, a Numba loop for float32.
+  or scatter, a compiled loop for float32.
 
 NOTE: NumPy's strided copy runs at memory speed when the contiguous inner runs are long, and
 the win over the reference kernel is not allocating the padded / transposed temporary and the
 result copy. The one case where NumPy's per-run overhead dominates is a float32 constant pad of
 the innermost (merged) axis only, MediaPipe's channel pad of NHWC tensors (runs of 16-64
-elements): a Numba row loop does it (measured 85 -> 30 us on 1x64x64x24 -> 28).
+elements): a compiled row loop does it (measured 85 -> 30 us on 1x64x64x24 -> 28).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ...errors import SpratError
 from ...ir.shapes import infer
 from ...ir.shapes.tensor import pad_widths
 from ._base import CpuKernel
-from ._jit import njit
+from .compiled import kernels as ck
 
 _MODES = ("constant", "reflect", "edge", "wrap")
 _CONST_KINDS = "biufc"  # bool, signed, unsigned, float, complex: a fill value casts cheaply
@@ -94,7 +94,7 @@ class PadKernel(CpuKernel):
         if self.mode == "constant":
             if self.rows is not None:
                 rows, n, b = self.rows
-                _pad_rows(x.reshape(rows, n), y.reshape(rows, -1), b, self.value[()])
+                ck.pad_rows(x.reshape(rows, n), y.reshape(rows, -1), b, self.value[()])
                 return
             for sl in self.fills:
                 y[sl] = self.value
@@ -163,24 +163,6 @@ def _row_pad(x, crop, pos, out_shape):
     if rows == 0 or unit == 0:
         return None
     return rows, x.shape[k] * unit, pos[k][0] * unit
-
-
-@njit(cache=True, error_model="numpy", nogil=True)
-def _pad_rows(x, y, b, value):
-    """y[r] = [value] * b + x[r] + [value] * rest, for every row r of the 2-D ``x``, ``y``."""
-    rows, n = x.shape
-    m = y.shape[1]
-    for r in range(rows):
-        xr = x[r]
-        yr = y[r]
-        for i in range(b):
-            yr[i] = value
-        inner = yr[b:b + n]
-        for i in range(n):
-            inner[i] = xr[i]
-        tail = yr[b + n:m]
-        for i in range(m - b - n):
-            tail[i] = value
 
 
 def _border_sources(mode, lo, hi, b, e):
@@ -271,7 +253,7 @@ class DepthSpaceKernel(CpuKernel):
         self.out_view = tuple(self.view[p] for p in self.perm)
         self.inverse = tuple(int(p) for p in np.argsort(self.perm))
         # NOTE: when the input's innermost axis stays innermost, NumPy copies contiguous runs.
-        # Otherwise one side is a gather or scatter: a Numba loop in the order of the side with
+        # Otherwise one side is a gather or scatter: a compiled loop in the order of the side with
         # the longer contiguous innermost axis beats NumPy's copy (measured 2-6x, float32).
         self.order = None
         if self.perm[-1] != 5 and np.dtype(ins[0].dtype) == np.float32:
@@ -280,21 +262,8 @@ class DepthSpaceKernel(CpuKernel):
     def run(self, ins, outs, ws):
         x, y = ins[0].reshape(self.view), outs[0].reshape(self.out_view)
         if self.order == "src":
-            _copy6(x, y.transpose(self.inverse))
+            ck.copy6(x, y.transpose(self.inverse))
         elif self.order == "dst":
-            _copy6(x.transpose(self.perm), y)
+            ck.copy6(x.transpose(self.perm), y)
         else:
             np.copyto(y, x.transpose(self.perm))
-
-
-@njit(cache=True, error_model="numpy", nogil=True)
-def _copy6(src, dst):
-    """dst[...] = src for two 6-D arrays of one shape, looping in index order."""
-    s0, s1, s2, s3, s4, s5 = dst.shape
-    for a in range(s0):
-        for b in range(s1):
-            for c in range(s2):
-                for d in range(s3):
-                    for e in range(s4):
-                        for f in range(s5):
-                            dst[a, b, c, d, e, f] = src[a, b, c, d, e, f]

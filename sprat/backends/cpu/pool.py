@@ -4,73 +4,17 @@ ONNX MaxPool-12 / AveragePool-22: attrs auto_pad, ceil_mode, dilations, kernel_s
 strides (+ count_include_pad for AveragePool, storage_order for MaxPool). Window geometry comes
 from ``sprat.ir.shapes.nn.pool_geometry`` (the shape function's own rule). The second MaxPool
 output (Indices) is not produced here: such nodes stay on the reference backend.
-The Numba kernel vectorises over the channels of one output pixel.
+The compiled kernel (``compiled/data.pxi``) vectorises over the channels of one output pixel.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from ...ir.shapes.nn import pool_geometry
 from ._base import CpuKernel
-from ._jit import njit
-from ._math import ACT, FAST, acc_max, act_inplace, act_of
-
-
-@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _pool_rows(x, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, he, we, is_max,
-               include_pad, code, a, b):
-    for q in range(lo, hi):
-        n = q // OH
-        oh = q - n * OH
-        cnt_h = 0
-        for i in range(kh):
-            ih = oh * sh - ph + i * dh
-            if (ih >= 0 and ih < H) or (include_pad and ih < he):
-                cnt_h += 1
-        for ow in range(OW):
-            yo = y[(q * OW + ow) * C:(q * OW + ow + 1) * C]
-            cnt_w = 0
-            for j in range(kw):
-                iw = ow * sw - pw + j * dw
-                if (iw >= 0 and iw < W) or (include_pad and iw < we):
-                    cnt_w += 1
-            init = -np.inf if is_max else 0.0
-            for c in range(C):
-                yo[c] = init
-            for i in range(kh):
-                ih = oh * sh - ph + i * dh
-                if ih < 0 or ih >= H:
-                    continue
-                for j in range(kw):
-                    iw = ow * sw - pw + j * dw
-                    if iw < 0 or iw >= W:
-                        continue
-                    s = ((n * H + ih) * W + iw) * C
-                    xs = x[s:s + C]
-                    if is_max:
-                        for c in range(C):
-                            yo[c] = acc_max(yo[c], xs[c])
-                    else:
-                        for c in range(C):
-                            yo[c] += xs[c]
-            if not is_max:
-                inv = np.float32(1.0) / np.float32(max(1, cnt_h * cnt_w))
-                for c in range(C):
-                    yo[c] *= inv
-        if code != 0:
-            act_inplace(y[q * OW * C:(q + 1) * OW * C], code, a, b)
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def pool2d(x, y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, he, we, is_max,
-           include_pad, nt, code, a, b):
-    """Output rows (n, oh) split over ``nt`` slots; ``he``/``we``: end of the padded extent."""
-    rows = N * OH
-    for t in prange(nt):
-        _pool_rows(x, y, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW, kh, kw, sh, sw,
-                   dh, dw, ph, pw, he, we, is_max, include_pad, code, a, b)
+from ._math import ACT, act_of
+from .compiled import kernels as ck
 
 
 class PoolKernel(CpuKernel):
@@ -110,5 +54,5 @@ class PoolKernel(CpuKernel):
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         code, a, b = self.act
-        self.bound_call(ws, (x, y), lambda: (pool2d, (x.reshape(-1), y.reshape(-1), *self.args,
+        self.bound_call(ws, (x, y), lambda: (ck.pool2d, (x.reshape(-1), y.reshape(-1), *self.args,
                                                   self.threads, code, a, b)))

@@ -1,8 +1,9 @@
 """Reductions over one contiguous block of axes: ReduceMean/Sum/Max/Min, GlobalAverage/MaxPool.
 
 The input is viewed as (O, R, I) with the reduced axes in R (size-1 axes ignored), so the same
-Numba kernel serves a last-axis reduction (I == 1: rows with vector lanes), an NHWC global pool
-((N, H*W, C): column sums vectorised over C) and a middle-axis reduction. Sums accumulate in
+compiled kernel (``compiled/data.pxi``) serves a last-axis reduction (I == 1: rows with vector
+lanes), an NHWC global pool ((N, H*W, C): column sums vectorised over C) and a middle-axis
+reduction. Sums accumulate in
 float64 (a 640x640 global average would lose 1e-3 in float32).
 ONNX ReduceMean/ReduceSum/ReduceMax/ReduceMin-18 (axes as the optional second input, keepdims,
 noop_with_empty_axes); GlobalAveragePool-1 / GlobalMaxPool-1 (NCHW or ``_layout="NHWC"``).
@@ -11,82 +12,14 @@ noop_with_empty_axes); GlobalAveragePool-1 / GlobalMaxPool-1 (NCHW or ``_layout=
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
-from ._jit import njit
-from ._math import FAST, acc_max, acc_min, fmax, fmin
+from .compiled import kernels as ck
 
-SUM, MEAN, MAX, MIN = range(4)
+SUM, MEAN, MAX, MIN = ck.SUM, ck.MEAN, ck.MAX_, ck.MIN_
 OPS = {"ReduceSum": SUM, "ReduceMean": MEAN, "ReduceMax": MAX, "ReduceMin": MIN,
        "GlobalAveragePool": MEAN, "GlobalMaxPool": MAX}
-CHUNK = 512
-
-
-@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _row(xr, op):
-    n = xr.size
-    if op == SUM or op == MEAN:
-        s = 0.0
-        for i in range(n):
-            s += np.float64(xr[i])
-        return s / n if op == MEAN else s
-    m = xr[0]
-    if op == MAX:
-        for i in range(1, n):
-            m = fmax(m, xr[i])
-    else:
-        for i in range(1, n):
-            m = fmin(m, xr[i])
-    return m
-
-
-@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _columns(x, yr, at, R, I, op):
-    """yr[:n] = reduce over r of x[r*I : r*I + n] (x starts at the block's first element)."""
-    n = yr.size
-    if op == SUM or op == MEAN:
-        a = at[:n]
-        x0 = x[:n]
-        for i in range(n):
-            a[i] = x0[i]
-        for r in range(1, R):
-            xr = x[r * I:r * I + n]
-            for i in range(n):
-                a[i] += xr[i]
-        scale = 1.0 / R if op == MEAN else 1.0
-        for i in range(n):
-            yr[i] = a[i] * scale
-    else:
-        x0 = x[:n]
-        for i in range(n):
-            yr[i] = x0[i]
-        for r in range(1, R):
-            xr = x[r * I:r * I + n]
-            if op == MAX:
-                for i in range(n):
-                    yr[i] = acc_max(yr[i], xr[i])
-            else:
-                for i in range(n):
-                    yr[i] = acc_min(yr[i], xr[i])
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def reduce_ori(x, y, O, R, I, op, nt, acc):
-    """y(O, I) = reduce over R of x(O, R, I); ``acc`` is float64 scratch (nt, CHUNK)."""
-    if I == 1:
-        for t in prange(nt):
-            for o in range(t * O // nt, (t + 1) * O // nt):
-                y[o] = _row(x[o * R:(o + 1) * R], op)
-        return
-    nch = (I + CHUNK - 1) // CHUNK
-    items = O * nch
-    for t in prange(nt):
-        for it in range(t * items // nt, (t + 1) * items // nt):
-            o = it // nch
-            i0 = (it - o * nch) * CHUNK
-            n = min(CHUNK, I - i0)
-            _columns(x[o * R * I + i0:], y[o * I + i0:o * I + i0 + n], acc[t], R, I, op)
+CHUNK = ck.REDUCE_CHUNK
 
 
 def collapse_reduce(shape, axes):
@@ -152,5 +85,5 @@ class ReduceKernel(CpuKernel):
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         o, r, i = self.dims
-        self.bound_call(ws, (x, y), lambda: (reduce_ori, (x.reshape(-1), y.reshape(-1), o, r, i,
+        self.bound_call(ws, (x, y), lambda: (ck.reduce_ori, (x.reshape(-1), y.reshape(-1), o, r, i,
                                                       self.op, self.nt, ws.buffers[0])))

@@ -4,22 +4,20 @@ ONNX Resize-19 with constant scales or sizes, modes ``nearest`` (all four neares
 ``linear``, coordinate_transformation_mode half_pixel, pytorch_half_pixel, align_corners,
 asymmetric, half_pixel_symmetric; antialias 0; N and C not resized. Upsample-9: asymmetric,
 nearest takes the floor. Source indices and weights per output row/column are computed once at
-prepare (float32 arithmetic, as onnxruntime); the Numba kernel then gathers whole channel
+prepare (float32 arithmetic, as onnxruntime); the compiled kernel then gathers whole channel
 vectors. Cubic, tf_crop_and_resize and antialiasing stay on the reference backend.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from ...ir.fused import NHWC_TO_NCHW, permute_shape
 from ...ir.shapes.nn import resize_geometry
 from ..reference.ops_nn import nearest_index as ref_nearest_index
 from ..reference.ops_nn import source_coords
 from ._base import CpuKernel
-from ._jit import njit
-from ._math import FAST
+from .compiled import kernels as ck
 
 MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
          "half_pixel_symmetric")
@@ -36,51 +34,6 @@ def linear_taps(x, n_in):
     i0 = np.floor(x).astype(np.int64)
     i1 = np.minimum(i0 + 1, n_in - 1)
     return i0, i1, (x - i0).astype(np.float32)
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True, fastmath=FAST)
-def resize_nearest(x, y, N, H, W, C, OH, OW, iy, ix, nt):
-    rows = N * OH
-    for t in prange(nt):
-        for q in range(t * rows // nt, (t + 1) * rows // nt):
-            n = q // OH
-            src = (n * H + iy[q - n * OH]) * W
-            for ow in range(OW):
-                s = (src + ix[ow]) * C
-                o = (q * OW + ow) * C
-                xs = x[s:s + C]
-                yo = y[o:o + C]
-                for c in range(C):
-                    yo[c] = xs[c]
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True, fastmath=FAST)
-def resize_linear(x, y, N, H, W, C, OH, OW, y0, y1, wy, x0, x1, wx, nt):
-    rows = N * OH
-    one = np.float32(1.0)
-    for t in prange(nt):
-        for q in range(t * rows // nt, (t + 1) * rows // nt):
-            n = q // OH
-            oh = q - n * OH
-            r0 = (n * H + y0[oh]) * W
-            r1 = (n * H + y1[oh]) * W
-            b = wy[oh]
-            a = one - b
-            for ow in range(OW):
-                d = wx[ow]
-                e = one - d
-                s00 = (r0 + x0[ow]) * C
-                s01 = (r0 + x1[ow]) * C
-                s10 = (r1 + x0[ow]) * C
-                s11 = (r1 + x1[ow]) * C
-                o = (q * OW + ow) * C
-                p00 = x[s00:s00 + C]
-                p01 = x[s01:s01 + C]
-                p10 = x[s10:s10 + C]
-                p11 = x[s11:s11 + C]
-                yo = y[o:o + C]
-                for c in range(C):
-                    yo[c] = a * (e * p00[c] + d * p01[c]) + b * (e * p10[c] + d * p11[c])
 
 
 def _const(info):
@@ -149,6 +102,6 @@ class ResizeKernel(CpuKernel):
     def run(self, ins, outs, ws):
         x, y = ins[0].reshape(-1), outs[0].reshape(-1)
         if self.mode == "nearest":
-            resize_nearest(x, y, *self.shape, self.iy, self.ix, self.threads)
+            ck.resize_nearest(x, y, *self.shape, self.iy, self.ix, self.threads)
         else:
-            resize_linear(x, y, *self.shape, *self.ty, *self.tx, self.threads)
+            ck.resize_linear(x, y, *self.shape, *self.ty, *self.tx, self.threads)

@@ -4,7 +4,7 @@
   parameters): strided copies.
 - Transpose-21: perms that merge to a batched swap of two axes with a contiguous inner block,
   ``(N, A, B, I) -> (N, B, A, I)`` (NCHW <-> NHWC, attention head split/merge), run a blocked
-  Numba copy on 4-byte elements; others ``np.copyto`` from the transposed view.
+  compiled copy on 4-byte elements; others ``np.copyto`` from the transposed view.
 - Gather-13: ``np.take(..., out=)`` (negative indices wrap, out-of-range ones raise);
   Cast-24 between plain numeric dtypes and bool: ``np.copyto(casting="unsafe")`` (C casts,
   as NumPy's ``astype``).
@@ -18,11 +18,10 @@ None of them may carry sprat's fused attributes: the layout pass rewrites their 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange, uint64
 
 from ...ir.shapes import infer
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
-from ._jit import njit
+from .compiled import kernels as ck
 
 
 def _plain(node) -> bool:
@@ -86,48 +85,6 @@ def swap_tiles(a: int, b: int) -> tuple[int, int]:
     return sa, sb
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def _swap_tiles(x, y, lo, hi, A, B, L, sa, sb):
-    """Tiles [lo, hi) of the copy (N, A, B, L) -> (N, B, A, L) (L: the contiguous inner
-    block); tiles are (n, a-tile, b-tile) with sides ``sa`` x ``sb`` (``swap_tiles``)."""
-    ta = (A + sa - 1) // sa
-    tb = (B + sb - 1) // sb
-    for t in range(lo, hi):
-        n = t // (ta * tb)
-        r = t - n * ta * tb
-        a0 = (r // tb) * sa
-        b0 = (r % tb) * sb
-        a1 = min(A, a0 + sa)
-        b1 = min(B, b0 + sb)
-        base = n * A * B * L
-        if L == 1:  # NOTE: a one-trip inner loop would pay its vector alias checks per element
-            if sb >= sa:  # the inner loop runs along the tile's longer side
-                for a in range(a0, a1):
-                    s = base + a * B
-                    d = base + a
-                    for b in range(b0, b1):
-                        y[uint64(d + b * A)] = x[uint64(s + b)]
-            else:
-                for b in range(b0, b1):
-                    s = base + b
-                    d = base + b * A
-                    for a in range(a0, a1):
-                        y[uint64(d + a)] = x[uint64(s + a * B)]
-            continue
-        for b in range(b0, b1):
-            for a in range(a0, a1):
-                s = base + (a * B + b) * L
-                d = base + (b * A + a) * L
-                for k in range(L):
-                    y[uint64(d + k)] = x[uint64(s + k)]
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def _swap_par(nt, x, y, total, A, B, L, sa, sb):
-    for t in prange(nt):
-        _swap_tiles(x, y, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
-
-
 class TransposeKernel(CpuKernel):
     """Transpose by ``perm`` (default: reversed axes)."""
 
@@ -162,9 +119,7 @@ class TransposeKernel(CpuKernel):
         nt, total, a, b, i, sa, sb = self.form
         x = xa.reshape(-1).view(np.uint32)
         y = ya.reshape(-1).view(np.uint32)
-        if nt > 1:
-            return _swap_par, (nt, x, y, total, a, b, i, sa, sb)
-        return _swap_tiles, (x, y, 0, total, a, b, i, sa, sb)
+        return ck.swap_tiles, (nt, x, y, total, a, b, i, sa, sb)
 
 
 class CopyKernel(CpuKernel):

@@ -9,7 +9,7 @@
 # Activation codes encode ``sprat.ir.fused`` activations as (code, a, b) (``_math.ACT``):
 # one compiled epilogue serves them all, branching once per call, outside its loops.
 
-from libc.math cimport floorf, sqrtf, fabsf
+from libc.math cimport INFINITY, fabsf, floorf, sqrtf
 from libc.string cimport memcpy, memset
 
 ctypedef Py_ssize_t idx

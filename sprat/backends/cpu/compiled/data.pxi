@@ -1,1 +1,329 @@
-# Compiled kernels of the data family (see kernels.pxi); filled in by the Numba port (issue 12).
+# Compiled kernels of the data-movement family: pooling, resize, reductions, pad rows, 6-D
+# copies (depth/space) and tiled transposes. NHWC where a layout applies: the innermost loop runs
+# over the channels of one pixel, contiguous, and vectorises.
+
+from libc.stdint cimport int64_t
+
+cdef enum:
+    RED_SUM = 0
+    RED_MEAN = 1
+    RED_MAX = 2
+    RED_MIN = 3
+    RED_CHUNK_ = 512
+
+REDUCE_CHUNK = RED_CHUNK_
+SUM, MEAN, MAX_, MIN_ = RED_SUM, RED_MEAN, RED_MAX, RED_MIN
+
+
+# ---- MaxPool / AveragePool ---------------------------------------------------------------------
+
+cdef void _pool_rows(const float* x, float* y, idx lo, idx hi, idx H, idx W, idx C, idx OH,
+                     idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
+                     idx he, idx we, bint is_max, bint include_pad, int code, float a,
+                     float b) noexcept nogil:
+    """Output rows [lo, hi) (row q = (n, oh)) of a pool over NHWC ``x``; ``he``/``we``: the end
+    of the padded extent (AveragePool with ``count_include_pad`` counts pads up to it)."""
+    cdef idx q, n, oh, cnt_h, cnt_w, i, j, ih, iw, ow, c
+    cdef float init = -INFINITY if is_max else 0.0
+    cdef float inv
+    cdef float* yo
+    cdef const float* xs
+    for q in range(lo, hi):
+        n = q // OH
+        oh = q - n * OH
+        cnt_h = 0
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            if (ih >= 0 and ih < H) or (include_pad and ih < he):
+                cnt_h += 1
+        for ow in range(OW):
+            yo = y + (q * OW + ow) * C
+            cnt_w = 0
+            for j in range(kw):
+                iw = ow * sw - pw + j * dw
+                if (iw >= 0 and iw < W) or (include_pad and iw < we):
+                    cnt_w += 1
+            for c in range(C):
+                yo[c] = init
+            for i in range(kh):
+                ih = oh * sh - ph + i * dh
+                if ih < 0 or ih >= H:
+                    continue
+                for j in range(kw):
+                    iw = ow * sw - pw + j * dw
+                    if iw < 0 or iw >= W:
+                        continue
+                    xs = x + ((n * H + ih) * W + iw) * C
+                    if is_max:
+                        for c in range(C):
+                            yo[c] = fmax32(yo[c], xs[c])
+                    else:
+                        for c in range(C):
+                            yo[c] += xs[c]
+            if not is_max:
+                inv = <float>1.0 / <float>max(<idx>1, cnt_h * cnt_w)
+                for c in range(C):
+                    yo[c] *= inv
+        if code != A_NONE:
+            act_inplace(y + q * OW * C, OW * C, code, a, b)
+
+
+def pool2d(const float[::1] x, float[::1] y, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh,
+           idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, idx he, idx we, bint is_max,
+           bint include_pad, int nt, int code, float a, float b):
+    """MaxPool / AveragePool of NHWC float32 ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C),
+    window (kh, kw), strides, dilations, begin pads; output rows split over ``nt`` slots."""
+    cdef idx rows = N * OH
+    cdef const float* px = &x[0]
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _pool_rows(px, py, 0, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, he, we,
+                       is_max, include_pad, code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _pool_rows(px, py, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW, kh, kw, sh,
+                   sw, dh, dw, ph, pw, he, we, is_max, include_pad, code, a, b)
+
+
+# ---- Resize (NHWC) -----------------------------------------------------------------------------
+
+cdef void _nearest_rows(const float* x, float* y, idx lo, idx hi, idx H, idx W, idx C, idx OH,
+                        idx OW, const int64_t* iy, const int64_t* ix) noexcept nogil:
+    cdef idx q, n, src, ow
+    for q in range(lo, hi):
+        n = q // OH
+        src = (n * H + iy[q - n * OH]) * W
+        for ow in range(OW):
+            memcpy(y + (q * OW + ow) * C, x + (src + ix[ow]) * C, C * sizeof(float))
+
+
+def resize_nearest(const float[::1] x, float[::1] y, idx N, idx H, idx W, idx C, idx OH, idx OW,
+                   const int64_t[::1] iy, const int64_t[::1] ix, int nt):
+    """Nearest resize of NHWC ``x`` (N, H, W, C) to ``y`` (N, OH, OW, C): output row ``oh``
+    reads input row ``iy[oh]``, column ``ow`` input column ``ix[ow]``."""
+    cdef idx rows = N * OH
+    cdef const float* px = &x[0]
+    cdef float* py = &y[0]
+    cdef const int64_t* piy = &iy[0]
+    cdef const int64_t* pix = &ix[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _nearest_rows(px, py, 0, rows, H, W, C, OH, OW, piy, pix)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _nearest_rows(px, py, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW, piy, pix)
+
+
+cdef void _linear_rows(const float* x, float* y, idx lo, idx hi, idx H, idx W, idx C, idx OH,
+                       idx OW, const int64_t* y0, const int64_t* y1, const float* wy,
+                       const int64_t* x0, const int64_t* x1,
+                       const float* wx) noexcept nogil:
+    cdef idx q, n, oh, r0, r1, ow, c
+    cdef float a, b, d, e
+    cdef const float* p00
+    cdef const float* p01
+    cdef const float* p10
+    cdef const float* p11
+    cdef float* yo
+    for q in range(lo, hi):
+        n = q // OH
+        oh = q - n * OH
+        r0 = (n * H + y0[oh]) * W
+        r1 = (n * H + y1[oh]) * W
+        b = wy[oh]
+        a = <float>1.0 - b
+        for ow in range(OW):
+            d = wx[ow]
+            e = <float>1.0 - d
+            p00 = x + (r0 + x0[ow]) * C
+            p01 = x + (r0 + x1[ow]) * C
+            p10 = x + (r1 + x0[ow]) * C
+            p11 = x + (r1 + x1[ow]) * C
+            yo = y + (q * OW + ow) * C
+            for c in range(C):
+                yo[c] = a * (e * p00[c] + d * p01[c]) + b * (e * p10[c] + d * p11[c])
+
+
+def resize_linear(const float[::1] x, float[::1] y, idx N, idx H, idx W, idx C, idx OH, idx OW,
+                  const int64_t[::1] y0, const int64_t[::1] y1, const float[::1] wy,
+                  const int64_t[::1] x0, const int64_t[::1] x1, const float[::1] wx,
+                  int nt):
+    """Bilinear resize of NHWC ``x`` to ``y``: output (oh, ow) blends input rows y0/y1 with
+    weight ``wy`` (of y1) and columns x0/x1 with weight ``wx`` (of x1)."""
+    cdef idx rows = N * OH
+    cdef const float* px = &x[0]
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _linear_rows(px, py, 0, rows, H, W, C, OH, OW, &y0[0], &y1[0], &wy[0], &x0[0],
+                         &x1[0], &wx[0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _linear_rows(px, py, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW, &y0[0],
+                     &y1[0], &wy[0], &x0[0], &x1[0], &wx[0])
+
+
+# ---- Reduce{Sum,Mean,Max,Min} over one block of axes --------------------------------------------
+
+cdef float _reduce_row(const float* xr, idx n, int op) noexcept nogil:
+    """One reduction of ``n`` contiguous values (sums accumulate in float64)."""
+    cdef double s = 0.0
+    cdef float m
+    cdef idx i
+    if op == RED_SUM or op == RED_MEAN:
+        for i in range(n):
+            s += xr[i]
+        return <float>(s / n if op == RED_MEAN else s)
+    m = xr[0]
+    if op == RED_MAX:
+        for i in range(1, n):
+            m = fmax32(m, xr[i])
+    else:
+        for i in range(1, n):
+            m = fmin32(m, xr[i])
+    return m
+
+
+cdef void _reduce_columns(const float* x, float* yr, idx n, double* acc, idx R, idx I,
+                          int op) noexcept nogil:
+    """``yr[:n]`` = reduce over r of ``x[r*I : r*I + n]`` (sums in the float64 ``acc``)."""
+    cdef idx i, r
+    cdef const float* xr
+    cdef double scale
+    if op == RED_SUM or op == RED_MEAN:
+        for i in range(n):
+            acc[i] = x[i]
+        for r in range(1, R):
+            xr = x + r * I
+            for i in range(n):
+                acc[i] += xr[i]
+        scale = 1.0 / R if op == RED_MEAN else 1.0
+        for i in range(n):
+            yr[i] = <float>(acc[i] * scale)
+        return
+    memcpy(yr, x, n * sizeof(float))
+    for r in range(1, R):
+        xr = x + r * I
+        if op == RED_MAX:
+            for i in range(n):
+                yr[i] = fmax32(yr[i], xr[i])
+        else:
+            for i in range(n):
+                yr[i] = fmin32(yr[i], xr[i])
+
+
+cdef void _reduce_items(const float* x, float* y, idx lo, idx hi, idx O, idx R, idx I, int op,
+                        double* acc) noexcept nogil:
+    cdef idx it, o, i0, nch
+    if I == 1:
+        for o in range(lo, hi):
+            y[o] = _reduce_row(x + o * R, R, op)
+        return
+    nch = (I + RED_CHUNK_ - 1) // RED_CHUNK_
+    for it in range(lo, hi):
+        o = it // nch
+        i0 = (it - o * nch) * RED_CHUNK_
+        _reduce_columns(x + o * R * I + i0, y + o * I + i0, min(<idx>RED_CHUNK_, I - i0), acc,
+                        R, I, op)
+
+
+def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, int nt,
+               double[:, ::1] acc):
+    """``y (O, I)`` = reduce over R of ``x (O, R, I)`` (float32; sums and means accumulate in
+    float64); ``acc`` (nt, >= REDUCE_CHUNK) float64 scratch; work split over ``nt`` slots."""
+    cdef idx items = O if I == 1 else O * ((I + RED_CHUNK_ - 1) // RED_CHUNK_)
+    cdef const float* px = &x[0]
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _reduce_items(px, py, 0, items, O, R, I, op, &acc[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _reduce_items(px, py, t * items // nt, (t + 1) * items // nt, O, R, I, op, &acc[t, 0])
+
+
+# ---- Pad rows, 6-D copies, tiled transposes ------------------------------------------------------
+
+def pad_rows(const float[:, ::1] x, float[:, ::1] y, idx b, float value):
+    """``y[r] = [value] * b + x[r] + [value] * rest`` for every row r (float32)."""
+    cdef idx rows = x.shape[0], n = x.shape[1], m = y.shape[1]
+    cdef idx r, i
+    cdef float* yr
+    with nogil:
+        for r in range(rows):
+            yr = &y[r, 0]
+            for i in range(b):
+                yr[i] = value
+            if n:
+                memcpy(yr + b, &x[r, 0], n * sizeof(float))
+            for i in range(b + n, m):
+                yr[i] = value
+
+
+def copy6(const float[:, :, :, :, :, :] src, float[:, :, :, :, :, :] dst):
+    """``dst[...] = src`` for two strided 6-D float32 arrays of one shape, looping in index
+    order (the order of the side with the longer contiguous innermost axis is chosen by the
+    caller, who transposes the other)."""
+    cdef idx a, b, c, d, e, f
+    with nogil:
+        for a in range(dst.shape[0]):
+            for b in range(dst.shape[1]):
+                for c in range(dst.shape[2]):
+                    for d in range(dst.shape[3]):
+                        for e in range(dst.shape[4]):
+                            for f in range(dst.shape[5]):
+                                dst[a, b, c, d, e, f] = src[a, b, c, d, e, f]
+
+
+cdef void _swap_tiles(const unsigned int* x, unsigned int* y, idx lo, idx hi, idx A, idx B,
+                      idx L, idx sa, idx sb) noexcept nogil:
+    """Tiles [lo, hi) of the copy (N, A, B, L) -> (N, B, A, L) of 4-byte elements (L: the
+    contiguous inner block); tiles are (n, a-tile, b-tile) with sides ``sa`` x ``sb``."""
+    cdef idx ta = (A + sa - 1) // sa
+    cdef idx tb = (B + sb - 1) // sb
+    cdef idx t, n, r, a0, b0, a1, b1, base, a, b, s, d
+    for t in range(lo, hi):
+        n = t // (ta * tb)
+        r = t - n * ta * tb
+        a0 = (r // tb) * sa
+        b0 = (r % tb) * sb
+        a1 = min(A, a0 + sa)
+        b1 = min(B, b0 + sb)
+        base = n * A * B * L
+        if L == 1:
+            if sb >= sa:  # the inner loop runs along the tile's longer side
+                for a in range(a0, a1):
+                    s = base + a * B
+                    d = base + a
+                    for b in range(b0, b1):
+                        y[d + b * A] = x[s + b]
+            else:
+                for b in range(b0, b1):
+                    s = base + b
+                    d = base + b * A
+                    for a in range(a0, a1):
+                        y[d + a] = x[s + a * B]
+            continue
+        for b in range(b0, b1):
+            for a in range(a0, a1):
+                memcpy(y + base + (b * A + a) * L, x + base + (a * B + b) * L, L * 4)
+
+
+def swap_tiles(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx total, idx A, idx B,
+               idx L, idx sa, idx sb):
+    """The transpose (N, A, B, L) -> (N, B, A, L) of flat 4-byte arrays in ``total`` tiles of
+    ``sa`` x ``sb`` (``tensor.swap_tiles``), split over ``nt`` slots."""
+    cdef const unsigned int* px = &x[0]
+    cdef unsigned int* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _swap_tiles(px, py, 0, total, A, B, L, sa, sb)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _swap_tiles(px, py, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
