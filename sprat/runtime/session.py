@@ -374,12 +374,10 @@ class Session:
     def info(self) -> dict:
         """Arena bytes (tensors and kernel workspaces, from the plan), of which workspace
         bytes, weight bytes, packed weight bytes (shared by the Interpreter's sessions), FLOPs
-        of one run (multiply-add = 2), number of steps, backend per node, threads, the
-        ScheduleConfig precision and memory modes, prepared input shapes, and with
-        ``ScheduleConfig(profiling=True)`` the time in ms of each op in the last run
-        (``op_times_ms``). Shape-dependent entries are those of the last resize; a model
-        with data-dependent shapes also lists the dynamic nodes and the steps planned after them
-        in its last run (``arena_bytes`` counts the static plan only)."""
+        of one run (multiply-add = 2), steps, backend per node, threads, precision and memory
+        modes, input shapes, what the backends describe (cpu: ``cpu_path``, ``blas``) and with
+        profiling the ms of each op in the last run (``op_times_ms``). A model with
+        data-dependent shapes also lists the steps planned after them in its last run."""
         from ..ir.flops import graph_flops
 
         plan = self.plan
@@ -398,4 +396,5 @@ class Session:
             "op_times_ms": ({s.node.name: dt * 1e3 for s, _, dt in self._state.timed()}
                             if self.config.profiling and plan is not None else {}),
             "input_shapes": dict(plan.shapes) if plan is not None else {},
+            **{k: v for b in self._backends for k, v in getattr(b, "describe", dict)().items()},
         }

@@ -89,6 +89,13 @@ class CpuBackend(Backend):
             return kernel
         return self._reference.make_kernel(node)
 
+    def describe(self) -> dict:
+        """What ``Session.info()`` reports of this backend: ``cpu_path``, the compiled
+        kernels' build that runs on this CPU (``baseline`` or ``avx2``), and ``blas``."""
+        from .compiled import BLAS, VARIANT
+
+        return {"cpu_path": VARIANT, "blas": BLAS}
+
     def run_context(self):
         """Entered by the Session around every run: BLAS held to one thread, Numba given
         ``num_threads`` (one thread pool; see ``threading``). Without it BLAS threads and

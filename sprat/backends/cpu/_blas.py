@@ -15,9 +15,7 @@ Numba GEMM is registered instead and a warning is logged.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -39,37 +37,15 @@ _SIG32 = types.void(_i32, _i32, _i32, _i32, _i32, _i32, _f32, _pf32, _i32, _pf32
                     _pf32, _i32)
 _cblas_sgemm = types.ExternalFunction(SYMBOL, _SIG64)
 
-# (symbol name, 64-bit integers?) in the order tried; scipy-openblas wheels prefix and suffix.
-_CANDIDATES = (
-    ("scipy_cblas_sgemm64_", True),
-    ("cblas_sgemm64_", True),
-    ("cblas_sgemm", False),
-    ("scipy_cblas_sgemm", False),
-)
-
 KIND = "none"  # which BLAS got bound: "ilp64", "lp64" or "numba" (slow fallback)
-_keep = []  # keeps ctypes libraries and cfuncs alive
+_keep = []  # keeps cfuncs alive
 
 
 def _find_blas():
-    """(address, is_ilp64, path) of NumPy's cblas_sgemm, or None."""
-    if os.environ.get("SPRAT_NO_BLAS"):  # NOTE: lets the test-suite exercise the fallback
-        return None
-    from threadpoolctl import threadpool_info
+    """(address, is_ilp64, path) of NumPy's cblas_sgemm, or None (``blas.find_sgemm``)."""
+    from .blas import find_sgemm
 
-    for info in threadpool_info():
-        if info.get("user_api") != "blas":
-            continue
-        try:
-            lib = ctypes.CDLL(info["filepath"])
-        except OSError:
-            continue
-        for name, ilp64 in _CANDIDATES:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                _keep.append(lib)
-                return ctypes.cast(fn, ctypes.c_void_p).value, ilp64, info["filepath"]
-    return None
+    return find_sgemm()
 
 
 def _lp64_adapter(address):

@@ -3,7 +3,8 @@
 One source (``kernels.pxi``) is compiled twice: ``_kernels_base`` for any CPU of the
 architecture, ``_kernels_avx2`` with AVX2 + FMA + F16C. ``kernels`` is the variant this CPU runs,
 chosen at import; ``SPRAT_CPU=baseline`` forces the baseline (tests check both give the
-reference's results). ``VARIANT`` names the one in use (``Session.info()["cpu_path"]``).
+reference's results). ``VARIANT`` names the one in use (``Session.info()["cpu_path"]``); their
+GEMMs call NumPy's own BLAS, bound at import (``BLAS``, see ``blas.py``).
 
 Raises ImportError (naming the fix) when the extension was not built, e.g. a source tree used
 without ``pip install -e .``.
@@ -37,3 +38,19 @@ def _pick():
 
 kernels = _pick()
 VARIANT: str = kernels.VARIANT
+
+
+def _bind_blas() -> str:
+    from ..blas import find_sgemm
+
+    found = find_sgemm()
+    if found is None:
+        kernels.bind_blas(0, False)
+        return "portable"
+    address, ilp64, _ = found
+    kernels.bind_blas(address, ilp64)
+    return "ilp64" if ilp64 else "lp64"
+
+
+#: which GEMM the kernels call: "ilp64" / "lp64" (NumPy's BLAS) or "portable" (none found)
+BLAS: str = _bind_blas()
