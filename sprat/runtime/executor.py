@@ -165,7 +165,6 @@ def call(state: RunState, arrays: list, bind: bool = True) -> list:
     previous call."""
     if bind:
         state.bind_inputs(arrays)
-    g = state.plan.graph
-    run_plain(state, dict(zip(g.inputs, arrays)))
-    return [arrays[g.inputs.index(i)] if i in g.inputs else a
-            for i, (_, a) in zip(g.outputs, state.outputs)]
+    plan = state.plan
+    run_plain(state, dict(zip(plan.graph.inputs, arrays)) if plan.dynamic is not None else None)
+    return [a if k < 0 else arrays[k] for k, (_, a) in zip(state.out_sources, state.outputs)]

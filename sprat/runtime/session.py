@@ -210,7 +210,7 @@ class Session:
             wanted = checks.output_names(self._out_specs, output_names)
             feeds = self._check_feeds(feeds)
             shapes = {k: tuple(a.shape) for k, a in feeds.items()}
-            planned = dict(self._state.plan.shapes) if self._state is not None else None
+            planned = self._state.plan.shapes if self._state is not None else None
             for name in self._lent - set(feeds):
                 shapes[name] = planned[name]
             if self._pending is not None or shapes != planned or (

@@ -50,6 +50,8 @@ class RunState:
         self.outputs = [(g.values[i].name, arrays[i] if i in arrays
                          else np.empty(0, g.values[i].dtype or np.float32)) for i in g.outputs]
         self._planned = dict(self.outputs)
+        # NOTE: graph outputs that are graph inputs (passed through): their input position
+        self.out_sources = [g.inputs.index(i) if i in g.inputs else -1 for i in g.outputs]
         # NOTE: outputs whose shapes are known only once the run has reached them
         self.dynamic_outputs = {g.values[i].name for i in g.outputs if i not in arrays}
         self.dynamic_ws = Workspace()
