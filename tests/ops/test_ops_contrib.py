@@ -20,7 +20,8 @@ rng = np.random.default_rng(0)
 # NOTE: the contrib ops the tests below run through the whole pipeline (convert, plan, run)
 # against onnxruntime; test_ops_backends.test_registry_covered counts them as covered
 TESTED = frozenset({"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
-                    "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat", "QGemm",
+                    "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat",
+                    "QLinearSoftmax", "QGemm",
                     "MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
 
 
@@ -85,6 +86,22 @@ def test_qlinear_unary(op, attrs, qt):
     consts = {"xs": np.float32(0.06), "xz": dt(7), "ys": np.float32(0.004 if op ==
               "QLinearSigmoid" else 0.05), "yz": dt(info.min if op == "QLinearSigmoid" else 0)}
     node = h.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS, **attrs)
+    got, want, _ = _run_both(_model(node, [("x", code, x.shape)], code, consts), {"x": x})
+    _assert_lsb(got, want)
+
+
+@pytest.mark.parametrize("qt", [U8, S8], ids=["u8", "s8"])
+@pytest.mark.parametrize("axis,opset,shape", [(-1, 13, (4, 6, 10)), (1, 13, (3, 7, 5)),
+                                              (1, 12, (3, 4, 5))])
+def test_qlinear_softmax(qt, axis, opset, shape):
+    code, dt = qt
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max, shape).astype(dt)
+    # NOTE: onnxruntime's kernel requires y_scale = 1/256 (u8) or 1/128 (s8) and that zero point
+    consts = {"xs": np.float32(0.08), "xz": dt(5), "ys": np.float32(1 / 256 if dt is np.uint8
+              else 1 / 128), "yz": dt(0 if dt is np.uint8 else -128)}
+    node = h.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS,
+                       axis=axis, opset=opset)
     got, want, _ = _run_both(_model(node, [("x", code, x.shape)], code, consts), {"x": x})
     _assert_lsb(got, want)
 
@@ -171,9 +188,10 @@ def test_a_contrib_op_outside_its_domain_is_unsupported():
 
 
 def test_an_unknown_contrib_op_is_named():
-    node = h.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS)
+    node = h.make_node("QLinearReduceMean", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS,
+                       axes=[1], keepdims=1)
     data = _model(node, [("x", T.UINT8, (2, 4))], T.UINT8,
-                  {"xs": np.float32(0.1), "xz": np.uint8(0), "ys": np.float32(1 / 256),
+                  {"xs": np.float32(0.1), "xz": np.uint8(0), "ys": np.float32(0.1),
                    "yz": np.uint8(0)})
-    with pytest.raises(sprat.errors.UnsupportedOpError, match="com.microsoft.QLinearSoftmax"):
+    with pytest.raises(sprat.errors.UnsupportedOpError, match="com.microsoft.QLinearReduceMean"):
         sprat.convert(data)

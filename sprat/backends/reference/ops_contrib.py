@@ -5,7 +5,8 @@ quantizes to the output's scale and zero point (round half to even, saturate), a
 onnxruntime's reference semantics do; integer products accumulate exactly in int64 first
 (QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul). Source: onnxruntime's
 ContribOperators.md and its CPU kernels' definitions (QLinearAdd/Mul, QLinearSigmoid,
-QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QGemm,
+QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat,
+QLinearSoftmax, QGemm,
 MatMulIntegerToFloat, DynamicQuantizeMatMul).
 """
 
@@ -56,6 +57,24 @@ def qlinear_leaky_relu(X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point
     """QLinearLeakyRelu: Y = quantize(leaky_relu(dequantize(X), alpha))."""
     x = _deq(X, X_scale, X_zero_point)
     return _q(np.where(x >= 0, x, x * _F32(alpha)), Y_scale, Y_zero_point, X.dtype)
+
+
+def qlinear_softmax(X, X_scale, x_zero_point=None, y_scale=None, y_zero_point=None, axis=-1,
+                    opset=13):
+    """QLinearSoftmax: Y = quantize(softmax(dequantize(X))) along ``axis``; with ``opset`` < 13
+    (the Softmax-1/11 semantics the node was made from) over X coerced to 2-D at ``axis``.
+    The max is subtracted first, as every softmax kernel does."""
+    x = _deq(X, X_scale, x_zero_point)
+    axis = int(axis) % max(1, x.ndim)
+    if int(opset) < 13:
+        shape = x.shape
+        x = x.reshape(int(np.prod(shape[:axis], dtype=np.int64)), -1)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        y = (e / e.sum(axis=1, keepdims=True)).reshape(shape)
+    else:
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        y = e / e.sum(axis=axis, keepdims=True)
+    return _q(y, y_scale, y_zero_point, X.dtype)
 
 
 def qlinear_global_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point,
@@ -128,6 +147,7 @@ OPS = {
     "QLinearGlobalAveragePool": qlinear_global_average_pool,
     "QLinearAveragePool": qlinear_average_pool,
     "QLinearConcat": qlinear_concat,
+    "QLinearSoftmax": qlinear_softmax,
     "QGemm": qgemm,
     "MatMulIntegerToFloat": matmul_integer_to_float,
     "DynamicQuantizeMatMul": dynamic_quantize_matmul,

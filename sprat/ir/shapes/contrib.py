@@ -1,7 +1,7 @@
 """Shape functions: onnxruntime's ``com.microsoft`` quantized contrib ops that its quantizer
 emits (QOperator format). Source: onnxruntime's ContribOperators.md (QLinearAdd, QLinearMul,
 QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool,
-QLinearConcat, QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul)."""
+QLinearConcat, QLinearSoftmax, QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,15 @@ def qlinear_unary(ins, **_):
     the dtype of Y_zp (X's when absent)."""
     y_zp = ins[4] if len(ins) > 4 and ins[4] is not None else ins[0]
     return [(tuple(ins[0].shape), y_zp.dtype)]
+
+
+def qlinear_softmax(ins, axis=-1, opset=13):
+    """QLinearSoftmax(X, X_scale, x_zp?, y_scale, y_zp): X's shape, y_zp's dtype."""
+    x = ins[0]
+    if not -len(x.shape) <= int(axis) < max(1, len(x.shape)):
+        raise ShapeError(f"QLinearSoftmax axis {axis} out of range for rank {len(x.shape)}")
+    y_zp = ins[4] if len(ins) > 4 and ins[4] is not None else x
+    return [(tuple(x.shape), y_zp.dtype)]
 
 
 def qlinear_global_average_pool(ins, channels_last=0):
@@ -78,6 +87,7 @@ SHAPES = {
     "QLinearGlobalAveragePool": qlinear_global_average_pool,
     "QLinearAveragePool": qlinear_average_pool,
     "QLinearConcat": qlinear_concat,
+    "QLinearSoftmax": qlinear_softmax,
     "QGemm": qgemm,
     "MatMulIntegerToFloat": matmul_to_float,
     "DynamicQuantizeMatMul": matmul_to_float,
