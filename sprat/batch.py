@@ -213,12 +213,13 @@ class Decoder:
         names = list(self.specs)
         if self.kind == "images":
             return {names[0]: self._image(path)}
-        with np.load(path, allow_pickle=False) as data:
-            if isinstance(data, np.ndarray):
-                if len(names) != 1:
-                    raise InputError(f"an .npy holds one array; the model has inputs {names} "
-                                     f"(use .npz files with one array per input name)")
-                return {names[0]: data}
+        data = np.load(path, allow_pickle=False)
+        if isinstance(data, np.ndarray):
+            if len(names) != 1:
+                raise InputError(f"an .npy holds one array; the model has inputs {names} "
+                                 f"(use .npz files with one array per input name)")
+            return {names[0]: data}
+        with data:
             missing = [n for n in names if n not in data.files]
             if missing:
                 raise InputError(f"no array named {missing} in the .npz (it has {data.files})")
@@ -708,8 +709,21 @@ def progress_bar(total: int, desc: str = "sprat batch", stream=None, enabled: bo
         return _NoBar()
     if not enabled:
         return _NoBar()
+    cols, rows = _size_of(stream)
     return tqdm(total=total, desc=desc, unit="rows", file=stream, bar_format=BAR_FORMAT,
-                dynamic_ncols=True, smoothing=0.1)
+                ncols=cols, nrows=rows, smoothing=0.1)
+
+
+def _size_of(stream) -> tuple[int, int]:
+    """The terminal's (columns, lines), 80 x 24 where it reports none: a pseudo-terminal that
+    was never sized (as ``docker run -t`` may give) reports 0 x 0, and tqdm draws nothing on
+    a terminal of 0 lines."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+        cols, rows = size.columns, size.lines
+    except (AttributeError, OSError, ValueError):
+        cols, rows = 0, 0
+    return (cols if cols > 0 else 80), (rows if rows > 0 else 24)
 
 
 class _NoBar:

@@ -1,7 +1,7 @@
 """The ``sprat`` command line: a thin layer over the public API.
 
-``sprat convert|run|info|dump|check|bench|demo`` — see ``sprat <command> --help``. Every stage a
-user might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
+``sprat convert|run|info|dump|check|bench|batch|demo`` — see ``sprat <command> --help``. Every
+stage a user might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
 (:class:`sprat.SpratError`) and missing files print one line on stderr and exit with status 2;
 no traceback is shown for them.
 """
@@ -128,6 +128,46 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --profile: write a Chrome/Perfetto trace JSON of the last run")
     _add_shape_arg(b)
     b.set_defaults(func=cmd_bench)
+
+    t = sub.add_parser("batch", help="run a model over many inputs (arrays, images, Parquet) "
+                                     "into one Parquet file, on Ray or in this process")
+    t.add_argument("model", help=".sprat, .onnx or .tflite model (converted once, here)")
+    t.add_argument("inputs", help="a folder or glob of .npy/.npz files or images, or a Parquet "
+                                  "file or folder with one tensor column per model input")
+    t.add_argument("-o", "--output", required=True, metavar="OUT.parquet",
+                   help="output: one row per input (id, index, one column per model output); "
+                        "written to a temp file and moved into place at the end")
+    t.add_argument("--workers", type=int, metavar="N",
+                   help="parallel workers: Ray actors or ParallelRunner sessions "
+                        "(default: CPUs / --threads)")
+    t.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="threads (CPUs) per worker (default 1)")
+    t.add_argument("--batch-size", type=int, default=32, metavar="N",
+                   help="rows per session run (default 32)")
+    t.add_argument("--engine", choices=["auto", "ray", "local"], default="auto",
+                   help="ray: Ray Data actors; local: this process on a sprat.ParallelRunner; "
+                        "auto (default): ray when it is installed")
+    t.add_argument("--address", metavar="ADDR",
+                   help="run on this existing Ray cluster (e.g. 10.0.0.1:6379, or 'auto'); "
+                        "default: a local Ray instance for the job")
+    t.add_argument("--on-error", choices=["fail", "skip"], default="fail",
+                   help="an input that cannot be decoded or has the wrong shape: fail the job "
+                        "naming it (default), or skip it and list it in OUT.errors.json")
+    t.add_argument("--report", metavar="FILE",
+                   help="where --on-error skip lists skipped inputs (default OUT.errors.json)")
+    t.add_argument("--id-column", metavar="NAME",
+                   help="Parquet inputs: the column of row ids (default: FILE#ROW)")
+    t.add_argument("--size", type=int, nargs=2, metavar=("H", "W"),
+                   help="images: resize to H x W (default: the model's fixed size)")
+    t.add_argument("--mean", type=float, nargs="+", default=[0.0],
+                   help="images: per-channel mean subtracted from pixel/255 (default 0)")
+    t.add_argument("--std", type=float, nargs="+", default=[1.0],
+                   help="images: per-channel std dividing (pixel/255 - mean) (default 1)")
+    t.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw",
+                   help="images: the model's input layout (default nchw)")
+    t.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
+                   help="progress bar on stderr: auto (default) when stderr is a terminal")
+    t.set_defaults(func=cmd_batch)
 
     m = sub.add_parser("demo", help="convert and run an ONNX test model bundled with onnx")
     m.add_argument("--model", default="resnet50",
@@ -444,6 +484,26 @@ def _profile(interp, threads: int, shapes, feeds, runs: int, trace: str | None) 
     if trace:
         pathlib.Path(trace).write_text(json.dumps(session.trace()))
         print(f"\nwrote {trace} (open in chrome://tracing or ui.perfetto.dev)")
+
+
+def cmd_batch(args) -> int:
+    from .batch import ImageOptions, run_job
+
+    _require_file(pathlib.Path(args.model))
+    image = ImageOptions(size=tuple(args.size) if args.size else None, mean=tuple(args.mean),
+                         std=tuple(args.std), layout=args.layout)
+    progress = {"auto": None, "on": True, "off": False}[args.progress]
+    result = run_job(args.model, args.inputs, args.output, workers=args.workers,
+                     threads=args.threads, batch_size=args.batch_size, engine=args.engine,
+                     address=args.address, on_error=args.on_error, image=image,
+                     id_column=args.id_column, report_path=args.report, progress=progress)
+    rate = result.rows / result.seconds if result.seconds > 0 else float("inf")
+    skipped = ""
+    if result.skipped:
+        skipped = f", {len(result.skipped)} skipped (listed in {result.report_path})"
+    print(f"wrote {args.output}: {result.written} of {result.rows} rows{skipped} in "
+          f"{result.seconds:.2f} s ({rate:.1f} rows/s, engine {result.engine})")
+    return EXIT_OK
 
 
 def cmd_demo(args) -> int:
