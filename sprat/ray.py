@@ -23,6 +23,7 @@ Importing ``sprat`` never imports this module or ray; importing this module impo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -142,44 +143,60 @@ def run_units(units: list[dict], data: bytes, decoder, *, workers: int | None, t
     if started:
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.ERROR)
-    # NOTE: the job draws its own progress bar; Ray Data's bars and INFO lines would mix in
-    ray_data_log = logging.getLogger("ray.data")
-    level = ray_data_log.level
-    ray_data_log.setLevel(logging.ERROR)
     try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
-        cpus = int(ray.cluster_resources().get("CPU", 0))
-        if workers is None:
-            workers = max(1, cpus // threads)
-        if workers * threads > cpus:
-            raise InputError(f"{workers} worker(s) x {threads} thread(s) need "
-                             f"{workers * threads} CPUs; the Ray cluster has {cpus}")
-        model = ray.put(np.frombuffer(data, dtype=np.uint8))
-        log.info("running on Ray: %d actor(s) x %d CPU(s), cluster CPUs %d", workers, threads,
-                 cpus)
-        ds = ray.data.from_items(units)
-        ds = ds.map_batches(
-            SpratPredictor,
-            fn_constructor_kwargs={"model": model, "num_threads": threads,
-                                   "preprocess": decoder, "pass_through": (INDEX, ERROR)},
-            batch_size=1 if per_unit else batch_size,
-            compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=threads)
-        # NOTE: no max_restarts / max_task_retries here: Ray Data's actor pools default to
-        # -1 / -1 (a dead actor is restarted, its batch retried), and passing them as
-        # ray_remote_args is deprecated since Ray 2.60
-        try:
-            yield from ds.iter_batches(batch_format="numpy", batch_size=None)
-        except Exception as e:
-            cause = sprat_cause(e)
-            if cause is not None:
-                raise cause from None
-            raise
+        with _job_data_context():
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+            if workers is None:
+                workers = max(1, cpus // threads)
+            if workers * threads > cpus:
+                raise InputError(f"{workers} worker(s) x {threads} thread(s) need "
+                                 f"{workers * threads} CPUs; the Ray cluster has {cpus}")
+            model = ray.put(np.frombuffer(data, dtype=np.uint8))
+            log.info("running on Ray: %d actor(s) x %d CPU(s), cluster CPUs %d", workers,
+                     threads, cpus)
+            ds = ray.data.from_items(units)
+            # NOTE: no max_restarts / max_task_retries here: Ray Data's actor pools default to
+            # -1 / -1 (a dead actor is restarted, its batch retried), and passing them as
+            # ray_remote_args is deprecated since Ray 2.60
+            ds = ds.map_batches(
+                SpratPredictor,
+                fn_constructor_kwargs={"model": model, "num_threads": threads,
+                                       "preprocess": decoder, "pass_through": (INDEX, ERROR)},
+                batch_size=1 if per_unit else batch_size,
+                compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=threads)
+            try:
+                yield from ds.iter_batches(batch_format="numpy", batch_size=None)
+            except Exception as e:
+                cause = sprat_cause(e)
+                if cause is not None:
+                    raise cause from None
+                raise
     finally:
-        ray_data_log.setLevel(level)
         if started:
             ray.shutdown()
+
+
+@contextlib.contextmanager
+def _job_data_context():
+    """Ray Data settings for a ``sprat batch`` job, restored afterwards: no Ray Data progress
+    bars or INFO lines (the job draws its own bar), and an error raised in an actor (say, an
+    InputError for a missing column) reaching the driver as itself
+    (``raise_original_map_exception``), not as a UserCodeException that loses it when
+    pickled."""
+    ctx = ray.data.DataContext.get_current()
+    names = ("enable_progress_bars", "print_on_execution_start", "raise_original_map_exception")
+    saved = {k: getattr(ctx, k) for k in names if hasattr(ctx, k)}
+    ray_data_log = logging.getLogger("ray.data")
+    level = ray_data_log.level
+    try:
+        ray_data_log.setLevel(logging.ERROR)
+        for k in saved:
+            setattr(ctx, k, k == "raise_original_map_exception")
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(ctx, k, v)
+        ray_data_log.setLevel(level)
 
 
 def sprat_cause(e: BaseException) -> SpratError | None:

@@ -228,3 +228,19 @@ def test_job_on_ray_skips_a_corrupt_image_and_reports_it(cluster, model_path, tm
     report = json.loads((tmp_path / "out.parquet.errors.json").read_text())
     assert [(r["id"], r["index"]) for r in report["skipped"]] == [(str(paths[17]), 17)]
     assert "cannot decode line_0017.png" in report["skipped"][0]["error"]
+
+
+def as_is(batch):
+    """preprocess that decodes nothing: the units reach the model without an ``x`` column."""
+    return batch
+
+
+def test_an_error_in_an_actor_reaches_the_driver_as_itself(cluster, model_path):
+    from sprat.batch import make_units, model_bytes
+    from sprat.ray import run_units
+
+    units, _ = make_units("images", [f"img{i}.png" for i in range(6)])
+    results = run_units(units, model_bytes(model_path), as_is, workers=1, threads=1,
+                        batch_size=4, address=None, per_unit=False)
+    with pytest.raises(sprat.InputError, match=r"batch has no column\(s\) \['error', 'x'\]"):
+        list(results)
