@@ -148,8 +148,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="ray: Ray Data actors; local: this process on a sprat.ParallelRunner; "
                         "auto (default): ray when it is installed")
     t.add_argument("--address", metavar="ADDR",
-                   help="run on this existing Ray cluster (e.g. 10.0.0.1:6379, or 'auto'); "
-                        "default: a local Ray instance for the job")
+                   help="run on this existing Ray cluster: HOST:PORT of its head, or 'auto' for "
+                        "the one `ray start` made on this machine (default: a Ray instance "
+                        "started for the job)")
     t.add_argument("--on-error", choices=["fail", "skip"], default="fail",
                    help="an input that cannot be decoded or has the wrong shape: fail the job "
                         "naming it (default), or skip it and list it in OUT.errors.json")

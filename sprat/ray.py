@@ -133,16 +133,19 @@ def run_units(units: list[dict], data: bytes, decoder, *, workers: int | None, t
               batch_size: int, address: str | None, per_unit: bool) -> Iterator[dict]:
     """Result batches of ``sprat batch`` on Ray: the units go to a dataset, each of
     ``workers`` actors (``threads`` CPUs each) decodes its batches with ``decoder`` and runs
-    them; batches arrive in completion order. Uses the running Ray instance, else connects to
-    ``address``, else starts a local one (shut down at the end).
+    them; batches arrive in completion order. Uses the Ray instance this process has, else
+    connects to ``address`` (``"auto"``: the cluster ``ray start`` made on this machine), else
+    starts a local one for the job (shut down at the end).
 
     Raises InputError when the cluster has fewer CPUs than ``workers * threads``; a SpratError
     raised in an actor is re-raised here as itself.
     """
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.ERROR)
+        # NOTE: ray.init() with no address joins the last cluster `ray start` made on this
+        # machine (even a dead one: it then waits); "local" always starts the job's own
+        ray.init(address=address if address is not None else "local", include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.ERROR)
     try:
         with _job_data_context():
             cpus = int(ray.cluster_resources().get("CPU", 0))

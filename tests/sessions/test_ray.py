@@ -41,7 +41,7 @@ def cluster():
     # NOTE: actors unpickle the callables of this module (preprocess/postprocess below) by
     # value: Ray workers cannot import a pytest test module by name
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
