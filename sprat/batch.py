@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -459,8 +459,13 @@ class BatchPredictor:
     the number of rows: the id and pass-through columns are read from what it returns); the
     feed of each model input is the column ``input_columns.get(name, name)``; the outputs of
     ``session.run`` keep the model's dtypes; ``postprocess(outputs) -> outputs`` if given. A
-    batch whose shapes differ from the last one's resizes the session first (the short last
-    batch of a job); a model whose batch dim is fixed at 1 runs row by row (``batch_mode``).
+    batch of a shape not seen before goes through ``Session.resize`` (the short last batch of
+    a job); a model whose batch dim is fixed at 1 runs row by row (``batch_mode``).
+
+    ``new_session``: makes another session of the same model (sharing its weights). With it,
+    up to ``max_sessions`` sessions stay prepared, one per batch shape, most recent kept: Ray
+    Data cuts blocks into batches such as 64 + 11 rows, and a single session would resize
+    (re-plan, about 6 ms here, and run its next batch cold) twice per block.
 
     Raises InputError (a missing column naming the columns there are, columns of different
     lengths, an output named like a passed-through column), ShapeError (an output whose
@@ -469,7 +474,8 @@ class BatchPredictor:
 
     def __init__(self, session, *, id_column: str | None = ID, pass_through: Sequence[str] = (),
                  input_columns: Mapping[str, str] | None = None,
-                 preprocess: Callable | None = None, postprocess: Callable | None = None):
+                 preprocess: Callable | None = None, postprocess: Callable | None = None,
+                 new_session: Callable | None = None, max_sessions: int = 4):
         self.session = session
         self.inputs = list(session.inputs)
         self.output_names = [s.name for s in session.outputs]
@@ -483,7 +489,10 @@ class BatchPredictor:
         self.columns.update(input_columns or {})
         self.preprocess = preprocess
         self.postprocess = postprocess
-        self._shapes: dict[str, tuple[int, ...]] | None = None
+        self._new_session = new_session
+        self.max_sessions = max_sessions
+        self._spare = [session]  # NOTE: sessions not yet prepared for any batch shape
+        self.prepared: OrderedDict[tuple, object] = OrderedDict()  # input shapes -> session
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.preprocess is not None:
@@ -508,8 +517,7 @@ class BatchPredictor:
             return {s.name: np.zeros((0,), s.dtype) for s in self.session.outputs}
         if self.mode == "rows":
             return self._run_rows(feeds, n)
-        self._resize({k: x.shape for k, x in feeds.items()})
-        outs = self.session.run(feeds)
+        outs = self._session_for({k: x.shape for k, x in feeds.items()}).run(feeds)
         for name, y in outs.items():
             if np.ndim(y) == 0 or y.shape[0] != n:
                 raise ShapeError(f"output {name!r} has shape {list(np.shape(y))} for a batch "
@@ -518,9 +526,8 @@ class BatchPredictor:
         return {name: outs[name] for name in self.output_names}
 
     def _run_rows(self, feeds, n: int) -> dict[str, np.ndarray]:
-        self._resize({k: (1, *x.shape[1:]) for k, x in feeds.items()})
-        per_row = [self.session.run({k: x[i:i + 1] for k, x in feeds.items()})
-                   for i in range(n)]
+        session = self._session_for({k: (1, *x.shape[1:]) for k, x in feeds.items()})
+        per_row = [session.run({k: x[i:i + 1] for k, x in feeds.items()}) for i in range(n)]
         out = {}
         for name in self.output_names:
             ys = [np.asarray(r[name]) for r in per_row]
@@ -530,11 +537,25 @@ class BatchPredictor:
             out[name] = np.concatenate(ys) if lead else np.stack(ys)
         return out
 
-    def _resize(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        shapes = {k: tuple(v) for k, v in shapes.items()}
-        if shapes != self._shapes and hasattr(self.session, "resize"):
-            self.session.resize(shapes)
-        self._shapes = shapes
+    def _session_for(self, shapes: dict[str, tuple[int, ...]]):
+        """The session prepared for ``shapes``: one kept from before, a new or spare one
+        resized, or the least recently used one resized."""
+        if not hasattr(self.session, "resize"):
+            return self.session  # NOTE: a ParallelRunner's sessions resize themselves
+        key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
+        session = self.prepared.get(key)
+        if session is not None:
+            self.prepared.move_to_end(key)
+            return session
+        if self._spare:
+            session = self._spare.pop()
+        elif self._new_session is not None and len(self.prepared) < self.max_sessions:
+            session = self._new_session()
+        else:
+            _, session = self.prepared.popitem(last=False)
+        session.resize(dict(key))
+        self.prepared[key] = session
+        return session
 
 
 def _as_tensor(column, name: str) -> np.ndarray:

@@ -86,8 +86,10 @@ class SpratPredictor(BatchPredictor):
     like it (or ``input_columns[name]``); ``preprocess(batch) -> batch`` and
     ``postprocess(outputs) -> outputs`` run around the model when given (they are pickled to
     the actors). Batches of any size, the short last one included, go through
-    ``Session.resize``; a model whose batch dim is fixed at 1 runs each row on its own.
-    ``id_column=None`` passes no id through.
+    ``Session.resize``; a model whose batch dim is fixed at 1 runs each row on its own. Up to
+    ``max_sessions`` sessions of the model (sharing its weights) stay prepared, one per batch
+    shape, so that Ray Data's uneven batches (64 + 11 rows per block, say) do not re-plan one
+    session twice per block. ``id_column=None`` passes no id through.
 
     Raises (in the actor, surfacing from the dataset): InputError for a missing column, an
     ONNX path, or an output named like a kept column; ShapeError and KernelError from the
@@ -96,13 +98,16 @@ class SpratPredictor(BatchPredictor):
 
     def __init__(self, model, *, num_threads: int | None = None, id_column: str | None = ID,
                  pass_through: Sequence[str] = (), input_columns: Mapping[str, str] | None = None,
-                 preprocess: Callable | None = None, postprocess: Callable | None = None):
+                 preprocess: Callable | None = None, postprocess: Callable | None = None,
+                 max_sessions: int = 4):
         self.interpreter = load_interpreter(model)
         threads = num_threads if num_threads is not None else assigned_cpus()
-        session = self.interpreter.create_session(ScheduleConfig(num_threads=threads))
-        super().__init__(session, id_column=id_column, pass_through=pass_through,
-                         input_columns=input_columns, preprocess=preprocess,
-                         postprocess=postprocess)
+        config = ScheduleConfig(num_threads=threads)
+        super().__init__(self.interpreter.create_session(config), id_column=id_column,
+                         pass_through=pass_through, input_columns=input_columns,
+                         preprocess=preprocess, postprocess=postprocess,
+                         new_session=lambda: self.interpreter.create_session(config),
+                         max_sessions=max_sessions)
 
 
 def load_interpreter(model) -> Interpreter:

@@ -110,13 +110,19 @@ def test_map_batches_equals_in_process_session(cluster, model_path, lines, refer
 def test_short_last_batch_resizes_the_session(model_path, lines, reference):
     ids, x, _ = lines
     # NOTE: no Ray worker here: the class itself, fed the batches an actor would get
-    predictor = SpratPredictor(sprat.convert(model_path))
+    predictor = SpratPredictor(sprat.convert(model_path), max_sessions=2)
     assert predictor.mode == "batch"
-    for start, stop in ((0, 64), (64, 71), (71, 135)):
+    shapes = []
+    for start, stop in ((0, 64), (64, 71), (71, 135), (135, 140), (140, 143)):
         out = predictor({"id": ids[start:stop], "x": x[start:stop]})
-        assert predictor._shapes == {"x": (stop - start, 3, 48, 192)}
+        shapes.append((stop - start, 3, 48, 192))
+        # one session per batch shape, the two most recent kept (each resized for its shape)
+        kept = [dict(key)["x"] for key in predictor.prepared]
+        assert kept == [s for s in dict.fromkeys(shapes[::-1])][:2][::-1]
         assert list(out["id"]) == list(ids[start:stop])
         np.testing.assert_allclose(out[OUT], reference[start:stop], rtol=RTOL, atol=ATOL)
+    sessions = list(predictor.prepared.values())
+    assert len({id(s) for s in sessions}) == 2
 
 
 def test_fixed_batch_one_model_runs_row_by_row(cluster, model_path, lines, reference, tmp_path):
