@@ -97,6 +97,40 @@ def test_batch_on_a_folder_of_images(engine, model_path, session, pngs, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.parquet"]
 
 
+# NOTE: a Python where `import ray` fails, as on a machine without the extra
+WITHOUT_RAY = """
+import sys, importlib.abc
+class NoRay(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "ray" or name.startswith("ray."):
+            raise ModuleNotFoundError("No module named 'ray'")
+sys.meta_path.insert(0, NoRay())
+from sprat.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_ray_the_job_runs_in_process_and_says_so(model_path, session, pngs, tmp_path):
+    folder, pairs = pngs
+    out = tmp_path / "scores.parquet"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_RAY, "batch", str(model_path),
+                           str(folder), "-o", str(out), *IMAGE_ARGS, "--workers", "2"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "ray is not installed" in proc.stderr and "ParallelRunner" in proc.stderr
+    assert "engine local" in proc.stdout
+    ids, _, y = read_output(out)
+    assert ids == [str(p) for p, _ in pairs]
+    np.testing.assert_allclose(y, expected(session, [p for p, _ in pairs]), rtol=RTOL,
+                               atol=ATOL)
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_RAY, "batch", str(model_path),
+                           str(folder), "-o", str(out), *IMAGE_ARGS, "--engine", "ray"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 2 and "pip install 'sprat[ray]'" in proc.stderr
+
+
 def test_bad_image_fails_the_job_naming_it(model_path, pngs, tmp_path):
     folder = tmp_path / "imgs"
     folder.mkdir()
