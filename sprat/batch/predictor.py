@@ -13,7 +13,7 @@ from .inputs import ID, batch_mode
 
 
 class BatchPredictor:
-    """Run batches of rows (a dict of NumPy columns) through one session.
+    """Run batches of rows (a dict of NumPy columns) through a sprat session.
 
     ``session``: a Session, or any object with its ``inputs``, ``outputs`` and ``run`` (and
     ``resize`` when it has one). ``__call__(batch)`` takes ``{column: (rows, ...) array}``
