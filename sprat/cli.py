@@ -210,8 +210,22 @@ def cmd_convert(args) -> int:
     dst = pathlib.Path(args.output) if args.output is not None else src.with_suffix(".sprat")
     if dst.resolve() == src.resolve():
         raise InputError(f"output {dst} would overwrite the source model; pass -o")
+    from ._progress import progress_bar
+
+    # NOTE: a bar over the stages (import, each pass, write) on a terminal: a large model
+    # spends seconds in some of them
+    bar = progress_bar(len(converter_stages()) + 1, desc="sprat convert", unit="stages",
+                       leave=False)
+
+    def stage_done(name: str) -> None:
+        bar.set_postfix_str(name, refresh=False)
+        bar.update(1)
+
     t0 = time.perf_counter()
-    data = sprat.convert(src, dst, external_data=args.external_data)
+    try:
+        data = sprat.convert(src, dst, external_data=args.external_data, progress=stage_done)
+    finally:
+        bar.close()
     dt = time.perf_counter() - t0
     extra = f" + weights in {args.external_data}" if args.external_data is not None else ""
     print(f"wrote {dst} ({_fmt_bytes(len(data))}{extra}) in {dt:.2f} s")
@@ -436,16 +450,26 @@ def cmd_bench(args) -> int:
     if args.compare:
         header += f"  {'ort ms':>10}  {'sprat/ort':>9}"
     print(header)
+    from ._progress import progress_bar
+
     for n in threads:
-        session = _session(interp, n)
-        _resize(session, shapes)
-        t_sprat = median_latency(lambda: session.run(feeds), args.runs, args.warmup)
-        line = f"{n:>7}  {t_sprat * 1e3:>10.3f}"
-        if args.compare:
-            ort = _ort_session(args.model, n)
-            t_ort = median_latency(lambda: ort.run(None, feeds), args.runs, args.warmup)
-            line += f"  {t_ort * 1e3:>10.3f}  {t_sprat / t_ort:>9.2f}"
-        print(line)
+        # NOTE: one bar per row of the table, erased before the row is printed
+        calls = (args.warmup + args.runs) * (2 if args.compare else 1)
+        bar = progress_bar(calls, desc=f"sprat bench, {n} thread(s)", unit="runs", leave=False)
+        try:
+            session = _session(interp, n)
+            _resize(session, shapes)
+            t_sprat = median_latency(lambda: session.run(feeds), args.runs, args.warmup,
+                                     progress=bar.update)
+            line = f"{n:>7}  {t_sprat * 1e3:>10.3f}"
+            if args.compare:
+                ort = _ort_session(args.model, n)
+                t_ort = median_latency(lambda: ort.run(None, feeds), args.runs, args.warmup,
+                                       progress=bar.update)
+                line += f"  {t_ort * 1e3:>10.3f}  {t_sprat / t_ort:>9.2f}"
+        finally:
+            bar.close()
+        print(line, flush=True)
     if args.trace and not args.profile:
         raise InputError("--trace needs --profile")
     if args.profile:
@@ -558,15 +582,20 @@ def cmd_demo(args) -> int:
 
 
 # ---- shared helpers (also used by bench/run.py) -----------------------------------------------
-def median_latency(fn, runs: int, warmup: int = 3) -> float:
-    """Median wall time in seconds of ``fn()`` over ``runs`` calls after ``warmup`` calls."""
+def median_latency(fn, runs: int, warmup: int = 3, progress=None) -> float:
+    """Median wall time in seconds of ``fn()`` over ``runs`` calls after ``warmup`` calls;
+    ``progress()``, when given, is called after every call (outside the timed span)."""
     for _ in range(warmup):
         fn()
+        if progress is not None:
+            progress()
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+        if progress is not None:
+            progress()
     return statistics.median(times)
 
 

@@ -20,7 +20,7 @@ A job is four steps, each a plain object that works the same in this process and
 
 ``run_job`` ties them together on Ray (``sprat.ray``) or in this process on a ParallelRunner.
 Nothing in this package imports ray; pyarrow, Pillow and tqdm are imported where needed. The
-steps live in `inputs` (1, 2), `predictor` (3) and `sink` (4, and the progress bar).
+steps live in `inputs` (1, 2), `predictor` (3) and `sink` (4); the bar in ``sprat._progress``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._progress import progress_bar  # noqa: F401
 from ..errors import InputError
 from .inputs import (  # noqa: F401
     ERROR,
@@ -50,7 +51,7 @@ from .inputs import (  # noqa: F401
     row_specs,
 )
 from .predictor import BatchPredictor, _RunnerSession  # noqa: F401
-from .sink import ON_ERROR, ParquetSink, progress_bar  # noqa: F401
+from .sink import ON_ERROR, ParquetSink  # noqa: F401
 
 log = logging.getLogger(__name__)
 

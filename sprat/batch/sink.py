@@ -1,12 +1,11 @@
-"""Step 4 of a batch job: the Parquet output, written atomically with an exactly-once check,
-and the progress bar (``sprat.batch`` describes the whole job)."""
+"""Step 4 of a batch job: the Parquet output, written atomically with an exactly-once check
+(``sprat.batch`` describes the whole job)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -136,48 +135,3 @@ def _arrow_column(x: np.ndarray):
     if x.ndim <= 1:
         return pa.array(x)
     return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(x))
-
-
-# ---- progress ---------------------------------------------------------------------------------
-BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} rows "
-              "[{elapsed}<{remaining}, {rate_fmt}]")
-
-
-def progress_bar(total: int, desc: str = "sprat batch", stream=None, enabled: bool | None = None):
-    """A tqdm bar of ``total`` rows on ``stream`` (default stderr) showing rows/s and the ETA,
-    or a bar that draws nothing when ``enabled`` is False — by default, when ``stream`` is not
-    a terminal (a pipe, a file, CI) or tqdm is not installed."""
-    stream = sys.stderr if stream is None else stream
-    if enabled is None:
-        enabled = bool(getattr(stream, "isatty", lambda: False)())
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        if enabled:
-            log.info("tqdm is not installed: no progress bar (pip install tqdm)")
-        return _NoBar()
-    if not enabled:
-        return _NoBar()
-    cols, rows = _size_of(stream)
-    return tqdm(total=total, desc=desc, unit="rows", file=stream, bar_format=BAR_FORMAT,
-                ncols=cols, nrows=rows, smoothing=0.1)
-
-
-def _size_of(stream) -> tuple[int, int]:
-    """The terminal's (columns, lines), 80 x 24 where it reports none: a pseudo-terminal that
-    was never sized (as ``docker run -t`` may give) reports 0 x 0, and tqdm draws nothing on
-    a terminal of 0 lines."""
-    try:
-        size = os.get_terminal_size(stream.fileno())
-        cols, rows = size.columns, size.lines
-    except (AttributeError, OSError, ValueError):
-        cols, rows = 0, 0
-    return (cols if cols > 0 else 80), (rows if rows > 0 else 24)
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -249,14 +249,15 @@ def test_progress_bar_renders_rows_per_second_and_eta():
     assert quiet.getvalue() == ""
 
 
-def test_progress_bar_on_a_pseudo_terminal(model_path, pngs, tmp_path):
-    pytest.importorskip("tqdm")
-    folder, _ = pngs
-    out = tmp_path / "out.parquet"
+def on_pty(*args) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pseudo-terminal (as in a terminal window) and stdout on a
+    pipe: (exit status, what the terminal showed, stdout)."""
     leader, follower = pty.openpty()
     try:
-        proc = sprat_cli("batch", model_path, folder, "-o", out, *IMAGE_ARGS, "--engine",
-                         "local", "--batch-size", 8, stderr=follower, stdout=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, "-m", "sprat", *map(str, args)],
+                                stderr=follower, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                    filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
         os.close(follower)
         follower = None
         chunks = []
@@ -268,10 +269,41 @@ def test_progress_bar_on_a_pseudo_terminal(model_path, pngs, tmp_path):
             if not data:
                 break
             chunks.append(data)
+        stdout = proc.stdout.read()
+        proc.wait(timeout=300)
     finally:
         os.close(leader)
         if follower is not None:
             os.close(follower)
-    assert proc.returncode == 0
-    screen = b"".join(chunks).decode(errors="replace")
+    return proc.returncode, b"".join(chunks).decode(errors="replace"), stdout
+
+
+def test_progress_bar_on_a_pseudo_terminal(model_path, pngs, tmp_path):
+    pytest.importorskip("tqdm")
+    folder, _ = pngs
+    code, screen, stdout = on_pty("batch", model_path, folder, "-o", tmp_path / "out.parquet",
+                                  *IMAGE_ARGS, "--engine", "local", "--batch-size", 8)
+    assert code == 0, screen
     assert "sprat batch: 100%" in screen and "80/80 rows" in screen and "rows/s" in screen
+    assert "wrote" in stdout
+
+
+def test_convert_and_bench_show_progress_on_a_terminal(model_path, tmp_path):
+    pytest.importorskip("tqdm")
+    from sprat.converter import stages
+
+    code, screen, stdout = on_pty("convert", model_path, "-o", tmp_path / "m.sprat")
+    assert code == 0, screen
+    n = len(stages()) + 1
+    assert "sprat convert:" in screen and f"/{n} stages" in screen and "stages/s" in screen
+    assert ", import" in screen  # the name of the stage just done
+    assert screen.split("\r")[-2].strip() == ""  # the bar is blanked out when done
+    assert "wrote" in stdout
+    code, screen, stdout = on_pty("bench", tmp_path / "m.sprat", "--shape", "x=1,3,48,192",
+                                  "--runs", 5, "--warmup", 1)
+    assert code == 0, screen
+    assert "sprat bench, 1 thread(s):" in screen and "/6 runs" in screen
+    assert "threads" in stdout  # the table itself goes to stdout, the bar is erased
+    # on a pipe: no bar
+    proc = sprat_cli("convert", model_path, "-o", tmp_path / "m2.sprat")
+    assert proc.returncode == 0 and "stages" not in proc.stderr
