@@ -21,7 +21,8 @@ steady(sprat local 1)``: one actor against one in-process session, same thread c
                           [--batch-size 64] [--repeats 2]
 
 Each configuration runs ``--repeats`` times, best steady rate kept. Keep it short on this
-2-core machine: the default runs in about 3-4 minutes.
+2-core machine: the default runs in about 3 minutes. On a machine others benchmark on, take
+its lock: ``flock /tmp/sprat-bench.lock python bench/batch.py``.
 """
 
 from __future__ import annotations
