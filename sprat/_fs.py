@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 
@@ -18,6 +19,24 @@ def atomic_write(path: str | os.PathLike, data) -> None:
                 data(f)
             else:
                 f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike):
+    """``with atomic_output(path) as tmp:`` write the file at ``tmp``; on a clean exit it
+    replaces ``path`` in one ``os.replace``, on an exception it is removed and ``path`` is left
+    as it was (for writers that stream into a file by name, e.g. a Parquet writer)."""
+    path = os.fspath(path)
+    tmp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         try:

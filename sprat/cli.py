@@ -1,7 +1,7 @@
 """The ``sprat`` command line: a thin layer over the public API.
 
-``sprat convert|run|info|dump|check|bench|demo`` — see ``sprat <command> --help``. Every stage a
-user might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
+``sprat convert|run|info|dump|check|bench|batch|demo`` — see ``sprat <command> --help``. Every
+stage a user might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
 (:class:`sprat.SpratError`) and missing files print one line on stderr and exit with status 2;
 no traceback is shown for them.
 """
@@ -130,6 +130,47 @@ def _parser() -> argparse.ArgumentParser:
     _add_shape_arg(b)
     b.set_defaults(func=cmd_bench)
 
+    t = sub.add_parser("batch", help="run a model over many inputs (arrays, images, Parquet) "
+                                     "into one Parquet file, on Ray or in this process")
+    t.add_argument("model", help=".sprat, .onnx or .tflite model (converted once, here)")
+    t.add_argument("inputs", help="a folder or glob of .npy/.npz files or images, or a Parquet "
+                                  "file or folder with one tensor column per model input")
+    t.add_argument("-o", "--output", required=True, metavar="OUT.parquet",
+                   help="output: one row per input (id, index, one column per model output); "
+                        "written to a temp file and moved into place at the end")
+    t.add_argument("--workers", type=int, metavar="N",
+                   help="parallel workers: Ray actors or ParallelRunner sessions "
+                        "(default: CPUs / --threads)")
+    t.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="threads (CPUs) per worker (default 1)")
+    t.add_argument("--batch-size", type=int, default=32, metavar="N",
+                   help="rows per session run (default 32)")
+    t.add_argument("--engine", choices=["auto", "ray", "local"], default="auto",
+                   help="ray: Ray Data actors; local: this process on a sprat.ParallelRunner; "
+                        "auto (default): ray when it is installed")
+    t.add_argument("--address", metavar="ADDR",
+                   help="run on this existing Ray cluster: HOST:PORT of its head, or 'auto' for "
+                        "the one `ray start` made on this machine (default: a Ray instance "
+                        "started for the job)")
+    t.add_argument("--on-error", choices=["fail", "skip"], default="fail",
+                   help="an input that cannot be decoded or has the wrong shape: fail the job "
+                        "naming it (default), or skip it and list it in OUT.errors.json")
+    t.add_argument("--report", metavar="FILE",
+                   help="where --on-error skip lists skipped inputs (default OUT.errors.json)")
+    t.add_argument("--id-column", metavar="NAME",
+                   help="Parquet inputs: the column of row ids (default: FILE#ROW)")
+    t.add_argument("--size", type=int, nargs=2, metavar=("H", "W"),
+                   help="images: resize to H x W (default: the model's fixed size)")
+    t.add_argument("--mean", type=float, nargs="+", default=[0.0],
+                   help="images: per-channel mean subtracted from pixel/255 (default 0)")
+    t.add_argument("--std", type=float, nargs="+", default=[1.0],
+                   help="images: per-channel std dividing (pixel/255 - mean) (default 1)")
+    t.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw",
+                   help="images: the model's input layout (default nchw)")
+    t.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
+                   help="progress bar on stderr: auto (default) when stderr is a terminal")
+    t.set_defaults(func=cmd_batch)
+
     m = sub.add_parser("demo", help="convert and run an ONNX test model bundled with onnx")
     m.add_argument("--model", default="resnet50",
                    help="light model name from onnx's test data (default resnet50)")
@@ -170,8 +211,22 @@ def cmd_convert(args) -> int:
     dst = pathlib.Path(args.output) if args.output is not None else src.with_suffix(".sprat")
     if dst.resolve() == src.resolve():
         raise InputError(f"output {dst} would overwrite the source model; pass -o")
+    from ._progress import progress_bar
+
+    # NOTE: a bar over the stages (import, each pass, write) on a terminal: a large model
+    # spends seconds in some of them
+    bar = progress_bar(len(converter_stages()) + 1, desc="sprat convert", unit="stages",
+                       leave=False)
+
+    def stage_done(name: str) -> None:
+        bar.set_postfix_str(name, refresh=False)
+        bar.update(1)
+
     t0 = time.perf_counter()
-    data = sprat.convert(src, dst, external_data=args.external_data)
+    try:
+        data = sprat.convert(src, dst, external_data=args.external_data, progress=stage_done)
+    finally:
+        bar.close()
     dt = time.perf_counter() - t0
     extra = f" + weights in {args.external_data}" if args.external_data is not None else ""
     print(f"wrote {dst} ({_fmt_bytes(len(data))}{extra}) in {dt:.2f} s")
@@ -389,16 +444,26 @@ def cmd_bench(args) -> int:
     if args.compare:
         header += f"  {'ort ms':>10}  {'sprat/ort':>9}"
     print(header)
+    from ._progress import progress_bar
+
     for n in threads:
-        session = _session(interp, n)
-        _resize(session, shapes)
-        t_sprat = median_latency(lambda: session.run(feeds), args.runs, args.warmup)
-        line = f"{n:>7}  {t_sprat * 1e3:>10.3f}"
-        if args.compare:
-            ort = _ort_session(args.model, n)
-            t_ort = median_latency(lambda: ort.run(None, feeds), args.runs, args.warmup)
-            line += f"  {t_ort * 1e3:>10.3f}  {t_sprat / t_ort:>9.2f}"
-        print(line)
+        # NOTE: one bar per row of the table, erased before the row is printed
+        calls = (args.warmup + args.runs) * (2 if args.compare else 1)
+        bar = progress_bar(calls, desc=f"sprat bench, {n} thread(s)", unit="runs", leave=False)
+        try:
+            session = _session(interp, n)
+            _resize(session, shapes)
+            t_sprat = median_latency(lambda: session.run(feeds), args.runs, args.warmup,
+                                     progress=bar.update)
+            line = f"{n:>7}  {t_sprat * 1e3:>10.3f}"
+            if args.compare:
+                ort = _ort_session(args.model, n)
+                t_ort = median_latency(lambda: ort.run(None, feeds), args.runs, args.warmup,
+                                       progress=bar.update)
+                line += f"  {t_ort * 1e3:>10.3f}  {t_sprat / t_ort:>9.2f}"
+        finally:
+            bar.close()
+        print(line, flush=True)
     if args.trace and not args.profile:
         raise InputError("--trace needs --profile")
     if args.profile:
@@ -438,6 +503,26 @@ def _profile(interp, threads: int, shapes, feeds, runs: int, trace: str | None) 
     if trace:
         pathlib.Path(trace).write_text(json.dumps(session.trace()))
         print(f"\nwrote {trace} (open in chrome://tracing or ui.perfetto.dev)")
+
+
+def cmd_batch(args) -> int:
+    from .batch import ImageOptions, run_job
+
+    _require_file(pathlib.Path(args.model))
+    image = ImageOptions(size=tuple(args.size) if args.size else None, mean=tuple(args.mean),
+                         std=tuple(args.std), layout=args.layout)
+    progress = {"auto": None, "on": True, "off": False}[args.progress]
+    result = run_job(args.model, args.inputs, args.output, workers=args.workers,
+                     threads=args.threads, batch_size=args.batch_size, engine=args.engine,
+                     address=args.address, on_error=args.on_error, image=image,
+                     id_column=args.id_column, report_path=args.report, progress=progress)
+    rate = result.rows / result.seconds if result.seconds > 0 else float("inf")
+    skipped = ""
+    if result.skipped:
+        skipped = f", {len(result.skipped)} skipped (listed in {result.report_path})"
+    print(f"wrote {args.output}: {result.written} of {result.rows} rows{skipped} in "
+          f"{result.seconds:.2f} s ({rate:.1f} rows/s, engine {result.engine})")
+    return EXIT_OK
 
 
 def cmd_demo(args) -> int:
@@ -491,15 +576,20 @@ def cmd_demo(args) -> int:
 
 
 # ---- shared helpers (also used by bench/run.py) -----------------------------------------------
-def median_latency(fn, runs: int, warmup: int = 3) -> float:
-    """Median wall time in seconds of ``fn()`` over ``runs`` calls after ``warmup`` calls."""
+def median_latency(fn, runs: int, warmup: int = 3, progress=None) -> float:
+    """Median wall time in seconds of ``fn()`` over ``runs`` calls after ``warmup`` calls;
+    ``progress()``, when given, is called after every call (outside the timed span)."""
     for _ in range(warmup):
         fn()
+        if progress is not None:
+            progress()
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+        if progress is not None:
+            progress()
     return statistics.median(times)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from .ir.graph import Graph
 from .stages import converter_stages as stages  # noqa: F401 — the API's name for them
@@ -25,10 +26,12 @@ def is_tflite_source(src) -> bool:
         return False
 
 
-def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Graph:
+def convert_graph(src, *, optimize: bool = True, until: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> Graph:
     """Import an ONNX model (path, bytes or ``onnx.ModelProto``) or a TFLite model (``.tflite``
     path or bytes, see ``is_tflite_source``) and run the default passes, stopping after the
-    stage ``until`` when given (see ``stages()``).
+    stage ``until`` when given (see ``stages()``). ``progress(stage)`` is called after each
+    stage of the main graph (``"import"``, then each pass by name).
 
     Raises ModelFormatError (not a valid model), UnsupportedOpError (listing every missing op),
     ConvertError (malformed graph). ONNX needs the ``onnx`` package, TFLite the ``tflite`` one.
@@ -39,9 +42,11 @@ def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Gr
         raise ValueError(f"unknown converter stage {until!r}; stages: {', '.join(stages())}")
     if is_tflite_source(src):
         g = _import_tflite(src)
+        if progress is not None:
+            progress("import")
         if not optimize or until == "import":
             return g
-        return run_passes(g, until=until)
+        return run_passes(g, until=until, on_pass=progress)
     try:
         import onnx  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -50,9 +55,11 @@ def convert_graph(src, *, optimize: bool = True, until: str | None = None) -> Gr
     from .frontends.onnx.importer import import_model, load
 
     g = import_model(load(src))
+    if progress is not None:
+        progress("import")
     if not optimize or until == "import":
         return g
-    return run_passes(g, until=until)
+    return run_passes(g, until=until, on_pass=progress)
 
 
 def _import_tflite(src) -> Graph:
@@ -67,7 +74,7 @@ def _import_tflite(src) -> Graph:
 
 
 def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | None = None,
-            biz_code: str | None = None) -> bytes:
+            biz_code: str | None = None, progress: Callable[[str], None] | None = None) -> bytes:
     """Convert an ONNX or TFLite model to the ``.sprat`` format.
 
     Args:
@@ -75,12 +82,17 @@ def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | N
         dst: where to write the ``.sprat`` file; None writes nothing.
         external_data: file name (relative to ``dst``) to hold the weights instead of the model.
         biz_code: free-form tag stored in the file's metadata (MNN's ``bizCode``).
+        progress: called with each stage's name when it is done: ``"import"``, every pass of
+            ``stages()``, then ``"write"`` (``sprat convert`` draws its progress bar with it).
     Returns: the ``.sprat`` bytes (without the weights when ``external_data`` is given).
     Raises: ModelFormatError, UnsupportedOpError, ConvertError (see ``convert_graph``).
     """
     from .format import write_model
 
-    g = convert_graph(src)
+    g = convert_graph(src, progress=progress)
     if biz_code is not None:
         g.metadata["biz_code"] = str(biz_code)
-    return write_model(g, dst, external_data=external_data)
+    data = write_model(g, dst, external_data=external_data)
+    if progress is not None:
+        progress("write")
+    return data

@@ -31,8 +31,9 @@ DEFAULT_PIPELINE = [
 ]
 
 
-def optimize(g: Graph, pipeline=None, until: str | None = None) -> Graph:
+def optimize(g: Graph, pipeline=None, until: str | None = None, on_pass=None) -> Graph:
     """Run the passes of ``pipeline`` (default DEFAULT_PIPELINE) in order; stop after ``until``.
+    ``on_pass(name)``, when given, is called after each pass over the main graph.
 
     Subgraphs of control-flow nodes (If/Loop/Scan) are optimized first, the same way: their
     inputs and outputs keep their order (``sprat.ir.subgraphs``), so a branch or loop body gets
@@ -46,6 +47,8 @@ def optimize(g: Graph, pipeline=None, until: str | None = None) -> Graph:
                                  for x in v]
     for name, fn in pipeline if pipeline is not None else DEFAULT_PIPELINE:
         g = fn(g)
+        if on_pass is not None:
+            on_pass(name)
         if name == until:
             break
     return g
