@@ -212,6 +212,7 @@ def cmd_convert(args) -> int:
     if dst.resolve() == src.resolve():
         raise InputError(f"output {dst} would overwrite the source model; pass -o")
     from ._progress import progress_bar
+    from .stages import converter_stages
 
     # NOTE: a bar over the stages (import, each pass, write) on a terminal: a large model
     # spends seconds in some of them
