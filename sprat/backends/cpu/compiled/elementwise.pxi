@@ -137,6 +137,8 @@ cdef idx _binary_item_count(const idx* dims) noexcept nogil:
     cdef idx rows = dims[0] * dims[1]
     cdef idx inner = dims[2]
     cdef idx per
+    if rows == 0 or inner == 0:  # NOTE: an empty tensor: no work item
+        return 0
     if inner >= CHUNK_:
         return rows * ((inner + CHUNK_ - 1) // CHUNK_)
     per = CHUNK_ // inner
