@@ -5,12 +5,16 @@ architecture, ``_kernels_avx2`` with AVX2 + FMA + F16C. ``kernels`` is the varia
 chosen at import; ``SPRAT_CPU=baseline`` forces the baseline (tests check both give the
 reference's results). ``VARIANT`` names the one in use (``Session.info()["cpu_path"]``).
 
+At import the kernels' ``sgemm`` is bound to NumPy's own ``cblas_sgemm`` (``_bind_blas``).
+
 Raises ImportError (naming the fix) when the extension was not built, e.g. a source tree used
 without ``pip install -e .``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
 
 try:
@@ -35,5 +39,39 @@ def _pick():
     return _kernels_avx2
 
 
+# (symbol name, 64-bit integers?) in the order tried; scipy-openblas wheels prefix and suffix
+_BLAS_SYMBOLS = (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True),
+                 ("cblas_sgemm", False), ("scipy_cblas_sgemm", False))
+_blas_libs: list = []  # keeps the ctypes library loaded
+
+
+def _bind_blas(module) -> str:
+    """Bind ``module``'s ``sgemm`` to the ``cblas_sgemm`` of the BLAS NumPy loaded (found by
+    threadpoolctl); returns "ilp64", "lp64" or "none" (no BLAS: a slow portable loop, logged).
+    ``SPRAT_NO_BLAS=1`` skips the search (tests of the fallback)."""
+    if not os.environ.get("SPRAT_NO_BLAS"):
+        import numpy  # noqa: F401  (NOTE: loads the BLAS before threadpoolctl looks)
+        from threadpoolctl import threadpool_info
+
+        for info in threadpool_info():
+            if info.get("user_api") != "blas":
+                continue
+            try:
+                lib = ctypes.CDLL(info["filepath"])
+            except OSError:
+                continue
+            for name, ilp64 in _BLAS_SYMBOLS:
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    _blas_libs.append(lib)
+                    module.bind_blas(ctypes.cast(fn, ctypes.c_void_p).value, ilp64)
+                    return "ilp64" if ilp64 else "lp64"
+    logging.getLogger(__name__).warning(
+        "sprat cpu backend: no cblas_sgemm found in NumPy's BLAS; GEMMs run a slow loop")
+    module.bind_blas(0, False)
+    return "none"
+
+
 kernels = _pick()
 VARIANT: str = kernels.VARIANT
+BLAS: str = _bind_blas(kernels)
