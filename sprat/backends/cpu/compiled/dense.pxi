@@ -1,1 +1,786 @@
-# Compiled kernels of the dense family (see kernels.pxi); filled in by the Numba port (issue 12).
+# Dense kernels: Gemm/MatMul with fused epilogues, fp16-weight GEMV/GEMM (precision="low"),
+# fused attention, Softmax/LogSoftmax, LayerNormalization, BatchNormalization (a per-channel
+# affine) and the LSTM recurrence. The Python kernels that call them: ``linalg.py``,
+# ``attention.py``, ``norm.py``, ``rnn.py``. Included by kernels.pxi, after common.pxi.
+#
+# Every ``def`` takes flat C-contiguous float32 arrays (typed memoryviews) and a work-slot count
+# ``nt``; the work items are split into ``nt`` equal ranges, one per OpenMP thread, or run on
+# the calling thread when ``nt == 1``.
+
+from cython.parallel cimport prange
+from libc.math cimport logf, INFINITY
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+    #include <immintrin.h>
+    #define SPRAT_DENSE_F16C 1
+    #endif
+
+    /* One binary16 bit pattern as float32, exact for every finite half (subnormals too: an
+       fp16 subnormal becomes an fp32 subnormal that the multiply by 2**112 normalises). */
+    static inline float sprat_dense_h2f(uint16_t h) {
+        uint32_t bits = ((uint32_t)(h & 0x7fffu) << 13) | ((uint32_t)(h & 0x8000u) << 16);
+        float f;
+        memcpy(&f, &bits, 4);
+        return f * 5.192296858534828e+33f;
+    }
+
+    /* out[:n] = float32(h[:n]) */
+    static void sprat_dense_widen(const uint16_t* h, float* out, Py_ssize_t n) {
+        Py_ssize_t j = 0;
+    #ifdef SPRAT_DENSE_F16C
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(h + j))));
+    #endif
+        for (; j < n; j++)
+            out[j] = sprat_dense_h2f(h[j]);
+    }
+
+    /* y[:n] += a0*w[0, :n] + a1*w[1, :n] + a2*w[2, :n] + a3*w[3, :n]: four fp16 weight rows
+       (ldw apart) widened as they are read, y loaded and stored once for the four. */
+    static void sprat_dense_axpy4_f16(float* y, const uint16_t* w, Py_ssize_t ldw,
+                                      const float* a, Py_ssize_t n) {
+        const uint16_t* w0 = w;
+        const uint16_t* w1 = w + ldw;
+        const uint16_t* w2 = w + 2 * ldw;
+        const uint16_t* w3 = w + 3 * ldw;
+        float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+        Py_ssize_t j = 0;
+    #ifdef SPRAT_DENSE_F16C
+        __m256 v0 = _mm256_set1_ps(a0), v1 = _mm256_set1_ps(a1);
+        __m256 v2 = _mm256_set1_ps(a2), v3 = _mm256_set1_ps(a3);
+        for (; j + 8 <= n; j += 8) {
+            __m256 acc = _mm256_loadu_ps(y + j);
+            acc = _mm256_fmadd_ps(v0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w0 + j))), acc);
+            acc = _mm256_fmadd_ps(v1, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w1 + j))), acc);
+            acc = _mm256_fmadd_ps(v2, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w2 + j))), acc);
+            acc = _mm256_fmadd_ps(v3, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w3 + j))), acc);
+            _mm256_storeu_ps(y + j, acc);
+        }
+    #endif
+        for (; j < n; j++)
+            y[j] += a0 * sprat_dense_h2f(w0[j]) + a1 * sprat_dense_h2f(w1[j])
+                  + a2 * sprat_dense_h2f(w2[j]) + a3 * sprat_dense_h2f(w3[j]);
+    }
+
+    /* y[:n] += a0 * w[:n], one fp16 weight row */
+    static void sprat_dense_axpy_f16(float* y, const uint16_t* w, float a0, Py_ssize_t n) {
+        Py_ssize_t j = 0;
+    #ifdef SPRAT_DENSE_F16C
+        __m256 v0 = _mm256_set1_ps(a0);
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(y + j, _mm256_fmadd_ps(
+                v0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w + j))),
+                _mm256_loadu_ps(y + j)));
+    #endif
+        for (; j < n; j++)
+            y[j] += a0 * sprat_dense_h2f(w[j]);
+    }
+    """
+    void dense_widen "sprat_dense_widen" (const unsigned short* h, float* out,
+                                          idx n) noexcept nogil
+    void dense_axpy4_f16 "sprat_dense_axpy4_f16" (float* y, const unsigned short* w, idx ldw,
+                                                  const float* a, idx n) noexcept nogil
+    void dense_axpy_f16 "sprat_dense_axpy_f16" (float* y, const unsigned short* w, float a0,
+                                                idx n) noexcept nogil
+
+
+cdef inline const float* dense_cptr(const float[::1] v) noexcept nogil:
+    """The first element of ``v``, or NULL when it is empty (an absent residual or bias)."""
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+cdef inline float* dense_ptr(float[::1] v) noexcept nogil:
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+cdef inline float* dense_row(float[:, ::1] v, int t) noexcept nogil:
+    """Row ``t`` of a per-slot scratch (nt, size); NULL when the rows are empty."""
+    return &v[t, 0] if v.shape[1] > 0 else NULL
+
+
+# ---- Gemm / MatMul ----------------------------------------------------------------------------
+
+cdef struct dense_gemm_t:
+    # one batched GEMM with its epilogue, as ``gemm_blocks`` describes it
+    const float* a
+    const float* b
+    float* y
+    const idx* offs
+    idx nbatch, M, N, K, lda, ldb, rb, cb
+    bint ta, tb
+    float alpha
+    const float* c
+    idx sm, sn
+    float beta
+    const float* res
+    bint has_res
+    int code
+    float pa, pb
+
+
+cdef void dense_gemm_epilogue(const dense_gemm_t* g, float* y, const float* res, idx m0, idx m1,
+                              idx n0, idx n1) noexcept nogil:
+    """Rows m0..m1, columns n0..n1 of ``y`` (row pitch N): ``+= beta * C`` (C's element
+    strides sm, sn; sm < 0: no C), ``+= res`` (same positions), then the activation."""
+    cdef idx w = n1 - n0
+    cdef idx N = g.N
+    cdef idx m, j, o
+    cdef float v
+    cdef float beta = g.beta
+    cdef float* yr
+    cdef const float* cr
+    for m in range(m0, m1):
+        o = m * N + n0
+        yr = y + o
+        if g.sm >= 0:
+            if g.sn == 0:  # one value of C per row (C is (M, 1) or a scalar)
+                v = beta * g.c[m * g.sm]
+                for j in range(w):
+                    yr[j] += v
+            else:
+                cr = g.c + m * g.sm + n0 * g.sn
+                for j in range(w):
+                    yr[j] += beta * cr[j]
+        residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, g.code, g.pa, g.pb)
+
+
+cdef void dense_gemm_items(const dense_gemm_t* g, idx lo, idx hi) noexcept nogil:
+    """Work items [lo, hi) of ``gemm_blocks``: (batch, row block, column block) triples, each
+    one single-threaded BLAS call and its epilogue while the block is in cache."""
+    cdef idx nrb = (g.M + g.rb - 1) // g.rb
+    cdef idx ncb = (g.N + g.cb - 1) // g.cb
+    cdef idx it, bi, rem, m0, n0, m1, n1, ao, bo, yo
+    for it in range(lo, hi):
+        bi = it // (nrb * ncb)
+        rem = it - bi * nrb * ncb
+        m0 = (rem // ncb) * g.rb
+        n0 = (rem % ncb) * g.cb
+        m1 = min(g.M, m0 + g.rb)
+        n1 = min(g.N, n0 + g.cb)
+        ao = g.offs[3 * bi] + (m0 if g.ta else m0 * g.lda)
+        bo = g.offs[3 * bi + 1] + (n0 * g.ldb if g.tb else n0)
+        yo = g.offs[3 * bi + 2]
+        sgemm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, g.alpha, g.a + ao, g.lda, g.b + bo, g.ldb,
+              <float>0.0, g.y + yo + m0 * g.N + n0, g.N)
+        dense_gemm_epilogue(g, g.y + yo, g.res + yo if g.has_res else NULL, m0, m1, n0, n1)
+
+
+def gemm_blocks(int nt, const float[::1] a, const float[::1] b, float[::1] y,
+                const idx[:, ::1] offs, idx M, idx N, idx K, bint ta, bint tb, float alpha,
+                idx lda, idx ldb, idx rb, idx cb, const float[::1] c, idx sm, idx sn,
+                float beta, const float[::1] res, bint has_res, int code, float pa, float pb):
+    """Batched GEMM with a fused epilogue (Gemm-13, MatMul-13 with NumPy batching).
+
+    For each batch ``i`` (``offs[i] = (a_off, b_off, y_off)``, element offsets into the flat
+    ``a``, ``b``, ``y``): ``Y_i (M, N) = act(alpha * op(A_i) @ op(B_i) + beta * C + res)``.
+    ``ta``/``tb``: A stored (K, M) / B stored (N, K); ``lda``/``ldb`` their row pitches; Y's
+    pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
+    ``res`` (same layout as ``y``) is added when ``has_res``; then activation ``code`` (pa, pb).
+    Work items are (batch, block of ``rb`` rows, block of ``cb`` columns), ``nt`` slots."""
+    cdef dense_gemm_t g
+    g.a, g.b, g.y = dense_cptr(a), dense_cptr(b), dense_ptr(y)
+    g.offs = &offs[0, 0]
+    g.nbatch, g.M, g.N, g.K, g.lda, g.ldb, g.rb, g.cb = offs.shape[0], M, N, K, lda, ldb, rb, cb
+    g.ta, g.tb, g.alpha = ta, tb, alpha
+    g.c, g.sm, g.sn, g.beta = dense_cptr(c), sm, sn, beta
+    g.res, g.has_res, g.code, g.pa, g.pb = dense_cptr(res), has_res, code, pa, pb
+    cdef const dense_gemm_t* gp = &g
+    cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    cdef int t
+    if M <= 0 or N <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_gemm_items(gp, 0, items)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_gemm_items(gp, t * items // nt, (t + 1) * items // nt)
+
+
+# ---- fp16 weights (precision="low") ---------------------------------------------------------
+# A constant weight is held as IEEE binary16 bit patterns (uint16) and widened to float32 right
+# before use (F16C ``vcvtph2ps`` in the AVX2 build, integer ops in the baseline); products and
+# sums stay float32.
+
+def widen_f16(const unsigned short[::1] h, float[::1] out):
+    """``out[:len(h)] = float32(h)`` for binary16 bit patterns ``h`` (exact for finite values).
+    Raises ValueError when ``out`` is shorter than ``h``."""
+    if out.shape[0] < h.shape[0]:
+        raise ValueError("widen_f16: out is shorter than h")
+    if h.shape[0]:
+        with nogil:
+            dense_widen(&h[0], &out[0], h.shape[0])
+
+
+cdef inline void dense_f16_finish(float* y, idx w, const float* bias, bint has_bias,
+                                  const float* res, bint has_res, int code, float pa,
+                                  float pb) noexcept nogil:
+    """Epilogue of one output row segment ``y[:w]``: ``+= bias[:w]`` when ``has_bias``,
+    ``+= res[:w]`` when ``has_res``, then the activation."""
+    cdef idx j
+    if has_bias:
+        for j in range(w):
+            y[j] += bias[j]
+    residual_act(y, res, w, has_res, code, pa, pb)
+
+
+cdef void dense_gemv_f16_items(const float* a, const unsigned short* w, float* y, idx N, idx K,
+                               idx cb, idx lo, idx hi, const float* bias, bint has_bias,
+                               const float* res, bint has_res, int code, float pa,
+                               float pb) noexcept nogil:
+    """Column panels [lo, hi) of ``gemv_f16``: the panel of ``y`` (``cb`` floats, in L1)
+    accumulates four weight rows per pass."""
+    cdef idx it, n0, wd, k, j
+    cdef idx k4 = K - K % 4
+    cdef float* yr
+    for it in range(lo, hi):
+        n0 = it * cb
+        wd = min(N, n0 + cb) - n0
+        yr = y + n0
+        for j in range(wd):
+            yr[j] = <float>0.0
+        k = 0
+        while k < k4:
+            dense_axpy4_f16(yr, w + k * N + n0, N, a + k, wd)
+            k += 4
+        for k in range(k4, K):
+            dense_axpy_f16(yr, w + k * N + n0, a[k], wd)
+        dense_f16_finish(yr, wd, bias + n0 if has_bias else NULL, has_bias,
+                         res + n0 if has_res else NULL, has_res, code, pa, pb)
+
+
+def gemv_f16(const float[::1] a, const unsigned short[::1] w, float[::1] y, idx M, idx N,
+             idx K, idx cb, int nt, const float[::1] bias, bint has_bias, const float[::1] res,
+             bint has_res, int code, float pa, float pb, float[:, ::1] scratch):
+    """One row (M == 1): ``y[N] = act(a[K] @ widen(w[K, N]) (+ bias[N]) (+ res[N]))``.
+
+    ``w`` the weight as fp16 bits (K, N) flat; the arguments are those of
+    ``gemm_f16_blocks`` (``scratch`` unused). Work items are panels of ``cb`` columns; each
+    weight element is widened as it is read (the product is memory-bound)."""
+    cdef idx ncb = (N + cb - 1) // cb
+    cdef const float* pa_ = dense_cptr(a)
+    cdef const unsigned short* pw = &w[0] if w.shape[0] else NULL
+    cdef float* py = dense_ptr(y)
+    cdef const float* pbias = dense_cptr(bias)
+    cdef const float* pr = dense_cptr(res)
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            dense_gemv_f16_items(pa_, pw, py, N, K, cb, 0, ncb, pbias, has_bias, pr, has_res,
+                                 code, pa, pb)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_gemv_f16_items(pa_, pw, py, N, K, cb, t * ncb // nt, (t + 1) * ncb // nt, pbias,
+                             has_bias, pr, has_res, code, pa, pb)
+
+
+cdef void dense_gemm_f16_items(const float* a, const unsigned short* w, float* y, idx M, idx N,
+                               idx K, idx cb, idx lo, idx hi, const float* bias, bint has_bias,
+                               const float* res, bint has_res, int code, float pa, float pb,
+                               float* buf) noexcept nogil:
+    """Column panels [lo, hi) of ``gemm_f16_blocks``: widen ``w[:, n0:n0+cb]`` into ``buf``
+    (K x cb floats, in L2), one BLAS call, then the epilogue row by row."""
+    cdef idx it, n0, wd, k, m
+    for it in range(lo, hi):
+        n0 = it * cb
+        wd = min(N, n0 + cb) - n0
+        for k in range(K):
+            dense_widen(w + k * N + n0, buf + k * wd, wd)
+        sgemm(False, False, M, wd, K, <float>1.0, a, K, buf, wd, <float>0.0, y + n0, N)
+        if has_bias or has_res or code != A_NONE:
+            for m in range(M):
+                dense_f16_finish(y + m * N + n0, wd, bias + n0 if has_bias else NULL, has_bias,
+                                 res + m * N + n0 if has_res else NULL, has_res, code, pa, pb)
+
+
+def gemm_f16_blocks(const float[::1] a, const unsigned short[::1] w, float[::1] y, idx M, idx N,
+                    idx K, idx cb, int nt, const float[::1] bias, bint has_bias,
+                    const float[::1] res, bint has_res, int code, float pa, float pb,
+                    float[:, ::1] scratch):
+    """``y[M, N] = act(a[M, K] @ widen(w[K, N]) (+ bias[N]) (+ res[M, N]))`` for any M.
+
+    Work items are panels of ``cb`` columns; ``scratch`` (nt, >= K * cb) float32 holds each
+    slot's widened panel, multiplied by BLAS (one thread per call)."""
+    cdef idx ncb = (N + cb - 1) // cb
+    cdef const float* pa_ = dense_cptr(a)
+    cdef const unsigned short* pw = &w[0] if w.shape[0] else NULL
+    cdef float* py = dense_ptr(y)
+    cdef const float* pbias = dense_cptr(bias)
+    cdef const float* pr = dense_cptr(res)
+    cdef int t
+    if M <= 0 or N <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_gemm_f16_items(pa_, pw, py, M, N, K, cb, 0, ncb, pbias, has_bias, pr,
+                                 has_res, code, pa, pb, dense_row(scratch, 0))
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_gemm_f16_items(pa_, pw, py, M, N, K, cb, t * ncb // nt, (t + 1) * ncb // nt,
+                             pbias, has_bias, pr, has_res, code, pa, pb, dense_row(scratch, t))
+
+
+# ---- Softmax ---------------------------------------------------------------------------------
+
+cdef enum:
+    DENSE_CHUNK = 512  # columns per work item of a softmax along a middle axis
+
+
+cdef inline float dense_rowmax(const float* x, idx n) noexcept nogil:
+    """max of ``x[:n]`` (n >= 1); a NaN in ``x`` is skipped or kept as the vector lanes
+    meet it (the softmax of a row holding NaN is NaN either way)."""
+    cdef float m8[8]
+    cdef idx i, l
+    cdef idx n8 = n - n % 8
+    cdef float m = x[0]
+    if n8 > 0:
+        # NOTE: eight independent lanes: the comparison chain of one accumulator does not
+        # vectorise (reassociating a NaN-aware max is not allowed)
+        for l in range(8):
+            m8[l] = x[l]
+        i = 8
+        while i < n8:
+            for l in range(8):
+                m8[l] = fmax32(m8[l], x[i + l])
+            i += 8
+        for l in range(8):
+            m = fmax32(m, m8[l])
+    for i in range(n8, n):
+        m = fmax32(m, x[i])
+    return m
+
+
+cdef void dense_softmax_row(const float* x, float* y, idx n, bint log) noexcept nogil:
+    """``y[:n]`` = softmax (or log-softmax) of ``x[:n]`` (``x`` may be ``y``)."""
+    cdef float m = dense_rowmax(x, n)
+    cdef float s = <float>0.0
+    cdef float e, shift, inv
+    cdef idx i
+    if log:
+        for i in range(n):
+            s += exp32(x[i] - m)
+        shift = m + logf(s)
+        for i in range(n):
+            y[i] = x[i] - shift
+    else:
+        for i in range(n):
+            e = exp32(x[i] - m)
+            y[i] = e
+            s += e
+        inv = <float>1.0 / s
+        for i in range(n):
+            y[i] *= inv
+
+
+cdef void dense_softmax_cols(const float* x, float* y, idx lo, idx hi, idx L, idx I, bint log,
+                             float* mm, float* ss) noexcept nogil:
+    """Items [lo, hi) of a softmax of (O, L, I) along L, I > 1: an item is (o, chunk of up to
+    DENSE_CHUNK columns); each pass runs along a contiguous chunk (vectorised over I), with
+    the running max in ``mm`` and the sums in ``ss`` (DENSE_CHUNK floats each)."""
+    cdef idx nch = (I + DENSE_CHUNK - 1) // DENSE_CHUNK
+    cdef idx it, o, i0, n, base, k, i
+    cdef float e
+    cdef const float* xr
+    cdef float* yr
+    for it in range(lo, hi):
+        o = it // nch
+        i0 = (it - o * nch) * DENSE_CHUNK
+        n = min(<idx>DENSE_CHUNK, I - i0)
+        base = o * L * I + i0
+        for i in range(n):
+            mm[i] = x[base + i]
+        for k in range(1, L):
+            xr = x + base + k * I
+            for i in range(n):
+                mm[i] = fmax32(mm[i], xr[i])
+        for i in range(n):
+            ss[i] = <float>0.0
+        for k in range(L):
+            xr = x + base + k * I
+            yr = y + base + k * I
+            if log:
+                for i in range(n):
+                    ss[i] += exp32(xr[i] - mm[i])
+            else:
+                for i in range(n):
+                    e = exp32(xr[i] - mm[i])
+                    ss[i] += e
+                    yr[i] = e
+        if log:
+            for i in range(n):
+                ss[i] = mm[i] + logf(ss[i])
+        else:
+            for i in range(n):
+                ss[i] = <float>1.0 / ss[i]
+        for k in range(L):
+            xr = x + base + k * I
+            yr = y + base + k * I
+            if log:
+                for i in range(n):
+                    yr[i] = xr[i] - ss[i]
+            else:
+                for i in range(n):
+                    yr[i] *= ss[i]
+
+
+cdef void dense_softmax_items(const float* x, float* y, idx lo, idx hi, idx L, idx I, bint log,
+                              float* buf) noexcept nogil:
+    cdef idx r
+    if I == 1:
+        for r in range(lo, hi):
+            dense_softmax_row(x + r * L, y + r * L, L, log)
+    else:
+        dense_softmax_cols(x, y, lo, hi, L, I, log, buf, buf + DENSE_CHUNK)
+
+
+def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int nt,
+            float[:, ::1] scratch):
+    """Softmax-13 (LogSoftmax-13 when ``log``) of ``x`` viewed (O, L, I), along L, into ``y``
+    (same layout). ``scratch`` (nt, >= 2 * 512) float32: the per-column max and sum when
+    I > 1. Work items: rows when I == 1, else (o, 512-column chunk) pairs."""
+    cdef idx items = O if I == 1 else O * ((I + DENSE_CHUNK - 1) // DENSE_CHUNK)
+    cdef const float* px = dense_cptr(x)
+    cdef float* py = dense_ptr(y)
+    cdef int t
+    if L <= 0 or items <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_softmax_items(px, py, 0, items, L, I, log, dense_row(scratch, 0))
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_softmax_items(px, py, t * items // nt, (t + 1) * items // nt, L, I, log,
+                            dense_row(scratch, t))
+
+
+# ---- LayerNormalization, BatchNormalization --------------------------------------------------
+
+cdef void dense_layernorm_rows(const float* x, float* y, idx lo, idx hi, idx D,
+                               const float* scale, const float* bias, float eps) noexcept nogil:
+    """Rows [lo, hi) of length D: two passes over the row (in L1) for the mean and the
+    variance, then ``y = (x - mean) * inv * scale + bias``."""
+    cdef idx r, i
+    cdef float s, mean, v, d, inv
+    cdef const float* xr
+    cdef float* yr
+    for r in range(lo, hi):
+        xr = x + r * D
+        yr = y + r * D
+        s = <float>0.0
+        for i in range(D):
+            s += xr[i]
+        mean = s / <float>D
+        v = <float>0.0
+        for i in range(D):
+            d = xr[i] - mean
+            v += d * d
+        inv = <float>1.0 / sqrtf(v / <float>D + eps)
+        for i in range(D):
+            yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i]
+
+
+def layernorm(const float[::1] x, float[::1] y, idx rows, idx D, const float[::1] scale,
+              const float[::1] bias, float eps, int nt):
+    """LayerNormalization-17 over rows of length D (``x``, ``y``: (rows, D)):
+    ``y = (x - mean) / sqrt(var + eps) * scale + bias``, ``scale``/``bias`` D floats each
+    (float32 statistics). Work items are rows."""
+    cdef const float* px = dense_cptr(x)
+    cdef float* py = dense_ptr(y)
+    cdef const float* ps = dense_cptr(scale)
+    cdef const float* pb = dense_cptr(bias)
+    cdef int t
+    if rows <= 0 or D <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_layernorm_rows(px, py, 0, rows, D, ps, pb, eps)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_layernorm_rows(px, py, t * rows // nt, (t + 1) * rows // nt, D, ps, pb, eps)
+
+
+cdef void dense_affine_block(const float* x, float* y, const float* res, const float* s,
+                             const float* b, idx C, idx I, bint has_res, int code, float pa,
+                             float pb) noexcept nogil:
+    """One (C, I) block (NCHW planes): ``y = act(x * s[c] + b[c] (+ res))``."""
+    cdef idx c, i
+    cdef float sc, sh
+    cdef const float* xc
+    cdef float* yc
+    for c in range(C):
+        xc = x + c * I
+        yc = y + c * I
+        sc = s[c]
+        sh = b[c]
+        for i in range(I):
+            yc[i] = xc[i] * sc + sh
+    residual_act(y, res, C * I, has_res, code, pa, pb)
+
+
+cdef void dense_affine_runs(const float* x, float* y, const float* res, idx lo_run, idx hi_run,
+                            idx total, const float* st, const float* bt, idx L, bint has_res,
+                            int code, float pa, float pb) noexcept nogil:
+    """NHWC runs [lo_run, hi_run) of ``L`` floats (``st``/``bt``: scale and shift tiled over
+    whole pixels): one contiguous pass each, so 24 channels do not pay a call per pixel."""
+    cdef idx q, lo, n, k
+    for q in range(lo_run, hi_run):
+        lo = q * L
+        n = min(L, total - lo)
+        for k in range(n):
+            y[lo + k] = x[lo + k] * st[k] + bt[k]
+        residual_act(y + lo, res + lo if has_res else NULL, n, has_res, code, pa, pb)
+
+
+cdef void dense_affine_items(const float* x, float* y, const float* res, idx lo, idx hi,
+                             idx O, idx C, idx I, const float* s, const float* b, idx L,
+                             bint has_res, int code, float pa, float pb) noexcept nogil:
+    """Items [lo, hi) of ``channel_affine``: NHWC runs (I == 1), (C, I) blocks (O >= nt) or
+    single (o, channel) planes (``by_plane``, I > 1 and O < nt: items are planes)."""
+    cdef idx q, o, c, off
+    if I == 1:
+        dense_affine_runs(x, y, res, lo, hi, O * C, s, b, L, has_res, code, pa, pb)
+        return
+    for q in range(lo, hi):
+        if L == 0:  # NOTE: L == 0 marks items of whole (C, I) blocks
+            off = q * C * I
+            dense_affine_block(x + off, y + off, res + off if has_res else NULL, s, b, C, I,
+                               has_res, code, pa, pb)
+        else:
+            c = q % C
+            off = q * I
+            dense_affine_block(x + off, y + off, res + off if has_res else NULL, s + c, b + c,
+                               1, I, has_res, code, pa, pb)
+
+
+def channel_affine(const float[::1] x, float[::1] y, idx O, idx C, idx I, const float[::1] s,
+                   const float[::1] b, const float[::1] res, bint has_res, int code, float pa,
+                   float pb, int nt):
+    """``x`` viewed (O, C, I): ``y = act(x * s[c] + b[c] (+ res))`` (BatchNormalization folded
+    at prepare; NHWC: I == 1, NCHW: O == N). ``s``/``b`` hold the C values repeated
+    (``tiled_bias``): NHWC runs over as many pixels at once. Work items: NHWC runs, else (C, I)
+    blocks, or single (o, channel) planes when there are fewer blocks than slots."""
+    cdef const float* px = dense_cptr(x)
+    cdef float* py = dense_ptr(y)
+    cdef const float* pr = dense_cptr(res)
+    cdef const float* ps = dense_cptr(s)
+    cdef const float* pb_ = dense_cptr(b)
+    cdef idx L, items
+    cdef int t
+    if I == 1:
+        L = s.shape[0]
+        items = (O * C + L - 1) // L
+    elif O >= nt:
+        L, items = 0, O
+    else:
+        L, items = 1, O * C
+    if items <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_affine_items(px, py, pr, 0, items, O, C, I, ps, pb_, L, has_res, code, pa, pb)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_affine_items(px, py, pr, t * items // nt, (t + 1) * items // nt, O, C, I, ps, pb_,
+                           L, has_res, code, pa, pb)
+
+
+# ---- Attention -------------------------------------------------------------------------------
+
+cdef struct dense_attn_t:
+    # one Attention-23 (3-D form), as ``attention`` describes it
+    const float* q
+    const float* k
+    const float* v
+    const float* mask
+    bint has_mask
+    float* y
+    idx B, H, G, Sq, Skv, D, Dv
+    float scale
+    idx mb, mh, mq
+
+
+cdef void dense_attn_softmax_row(float* r, const float* mrow, idx n, bint has_mask) noexcept nogil:
+    """In place on one score row ``r[:n]``: ``+= mrow`` when ``has_mask``, then the softmax;
+    a fully masked row (max -inf) gives zeros (Attention-23), not NaN."""
+    cdef idx i
+    cdef float m
+    if has_mask:
+        for i in range(n):
+            r[i] += mrow[i]
+    m = dense_rowmax(r, n)
+    if m == -INFINITY:
+        for i in range(n):
+            r[i] = <float>0.0
+        return
+    dense_softmax_row(r, r, n, False)
+
+
+cdef void dense_attn_pairs(const dense_attn_t* g, idx lo, idx hi, float* s) noexcept nogil:
+    """(batch, head) pairs [lo, hi): ``S = scale * Q_h @ K_h^T`` into ``s`` (Sq x Skv, one BLAS
+    call reading the head's columns in place), mask and row softmax in cache, then
+    ``Y_h = S @ V_h`` straight into Y's columns of head h. Grouped heads read kv head h // G."""
+    cdef idx hkv = g.H // g.G
+    cdef idx Sq = g.Sq
+    cdef idx Skv = g.Skv
+    cdef idx D = g.D
+    cdef idx Dv = g.Dv
+    cdef idx pi, b, h, kh, i, mo
+    for pi in range(lo, hi):
+        b = pi // g.H
+        h = pi - b * g.H
+        kh = h // g.G
+        sgemm(False, True, Sq, Skv, D, g.scale, g.q + b * Sq * g.H * D + h * D, g.H * D,
+              g.k + b * Skv * hkv * D + kh * D, hkv * D, <float>0.0, s, Skv)
+        for i in range(Sq):
+            mo = b * g.mb + h * g.mh + i * g.mq
+            dense_attn_softmax_row(s + i * Skv, g.mask + mo if g.has_mask else NULL, Skv,
+                                   g.has_mask)
+        sgemm(False, False, Sq, Dv, Skv, <float>1.0, s, Skv, g.v + b * Skv * hkv * Dv + kh * Dv,
+              hkv * Dv, <float>0.0, g.y + b * Sq * g.H * Dv + h * Dv, g.H * Dv)
+
+
+def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v,
+              const float[::1] mask, bint has_mask, float[::1] y, idx B, idx H, idx G, idx Sq,
+              idx Skv, idx D, idx Dv, float scale, idx mb, idx mh, idx mq,
+              float[:, ::1] scratch):
+    """Attention-23, 3-D form: Q (B, Sq, H*D), K (B, Skv, Hkv*D), V (B, Skv, Hkv*Dv) with
+    Hkv = H / G, optional additive ``mask`` (element strides ``mb``/``mh``/``mq`` for batch,
+    head and query row, 0 where broadcast; rows of Skv) -> Y (B, Sq, H*Dv):
+    ``Y_h = softmax(scale * Q_h @ K_h^T + mask) @ V_h`` per head. Work items are the B*H
+    (batch, head) pairs; ``scratch`` (nt, >= Sq * Skv) float32 holds each slot's scores."""
+    cdef dense_attn_t g
+    g.q, g.k, g.v = dense_cptr(q), dense_cptr(k), dense_cptr(v)
+    g.mask, g.has_mask, g.y = dense_cptr(mask), has_mask, dense_ptr(y)
+    g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv = B, H, G, Sq, Skv, D, Dv
+    g.scale, g.mb, g.mh, g.mq = scale, mb, mh, mq
+    cdef const dense_attn_t* gp = &g
+    cdef idx pairs = B * H
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            dense_attn_pairs(gp, 0, pairs, dense_row(scratch, 0))
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_attn_pairs(gp, t * pairs // nt, (t + 1) * pairs // nt, dense_row(scratch, t))
+
+
+# ---- LSTM --------------------------------------------------------------------------------------
+
+cdef void dense_lstm_recurrence(const float* h, const float* r, bint r_trans, float* gates,
+                                idx nb, idx hid) noexcept nogil:
+    """``gates (nb, 4H) = h (nb, H) @ R^T``: ``r`` is R^T packed (H, 4H) (contiguous
+    multiply-adds per hidden unit), or R itself (4H, H) when ``r_trans`` (a dot product per
+    gate). A GEMV per batch row: BLAS with one row would repack R every step."""
+    cdef idx four_h = 4 * hid
+    cdef idx k4 = hid - hid % 4
+    cdef idx b, j, k
+    cdef float acc, h0, h1, h2, h3
+    cdef float* g
+    cdef const float* hb
+    cdef const float* row
+    cdef const float* r0
+    cdef const float* r1
+    cdef const float* r2
+    cdef const float* r3
+    for b in range(nb):
+        g = gates + b * four_h
+        hb = h + b * hid
+        if r_trans:
+            for j in range(four_h):
+                row = r + j * hid
+                acc = <float>0.0
+                for k in range(hid):
+                    acc += row[k] * hb[k]
+                g[j] = acc
+            continue
+        for j in range(four_h):
+            g[j] = <float>0.0
+        k = 0
+        while k < k4:
+            # NOTE: four rows of R^T per pass over g: a quarter of the loads and stores of g
+            h0, h1, h2, h3 = hb[k], hb[k + 1], hb[k + 2], hb[k + 3]
+            r0 = r + k * four_h
+            r1 = r0 + four_h
+            r2 = r1 + four_h
+            r3 = r2 + four_h
+            for j in range(four_h):
+                g[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
+            k += 4
+        for k in range(k4, hid):
+            h0 = hb[k]
+            row = r + k * four_h
+            for j in range(four_h):
+                g[j] += h0 * row[j]
+
+
+cdef void dense_lstm_cell(const float* gates, const float* xw, const float* bias, float* c,
+                          float* h, float* y, idx nb, idx hid) noexcept nogil:
+    """``gates`` (nb, 4H) = h_prev @ R^T on entry; adds ``xw`` (nb, 4H) and ``bias`` (4H),
+    then updates ``c``, ``h`` (nb, H) in place and writes h into ``y`` (nb, H). Gate order
+    i, o, f, c (ONNX); one vectorised pass over the hidden units."""
+    cdef idx four_h = 4 * hid
+    cdef idx b, k
+    cdef float i_, o_, f_, z, cv, hv
+    cdef const float* g
+    cdef const float* x
+    cdef float* cb
+    cdef float* hb
+    cdef float* yb
+    for b in range(nb):
+        g = gates + b * four_h
+        x = xw + b * four_h
+        cb = c + b * hid
+        hb = h + b * hid
+        yb = y + b * hid
+        for k in range(hid):
+            i_ = sigmoid32(g[k] + x[k] + bias[k])
+            o_ = sigmoid32(g[hid + k] + x[hid + k] + bias[hid + k])
+            f_ = sigmoid32(g[2 * hid + k] + x[2 * hid + k] + bias[2 * hid + k])
+            z = tanh32(g[3 * hid + k] + x[3 * hid + k] + bias[3 * hid + k])
+            cv = f_ * cb[k] + i_ * z
+            cb[k] = cv
+            hv = o_ * tanh32(cv)
+            hb[k] = hv
+            yb[k] = hv
+
+
+cdef void dense_lstm_direction(const float* xw, const float* r, bint r_trans, const float* bias,
+                               float* h, float* c, float* y, float* gates, idx seq, idx nb,
+                               idx hid, bint reverse) noexcept nogil:
+    """One direction's recurrence over ``seq`` steps (backwards when ``reverse``): ``gates =
+    h @ R^T``, then the gate pass. ``xw`` (seq, nb, 4H) input projections; ``h``, ``c``
+    (nb, H) initial states, updated; ``y`` (seq, nb, H) receives every h."""
+    cdef idx s, t
+    for s in range(seq):
+        t = seq - 1 - s if reverse else s
+        dense_lstm_recurrence(h, r, r_trans, gates, nb, hid)
+        dense_lstm_cell(gates, xw + t * nb * 4 * hid, bias, c, h, y + t * nb * hid, nb, hid)
+
+
+def lstm(const float[:, ::1] xw, const float[:, ::1] r, bint r_trans, const float[:, ::1] bias,
+         float[:, ::1] h, float[:, ::1] c, float[:, ::1] y, float[:, ::1] gates, reverse,
+         idx seq, idx nb, idx hid, bint par):
+    """LSTM-14 recurrence of every direction d (rows of each argument, flattened):
+    ``xw[d]`` (seq, nb, 4H) input projections (bias not included), ``r[d]`` R^T packed (H, 4H)
+    or R (4H, H) when ``r_trans``, ``bias[d]`` (4H) = Wb + Rb, ``h[d]``/``c[d]`` (nb, H)
+    initial states (updated), ``y[d]`` (seq, nb, H) every h, ``gates[d]`` (nb, 4H) scratch;
+    ``reverse`` a sequence of bools per direction. ``par``: the two directions on two
+    threads."""
+    cdef int dirs = xw.shape[0]
+    cdef bint rev[2]
+    cdef int d
+    rev[0] = bool(reverse[0])
+    rev[1] = bool(reverse[1]) if dirs > 1 else False
+    if par and dirs == 2:
+        for d in prange(2, nogil=True, num_threads=2, schedule="static", chunksize=1):
+            dense_lstm_direction(&xw[d, 0], &r[d, 0], r_trans, &bias[d, 0], &h[d, 0], &c[d, 0],
+                                 &y[d, 0], &gates[d, 0], seq, nb, hid, rev[d])
+        return
+    with nogil:
+        for d in range(dirs):
+            dense_lstm_direction(&xw[d, 0], &r[d, 0], r_trans, &bias[d, 0], &h[d, 0], &c[d, 0],
+                                 &y[d, 0], &gates[d, 0], seq, nb, hid, rev[d])
