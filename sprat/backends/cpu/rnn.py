@@ -1,8 +1,8 @@
 """LSTM (ONNX LSTM-14) on the cpu backend: one GEMM for the input projection of every time
 step, then per step one small GEMV for the recurrence and one fused pass for the gates; the
-whole recurrence of every direction is one compiled call (``lstm`` in ``compiled/dense.pxi``,
-no Python per step), and the two directions of a bidirectional LSTM run on two threads when the
-session has them.
+whole LSTM (projection, states, recurrence, outputs) is one compiled call (``lstm`` in
+``compiled/dense.pxi``, no Python per step), and the two directions of a bidirectional LSTM run
+on two threads when the session has them.
 
 Handles what exported models use: forward, reverse and bidirectional directions, optional
 bias, initial_h and initial_c, layout 0, default activations (Sigmoid, Tanh, Tanh), no clip,
@@ -16,6 +16,7 @@ import numpy as np
 
 from ..base import WorkspaceSpec
 from ._base import CpuKernel
+from ._epilogue import empty_f32
 from .compiled import kernels as ck
 
 _DEFAULT_ACTS = (["Sigmoid", "Tanh", "Tanh"], ["Sigmoid", "Tanh", "Tanh"] * 2)
@@ -59,12 +60,13 @@ class LSTMKernel(CpuKernel):
         self.r_trans = self.memory == "low" and w.dtype == r.dtype == np.float32
         if self.r_trans:
             # NOTE: ScheduleConfig(memory="low"): no packed copies; the input projection reads
-            # W^T as a view, the recurrence R through BLAS's transpose flag
-            self.wt = [w[d].T for d in range(self.dirs)]
+            # W as stored through BLAS's transpose flag, the recurrence R by dot products
+            self.w = np.ascontiguousarray(w, np.float32).reshape(self.dirs, -1)
             self.r = np.ascontiguousarray(r, np.float32).reshape(self.dirs, -1)
         else:
-            self.wt = self.shared("wt", lambda: [np.ascontiguousarray(w[d].T, dtype=np.float32)
-                                                 for d in range(self.dirs)])
+            self.w = self.shared("wt_all", lambda: np.stack([
+                np.ascontiguousarray(w[d].T, dtype=np.float32).reshape(-1)
+                for d in range(self.dirs)]))
             self.r = self.shared("rt_all", lambda: np.stack([
                 np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1)
                 for d in range(self.dirs)]))
@@ -78,35 +80,24 @@ class LSTMKernel(CpuKernel):
         # scratch, once per shape, one slice per direction
         d = self.dirs
         f32 = np.dtype(np.float32)
-        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, h, c, y
-            (d, seq, batch, four_h), (d, batch, four_h), (d, batch, self.hidden),
-            (d, batch, self.hidden), (d, seq, batch, self.hidden)))
-        self.n_outs = len(outs)
+        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, h, c
+            (d, seq * batch * four_h), (d, batch * four_h), (d, batch * self.hidden),
+            (d, batch * self.hidden)))
+        self.n_in = n_in
+        self.empty = empty_f32()
         # NOTE: two threads only pay when a direction has real work (the launch costs ~5 us)
         self.par = d == 2 and self.threads >= 2 and seq * four_h * self.hidden >= (1 << 18)
 
     def run(self, ins, outs, ws):
-        x = ins[0]
-        seq, batch, hid = self.seq, self.batch, self.hidden
-        xw, gates, h, c, y = ws.buffers
-        x2 = x.reshape(seq * batch, x.shape[2])
-        for d in range(self.dirs):
-            np.matmul(x2, self.wt[d], out=xw[d].reshape(seq * batch, 4 * hid))
-        if self.has_h0:
-            h[...] = ins[5]
-        else:
-            h.fill(0.0)
-        if self.has_c0:
-            c[...] = ins[6]
-        else:
-            c.fill(0.0)
-        d = self.dirs
-        ck.lstm(xw.reshape(d, -1), self.r, self.r_trans, self.bias, h.reshape(d, -1),
-                c.reshape(d, -1), y.reshape(d, -1), gates.reshape(d, -1), self.reverse, seq,
-                batch, hid, self.par)
-        if self.n_outs > 0 and outs[0].size:
-            outs[0][...] = y.transpose(1, 0, 2, 3)
-        if self.n_outs > 1:
-            outs[1][...] = h
-        if self.n_outs > 2:
-            outs[2][...] = c
+        h0 = ins[5] if self.has_h0 else None
+        c0 = ins[6] if self.has_c0 else None
+        wanted = [o if k < len(outs) and o is not None and o.size else None
+                  for k, o in enumerate(list(outs) + [None] * 3)][:3]
+        self.bound_call(ws, (ins[0], h0, c0, *wanted), lambda: self._call(
+            ins[0], h0, c0, wanted, ws.buffers))
+
+    def _call(self, x, h0, c0, wanted, buffers):
+        flat = [self.empty if a is None else a.reshape(-1) for a in [h0, c0] + wanted]
+        return ck.lstm, (x.reshape(-1), self.w, self.r_trans, self.r, self.r_trans, self.bias,
+                         *flat, *buffers, self.reverse, self.seq, self.batch, self.n_in,
+                         self.hidden, self.par)
