@@ -89,14 +89,16 @@ class LSTMKernel(CpuKernel):
         self.par = d == 2 and self.threads >= 2 and seq * four_h * self.hidden >= (1 << 18)
 
     def run(self, ins, outs, ws):
+        x = ins[0]
         h0 = ins[5] if self.has_h0 else None
         c0 = ins[6] if self.has_c0 else None
-        wanted = [o if k < len(outs) and o is not None and o.size else None
-                  for k, o in enumerate(list(outs) + [None] * 3)][:3]
-        self.bound_call(ws, (ins[0], h0, c0, *wanted), lambda: self._call(
-            ins[0], h0, c0, wanted, ws.buffers))
+        self.bound_call(ws, (x, h0, c0, *outs), lambda: self._call(x, h0, c0, outs,
+                                                                   ws.buffers))
 
-    def _call(self, x, h0, c0, wanted, buffers):
+    def _call(self, x, h0, c0, outs, buffers):
+        # NOTE: absent or empty outputs get an empty array: the compiled call skips them
+        wanted = [outs[k] if k < len(outs) and outs[k] is not None and outs[k].size else None
+                  for k in range(3)]
         flat = [self.empty if a is None else a.reshape(-1) for a in [h0, c0] + wanted]
         return ck.lstm, (x.reshape(-1), self.w, self.r_trans, self.r, self.r_trans, self.bias,
                          *flat, *buffers, self.reverse, self.seq, self.batch, self.n_in,

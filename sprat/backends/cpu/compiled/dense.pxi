@@ -299,6 +299,76 @@ cdef inline void dense_normalise(float* y, const float* x, float mean, float inv
         y[i] = (x[i] - mean) * inv * scale[i] + bias[i]
 
 
+cdef inline void dense_axpy4(float* y, const float* b, idx ldb, float a0, float a1, float a2,
+                             float a3, idx n) noexcept nogil:
+    """``y[:n] += a0*b[0, :n] + a1*b[1, :n] + a2*b[2, :n] + a3*b[3, :n]`` (rows ``ldb``
+    apart): y is loaded and stored once for four rows of b."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* b0
+    cdef const float* b1
+    cdef const float* b2
+    cdef const float* b3
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        b0 = b + i * DENSE_LANES
+        b1 = b0 + ldb
+        b2 = b1 + ldb
+        b3 = b2 + ldb
+        for l in range(DENSE_LANES):
+            yi[l] += a0 * b0[l] + a1 * b1[l] + a2 * b2[l] + a3 * b3[l]
+    for i in range(nv, n):
+        y[i] += a0 * b[i] + a1 * b[ldb + i] + a2 * b[2 * ldb + i] + a3 * b[3 * ldb + i]
+
+
+cdef inline void dense_axpy(float* y, const float* b, float a0, idx n) noexcept nogil:
+    """``y[:n] += a0 * b[:n]``."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* bi
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        bi = b + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            yi[l] += a0 * bi[l]
+    for i in range(nv, n):
+        y[i] += a0 * b[i]
+
+
+cdef enum:
+    # NOTE: OpenBLAS packs B on every call, which is the whole cost with a few rows of A;
+    # common.pxi's sgemm has its own loops for them, but GCC keeps those at one vector per
+    # iteration (1 x 384 @ 384 x 1000: 41 us against Numba's 35); these run four rows of B per
+    # pass in 32-lane blocks
+    DENSE_FEW_ROWS = 3
+
+
+cdef void dense_gemm_nn(idx m, idx n, idx k, float alpha, const float* a, idx lda,
+                        const float* b, idx ldb, float* c, idx ldc) noexcept nogil:
+    """Row-major ``C (m, n) = alpha * A (m, k) @ B (k, n)`` (C not read): up to
+    DENSE_FEW_ROWS rows as one GEMV per row (C's row in L1 takes four rows of B per pass),
+    more through ``sgemm`` (BLAS)."""
+    cdef idx i, p
+    cdef idx k4 = k - k % 4
+    cdef float* cr
+    cdef const float* ar
+    if m > DENSE_FEW_ROWS or n < 8:
+        sgemm(False, False, m, n, k, alpha, a, lda, b, ldb, <float>0.0, c, ldc)
+        return
+    for i in range(m):
+        cr = c + i * ldc
+        ar = a + i * lda
+        memset(cr, 0, n * sizeof(float))
+        for p in range(k4 // 4):
+            dense_axpy4(cr, b + 4 * p * ldb, ldb, alpha * ar[4 * p], alpha * ar[4 * p + 1],
+                        alpha * ar[4 * p + 2], alpha * ar[4 * p + 3], n)
+        for p in range(k4, k):
+            dense_axpy(cr, b + p * ldb, alpha * ar[p], n)
+
+
+
 
 # ---- Gemm / MatMul ----------------------------------------------------------------------------
 
@@ -362,8 +432,12 @@ cdef void dense_gemm_items(const dense_gemm_t* g, idx lo, idx hi) noexcept nogil
         ao = g.offs[3 * bi] + (m0 if g.ta else m0 * g.lda)
         bo = g.offs[3 * bi + 1] + (n0 * g.ldb if g.tb else n0)
         yo = g.offs[3 * bi + 2]
-        sgemm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, g.alpha, g.a + ao, g.lda, g.b + bo, g.ldb,
-              <float>0.0, g.y + yo + m0 * g.N + n0, g.N)
+        if g.ta or g.tb:
+            sgemm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, g.alpha, g.a + ao, g.lda, g.b + bo, g.ldb,
+                  <float>0.0, g.y + yo + m0 * g.N + n0, g.N)
+        else:
+            dense_gemm_nn(m1 - m0, n1 - n0, g.K, g.alpha, g.a + ao, g.lda, g.b + bo, g.ldb,
+                          g.y + yo + m0 * g.N + n0, g.N)
         dense_gemm_epilogue(g, g.y + yo, g.res + yo if g.has_res else NULL, m0, m1, n0, n1)
 
 
@@ -826,45 +900,20 @@ def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v
 
 cdef void dense_lstm_recurrence(const float* h, const float* r, bint r_trans, float* gates,
                                 idx nb, idx hid) noexcept nogil:
-    """``gates (nb, 4H) = h (nb, H) @ R^T``: ``r`` is R^T packed (H, 4H) (contiguous
-    multiply-adds per hidden unit), or R itself (4H, H) when ``r_trans`` (a dot product per
-    gate). A GEMV per batch row: BLAS with one row would repack R every step."""
+    """``gates (nb, 4H) = h (nb, H) @ R^T``: ``r`` is R^T packed (H, 4H) (a few-row GEMM,
+    ``dense_gemm_nn``), or R itself (4H, H) when ``r_trans`` (a dot product per gate)."""
     cdef idx four_h = 4 * hid
-    cdef idx k4 = hid - hid % 4
-    cdef idx b, j, k
-    cdef float h0, h1, h2, h3
+    cdef idx b, j
     cdef float* g
     cdef const float* hb
-    cdef const float* row
-    cdef const float* r0
-    cdef const float* r1
-    cdef const float* r2
-    cdef const float* r3
+    if not r_trans:
+        dense_gemm_nn(nb, four_h, hid, <float>1.0, h, hid, r, four_h, gates, four_h)
+        return
     for b in range(nb):
         g = gates + b * four_h
         hb = h + b * hid
-        if r_trans:
-            for j in range(four_h):
-                g[j] = dense_dot(r + j * hid, hb, hid)
-            continue
         for j in range(four_h):
-            g[j] = <float>0.0
-        k = 0
-        while k < k4:
-            # NOTE: four rows of R^T per pass over g: a quarter of the loads and stores of g
-            h0, h1, h2, h3 = hb[k], hb[k + 1], hb[k + 2], hb[k + 3]
-            r0 = r + k * four_h
-            r1 = r0 + four_h
-            r2 = r1 + four_h
-            r3 = r2 + four_h
-            for j in range(four_h):
-                g[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
-            k += 4
-        for k in range(k4, hid):
-            h0 = hb[k]
-            row = r + k * four_h
-            for j in range(four_h):
-                g[j] += h0 * row[j]
+            g[j] = dense_dot(r + j * hid, hb, hid)
 
 
 cdef void dense_lstm_cell(float* gates, const float* xw, const float* bias, float* c, float* h,
@@ -913,8 +962,11 @@ cdef void dense_lstm_direction(const float* x, const float* w, bint w_trans, con
     (NULL: not wanted) receives h of step t at ``y + t * y_step``."""
     cdef idx s, t
     cdef idx four_h = 4 * hid
-    sgemm(False, w_trans, seq * nb, four_h, n_in, <float>1.0, x, n_in, w,
-          n_in if w_trans else four_h, <float>0.0, xw, four_h)
+    if w_trans:
+        sgemm(False, True, seq * nb, four_h, n_in, <float>1.0, x, n_in, w, n_in, <float>0.0,
+              xw, four_h)
+    else:
+        dense_gemm_nn(seq * nb, four_h, n_in, <float>1.0, x, n_in, w, four_h, xw, four_h)
     if h0 != NULL:
         memcpy(h, h0, nb * hid * sizeof(float))
     else:
