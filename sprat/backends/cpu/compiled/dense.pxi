@@ -28,12 +28,19 @@ cdef extern from *:
         return f * 5.192296858534828e+33f;
     }
 
+    #ifdef SPRAT_DENSE_F16C
+    /* eight binary16 bit patterns (unaligned) as eight floats: one vcvtph2ps */
+    static inline __m256 sprat_dense_load8(const uint16_t* h) {
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)h));
+    }
+    #endif
+
     /* out[:n] = float32(h[:n]) */
     static void sprat_dense_widen(const uint16_t* h, float* out, Py_ssize_t n) {
         Py_ssize_t j = 0;
     #ifdef SPRAT_DENSE_F16C
         for (; j + 8 <= n; j += 8)
-            _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(h + j))));
+            _mm256_storeu_ps(out + j, sprat_dense_load8(h + j));
     #endif
         for (; j < n; j++)
             out[j] = sprat_dense_h2f(h[j]);
@@ -54,10 +61,10 @@ cdef extern from *:
         __m256 v2 = _mm256_set1_ps(a2), v3 = _mm256_set1_ps(a3);
         for (; j + 8 <= n; j += 8) {
             __m256 acc = _mm256_loadu_ps(y + j);
-            acc = _mm256_fmadd_ps(v0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w0 + j))), acc);
-            acc = _mm256_fmadd_ps(v1, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w1 + j))), acc);
-            acc = _mm256_fmadd_ps(v2, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w2 + j))), acc);
-            acc = _mm256_fmadd_ps(v3, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w3 + j))), acc);
+            acc = _mm256_fmadd_ps(v0, sprat_dense_load8(w0 + j), acc);
+            acc = _mm256_fmadd_ps(v1, sprat_dense_load8(w1 + j), acc);
+            acc = _mm256_fmadd_ps(v2, sprat_dense_load8(w2 + j), acc);
+            acc = _mm256_fmadd_ps(v3, sprat_dense_load8(w3 + j), acc);
             _mm256_storeu_ps(y + j, acc);
         }
     #endif
@@ -72,9 +79,8 @@ cdef extern from *:
     #ifdef SPRAT_DENSE_F16C
         __m256 v0 = _mm256_set1_ps(a0);
         for (; j + 8 <= n; j += 8)
-            _mm256_storeu_ps(y + j, _mm256_fmadd_ps(
-                v0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w + j))),
-                _mm256_loadu_ps(y + j)));
+            _mm256_storeu_ps(y + j, _mm256_fmadd_ps(v0, sprat_dense_load8(w + j),
+                                                    _mm256_loadu_ps(y + j)));
     #endif
         for (; j < n; j++)
             y[j] += a0 * sprat_dense_h2f(w[j]);
@@ -368,8 +374,6 @@ cdef void dense_gemm_nn(idx m, idx n, idx k, float alpha, const float* a, idx ld
             dense_axpy(cr, b + p * ldb, alpha * ar[p], n)
 
 
-
-
 # ---- Gemm / MatMul ----------------------------------------------------------------------------
 
 cdef struct dense_gemm_t:
@@ -398,21 +402,17 @@ cdef void dense_gemm_epilogue(const dense_gemm_t* g, float* y, const float* res,
     cdef idx N = g.N
     cdef idx m, j, o
     cdef float v
-    cdef float beta = g.beta
     cdef float* yr
-    cdef const float* cr
     for m in range(m0, m1):
         o = m * N + n0
         yr = y + o
         if g.sm >= 0:
             if g.sn == 0:  # one value of C per row (C is (M, 1) or a scalar)
-                v = beta * g.c[m * g.sm]
+                v = g.beta * g.c[m * g.sm]
                 for j in range(w):
                     yr[j] += v
             else:
-                cr = g.c + m * g.sm + n0 * g.sn
-                for j in range(w):
-                    yr[j] += beta * cr[j]
+                dense_axpy(yr, g.c + m * g.sm + n0 * g.sn, g.beta, w)
         residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, g.code, g.pa, g.pb)
 
 
@@ -515,10 +515,8 @@ cdef void dense_gemv_f16_items(const float* a, const unsigned short* w, float* y
         yr = y + n0
         for j in range(wd):
             yr[j] = <float>0.0
-        k = 0
-        while k < k4:
+        for k in range(0, k4, 4):
             dense_axpy4_f16(yr, w + k * N + n0, N, a + k, wd)
-            k += 4
         for k in range(k4, K):
             dense_axpy_f16(yr, w + k * N + n0, a[k], wd)
         dense_f16_finish(yr, wd, bias + n0 if has_bias else NULL, has_bias,
@@ -555,14 +553,15 @@ cdef void dense_gemm_f16_items(const float* a, const unsigned short* w, float* y
                                const float* res, bint has_res, int code, float pa, float pb,
                                float* buf) noexcept nogil:
     """Column panels [lo, hi) of ``gemm_f16_blocks``: widen ``w[:, n0:n0+cb]`` into ``buf``
-    (K x cb floats, in L2), one BLAS call, then the epilogue row by row."""
+    (K x cb floats, in L2), one product (``dense_gemm_nn``: BLAS from four rows), then the
+    epilogue row by row."""
     cdef idx it, n0, wd, k, m
     for it in range(lo, hi):
         n0 = it * cb
         wd = min(N, n0 + cb) - n0
         for k in range(K):
             dense_widen(w + k * N + n0, buf + k * wd, wd)
-        sgemm(False, False, M, wd, K, <float>1.0, a, K, buf, wd, <float>0.0, y + n0, N)
+        dense_gemm_nn(M, wd, K, <float>1.0, a, K, buf, wd, y + n0, N)
         if has_bias or has_res or code != A_NONE:
             for m in range(M):
                 dense_f16_finish(y + m * N + n0, wd, bias + n0 if has_bias else NULL, has_bias,
@@ -766,8 +765,8 @@ cdef void dense_affine_runs(const float* x, float* y, const float* res, idx lo_r
 cdef void dense_affine_items(const float* x, float* y, const float* res, idx lo, idx hi,
                              idx O, idx C, idx I, const float* s, const float* b, idx L,
                              bint has_res, int code, float pa, float pb) noexcept nogil:
-    """Items [lo, hi) of ``channel_affine``: NHWC runs (I == 1), (C, I) blocks (O >= nt) or
-    single (o, channel) planes (``by_plane``, I > 1 and O < nt: items are planes)."""
+    """Items [lo, hi) of ``channel_affine``: NHWC runs of ``L`` floats (I == 1), else whole
+    (C, I) blocks (``L == 0``) or single (o, channel) planes (``L == 1``)."""
     cdef idx q, o, c, off
     if I == 1:
         dense_affine_runs(x, y, res, lo, hi, O * C, s, b, L, has_res, code, pa, pb)
