@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
 from .compiled import kernels as ck
-
-CHUNK = 512  # columns per softmax work item along a middle axis (DENSE_CHUNK in dense.pxi)
 
 
 def _plain(node) -> bool:
@@ -48,13 +46,12 @@ class SoftmaxKernel(CpuKernel):
         self.dims = _split_axis(ins[0].shape, int(self.node.attrs.get("axis", -1)))
         self.log = self.node.op_type == "LogSoftmax"
         self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
-        self.workspaces = (scratch(self.nt, 2 * CHUNK),)
 
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         o, l_, i = self.dims
         self.bound_call(ws, (x, y), lambda: (ck.softmax, (
-            x.reshape(-1), y.reshape(-1), o, l_, i, self.log, self.nt, ws.buffers[0])))
+            x.reshape(-1), y.reshape(-1), o, l_, i, self.log, self.nt)))
 
 
 class LayerNormKernel(CpuKernel):

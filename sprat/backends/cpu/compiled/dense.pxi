@@ -621,70 +621,83 @@ cdef void dense_softmax_row(const float* x, float* y, idx n, bint log) noexcept 
         dense_scale(y, <float>1.0 / s, n)
 
 
-cdef void dense_softmax_cols(const float* x, float* y, idx lo, idx hi, idx L, idx I, bint log,
-                             float* mm, float* ss) noexcept nogil:
-    """Items [lo, hi) of a softmax of (O, L, I) along L, I > 1: an item is (o, chunk of up to
-    DENSE_CHUNK columns); each pass runs along a contiguous chunk (vectorised over I), with
-    the running max in ``mm`` and the sums in ``ss`` (DENSE_CHUNK floats each)."""
-    cdef idx nch = (I + DENSE_CHUNK - 1) // DENSE_CHUNK
-    cdef idx it, o, i0, n, base, k, i
+cdef inline void dense_softmax_block(const float* x, float* y, idx L, idx I, idx n,
+                                     bint log) noexcept nogil:
+    """Softmax (or log-softmax) along L of ``n <= DENSE_LANES`` adjacent columns of a (L, I)
+    slab (``x``, ``y`` at the block's first column, rows I apart): the running max and the
+    sums of the block stay in registers (``m``, ``s``) while the L rows stream past."""
+    cdef float m[DENSE_LANES]
+    cdef float s[DENSE_LANES]
+    cdef idx k, l
     cdef float e
-    cdef const float* xr
-    cdef float* yr
+    cdef const float* xk
+    cdef float* yk
+    for l in range(n):
+        m[l] = x[l]
+        s[l] = <float>0.0
+    for k in range(1, L):
+        xk = x + k * I
+        for l in range(n):
+            m[l] = fmax32(m[l], xk[l])
+    for k in range(L):
+        xk = x + k * I
+        yk = y + k * I
+        if log:
+            for l in range(n):
+                s[l] += exp32(xk[l] - m[l])
+        else:
+            for l in range(n):
+                e = exp32(xk[l] - m[l])
+                yk[l] = e
+                s[l] += e
+    for l in range(n):
+        s[l] = m[l] + logf(s[l]) if log else <float>1.0 / s[l]
+    for k in range(L):
+        xk = x + k * I
+        yk = y + k * I
+        if log:
+            for l in range(n):
+                yk[l] = xk[l] - s[l]
+        else:
+            for l in range(n):
+                yk[l] *= s[l]
+
+
+cdef void dense_softmax_cols(const float* x, float* y, idx lo, idx hi, idx L, idx I,
+                             bint log) noexcept nogil:
+    """Items [lo, hi) of a softmax of (O, L, I) along L, I > 1: an item is (o, chunk of up to
+    DENSE_CHUNK columns), run as blocks of DENSE_LANES columns (each pass vectorised across
+    the block's columns, ``dense_softmax_block``) and a narrower last block."""
+    cdef idx nch = (I + DENSE_CHUNK - 1) // DENSE_CHUNK
+    cdef idx it, o, i0, n, base, b
     for it in range(lo, hi):
         o = it // nch
         i0 = (it - o * nch) * DENSE_CHUNK
         n = min(<idx>DENSE_CHUNK, I - i0)
         base = o * L * I + i0
-        xr = x + base
-        for i in range(n):
-            mm[i] = xr[i]
-        for k in range(1, L):
-            dense_vmax(mm, x + base + k * I, n)
-        for i in range(n):
-            ss[i] = <float>0.0
-        for k in range(L):
-            xr = x + base + k * I
-            yr = y + base + k * I
-            if log:
-                for i in range(n):
-                    ss[i] += exp32(xr[i] - mm[i])
-            else:
-                for i in range(n):
-                    e = exp32(xr[i] - mm[i])
-                    ss[i] += e
-                    yr[i] = e
-        if log:
-            for i in range(n):
-                ss[i] = mm[i] + logf(ss[i])
-        else:
-            for i in range(n):
-                ss[i] = <float>1.0 / ss[i]
-        for k in range(L):
-            xr = x + base + k * I
-            yr = y + base + k * I
-            if log:
-                for i in range(n):
-                    yr[i] = xr[i] - ss[i]
-            else:
-                dense_vmul(yr, ss, n)
+        # NOTE: the full blocks pass the constant DENSE_LANES: once inlined, their loops have
+        # a known trip count and ``m``/``s`` live in four vector registers each
+        for b in range(n // DENSE_LANES):
+            dense_softmax_block(x + base + b * DENSE_LANES, y + base + b * DENSE_LANES, L, I,
+                                DENSE_LANES, log)
+        b = n - n % DENSE_LANES
+        if b < n:
+            dense_softmax_block(x + base + b, y + base + b, L, I, n - b, log)
 
 
-cdef void dense_softmax_items(const float* x, float* y, idx lo, idx hi, idx L, idx I, bint log,
-                              float* buf) noexcept nogil:
+cdef void dense_softmax_items(const float* x, float* y, idx lo, idx hi, idx L, idx I,
+                              bint log) noexcept nogil:
     cdef idx r
     if I == 1:
         for r in range(lo, hi):
             dense_softmax_row(x + r * L, y + r * L, L, log)
     else:
-        dense_softmax_cols(x, y, lo, hi, L, I, log, buf, buf + DENSE_CHUNK)
+        dense_softmax_cols(x, y, lo, hi, L, I, log)
 
 
-def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int nt,
-            float[:, ::1] scratch):
+def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int nt):
     """Softmax-13 (LogSoftmax-13 when ``log``) of ``x`` viewed (O, L, I), along L, into ``y``
-    (same layout). ``scratch`` (nt, >= 2 * 512) float32: the per-column max and sum when
-    I > 1. Work items: rows when I == 1, else (o, 512-column chunk) pairs."""
+    (same layout). Work items: rows when I == 1, else (o, 512-column chunk) pairs."""
     cdef idx items = O if I == 1 else O * ((I + DENSE_CHUNK - 1) // DENSE_CHUNK)
     cdef const float* px = dense_cptr(x)
     cdef float* py = dense_ptr(y)
@@ -693,11 +706,10 @@ def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int
         return
     if nt <= 1:
         with nogil:
-            dense_softmax_items(px, py, 0, items, L, I, log, dense_row(scratch, 0))
+            dense_softmax_items(px, py, 0, items, L, I, log)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_softmax_items(px, py, t * items // nt, (t + 1) * items // nt, L, I, log,
-                            dense_row(scratch, t))
+        dense_softmax_items(px, py, t * items // nt, (t + 1) * items // nt, L, I, log)
 
 
 # ---- LayerNormalization, BatchNormalization --------------------------------------------------
