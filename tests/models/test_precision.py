@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import sprat
-from sprat.backends.cpu import _lowp_nb as lowp
+from sprat.backends.cpu import linalg
+from sprat.backends.cpu.compiled import kernels as ck
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -35,15 +36,15 @@ def test_h2f_exact_for_every_finite_half():
     half = bits.view(np.float16)
     finite = np.isfinite(half)
     out = np.empty(bits.size, np.float32)
-    lowp.widen(bits, out)
+    ck.widen_f16(bits, out)
     np.testing.assert_array_equal(out[finite], half[finite].astype(np.float32))
 
 
 def test_to_f16_refuses_out_of_range():
-    assert not lowp.f16_ok(np.array([1e5], np.float32))
-    assert not lowp.f16_ok(np.array([np.nan], np.float32))
+    assert not linalg.f16_ok(np.array([1e5], np.float32))
+    assert not linalg.f16_ok(np.array([np.nan], np.float32))
     with pytest.raises(ValueError):
-        lowp.to_f16(np.array([np.inf], np.float32))
+        linalg.to_f16(np.array([np.inf], np.float32))
 
 
 @pytest.fixture(scope="module")

@@ -442,7 +442,7 @@ def test_upsample_and_resize_refusals():
 # ---- normalisation -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape,axis", [((6, 37), -1), ((2, 3, 1000), -1), ((2, 7, 5, 3), 1),
-                                        ((4, 1025, 3), 1), ((3, 2), 0)])
+                                        ((4, 1025, 3), 1), ((3, 2), 0), ((2, 5, 600), 1)])
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 def test_softmax(op, shape, axis):
     check(op, [randn(*shape, scale=5.0)], {"axis": axis})
@@ -474,6 +474,7 @@ def test_batchnorm():
     check("BatchNormalization", [x] + p, {"epsilon": 1e-3}, consts=(1, 2, 3, 4))
     check("BatchNormalization", [x[:1]] + p, {}, consts=(1, 2, 3, 4))
     check("BatchNormalization", [randn(3, c)] + p, {}, consts=(1, 2, 3, 4))
+    check("BatchNormalization", [randn(1, c, 9, 11)] + p, {}, consts=(1, 2, 3, 4))  # planes > 32
     xn = nhwc(x)
     check("BatchNormalization", [xn] + p, fused("Relu"), consts=(1, 2, 3, 4))
     check("BatchNormalization", [xn] + p + [randn(*xn.shape, seed=9)],

@@ -5,74 +5,18 @@
 pair: ``S = scale * Q_h @ K_h^T`` (one BLAS call reading the head's columns in place, lda =
 H*D), ``+ mask``, a row softmax in cache, ``Y_h = P @ V_h`` written straight into Y's columns of
 that head (ldc = H*Dv). Pairs are split across thread slots; each slot owns an (Sq, Skv) score
-buffer. Grouped heads (GQA/MQA) read kv head ``h // (H / Hkv)``. Anything else (4-D form,
-past_key/value, causal or windowed masks, boolean masks, extra outputs, softcap) runs on the
-reference kernel.
+buffer (``attention`` in ``compiled/dense.pxi``). Grouped heads (GQA/MQA) read kv head
+``h // (H / Hkv)``. Anything else (4-D form, past_key/value, causal or windowed masks, boolean
+masks, extra outputs, softcap) runs on the reference kernel.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
-from ._blas import sgemm
 from ._epilogue import empty_f32
-from ._jit import njit
-from ._math import FAST, acc_max, exp32
-
-
-@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _softmax_row(r, mrow, has_mask):
-    n = r.size
-    if has_mask:
-        for i in range(n):
-            r[i] += mrow[i]
-    m = r[0]
-    for i in range(n):
-        m = acc_max(m, r[i])
-    if m == -np.inf:  # NOTE: a fully masked row gives zeros (Attention-23), not NaN
-        for i in range(n):
-            r[i] = 0.0
-        return
-    s = np.float32(0.0)
-    for i in range(n):
-        e = exp32(r[i] - m)
-        r[i] = e
-        s += e
-    inv = np.float32(1.0) / s
-    for i in range(n):
-        r[i] *= inv
-
-
-@njit(cache=True, error_model="numpy", nogil=True)
-def attention_slot(t, nt, q, k, v, mask, has_mask, y, B, H, G, Sq, Skv, D, Dv, scale,
-                   mb, mh, mq, buf):
-    """Slot ``t`` of ``nt``: its share of the B*H (batch, head) pairs. ``G`` = H / Hkv;
-    ``mb``/``mh``/``mq`` the mask's element strides for batch/head/query row (0: broadcast)."""
-    hkv = H // G
-    pairs = B * H
-    s = buf[t]
-    for pi in range(t * pairs // nt, (t + 1) * pairs // nt):
-        b = pi // H
-        h = pi - b * H
-        kh = h // G
-        sgemm(False, True, Sq, Skv, D, scale, q, b * Sq * H * D + h * D, H * D,
-              k, b * Skv * hkv * D + kh * D, hkv * D, 0.0, s, 0, Skv)
-        for i in range(Sq):
-            r = s[i * Skv:(i + 1) * Skv]
-            mo = b * mb + h * mh + i * mq
-            _softmax_row(r, mask[mo:mo + Skv] if has_mask else r, has_mask)
-        sgemm(False, False, Sq, Dv, Skv, 1.0, s, 0, Skv, v, b * Skv * hkv * Dv + kh * Dv,
-              hkv * Dv, 0.0, y, b * Sq * H * Dv + h * Dv, H * Dv)
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def attention_par(nt, q, k, v, mask, has_mask, y, B, H, G, Sq, Skv, D, Dv, scale, mb, mh, mq,
-                  buf):
-    for t in prange(nt):
-        attention_slot(t, nt, q, k, v, mask, has_mask, y, B, H, G, Sq, Skv, D, Dv, scale,
-                       mb, mh, mq, buf)
+from .compiled import kernels as ck
 
 
 def _mask_strides(shape, B, H, Sq, Skv):
@@ -141,13 +85,14 @@ class AttentionKernel(CpuKernel):
         self.empty = empty_f32()
 
     def run(self, ins, outs, ws):
+        mask = ins[3] if self.has_mask else None
+        self.bound_call(ws, (ins[0], ins[1], ins[2], mask, outs[0]),
+                        lambda: self._call(ins, mask, outs[0], ws.buffers[0]))
+
+    def _call(self, ins, mask, y, buf):
         B, H, G, Sq, Skv, D, Dv = self.geom
-        mask = ins[3].reshape(-1) if self.has_mask else self.empty
         mb, mh, mq = self.mstrides
-        args = (ins[0].reshape(-1), ins[1].reshape(-1), ins[2].reshape(-1), mask,
-                self.has_mask, outs[0].reshape(-1), B, H, G, Sq, Skv, D, Dv, self.scale,
-                mb, mh, mq, ws.buffers[0])
-        if self.nt == 1:
-            attention_slot(0, 1, *args)
-        else:
-            attention_par(self.nt, *args)
+        m = self.empty if mask is None else mask.reshape(-1)
+        return ck.attention, (self.nt, ins[0].reshape(-1), ins[1].reshape(-1),
+                              ins[2].reshape(-1), m, self.has_mask, y.reshape(-1), B, H, G, Sq,
+                              Skv, D, Dv, self.scale, mb, mh, mq, buf)

@@ -1,15 +1,17 @@
-"""Gemm and MatMul: one-thread BLAS per work block on Numba's pool, fused epilogue.
+"""Gemm and MatMul: one-thread BLAS per work block on the work slots, fused epilogue.
 
 - Gemm-13: ``Y = alpha * op(A) @ op(B) + beta * C`` with C broadcast (scalar, (N,), (M, 1),
   (M, N)), then the fused residual and activation, per block while it is in cache.
 - MatMul-13: NumPy matmul semantics (1-D operands, broadcast batch dims). A batch folds into
   the rows when B has no batch; otherwise every (batch, row block) pair is one GEMM, with
   per-batch operand offsets computed at prepare.
-Work is split by rows, or by columns when there are too few rows to go round the threads.
+Work is split by rows, or by columns when there are too few rows to go round the threads. The
+compiled loops are ``gemm_blocks``, ``gemv_f16`` and ``gemm_f16_blocks`` in
+``compiled/dense.pxi``.
 
 Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 - ``precision="low"``: a constant 2-D weight B is stored as float16 (half the bytes, shared
-  by the sessions) and widened to fp32 on the fly (``_lowp_nb``), fp32 accumulation, when
+  by the sessions) and widened to fp32 on the fly (F16C on AVX2 CPUs), fp32 accumulation, when
   the product has at most ``GEMV_MAX_ROWS`` rows (memory-bound GEMV: 0.5-0.7x the time of
   fp32 BLAS, ``bench/precision.py``), or any number of rows when ``memory="low"`` too
   (then 1.2-1.6x slower than fp32 BLAS, for half the weight bytes).
@@ -20,68 +22,33 @@ Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
-from . import _lowp_nb as lowp
 from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch, writable_alias
-from ._blas import sgemm
-from ._epilogue import empty_f32, residual_act
-from ._jit import njit
-from ._math import ACT, FAST, act_of
+from ._epilogue import empty_f32
+from ._math import ACT, act_of
+from .compiled import kernels as ck
 
 BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)
 GEMV_MAX_ROWS = 1  # fp16 weights beat fp32 BLAS up to this many rows (bench/precision.py:
-# 0.5-0.7x the time at one row, 1.06-1.11x at two); one row runs lowp.gemv_f16
+# 0.5-0.7x the time at one row, 1.06-1.11x at two); one row runs ck.gemv_f16
 GEMV_PANEL = 2048  # columns per fp16 GEMV work item (y's panel stays in L1/L2)
 F16_PANEL_BYTES = 1 << 18  # widened weight panel of the fp16 GEMM path (fits in L2)
+F16_MAX = 65504.0
 
 
-@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _epilogue(y, m0, m1, n0, n1, N, c, sm, sn, beta, res, has_res, code, pa, pb):
-    """Rows m0..m1, columns n0..n1 of y (row pitch N): += beta * C (strides sm, sn; sm < 0:
-    no C), += residual, then the activation."""
-    w = n1 - n0
-    beta = np.float32(beta)
-    for m in range(m0, m1):
-        o = m * N + n0
-        yr = y[o:o + w]
-        if sm >= 0:
-            if sn == 0:
-                v = beta * c[m * sm]
-                for j in range(w):
-                    yr[j] += v
-            else:
-                co = m * sm + n0 * sn
-                cr = c[co:co + w]
-                for j in range(w):
-                    yr[j] += beta * cr[j]
-        residual_act(yr, res[o:o + w], has_res, code, pa, pb)
+def to_f16(w: np.ndarray) -> np.ndarray:
+    """float32 ``w`` as IEEE binary16 bit patterns (``uint16``, same shape), rounded to nearest.
+
+    Raises ValueError when a value is not finite or beyond fp16's range (+-65504): such a
+    weight stays fp32 (the caller checks ``f16_ok`` first)."""
+    if not f16_ok(w):
+        raise ValueError("weight has values outside the finite float16 range")
+    return np.ascontiguousarray(w, dtype=np.float16).view(np.uint16)
 
 
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def gemm_blocks(a, b, y, offs, M, N, K, ta, tb, alpha, lda, ldb, rb, cb, nt,
-                c, sm, sn, beta, res, has_res, code, pa, pb):
-    """Batched GEMM over items (batch, row block, column block): ``offs[i] = (a_off, b_off,
-    y_off)`` per batch; rb/cb: rows/columns per block; C/residual/activation epilogue."""
-    nbatch = offs.shape[0]
-    nrb = (M + rb - 1) // rb
-    ncb = (N + cb - 1) // cb
-    items = nbatch * nrb * ncb
-    for t in prange(nt):
-        for it in range(t * items // nt, (t + 1) * items // nt):
-            bi = it // (nrb * ncb)
-            rem = it - bi * nrb * ncb
-            m0 = (rem // ncb) * rb
-            n0 = (rem % ncb) * cb
-            m1 = min(M, m0 + rb)
-            n1 = min(N, n0 + cb)
-            ao = offs[bi, 0] + (m0 if ta else m0 * lda)
-            bo = offs[bi, 1] + (n0 * ldb if tb else n0)
-            yo = offs[bi, 2]
-            sgemm(ta, tb, m1 - m0, n1 - n0, K, alpha, a, ao, lda, b, bo, ldb, 0.0,
-                  y, yo + m0 * N + n0, N)
-            _epilogue(y[yo:], m0, m1, n0, n1, N, c, sm, sn, beta, res[yo:], has_res, code,
-                      pa, pb)
+def f16_ok(w: np.ndarray) -> bool:
+    """Whether every value of ``w`` is finite and within fp16's range."""
+    return bool(w.size == 0 or np.max(np.abs(w)) <= F16_MAX)
 
 
 def _blocks(batch: int, m: int, n: int, nt: int) -> tuple[int, int]:
@@ -122,12 +89,12 @@ class _Gemmish(CpuKernel):
     def _want_f16(self, b_const, rows: int) -> bool:
         precision, memory = self.precision, self.memory
         return (precision == "low" and b_const is not None and b_const.ndim == 2
-                and (rows <= GEMV_MAX_ROWS or memory == "low") and lowp.f16_ok(b_const))
+                and (rows <= GEMV_MAX_ROWS or memory == "low") and f16_ok(b_const))
 
     def _prepare_f16(self, make_kn, bias) -> None:
         """Switch to the fp16-weight path: ``make_kn()`` gives B as (K, N) float32; ``bias``
         is None or N float32 values added to every row."""
-        packed = self.shared("w_f16", lambda: lowp.to_f16(make_kn()))
+        packed = self.shared("w_f16", lambda: to_f16(make_kn()))
         self._keep.append(packed)
         self.w16 = writable_alias(packed, self._keep).reshape(-1)
         self.has_bias16 = bias is not None
@@ -135,11 +102,11 @@ class _Gemmish(CpuKernel):
                        else np.ascontiguousarray(bias, np.float32))
         nt = self.nt
         if self.M == 1:
-            self.f16 = lowp.gemv_f16
+            self.f16 = ck.gemv_f16
             self.cb = min(GEMV_PANEL, -(-(-(-self.N // nt)) // 16) * 16)
             self.workspaces = (scratch(nt, 0),)
         else:
-            self.f16 = lowp.gemm_f16_blocks
+            self.f16 = ck.gemm_f16_blocks
             self.cb = max(16, min(512, F16_PANEL_BYTES // (4 * max(self.K, 1)) // 16 * 16))
             self.workspaces = (scratch(nt, self.K * self.cb),)
 
@@ -166,10 +133,10 @@ class _Gemmish(CpuKernel):
         code, pa, pb = self.act
         res = self.empty if r is None else r.reshape(-1)
         c = self.empty if c is None else c.reshape(-1)
-        return gemm_blocks, (a.reshape(-1), b.reshape(-1), y.reshape(-1), self.offs, self.M,
-                             self.N, self.K, self.ta, self.tb, self.alpha, self.lda, self.ldb,
-                             self.rb, self.cb, self.nt, c, self.sm, self.sn, self.beta, res,
-                             self.has_res, code, pa, pb)
+        return ck.gemm_blocks, (self.nt, a.reshape(-1), b.reshape(-1), y.reshape(-1),
+                                self.offs, self.M, self.N, self.K, self.ta, self.tb, self.alpha,
+                                self.lda, self.ldb, self.rb, self.cb, c, self.sm, self.sn,
+                                self.beta, res, self.has_res, code, pa, pb)
 
 
 class GemmKernel(_Gemmish):
@@ -213,7 +180,7 @@ class GemmKernel(_Gemmish):
             cs = (1,) * (2 - len(c.shape)) + tuple(c.shape)
             self.sm = cs[1] if cs[0] != 1 else 0
             self.sn = 1 if cs[1] != 1 else 0
-        self.offs = np.zeros((1, 3), np.int64)
+        self.offs = np.zeros((1, 3), np.intp)
         self.nt = self.threads if self.M * self.N * max(self.K, 1) >= PARALLEL_MIN_MACS else 1
         self.rb, self.cb = _blocks(1, self.M, self.N, self.nt)
         self.bind_constants(ins, (0, 1, 2) if n_in > 2 else (0, 1))
@@ -274,14 +241,14 @@ class MatMulKernel(_Gemmish):
         if int(np.prod(b2[:-2], dtype=np.int64)) == 1 and len(a2) > 2:
             # NOTE: B has no batch: fold A's batch into rows, one big GEMM
             m, nbatch = m * int(np.prod(a2[:-2], dtype=np.int64)), 1
-            self.offs = np.zeros((1, 3), np.int64)
+            self.offs = np.zeros((1, 3), np.intp)
         else:
             ia = np.arange(int(np.prod(a2[:-2], dtype=np.int64))).reshape(a2[:-2])
             ib = np.arange(int(np.prod(b2[:-2], dtype=np.int64))).reshape(b2[:-2])
             ia = np.broadcast_to(ia, batch).reshape(-1)
             ib = np.broadcast_to(ib, batch).reshape(-1)
             self.offs = np.stack([ia * m * k, ib * k * n,
-                                  np.arange(nbatch) * m * n], axis=1).astype(np.int64)
+                                  np.arange(nbatch) * m * n], axis=1).astype(np.intp)
         self.M, self.N, self.K = m, n, k
         self.nt = self.threads if nbatch * m * n * max(k, 1) >= PARALLEL_MIN_MACS else 1
         self.rb, self.cb = _blocks(nbatch, m, n, self.nt)

@@ -1,1 +1,1053 @@
-# Compiled kernels of the dense family (see kernels.pxi); filled in by the Numba port (issue 12).
+# Dense kernels: Gemm/MatMul with fused epilogues, fp16-weight GEMV/GEMM (precision="low"),
+# fused attention, Softmax/LogSoftmax, LayerNormalization, BatchNormalization (a per-channel
+# affine) and the LSTM recurrence. The Python kernels that call them: ``linalg.py``,
+# ``attention.py``, ``norm.py``, ``rnn.py``. Included by kernels.pxi, after common.pxi.
+#
+# Every ``def`` takes flat C-contiguous float32 arrays (typed memoryviews) and a work-slot count
+# ``nt``; the work items are split into ``nt`` equal ranges, one per OpenMP thread, or run on
+# the calling thread when ``nt == 1``.
+
+from cython.parallel cimport prange
+from libc.math cimport logf, INFINITY
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+    #include <immintrin.h>
+    #define SPRAT_DENSE_F16C 1
+    #endif
+
+    /* One binary16 bit pattern as float32, exact for every finite half (subnormals too: an
+       fp16 subnormal becomes an fp32 subnormal that the multiply by 2**112 normalises). */
+    static inline float sprat_dense_h2f(uint16_t h) {
+        uint32_t bits = ((uint32_t)(h & 0x7fffu) << 13) | ((uint32_t)(h & 0x8000u) << 16);
+        float f;
+        memcpy(&f, &bits, 4);
+        return f * 5.192296858534828e+33f;
+    }
+
+    #ifdef SPRAT_DENSE_F16C
+    /* eight binary16 bit patterns (unaligned) as eight floats: one vcvtph2ps */
+    static inline __m256 sprat_dense_load8(const uint16_t* h) {
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)h));
+    }
+    #endif
+
+    /* x * s + t rounded once, as an FMA: the AVX2 build contracts it to one vfmadd; the
+       baseline has no FMA and computes it in double, where the product is exact (a tie of the
+       two roundings, double then float, can still differ from a true FMA, rarely) */
+    static inline float sprat_dense_fmaf(float x, float s, float t) {
+    #ifdef __FMA__
+        return x * s + t;
+    #else
+        return (float)((double)x * (double)s + (double)t);
+    #endif
+    }
+
+    /* out[:n] = float32(h[:n]) */
+    static void sprat_dense_widen(const uint16_t* h, float* out, Py_ssize_t n) {
+        Py_ssize_t j = 0;
+    #ifdef SPRAT_DENSE_F16C
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(out + j, sprat_dense_load8(h + j));
+    #endif
+        for (; j < n; j++)
+            out[j] = sprat_dense_h2f(h[j]);
+    }
+
+    /* y[:n] += a0*w[0, :n] + a1*w[1, :n] + a2*w[2, :n] + a3*w[3, :n]: four fp16 weight rows
+       (ldw apart) widened as they are read, y loaded and stored once for the four. */
+    static void sprat_dense_axpy4_f16(float* y, const uint16_t* w, Py_ssize_t ldw,
+                                      const float* a, Py_ssize_t n) {
+        const uint16_t* w0 = w;
+        const uint16_t* w1 = w + ldw;
+        const uint16_t* w2 = w + 2 * ldw;
+        const uint16_t* w3 = w + 3 * ldw;
+        float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+        Py_ssize_t j = 0;
+    #ifdef SPRAT_DENSE_F16C
+        __m256 v0 = _mm256_set1_ps(a0), v1 = _mm256_set1_ps(a1);
+        __m256 v2 = _mm256_set1_ps(a2), v3 = _mm256_set1_ps(a3);
+        for (; j + 8 <= n; j += 8) {
+            __m256 acc = _mm256_loadu_ps(y + j);
+            acc = _mm256_fmadd_ps(v0, sprat_dense_load8(w0 + j), acc);
+            acc = _mm256_fmadd_ps(v1, sprat_dense_load8(w1 + j), acc);
+            acc = _mm256_fmadd_ps(v2, sprat_dense_load8(w2 + j), acc);
+            acc = _mm256_fmadd_ps(v3, sprat_dense_load8(w3 + j), acc);
+            _mm256_storeu_ps(y + j, acc);
+        }
+    #endif
+        for (; j < n; j++)
+            y[j] += a0 * sprat_dense_h2f(w0[j]) + a1 * sprat_dense_h2f(w1[j])
+                  + a2 * sprat_dense_h2f(w2[j]) + a3 * sprat_dense_h2f(w3[j]);
+    }
+
+    /* y[:n] += a0 * w[:n], one fp16 weight row */
+    static void sprat_dense_axpy_f16(float* y, const uint16_t* w, float a0, Py_ssize_t n) {
+        Py_ssize_t j = 0;
+    #ifdef SPRAT_DENSE_F16C
+        __m256 v0 = _mm256_set1_ps(a0);
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(y + j, _mm256_fmadd_ps(v0, sprat_dense_load8(w + j),
+                                                    _mm256_loadu_ps(y + j)));
+    #endif
+        for (; j < n; j++)
+            y[j] += a0 * sprat_dense_h2f(w[j]);
+    }
+    """
+    float dense_fmaf "sprat_dense_fmaf" (float x, float s, float t) noexcept nogil
+    void dense_widen "sprat_dense_widen" (const unsigned short* h, float* out,
+                                          idx n) noexcept nogil
+    void dense_axpy4_f16 "sprat_dense_axpy4_f16" (float* y, const unsigned short* w, idx ldw,
+                                                  const float* a, idx n) noexcept nogil
+    void dense_axpy_f16 "sprat_dense_axpy_f16" (float* y, const unsigned short* w, float a0,
+                                                idx n) noexcept nogil
+
+
+cdef inline const float* dense_cptr(const float[::1] v) noexcept nogil:
+    """The first element of ``v``, or NULL when it is empty (an absent residual or bias)."""
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+cdef inline float* dense_ptr(float[::1] v) noexcept nogil:
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+cdef inline float* dense_row(float[:, ::1] v, int t) noexcept nogil:
+    """Row ``t`` of a per-slot scratch (nt, size); NULL when the rows are empty."""
+    return &v[t, 0] if v.shape[1] > 0 else NULL
+
+
+# NOTE: GCC vectorises a reduction with one vector accumulator (a chain of dependent adds, 4
+# cycles each) and does not vectorise a NaN-aware max reduction at all. The reductions below
+# keep DENSE_LANES partial results in a small array updated elementwise: that loop vectorises
+# (four independent ymm accumulators in the AVX2 build, eight xmm in the baseline).
+cdef enum:
+    DENSE_LANES = 32
+
+
+cdef inline float dense_rowmax(const float* x, idx n) noexcept nogil:
+    """max of ``x[:n]`` (n >= 1), as ``fmax32``: a NaN met by an accumulator is kept."""
+    cdef float acc[DENSE_LANES]
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float m = x[0]
+    cdef const float* xi
+    if nv > 0:
+        for l in range(DENSE_LANES):
+            acc[l] = x[l]
+        for i in range(1, nv // DENSE_LANES):
+            xi = x + i * DENSE_LANES
+            for l in range(DENSE_LANES):
+                acc[l] = fmax32(acc[l], xi[l])
+        for l in range(DENSE_LANES):
+            m = fmax32(m, acc[l])
+    for i in range(nv, n):
+        m = fmax32(m, x[i])
+    return m
+
+
+cdef inline float dense_sum(const float* x, idx n) noexcept nogil:
+    """sum of ``x[:n]`` in float32 (DENSE_LANES partial sums)."""
+    cdef float acc[DENSE_LANES]
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float s = <float>0.0
+    cdef const float* xi
+    for l in range(DENSE_LANES):
+        acc[l] = <float>0.0
+    for i in range(nv // DENSE_LANES):
+        xi = x + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            acc[l] += xi[l]
+    for l in range(DENSE_LANES):
+        s += acc[l]
+    for i in range(nv, n):
+        s += x[i]
+    return s
+
+
+cdef inline float dense_sqdev(const float* x, float mean, idx n) noexcept nogil:
+    """sum of ``(x[:n] - mean)**2`` in float32 (DENSE_LANES partial sums)."""
+    cdef float acc[DENSE_LANES]
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float s = <float>0.0
+    cdef float d
+    cdef const float* xi
+    for l in range(DENSE_LANES):
+        acc[l] = <float>0.0
+    for i in range(nv // DENSE_LANES):
+        xi = x + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            d = xi[l] - mean
+            acc[l] += d * d
+    for l in range(DENSE_LANES):
+        s += acc[l]
+    for i in range(nv, n):
+        d = x[i] - mean
+        s += d * d
+    return s
+
+
+cdef inline float dense_dot(const float* x, const float* y, idx n) noexcept nogil:
+    """``x[:n] . y[:n]`` in float32 (DENSE_LANES partial sums)."""
+    cdef float acc[DENSE_LANES]
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float s = <float>0.0
+    cdef const float* xi
+    cdef const float* yi
+    for l in range(DENSE_LANES):
+        acc[l] = <float>0.0
+    for i in range(nv // DENSE_LANES):
+        xi = x + i * DENSE_LANES
+        yi = y + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            acc[l] += xi[l] * yi[l]
+    for l in range(DENSE_LANES):
+        s += acc[l]
+    for i in range(nv, n):
+        s += x[i] * y[i]
+    return s
+
+
+# NOTE: GCC emits one vector per iteration for a plain elementwise loop (plus the loop's
+# compare and branch, and alias checks); written as blocks of DENSE_LANES it emits four
+# vectors per iteration, which is what LLVM (Numba) did by unrolling: 128 LayerNorm rows of
+# 384, 13.1 us as plain loops, 11.3 us in blocks. The cheap passes below use these helpers.
+
+cdef inline void dense_vmax(float* m, const float* x, idx n) noexcept nogil:
+    """``m[:n] = fmax32(m[:n], x[:n])``."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* mi
+    cdef const float* xi
+    for i in range(nv // DENSE_LANES):
+        mi = m + i * DENSE_LANES
+        xi = x + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            mi[l] = fmax32(mi[l], xi[l])
+    for i in range(nv, n):
+        m[i] = fmax32(m[i], x[i])
+
+
+cdef inline void dense_vmul(float* y, const float* s, idx n) noexcept nogil:
+    """``y[:n] *= s[:n]``."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* si
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        si = s + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            yi[l] *= si[l]
+    for i in range(nv, n):
+        y[i] *= s[i]
+
+
+cdef inline void dense_scale(float* y, float s, idx n) noexcept nogil:
+    """``y[:n] *= s``."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            yi[l] *= s
+    for i in range(nv, n):
+        y[i] *= s
+
+
+# NOTE: BatchNormalization's ``x * s + b`` rounds once in both builds (``dense_fmaf``), as the
+# AVX2 build and onnxruntime do: rounded twice, the baseline build's outputs moved a quantized
+# MobileNet-v2's (test_quant_models) by one quantization step
+cdef inline void dense_fma_vv(float* y, const float* x, const float* s, const float* b,
+                              idx n) noexcept nogil:
+    """``y[:n] = x[:n] * s[:n] + b[:n]``, one rounding."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* xi
+    cdef const float* si
+    cdef const float* bi
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        xi = x + i * DENSE_LANES
+        si = s + i * DENSE_LANES
+        bi = b + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            yi[l] = dense_fmaf(xi[l], si[l], bi[l])
+    for i in range(nv, n):
+        y[i] = dense_fmaf(x[i], s[i], b[i])
+
+
+cdef inline void dense_fma_ss(float* y, const float* x, float s, float b, idx n) noexcept nogil:
+    """``y[:n] = x[:n] * s + b``, one rounding."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* xi
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        xi = x + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            yi[l] = dense_fmaf(xi[l], s, b)
+    for i in range(nv, n):
+        y[i] = dense_fmaf(x[i], s, b)
+
+
+cdef inline void dense_normalise(float* y, const float* x, float mean, float inv,
+                                 const float* scale, const float* bias, idx n) noexcept nogil:
+    """``y[:n] = (x[:n] - mean) * inv * scale[:n] + bias[:n]`` (LayerNormalization)."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* xi
+    cdef const float* si
+    cdef const float* bi
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        xi = x + i * DENSE_LANES
+        si = scale + i * DENSE_LANES
+        bi = bias + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            yi[l] = (xi[l] - mean) * inv * si[l] + bi[l]
+    for i in range(nv, n):
+        y[i] = (x[i] - mean) * inv * scale[i] + bias[i]
+
+
+cdef inline void dense_axpy4(float* y, const float* b, idx ldb, float a0, float a1, float a2,
+                             float a3, idx n) noexcept nogil:
+    """``y[:n] += a0*b[0, :n] + a1*b[1, :n] + a2*b[2, :n] + a3*b[3, :n]`` (rows ``ldb``
+    apart): y is loaded and stored once for four rows of b."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* b0
+    cdef const float* b1
+    cdef const float* b2
+    cdef const float* b3
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        b0 = b + i * DENSE_LANES
+        b1 = b0 + ldb
+        b2 = b1 + ldb
+        b3 = b2 + ldb
+        for l in range(DENSE_LANES):
+            yi[l] += a0 * b0[l] + a1 * b1[l] + a2 * b2[l] + a3 * b3[l]
+    for i in range(nv, n):
+        y[i] += a0 * b[i] + a1 * b[ldb + i] + a2 * b[2 * ldb + i] + a3 * b[3 * ldb + i]
+
+
+cdef inline void dense_axpy(float* y, const float* b, float a0, idx n) noexcept nogil:
+    """``y[:n] += a0 * b[:n]``."""
+    cdef idx i, l
+    cdef idx nv = n - n % DENSE_LANES
+    cdef float* yi
+    cdef const float* bi
+    for i in range(nv // DENSE_LANES):
+        yi = y + i * DENSE_LANES
+        bi = b + i * DENSE_LANES
+        for l in range(DENSE_LANES):
+            yi[l] += a0 * bi[l]
+    for i in range(nv, n):
+        y[i] += a0 * b[i]
+
+
+cdef enum:
+    # NOTE: OpenBLAS packs B on every call, which is the whole cost with a few rows of A;
+    # common.pxi's sgemm has its own loops for them, but GCC keeps those at one vector per
+    # iteration (1 x 384 @ 384 x 1000: 41 us against Numba's 35); these run four rows of B per
+    # pass in 32-lane blocks
+    DENSE_FEW_ROWS = 3
+
+
+cdef void dense_gemm_nn(idx m, idx n, idx k, float alpha, const float* a, idx lda,
+                        const float* b, idx ldb, float* c, idx ldc) noexcept nogil:
+    """Row-major ``C (m, n) = alpha * A (m, k) @ B (k, n)`` (C not read): up to
+    DENSE_FEW_ROWS rows as one GEMV per row (C's row in L1 takes four rows of B per pass),
+    more through ``sgemm`` (BLAS)."""
+    cdef idx i, p
+    cdef idx k4 = k - k % 4
+    cdef float* cr
+    cdef const float* ar
+    if m > DENSE_FEW_ROWS or n < 8:
+        sgemm(False, False, m, n, k, alpha, a, lda, b, ldb, <float>0.0, c, ldc)
+        return
+    for i in range(m):
+        cr = c + i * ldc
+        ar = a + i * lda
+        memset(cr, 0, n * sizeof(float))
+        for p in range(k4 // 4):
+            dense_axpy4(cr, b + 4 * p * ldb, ldb, alpha * ar[4 * p], alpha * ar[4 * p + 1],
+                        alpha * ar[4 * p + 2], alpha * ar[4 * p + 3], n)
+        for p in range(k4, k):
+            dense_axpy(cr, b + p * ldb, alpha * ar[p], n)
+
+
+# ---- Gemm / MatMul ----------------------------------------------------------------------------
+
+cdef struct dense_gemm_t:
+    # one batched GEMM with its epilogue, as ``gemm_blocks`` describes it
+    const float* a
+    const float* b
+    float* y
+    const idx* offs
+    idx nbatch, M, N, K, lda, ldb, rb, cb
+    bint ta, tb
+    float alpha
+    const float* c
+    idx sm, sn
+    float beta
+    const float* res
+    bint has_res
+    int code
+    float pa, pb
+
+
+cdef void dense_gemm_epilogue(const dense_gemm_t* g, float* y, const float* res, idx m0, idx m1,
+                              idx n0, idx n1) noexcept nogil:
+    """Rows m0..m1, columns n0..n1 of ``y`` (row pitch N): ``+= beta * C`` (C's element
+    strides sm, sn; sm < 0: no C), ``+= res`` (same positions), then the activation."""
+    cdef idx w = n1 - n0
+    cdef idx N = g.N
+    cdef idx m, j, o
+    cdef float v
+    cdef float* yr
+    for m in range(m0, m1):
+        o = m * N + n0
+        yr = y + o
+        if g.sm >= 0:
+            if g.sn == 0:  # one value of C per row (C is (M, 1) or a scalar)
+                v = g.beta * g.c[m * g.sm]
+                for j in range(w):
+                    yr[j] += v
+            else:
+                dense_axpy(yr, g.c + m * g.sm + n0 * g.sn, g.beta, w)
+        residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, g.code, g.pa, g.pb)
+
+
+cdef void dense_gemm_items(const dense_gemm_t* g, idx lo, idx hi) noexcept nogil:
+    """Work items [lo, hi) of ``gemm_blocks``: (batch, row block, column block) triples, each
+    one single-threaded BLAS call and its epilogue while the block is in cache."""
+    cdef idx nrb = (g.M + g.rb - 1) // g.rb
+    cdef idx ncb = (g.N + g.cb - 1) // g.cb
+    cdef idx it, bi, rem, m0, n0, m1, n1, ao, bo, yo
+    for it in range(lo, hi):
+        bi = it // (nrb * ncb)
+        rem = it - bi * nrb * ncb
+        m0 = (rem // ncb) * g.rb
+        n0 = (rem % ncb) * g.cb
+        m1 = min(g.M, m0 + g.rb)
+        n1 = min(g.N, n0 + g.cb)
+        ao = g.offs[3 * bi] + (m0 if g.ta else m0 * g.lda)
+        bo = g.offs[3 * bi + 1] + (n0 * g.ldb if g.tb else n0)
+        yo = g.offs[3 * bi + 2]
+        if g.ta or g.tb:
+            sgemm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, g.alpha, g.a + ao, g.lda, g.b + bo, g.ldb,
+                  <float>0.0, g.y + yo + m0 * g.N + n0, g.N)
+        else:
+            dense_gemm_nn(m1 - m0, n1 - n0, g.K, g.alpha, g.a + ao, g.lda, g.b + bo, g.ldb,
+                          g.y + yo + m0 * g.N + n0, g.N)
+        dense_gemm_epilogue(g, g.y + yo, g.res + yo if g.has_res else NULL, m0, m1, n0, n1)
+
+
+def gemm_blocks(int nt, const float[::1] a, const float[::1] b, float[::1] y,
+                const idx[:, ::1] offs, idx M, idx N, idx K, bint ta, bint tb, float alpha,
+                idx lda, idx ldb, idx rb, idx cb, const float[::1] c, idx sm, idx sn,
+                float beta, const float[::1] res, bint has_res, int code, float pa, float pb):
+    """Batched GEMM with a fused epilogue (Gemm-13, MatMul-13 with NumPy batching).
+
+    For each batch ``i`` (``offs[i] = (a_off, b_off, y_off)``, element offsets into the flat
+    ``a``, ``b``, ``y``): ``Y_i (M, N) = act(alpha * op(A_i) @ op(B_i) + beta * C + res)``.
+    ``ta``/``tb``: A stored (K, M) / B stored (N, K); ``lda``/``ldb`` their row pitches; Y's
+    pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
+    ``res`` (same layout as ``y``) is added when ``has_res``; then activation ``code`` (pa, pb).
+    Work items are (batch, block of ``rb`` rows, block of ``cb`` columns), ``nt`` slots."""
+    cdef dense_gemm_t g
+    g.a, g.b, g.y = dense_cptr(a), dense_cptr(b), dense_ptr(y)
+    g.offs = &offs[0, 0]
+    g.nbatch, g.M, g.N, g.K, g.lda, g.ldb, g.rb, g.cb = offs.shape[0], M, N, K, lda, ldb, rb, cb
+    g.ta, g.tb, g.alpha = ta, tb, alpha
+    g.c, g.sm, g.sn, g.beta = dense_cptr(c), sm, sn, beta
+    g.res, g.has_res, g.code, g.pa, g.pb = dense_cptr(res), has_res, code, pa, pb
+    cdef const dense_gemm_t* gp = &g
+    cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    cdef int t
+    if M <= 0 or N <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_gemm_items(gp, 0, items)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_gemm_items(gp, t * items // nt, (t + 1) * items // nt)
+
+
+# ---- fp16 weights (precision="low") ---------------------------------------------------------
+# A constant weight is held as IEEE binary16 bit patterns (uint16) and widened to float32 right
+# before use (F16C ``vcvtph2ps`` in the AVX2 build, integer ops in the baseline); products and
+# sums stay float32.
+
+def widen_f16(const unsigned short[::1] h, float[::1] out):
+    """``out[:len(h)] = float32(h)`` for binary16 bit patterns ``h`` (exact for finite values).
+    Raises ValueError when ``out`` is shorter than ``h``."""
+    if out.shape[0] < h.shape[0]:
+        raise ValueError("widen_f16: out is shorter than h")
+    if h.shape[0]:
+        with nogil:
+            dense_widen(&h[0], &out[0], h.shape[0])
+
+
+cdef inline void dense_f16_finish(float* y, idx w, const float* bias, bint has_bias,
+                                  const float* res, bint has_res, int code, float pa,
+                                  float pb) noexcept nogil:
+    """Epilogue of one output row segment ``y[:w]``: ``+= bias[:w]`` when ``has_bias``,
+    ``+= res[:w]`` when ``has_res``, then the activation."""
+    cdef idx j
+    if has_bias:
+        for j in range(w):
+            y[j] += bias[j]
+    residual_act(y, res, w, has_res, code, pa, pb)
+
+
+cdef void dense_gemv_f16_items(const float* a, const unsigned short* w, float* y, idx N, idx K,
+                               idx cb, idx lo, idx hi, const float* bias, bint has_bias,
+                               const float* res, bint has_res, int code, float pa,
+                               float pb) noexcept nogil:
+    """Column panels [lo, hi) of ``gemv_f16``: the panel of ``y`` (``cb`` floats, in L1)
+    accumulates four weight rows per pass."""
+    cdef idx it, n0, wd, k, j
+    cdef idx k4 = K - K % 4
+    cdef float* yr
+    for it in range(lo, hi):
+        n0 = it * cb
+        wd = min(N, n0 + cb) - n0
+        yr = y + n0
+        for j in range(wd):
+            yr[j] = <float>0.0
+        for k in range(0, k4, 4):
+            dense_axpy4_f16(yr, w + k * N + n0, N, a + k, wd)
+        for k in range(k4, K):
+            dense_axpy_f16(yr, w + k * N + n0, a[k], wd)
+        dense_f16_finish(yr, wd, bias + n0 if has_bias else NULL, has_bias,
+                         res + n0 if has_res else NULL, has_res, code, pa, pb)
+
+
+def gemv_f16(const float[::1] a, const unsigned short[::1] w, float[::1] y, idx M, idx N,
+             idx K, idx cb, int nt, const float[::1] bias, bint has_bias, const float[::1] res,
+             bint has_res, int code, float pa, float pb, float[:, ::1] scratch):
+    """One row (M == 1): ``y[N] = act(a[K] @ widen(w[K, N]) (+ bias[N]) (+ res[N]))``.
+
+    ``w`` the weight as fp16 bits (K, N) flat; the arguments are those of
+    ``gemm_f16_blocks`` (``scratch`` unused). Work items are panels of ``cb`` columns; each
+    weight element is widened as it is read (the product is memory-bound)."""
+    cdef idx ncb = (N + cb - 1) // cb
+    cdef const float* pa_ = dense_cptr(a)
+    cdef const unsigned short* pw = &w[0] if w.shape[0] else NULL
+    cdef float* py = dense_ptr(y)
+    cdef const float* pbias = dense_cptr(bias)
+    cdef const float* pr = dense_cptr(res)
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            dense_gemv_f16_items(pa_, pw, py, N, K, cb, 0, ncb, pbias, has_bias, pr, has_res,
+                                 code, pa, pb)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_gemv_f16_items(pa_, pw, py, N, K, cb, t * ncb // nt, (t + 1) * ncb // nt, pbias,
+                             has_bias, pr, has_res, code, pa, pb)
+
+
+cdef void dense_gemm_f16_items(const float* a, const unsigned short* w, float* y, idx M, idx N,
+                               idx K, idx cb, idx lo, idx hi, const float* bias, bint has_bias,
+                               const float* res, bint has_res, int code, float pa, float pb,
+                               float* buf) noexcept nogil:
+    """Column panels [lo, hi) of ``gemm_f16_blocks``: widen ``w[:, n0:n0+cb]`` into ``buf``
+    (K x cb floats, in L2), one product (``dense_gemm_nn``: BLAS from four rows), then the
+    epilogue row by row."""
+    cdef idx it, n0, wd, k, m
+    for it in range(lo, hi):
+        n0 = it * cb
+        wd = min(N, n0 + cb) - n0
+        for k in range(K):
+            dense_widen(w + k * N + n0, buf + k * wd, wd)
+        dense_gemm_nn(M, wd, K, <float>1.0, a, K, buf, wd, y + n0, N)
+        if has_bias or has_res or code != A_NONE:
+            for m in range(M):
+                dense_f16_finish(y + m * N + n0, wd, bias + n0 if has_bias else NULL, has_bias,
+                                 res + m * N + n0 if has_res else NULL, has_res, code, pa, pb)
+
+
+def gemm_f16_blocks(const float[::1] a, const unsigned short[::1] w, float[::1] y, idx M, idx N,
+                    idx K, idx cb, int nt, const float[::1] bias, bint has_bias,
+                    const float[::1] res, bint has_res, int code, float pa, float pb,
+                    float[:, ::1] scratch):
+    """``y[M, N] = act(a[M, K] @ widen(w[K, N]) (+ bias[N]) (+ res[M, N]))`` for any M.
+
+    Work items are panels of ``cb`` columns; ``scratch`` (nt, >= K * cb) float32 holds each
+    slot's widened panel, multiplied by BLAS (one thread per call)."""
+    cdef idx ncb = (N + cb - 1) // cb
+    cdef const float* pa_ = dense_cptr(a)
+    cdef const unsigned short* pw = &w[0] if w.shape[0] else NULL
+    cdef float* py = dense_ptr(y)
+    cdef const float* pbias = dense_cptr(bias)
+    cdef const float* pr = dense_cptr(res)
+    cdef int t
+    if M <= 0 or N <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_gemm_f16_items(pa_, pw, py, M, N, K, cb, 0, ncb, pbias, has_bias, pr,
+                                 has_res, code, pa, pb, dense_row(scratch, 0))
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_gemm_f16_items(pa_, pw, py, M, N, K, cb, t * ncb // nt, (t + 1) * ncb // nt,
+                             pbias, has_bias, pr, has_res, code, pa, pb, dense_row(scratch, t))
+
+
+# ---- Softmax ---------------------------------------------------------------------------------
+
+cdef enum:
+    DENSE_CHUNK = 512  # columns per work item of a softmax along a middle axis
+
+
+cdef void dense_softmax_row(const float* x, float* y, idx n, bint log) noexcept nogil:
+    """``y[:n]`` = softmax (or log-softmax) of ``x[:n]`` (``x`` may be ``y``)."""
+    cdef float m = dense_rowmax(x, n)
+    cdef float s = <float>0.0
+    cdef float e, shift
+    cdef idx i
+    if log:
+        for i in range(n):
+            s += exp32(x[i] - m)
+        shift = m + logf(s)
+        for i in range(n):
+            y[i] = x[i] - shift
+    else:
+        for i in range(n):
+            e = exp32(x[i] - m)
+            y[i] = e
+            s += e
+        dense_scale(y, <float>1.0 / s, n)
+
+
+cdef inline void dense_softmax_block(const float* x, float* y, idx L, idx I, idx n,
+                                     bint log) noexcept nogil:
+    """Softmax (or log-softmax) along L of ``n <= DENSE_LANES`` adjacent columns of a (L, I)
+    slab (``x``, ``y`` at the block's first column, rows I apart): the running max and the
+    sums of the block stay in registers (``m``, ``s``) while the L rows stream past."""
+    cdef float m[DENSE_LANES]
+    cdef float s[DENSE_LANES]
+    cdef idx k, l
+    cdef float e
+    cdef const float* xk
+    cdef float* yk
+    for l in range(n):
+        m[l] = x[l]
+        s[l] = <float>0.0
+    for k in range(1, L):
+        xk = x + k * I
+        for l in range(n):
+            m[l] = fmax32(m[l], xk[l])
+    for k in range(L):
+        xk = x + k * I
+        yk = y + k * I
+        if log:
+            for l in range(n):
+                s[l] += exp32(xk[l] - m[l])
+        else:
+            for l in range(n):
+                e = exp32(xk[l] - m[l])
+                yk[l] = e
+                s[l] += e
+    for l in range(n):
+        s[l] = m[l] + logf(s[l]) if log else <float>1.0 / s[l]
+    for k in range(L):
+        xk = x + k * I
+        yk = y + k * I
+        if log:
+            for l in range(n):
+                yk[l] = xk[l] - s[l]
+        else:
+            for l in range(n):
+                yk[l] *= s[l]
+
+
+cdef void dense_softmax_cols(const float* x, float* y, idx lo, idx hi, idx L, idx I,
+                             bint log) noexcept nogil:
+    """Items [lo, hi) of a softmax of (O, L, I) along L, I > 1: an item is (o, chunk of up to
+    DENSE_CHUNK columns), run as blocks of DENSE_LANES columns (each pass vectorised across
+    the block's columns, ``dense_softmax_block``) and a narrower last block."""
+    cdef idx nch = (I + DENSE_CHUNK - 1) // DENSE_CHUNK
+    cdef idx it, o, i0, n, base, b
+    for it in range(lo, hi):
+        o = it // nch
+        i0 = (it - o * nch) * DENSE_CHUNK
+        n = min(<idx>DENSE_CHUNK, I - i0)
+        base = o * L * I + i0
+        # NOTE: the full blocks pass the constant DENSE_LANES: once inlined, their loops have
+        # a known trip count and ``m``/``s`` live in four vector registers each
+        for b in range(n // DENSE_LANES):
+            dense_softmax_block(x + base + b * DENSE_LANES, y + base + b * DENSE_LANES, L, I,
+                                DENSE_LANES, log)
+        b = n - n % DENSE_LANES
+        if b < n:
+            dense_softmax_block(x + base + b, y + base + b, L, I, n - b, log)
+
+
+cdef void dense_softmax_items(const float* x, float* y, idx lo, idx hi, idx L, idx I,
+                              bint log) noexcept nogil:
+    cdef idx r
+    if I == 1:
+        for r in range(lo, hi):
+            dense_softmax_row(x + r * L, y + r * L, L, log)
+    else:
+        dense_softmax_cols(x, y, lo, hi, L, I, log)
+
+
+def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int nt):
+    """Softmax-13 (LogSoftmax-13 when ``log``) of ``x`` viewed (O, L, I), along L, into ``y``
+    (same layout). Work items: rows when I == 1, else (o, 512-column chunk) pairs."""
+    cdef idx items = O if I == 1 else O * ((I + DENSE_CHUNK - 1) // DENSE_CHUNK)
+    cdef const float* px = dense_cptr(x)
+    cdef float* py = dense_ptr(y)
+    cdef int t
+    if L <= 0 or items <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_softmax_items(px, py, 0, items, L, I, log)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_softmax_items(px, py, t * items // nt, (t + 1) * items // nt, L, I, log)
+
+
+# ---- LayerNormalization, BatchNormalization --------------------------------------------------
+
+cdef void dense_layernorm_rows(const float* x, float* y, idx lo, idx hi, idx D,
+                               const float* scale, const float* bias, float eps) noexcept nogil:
+    """Rows [lo, hi) of length D: two passes over the row (in L1) for the mean and the
+    variance, then ``y = (x - mean) * inv * scale + bias``."""
+    cdef idx r
+    cdef float mean, v, inv
+    cdef const float* xr
+    cdef float* yr
+    for r in range(lo, hi):
+        xr = x + r * D
+        yr = y + r * D
+        mean = dense_sum(xr, D) / <float>D
+        v = dense_sqdev(xr, mean, D)
+        inv = <float>1.0 / sqrtf(v / <float>D + eps)
+        dense_normalise(yr, xr, mean, inv, scale, bias, D)
+
+
+def layernorm(const float[::1] x, float[::1] y, idx rows, idx D, const float[::1] scale,
+              const float[::1] bias, float eps, int nt):
+    """LayerNormalization-17 over rows of length D (``x``, ``y``: (rows, D)):
+    ``y = (x - mean) / sqrt(var + eps) * scale + bias``, ``scale``/``bias`` D floats each
+    (float32 statistics). Work items are rows."""
+    cdef const float* px = dense_cptr(x)
+    cdef float* py = dense_ptr(y)
+    cdef const float* ps = dense_cptr(scale)
+    cdef const float* pb = dense_cptr(bias)
+    cdef int t
+    if rows <= 0 or D <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_layernorm_rows(px, py, 0, rows, D, ps, pb, eps)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_layernorm_rows(px, py, t * rows // nt, (t + 1) * rows // nt, D, ps, pb, eps)
+
+
+cdef void dense_affine_block(const float* x, float* y, const float* res, const float* s,
+                             const float* b, idx C, idx I, bint has_res, int code, float pa,
+                             float pb) noexcept nogil:
+    """One (C, I) block (NCHW planes): ``y = act(x * s[c] + b[c] (+ res))``."""
+    cdef idx c
+    for c in range(C):
+        dense_fma_ss(y + c * I, x + c * I, s[c], b[c], I)
+    residual_act(y, res, C * I, has_res, code, pa, pb)
+
+
+cdef void dense_affine_runs(const float* x, float* y, const float* res, idx lo_run, idx hi_run,
+                            idx total, const float* st, const float* bt, idx L, bint has_res,
+                            int code, float pa, float pb) noexcept nogil:
+    """NHWC runs [lo_run, hi_run) of ``L`` floats (``st``/``bt``: scale and shift tiled over
+    whole pixels): one contiguous pass each, so 24 channels do not pay a call per pixel."""
+    cdef idx q, lo, n
+    for q in range(lo_run, hi_run):
+        lo = q * L
+        n = min(L, total - lo)
+        dense_fma_vv(y + lo, x + lo, st, bt, n)
+        residual_act(y + lo, res + lo if has_res else NULL, n, has_res, code, pa, pb)
+
+
+cdef void dense_affine_items(const float* x, float* y, const float* res, idx lo, idx hi,
+                             idx O, idx C, idx I, const float* s, const float* b, idx L,
+                             bint has_res, int code, float pa, float pb) noexcept nogil:
+    """Items [lo, hi) of ``channel_affine``: NHWC runs of ``L`` floats (I == 1), else whole
+    (C, I) blocks (``L == 0``) or single (o, channel) planes (``L == 1``)."""
+    cdef idx q, o, c, off
+    if I == 1:
+        dense_affine_runs(x, y, res, lo, hi, O * C, s, b, L, has_res, code, pa, pb)
+        return
+    for q in range(lo, hi):
+        if L == 0:  # NOTE: L == 0 marks items of whole (C, I) blocks
+            off = q * C * I
+            dense_affine_block(x + off, y + off, res + off if has_res else NULL, s, b, C, I,
+                               has_res, code, pa, pb)
+        else:
+            c = q % C
+            off = q * I
+            dense_affine_block(x + off, y + off, res + off if has_res else NULL, s + c, b + c,
+                               1, I, has_res, code, pa, pb)
+
+
+def channel_affine(const float[::1] x, float[::1] y, idx O, idx C, idx I, const float[::1] s,
+                   const float[::1] b, const float[::1] res, bint has_res, int code, float pa,
+                   float pb, int nt):
+    """``x`` viewed (O, C, I): ``y = act(x * s[c] + b[c] (+ res))`` (BatchNormalization folded
+    at prepare; NHWC: I == 1, NCHW: O == N). ``s``/``b`` hold the C values repeated
+    (``tiled_bias``): NHWC runs over as many pixels at once. Work items: NHWC runs, else (C, I)
+    blocks, or single (o, channel) planes when there are fewer blocks than slots."""
+    cdef const float* px = dense_cptr(x)
+    cdef float* py = dense_ptr(y)
+    cdef const float* pr = dense_cptr(res)
+    cdef const float* ps = dense_cptr(s)
+    cdef const float* pb_ = dense_cptr(b)
+    cdef idx L, items
+    cdef int t
+    if I == 1:
+        L = s.shape[0]
+        items = (O * C + L - 1) // L
+    elif O >= nt:
+        L, items = 0, O
+    else:
+        L, items = 1, O * C
+    if items <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_affine_items(px, py, pr, 0, items, O, C, I, ps, pb_, L, has_res, code, pa, pb)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_affine_items(px, py, pr, t * items // nt, (t + 1) * items // nt, O, C, I, ps, pb_,
+                           L, has_res, code, pa, pb)
+
+
+# ---- Attention -------------------------------------------------------------------------------
+
+cdef struct dense_attn_t:
+    # one Attention-23 (3-D form), as ``attention`` describes it
+    const float* q
+    const float* k
+    const float* v
+    const float* mask
+    bint has_mask
+    float* y
+    idx B, H, G, Sq, Skv, D, Dv
+    float scale
+    idx mb, mh, mq
+
+
+cdef void dense_attn_softmax_row(float* r, const float* mrow, idx n, bint has_mask) noexcept nogil:
+    """In place on one score row ``r[:n]``: ``+= mrow`` when ``has_mask``, then the softmax;
+    a fully masked row (max -inf) gives zeros (Attention-23), not NaN."""
+    cdef idx i
+    cdef float m
+    if has_mask:
+        for i in range(n):
+            r[i] += mrow[i]
+    m = dense_rowmax(r, n)
+    if m == -INFINITY:
+        for i in range(n):
+            r[i] = <float>0.0
+        return
+    dense_softmax_row(r, r, n, False)
+
+
+cdef void dense_attn_pairs(const dense_attn_t* g, idx lo, idx hi, float* s) noexcept nogil:
+    """(batch, head) pairs [lo, hi): ``S = scale * Q_h @ K_h^T`` into ``s`` (Sq x Skv, one BLAS
+    call reading the head's columns in place), mask and row softmax in cache, then
+    ``Y_h = S @ V_h`` straight into Y's columns of head h. Grouped heads read kv head h // G."""
+    cdef idx hkv = g.H // g.G
+    cdef idx Sq = g.Sq
+    cdef idx Skv = g.Skv
+    cdef idx D = g.D
+    cdef idx Dv = g.Dv
+    cdef idx pi, b, h, kh, i, mo
+    for pi in range(lo, hi):
+        b = pi // g.H
+        h = pi - b * g.H
+        kh = h // g.G
+        sgemm(False, True, Sq, Skv, D, g.scale, g.q + b * Sq * g.H * D + h * D, g.H * D,
+              g.k + b * Skv * hkv * D + kh * D, hkv * D, <float>0.0, s, Skv)
+        for i in range(Sq):
+            mo = b * g.mb + h * g.mh + i * g.mq
+            dense_attn_softmax_row(s + i * Skv, g.mask + mo if g.has_mask else NULL, Skv,
+                                   g.has_mask)
+        sgemm(False, False, Sq, Dv, Skv, <float>1.0, s, Skv, g.v + b * Skv * hkv * Dv + kh * Dv,
+              hkv * Dv, <float>0.0, g.y + b * Sq * g.H * Dv + h * Dv, g.H * Dv)
+
+
+def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v,
+              const float[::1] mask, bint has_mask, float[::1] y, idx B, idx H, idx G, idx Sq,
+              idx Skv, idx D, idx Dv, float scale, idx mb, idx mh, idx mq,
+              float[:, ::1] scratch):
+    """Attention-23, 3-D form: Q (B, Sq, H*D), K (B, Skv, Hkv*D), V (B, Skv, Hkv*Dv) with
+    Hkv = H / G, optional additive ``mask`` (element strides ``mb``/``mh``/``mq`` for batch,
+    head and query row, 0 where broadcast; rows of Skv) -> Y (B, Sq, H*Dv):
+    ``Y_h = softmax(scale * Q_h @ K_h^T + mask) @ V_h`` per head. Work items are the B*H
+    (batch, head) pairs; ``scratch`` (nt, >= Sq * Skv) float32 holds each slot's scores."""
+    cdef dense_attn_t g
+    g.q, g.k, g.v = dense_cptr(q), dense_cptr(k), dense_cptr(v)
+    g.mask, g.has_mask, g.y = dense_cptr(mask), has_mask, dense_ptr(y)
+    g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv = B, H, G, Sq, Skv, D, Dv
+    g.scale, g.mb, g.mh, g.mq = scale, mb, mh, mq
+    cdef const dense_attn_t* gp = &g
+    cdef idx pairs = B * H
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            dense_attn_pairs(gp, 0, pairs, dense_row(scratch, 0))
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_attn_pairs(gp, t * pairs // nt, (t + 1) * pairs // nt, dense_row(scratch, t))
+
+
+# ---- LSTM --------------------------------------------------------------------------------------
+
+cdef void dense_lstm_recurrence(const float* h, const float* r, bint r_trans, float* gates,
+                                idx nb, idx hid) noexcept nogil:
+    """``gates (nb, 4H) = h (nb, H) @ R^T``: ``r`` is R^T packed (H, 4H) (a few-row GEMM,
+    ``dense_gemm_nn``), or R itself (4H, H) when ``r_trans`` (a dot product per gate)."""
+    cdef idx four_h = 4 * hid
+    cdef idx b, j
+    cdef float* g
+    cdef const float* hb
+    if not r_trans:
+        dense_gemm_nn(nb, four_h, hid, <float>1.0, h, hid, r, four_h, gates, four_h)
+        return
+    for b in range(nb):
+        g = gates + b * four_h
+        hb = h + b * hid
+        for j in range(four_h):
+            g[j] = dense_dot(r + j * hid, hb, hid)
+
+
+cdef void dense_lstm_cell(float* gates, const float* xw, const float* bias, float* c, float* h,
+                          float* y, idx nb, idx hid) noexcept nogil:
+    """``gates`` (nb, 4H) = h_prev @ R^T on entry (then overwritten); adds ``xw`` (nb, 4H) and
+    ``bias`` (4H), then updates ``c``, ``h`` (nb, H) in place and writes h into ``y`` (nb, H)
+    unless ``y`` is NULL. Gate order i, o, f, c (ONNX)."""
+    cdef idx b, k
+    cdef float* g
+    cdef const float* x
+    cdef float* gi
+    cdef float* go
+    cdef float* gf
+    cdef float* gc
+    cdef float* cb
+    cdef float* hb
+    # NOTE: several simple passes over L1-resident rows rather than one loop touching ten
+    # arrays: GCC gives up on a loop with that many possibly aliasing pointers (and with
+    # -fwrapv, Python's CFLAGS, on indices like ``g[hid + k]``); each pass below vectorises
+    for b in range(nb):
+        g = gates + b * 4 * hid
+        x = xw + b * 4 * hid
+        for k in range(4 * hid):
+            g[k] += x[k] + bias[k]
+        act_inplace(g, 3 * hid, A_SIGMOID, <float>0.0, <float>0.0)  # i, o, f
+        act_inplace(g + 3 * hid, hid, A_TANH, <float>0.0, <float>0.0)  # c~
+        gi, go, gf, gc = g, g + hid, g + 2 * hid, g + 3 * hid
+        cb = c + b * hid
+        hb = h + b * hid
+        for k in range(hid):
+            cb[k] = gf[k] * cb[k] + gi[k] * gc[k]
+        for k in range(hid):
+            hb[k] = go[k] * tanh32(cb[k])
+        if y != NULL:
+            memcpy(y + b * hid, hb, hid * sizeof(float))
+
+
+cdef void dense_lstm_direction(const float* x, const float* w, bint w_trans, const float* r,
+                               bint r_trans, const float* bias, const float* h0, const float* c0,
+                               float* h, float* c, float* y, idx y_step, float* xw, float* gates,
+                               idx seq, idx nb, idx n_in, idx hid, bint reverse) noexcept nogil:
+    """One direction of an LSTM: the input projection of every step at once,
+    ``xw (seq*nb, 4H) = x (seq*nb, I) @ W^T`` (``w``: W^T packed (I, 4H), or W (4H, I) when
+    ``w_trans``), the states ``h``/``c`` (nb, H) from ``h0``/``c0`` (NULL: zeros), then for
+    each step t (backwards when ``reverse``) ``gates = h @ R^T`` and the gate pass; ``y``
+    (NULL: not wanted) receives h of step t at ``y + t * y_step``."""
+    cdef idx s, t
+    cdef idx four_h = 4 * hid
+    if w_trans:
+        sgemm(False, True, seq * nb, four_h, n_in, <float>1.0, x, n_in, w, n_in, <float>0.0,
+              xw, four_h)
+    else:
+        dense_gemm_nn(seq * nb, four_h, n_in, <float>1.0, x, n_in, w, four_h, xw, four_h)
+    if h0 != NULL:
+        memcpy(h, h0, nb * hid * sizeof(float))
+    else:
+        memset(h, 0, nb * hid * sizeof(float))
+    if c0 != NULL:
+        memcpy(c, c0, nb * hid * sizeof(float))
+    else:
+        memset(c, 0, nb * hid * sizeof(float))
+    for s in range(seq):
+        t = seq - 1 - s if reverse else s
+        dense_lstm_recurrence(h, r, r_trans, gates, nb, hid)
+        dense_lstm_cell(gates, xw + t * nb * four_h, bias, c, h,
+                        y + t * y_step if y != NULL else NULL, nb, hid)
+
+
+def lstm(const float[::1] x, const float[:, ::1] w, bint w_trans, const float[:, ::1] r,
+         bint r_trans, const float[:, ::1] bias, const float[::1] h0, const float[::1] c0,
+         float[::1] y, float[::1] y_h, float[::1] y_c, float[:, ::1] xw, float[:, ::1] gates,
+         float[:, ::1] h, float[:, ::1] c, reverse, idx seq, idx nb, idx n_in, idx hid,
+         bint par):
+    """LSTM-14 (layout 0, default activations) of every direction d, as one call.
+
+    ``x`` (seq, nb, I) flat; per direction (rows of the 2-D arguments): ``w[d]`` W^T packed
+    (I, 4H) or W (4H, I) when ``w_trans``, ``r[d]`` R^T packed (H, 4H) or R (4H, H) when
+    ``r_trans``, ``bias[d]`` (4H) = Wb + Rb. ``h0``/``c0`` (dirs, nb, H) flat, or empty for
+    zeros. Outputs (each may be empty: not wanted): ``y`` (seq, dirs, nb, H), ``y_h``/``y_c``
+    (dirs, nb, H). Scratch rows per direction: ``xw`` (seq*nb*4H), ``gates`` (nb*4H), ``h`` and
+    ``c`` (nb*H). ``reverse``: a bool per direction; ``par``: the two directions on two
+    threads."""
+    cdef int dirs = w.shape[0]
+    cdef bint rev[2]
+    cdef const float* ph0 = dense_cptr(h0)
+    cdef const float* pc0 = dense_cptr(c0)
+    cdef float* py = dense_ptr(y)
+    cdef idx state = nb * hid
+    cdef int d
+    rev[0] = bool(reverse[0])
+    rev[1] = bool(reverse[1]) if dirs > 1 else False
+    if par and dirs == 2:
+        for d in prange(2, nogil=True, num_threads=2, schedule="static", chunksize=1):
+            dense_lstm_direction(&x[0], &w[d, 0], w_trans, &r[d, 0], r_trans, &bias[d, 0],
+                                 ph0 + d * state if ph0 != NULL else NULL,
+                                 pc0 + d * state if pc0 != NULL else NULL, &h[d, 0], &c[d, 0],
+                                 py + d * state if py != NULL else NULL, dirs * state,
+                                 &xw[d, 0], &gates[d, 0], seq, nb, n_in, hid, rev[d])
+    else:
+        with nogil:
+            for d in range(dirs):
+                dense_lstm_direction(&x[0], &w[d, 0], w_trans, &r[d, 0], r_trans, &bias[d, 0],
+                                     ph0 + d * state if ph0 != NULL else NULL,
+                                     pc0 + d * state if pc0 != NULL else NULL, &h[d, 0],
+                                     &c[d, 0], py + d * state if py != NULL else NULL,
+                                     dirs * state, &xw[d, 0], &gates[d, 0], seq, nb, n_in, hid,
+                                     rev[d])
+    if y_h.shape[0]:
+        memcpy(&y_h[0], &h[0, 0], dirs * state * sizeof(float))
+    if y_c.shape[0]:
+        memcpy(&y_c[0], &c[0, 0], dirs * state * sizeof(float))
