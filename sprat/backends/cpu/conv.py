@@ -2,12 +2,15 @@
 
 Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group);
-- depthwise: group == C == M -> direct Numba kernel;
+- depthwise: group == C == M -> direct kernel (tap-by-tap vector multiply-adds);
 - winograd: 3x3, stride 1, no dilation, group 1, >= 24 input and output channels ->
-  Winograd F(4,3) (``_winograd_nb``; MNN's choice for these convs);
+  Winograd F(4,3) (Lavin & Gray, CVPR 2016; MNN's choice for these convs);
 - shift-GEMM: stride 1, group 1, fewer than 128 channels -> kh*kw accumulating GEMMs over a
   padded band;
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
+The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise``,
+``conv_winograd``, ``conv_shift``, ``conv_im2col``); this module packs the weights, picks the
+algorithm and sizes the blocks and workspaces at prepare.
 ONNX Conv (opset 1..22): inputs X, W (M, C/group, kH, kW), optional B (M); attrs auto_pad,
 dilations, group, kernel_shape, pads, strides. 1-D conv (NWC) runs as 2-D with H = 1.
 """
@@ -17,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.shapes.nn import conv_geometry
-from . import _conv_nb as nb
-from . import _winograd_nb as wg_nb
-from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch, writable_alias
+from . import _cblas
+from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
+from .compiled import kernels as ck
 
 # NOTE: block sizes tuned with bench/kernels.py (GEMM rows per block; keeps a block in L2).
 POINTWISE_BLOCK_BYTES = 1 << 17
@@ -41,6 +44,31 @@ WINOGRAD_MIN_TILES = 16
 WINOGRAD_TILES = 256  # at most this many tiles per block
 WINOGRAD_BLOCK_BYTES = 1 << 20  # V + M blocks (36 * TB * (C + M) floats) about this size
 WINOGRAD_SPLIT_TILES = 32  # fewer tiles than this per thread: threads split output channels
+
+# Winograd F(4,3) (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016,
+# §4): G (6x3) transforms the 3x3 weights; B^T (6x6) and A^T (4x6) are the input and output
+# transforms, written out in ``compiled/conv.pxi``.
+WINOGRAD_G = np.array([[1 / 4, 0, 0],
+                       [-1 / 6, -1 / 6, -1 / 6],
+                       [-1 / 6, 1 / 6, -1 / 6],
+                       [1 / 24, 1 / 12, 1 / 6],
+                       [1 / 24, -1 / 12, 1 / 6],
+                       [0, 0, 1]], np.float64)
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """``w`` (M, C, 3, 3) -> ``U`` flat (36, C, M) float32, ``U[p] = (G w G^T)[p]``
+    (computed in float64)."""
+    u = np.einsum("ik,mckl,jl->ijcm", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
+    m, c = w.shape[:2]
+    return np.ascontiguousarray(u.reshape(36, c, m), np.float32).ravel()
+
+
+def depthwise_segment(c: int) -> int:
+    """Output pixels per segment of the stride-1 depthwise kernel for ``c`` channels: about 4096
+    floats per tap (64 pixels up to 64 channels), so the tiled weights of a 5x5 kernel stay in
+    L2 at 200+ channels (a fixed 64 tiled a 5x5 kernel of 200 channels into 1.3 MB)."""
+    return max(4, min(64, 4096 // max(c, 1)))
 
 
 def _split_inputs(node, ins):
@@ -73,6 +101,7 @@ class ConvKernel(CpuKernel):
         return group >= 1 and c % group == 0 and m % group == 0 and w.shape[1] * group == c
 
     def prepare(self, ins, outs):
+        _cblas.bind()
         node = self.node
         x, w, bias, res = _split_inputs(node, ins)
         y = outs[0]
@@ -112,7 +141,7 @@ class ConvKernel(CpuKernel):
             self.algo = "depthwise"
             self.w = self.shared("dw", lambda: np.ascontiguousarray(
                 wv[:, 0].transpose(1, 2, 0)).ravel())  # (kh, kw, C)
-            seg = self.seg = nb.depthwise_segment(c)
+            seg = self.seg = depthwise_segment(c)
             if sw == 1:
                 self.wt = self.shared(f"dw_tiled{seg}", lambda: np.tile(
                     self.w.reshape(kh * kw, 1, c), (1, seg, 1)).ravel())
@@ -124,8 +153,7 @@ class ConvKernel(CpuKernel):
             cg, mg = c // group, m // group
             # NOTE: memory="low": the model's (M, C/G) weight, read transposed by the GEMM
             self.w_stored = self.memory == "low"
-            self._keep = []
-            self.w = (writable_alias(w.value, self._keep).reshape(-1) if self.w_stored else
+            self.w = (np.ascontiguousarray(w.value).reshape(-1) if self.w_stored else
                       self.shared("pointwise", lambda: np.ascontiguousarray(
                           wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel()))
             blk = max(16, POINTWISE_BLOCK_BYTES // (4 * m))
@@ -138,7 +166,7 @@ class ConvKernel(CpuKernel):
               and oh >= 4 and ow >= 4 and self.memory != "low"
               and (nt > 1 or n * (-(-oh // 4)) * (-(-ow // 4)) >= WINOGRAD_MIN_TILES)):
             self.algo = "winograd"
-            self.w = self.shared("winograd", lambda: wg_nb.pack_weights(wv))  # (36, C, M)
+            self.w = self.shared("winograd", lambda: winograd_weights(wv))  # (36, C, M)
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
             tb = max(8, min(WINOGRAD_TILES, WINOGRAD_BLOCK_BYTES // (144 * (c + m))))
             # NOTE: a 10x10 map has 9 tiles: split between two threads they make short GEMMs
@@ -201,13 +229,11 @@ class ConvKernel(CpuKernel):
         else:
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
                     kh, kw, sh, sw, dh, dw, ph, pw, self.rows, *bufs, code, a, b)
-        if nt == 1:
-            return SLOT[algo], (0, 1, *args)
-        return PAR[algo], (nt, *args)
+        return KERNEL[algo], (nt, *args)
 
 
-SLOT = {**nb.SLOT, "winograd": wg_nb.winograd_slot}
-PAR = {**nb.PAR, "winograd": wg_nb.winograd_par}
+KERNEL = {"pointwise": ck.conv_pointwise, "shift": ck.conv_shift, "im2col": ck.conv_im2col,
+          "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd}
 
 
 def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:

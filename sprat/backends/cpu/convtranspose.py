@@ -3,6 +3,7 @@
 Then the output windows do not overlap: each input pixel's channel vector times the packed
 weights (C, kh*kw*M) gives its kh x kw output block, so the op is one GEMM per block of input
 rows into a scratch buffer, scattered into the output with bias, residual and activation fused.
+The kernel is compiled (``compiled/conv.pxi``: ``conv_transpose``).
 ONNX ConvTranspose-22: X (N, C, H, W), W (C, M/group, kH, kW), optional B (M). Supported here:
 group 1, dilations 1, no pads / output_padding (after resolving auto_pad and output_shape with
 the shape function's own rule); everything else stays on the reference backend.
@@ -11,61 +12,14 @@ the shape function's own rule); everything else stays on the reference backend.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange, uint64
 
 from ...ir.shapes.nn import conv_transpose_geometry
+from . import _cblas
 from ._base import CpuKernel, scratch
-from ._blas import sgemm
 from ._epilogue import empty_f32
-from ._jit import njit
-from ._math import ACT, FAST, act_inplace, act_of
+from ._math import ACT, act_of
+from .compiled import kernels as ck
 from .conv import GEMM_ROWS, _rows_per_block
-
-
-@njit(cache=True, error_model="numpy", nogil=True, fastmath=FAST)
-def _scatter(acc, y, bias, res, has_res, n, h0, rows, W, M, kh, kw, OH, OW, code, a, b):
-    """acc (rows*W, kh*kw*M) -> y[n, h*kh + i, w*kw + j, :], plus bias, residual, act.
-
-    For one input pixel and kernel row ``i`` the kw*M values are one contiguous run in both
-    ``acc`` and ``y`` (``bias`` holds the M biases repeated kw times): one flat loop per run,
-    with unsigned indices so that it vectorises (per-pixel slices cost more than a 1-channel
-    output's arithmetic)."""
-    L = kw * M
-    for r in range(rows):
-        h = h0 + r
-        for i in range(kh):
-            o = ((n * OH + h * kh + i) * OW) * M
-            for w in range(W):
-                s = ((r * W + w) * kh + i) * L
-                d = o + w * L
-                if has_res:
-                    for c in range(L):
-                        y[uint64(d + c)] = acc[uint64(s + c)] + bias[c] + res[uint64(d + c)]
-                else:
-                    for c in range(L):
-                        y[uint64(d + c)] = acc[uint64(s + c)] + bias[c]
-            if code != 0:
-                act_inplace(y[o:o + OW * M], code, a, b)
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def conv_transpose_tiles(x, w, bias, res, has_res, y, N, H, W, C, M, kh, kw, R, nt, acc,
-                         code, a, b):
-    """Blocks of R input rows split over ``nt`` slots: GEMM into ``acc[t]``, then scatter."""
-    OH = H * kh
-    OW = W * kw
-    nbh = (H + R - 1) // R
-    nb = N * nbh
-    K = kh * kw * M
-    for t in prange(nt):
-        at = acc[t]
-        for bi in range(t * nb // nt, (t + 1) * nb // nt):
-            n = bi // nbh
-            h0 = (bi % nbh) * R
-            rows = min(R, H - h0)
-            sgemm(False, False, rows * W, K, C, 1.0, x, ((n * H + h0) * W) * C, C, w, 0, K,
-                  0.0, at, 0, K)
-            _scatter(at, y, bias, res, has_res, n, h0, rows, W, M, kh, kw, OH, OW, code, a, b)
 
 
 def _geometry(node, x_shape, w_shape):
@@ -100,6 +54,7 @@ class ConvTransposeKernel(CpuKernel):
                 and pe == [0, 0] and op == [0, 0])
 
     def prepare(self, ins, outs):
+        _cblas.bind()
         node = self.node
         self.has_res = bool(node.attrs.get("_residual"))
         n_in = len(ins) - (1 if self.has_res else 0)
@@ -109,7 +64,7 @@ class ConvTransposeKernel(CpuKernel):
         self.w = self.shared("w", lambda: np.ascontiguousarray(
             wv.transpose(0, 2, 3, 1)).ravel())  # (C, kh, kw, M)
         bias = ins[2] if n_in > 2 else None
-        self.bias = np.tile(np.zeros(m, np.float32) if bias is None  # (kw, M): see _scatter
+        self.bias = np.tile(np.zeros(m, np.float32) if bias is None  # (kw, M): one scatter run
                             else np.ascontiguousarray(bias.value, np.float32).reshape(m), kw)
         self.act = act_of(node)
         self.empty = empty_f32()
@@ -119,8 +74,13 @@ class ConvTransposeKernel(CpuKernel):
         self.workspaces = (scratch(nt, self.rows * w * kh * kw * m),)
 
     def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
+        r = ins[-1] if self.has_res else None
+        self.bound_call(ws, (x, y, r), lambda: self._args_for(x, y, r, ws.buffers[0]))
+
+    def _args_for(self, x, y, r, acc):
         code, a, b = self.act
-        res = ins[-1].reshape(-1) if self.has_res else self.empty
-        conv_transpose_tiles(ins[0].reshape(-1), self.w, self.bias, res, self.has_res,
-                             outs[0].reshape(-1), *self.dims, self.rows, self.threads,
-                             ws.buffers[0], code, a, b)
+        res = self.empty if r is None else r.reshape(-1)
+        return ck.conv_transpose, (self.threads, x.reshape(-1), self.w, self.bias, res,
+                                   self.has_res, y.reshape(-1), *self.dims, self.rows, acc,
+                                   code, a, b)

@@ -1,1 +1,777 @@
-# Compiled kernels of the conv family (see kernels.pxi); filled in by the Numba port (issue 12).
+# Convolutions in NHWC with the fused epilogue (bias, then residual, then activation): the
+# compiled half of ``conv.py`` and ``convtranspose.py``, which pick the algorithm, pack the
+# weights and size the blocks and workspaces at prepare.
+#
+# Every array is flat, C-contiguous float32; NHWC offsets are computed explicitly
+# (pixel ``(n, h, w)`` of an (N, H, W, C) map starts at ``((n*H + h)*W + w)*C``). Work is cut
+# into blocks (of output rows, pixels or Winograd tiles); work slot ``t`` of ``nt`` walks the
+# contiguous range of blocks ``[t*nb//nt, (t+1)*nb//nt)`` with its own row of each workspace,
+# calls a one-thread GEMM per block and applies the epilogue while the block is in cache.
+# With ``nt == 1`` a kernel runs on the calling thread, without a parallel region.
+
+from cython.parallel cimport prange
+
+cdef extern from *:
+    # NOTE: a destination nothing else points into (C ``restrict``): loops that write several
+    # outputs from several inputs (Winograd transforms, depthwise taps) then vectorise without
+    # run-time overlap checks; GCC gives up on loops needing more than ten such checks
+    ctypedef float* conv_dst "float *__restrict__"
+
+
+cdef inline const float* conv_ptr(const float[::1] v) noexcept nogil:
+    """The first element of ``v``, NULL when it is empty (an absent residual or table)."""
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+cdef inline const float* conv_at(const float* p, idx offset) noexcept nogil:
+    """``p + offset``, NULL for an absent operand (NULL)."""
+    return p + offset if p != NULL else NULL
+
+
+cdef inline idx conv_floordiv(idx a, idx b) noexcept nogil:
+    """``a // b`` rounded towards minus infinity for ``b > 0`` (C's ``/`` truncates)."""
+    return a // b if a >= 0 else -((-a + b - 1) // b)
+
+
+cdef inline void conv_copy(float* d, const float* s, idx n) noexcept nogil:
+    """``d[:n] = s[:n]`` for runs that do not overlap. Short runs (a stem's 3-27 floats per
+    window) move as two overlapping fixed-size blocks, which the compiler inlines; a
+    ``memcpy`` of a variable size is a library call, which cost the 3-channel stem 25%."""
+    if n > 16:
+        memcpy(d, s, n * sizeof(float))
+    elif n >= 8:
+        memcpy(d, s, 8 * sizeof(float))
+        memcpy(d + n - 8, s + n - 8, 8 * sizeof(float))
+    elif n >= 4:
+        memcpy(d, s, 4 * sizeof(float))
+        memcpy(d + n - 4, s + n - 4, 4 * sizeof(float))
+    else:
+        if n > 0:
+            d[0] = s[0]
+        if n > 1:
+            d[1] = s[1]
+        if n > 2:
+            d[2] = s[2]
+
+
+cdef inline void conv_zero(float* d, idx n) noexcept nogil:
+    """``d[:n] = 0`` (short runs inline, as ``conv_copy``)."""
+    if n > 16:
+        memset(d, 0, n * sizeof(float))
+    elif n >= 8:
+        memset(d, 0, 8 * sizeof(float))
+        memset(d + n - 8, 0, 8 * sizeof(float))
+    elif n >= 4:
+        memset(d, 0, 4 * sizeof(float))
+        memset(d + n - 4, 0, 4 * sizeof(float))
+    else:
+        if n > 0:
+            d[0] = 0
+        if n > 1:
+            d[1] = 0
+        if n > 2:
+            d[2] = 0
+
+
+cdef void conv_check(const float[::1] x, idx nx, const float[::1] y, idx ny,
+                     const float[::1] res, bint has_res, const float[::1] w, idx nw) except *:
+    """Raise ValueError when an operand is shorter than the conv's geometry needs (a kernel
+    bound to the wrong arrays would otherwise read or write past them)."""
+    if x.shape[0] < nx or y.shape[0] < ny or w.shape[0] < nw or (has_res and res.shape[0] < ny):
+        raise ValueError(f"conv: operands too short for the geometry (x {x.shape[0]} < {nx}, "
+                         f"y {y.shape[0]} < {ny}, w {w.shape[0]} < {nw} or residual "
+                         f"{res.shape[0]} < {ny})")
+
+
+# ---- pointwise: 1x1, stride 1, no padding --------------------------------------------------
+
+cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
+                              idx nbias, const float* res, bint has_res, float* y, idx P,
+                              idx C, idx M, idx G, idx blk, bint wt, int code, float a,
+                              float b) noexcept nogil:
+    """Slot ``t`` of ``nt``: blocks of ``blk`` pixels of ``y (P, M) = x (P, C) @ w`` per group,
+    ``w`` packed (G, C/G, M/G) or (``wt``) the model's (M, C/G) weight read transposed."""
+    cdef idx cg = C // G
+    cdef idx mg = M // G
+    cdef idx nb = (P + blk - 1) // blk
+    cdef idx bi, p0, rows, g
+    for bi in range(t * nb // nt, (t + 1) * nb // nt):
+        p0 = bi * blk
+        rows = min(blk, P - p0)
+        for g in range(G):
+            if wt:
+                sgemm(False, True, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * mg * cg,
+                      cg, 0.0, y + p0 * M + g * mg, M)
+            else:
+                sgemm(False, False, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * cg * mg,
+                      mg, 0.0, y + p0 * M + g * mg, M)
+        rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code, a, b)
+
+
+def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
+                   const float[::1] res, bint has_res, float[::1] y, idx P, idx C, idx M, idx G,
+                   idx blk, bint wt, int code, float a, float b):
+    """1x1 conv, stride 1, no padding, ``G`` groups: ``y (P, M) = act(x (P, C) @ w + bias
+    (+ res))`` over the ``P`` pixels of NHWC maps, in blocks of ``blk`` pixels split over ``nt``
+    slots. ``w`` packed (G, C/G, M/G), or with ``wt`` the model's own (M, C/G) weight;
+    ``bias`` the M biases tiled (``tiled_bias``). Raises ValueError on short operands."""
+    conv_check(x, P * C, y, P * M, res, has_res, w, C * M // G)
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = conv_ptr(res)
+    cdef float* py = &y[0]
+    cdef idx nbias = bias.shape[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_pointwise_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
+                                code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_pointwise_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
+                            code, a, b)
+
+
+# ---- shift-GEMM: stride 1, one group ---------------------------------------------------------
+
+cdef void conv_shift_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
+                          idx nbias, const float* res, bint has_res, float* y, idx N, idx H,
+                          idx W, idx C, idx M, idx OH, idx OW, idx kh, idx kw, idx dh, idx dw,
+                          idx ph, idx pw, idx R, float* xb, float* acc, int code, float a,
+                          float b) noexcept nogil:
+    """Slot ``t`` of ``nt`` of a stride-1 conv as kh*kw accumulating GEMMs over shifted views.
+
+    Per block of ``R`` output rows the input band (rows + halo) is copied into the zero-padded
+    scratch ``xb`` of row pitch ``wp = OW + (kw-1)*dw`` pixels; the output over the padded
+    width is then ``sum_ij xb[shift_ij : shift_ij + rows*wp] @ w[i, j]`` (plain GEMMs with
+    lda = C, no patch matrix) into ``acc`` (rows*wp, M), and the epilogue drops each row's
+    (kw-1)*dw junk columns. ``w`` packed (kh, kw, C, M). ``xb``'s padding border is never
+    written: the workspace must start zeroed.
+    """
+    cdef idx wp = OW + (kw - 1) * dw
+    cdef idx nbh = (OH + R - 1) // R
+    cdef idx nb = N * nbh
+    cdef idx iw_lo = max(0, -pw)
+    cdef idx iw_hi = min(W, wp - pw)
+    cdef idx span = (iw_hi - iw_lo) * C
+    cdef idx bi, n, oh0, rows, band, r, ih, i, j, y0
+    for bi in range(t * nb // nt, (t + 1) * nb // nt):
+        n = bi // nbh
+        oh0 = (bi - n * nbh) * R
+        rows = min(R, OH - oh0)
+        band = rows + (kh - 1) * dh
+        for r in range(band):
+            ih = oh0 + r - ph
+            if ih < 0 or ih >= H:
+                memset(xb + r * wp * C, 0, wp * C * sizeof(float))
+            elif span > 0:
+                memcpy(xb + (r * wp + pw + iw_lo) * C, x + ((n * H + ih) * W + iw_lo) * C,
+                       span * sizeof(float))
+        for i in range(kh):
+            for j in range(kw):
+                sgemm(False, False, rows * wp, M, C, 1.0, xb + (i * dh * wp + j * dw) * C, C,
+                      w + (i * kw + j) * C * M, M, 0.0 if i == 0 and j == 0 else 1.0, acc, M)
+        y0 = (n * OH + oh0) * OW * M
+        gather_rows(acc, wp * M, y + y0, rows, OW, M, bias, nbias, conv_at(res, y0), has_res,
+                    code, a, b)
+
+
+def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
+               const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
+               idx M, idx OH, idx OW, idx kh, idx kw, idx dh, idx dw, idx ph, idx pw, idx R,
+               float[:, ::1] xb, float[:, ::1] acc, int code, float a, float b):
+    """Stride-1, one-group conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by shift-GEMM
+    (``conv_shift_slot``), blocks of ``R`` output rows split over ``nt`` slots. Workspaces
+    ``xb`` (nt, >= (band*wp + (kw-1)*dw)*C, zeroed) and ``acc`` (nt, >= R*wp*M). Raises
+    ValueError on short operands."""
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M)
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = conv_ptr(res)
+    cdef float* py = &y[0]
+    cdef idx nbias = bias.shape[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_shift_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH, OW,
+                            kh, kw, dh, dw, ph, pw, R, &xb[0, 0], &acc[0, 0], code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_shift_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH, OW,
+                        kh, kw, dh, dw, ph, pw, R, &xb[t, 0], &acc[t, 0], code, a, b)
+
+
+# ---- im2col: any stride, dilation, padding, groups -------------------------------------------
+
+cdef inline void _im2col_taps(float* d, const float* xrow, idx W, idx C, idx iw0, idx kw, idx dw,
+                              idx cg) noexcept nogil:
+    """One kernel row of one window, tap by tap: ``cg`` channels of each pixel ``iw0 + j*dw``
+    of the input row ``xrow`` (already offset to the group's first channel) into ``d``, zeros
+    for the taps outside the image."""
+    cdef idx j, iw
+    for j in range(kw):
+        iw = iw0 + j * dw
+        if iw < 0 or iw >= W:
+            conv_zero(d + j * cg, cg)
+        else:
+            conv_copy(d + j * cg, xrow + iw * C, cg)
+
+
+cdef void _im2col_whole(float* col, const float* x, idx n, idx H, idx W, idx C, idx OW, idx kh,
+                        idx kw, idx sh, idx sw, idx dh, idx ph, idx pw, idx oh0, idx rows,
+                        idx kk) noexcept nogil:
+    """Patch rows (one group, no horizontal dilation): a window's kw*C entries of one kernel
+    row are one contiguous run of the input. Per (output row, kernel row) the windows wholly
+    inside the image are one copy each; only the edge windows go tap by tap."""
+    cdef idx run = kw * C
+    cdef idx ow_lo = min(OW, (pw + sw - 1) // sw)
+    cdef idx ow_hi = max(ow_lo, min(OW, conv_floordiv(W - kw + pw, sw) + 1))
+    cdef idx r, i, ih, ow
+    cdef float* d0
+    cdef const float* xrow
+    for r in range(rows):
+        for i in range(kh):
+            ih = (oh0 + r) * sh - ph + i * dh
+            d0 = col + r * OW * kk + i * run
+            if ih < 0 or ih >= H:
+                for ow in range(OW):
+                    conv_zero(d0 + ow * kk, run)
+                continue
+            xrow = x + (n * H + ih) * W * C
+            for ow in range(ow_lo, ow_hi):
+                conv_copy(d0 + ow * kk, xrow + (ow * sw - pw) * C, run)
+            for ow in range(ow_lo):
+                _im2col_taps(d0 + ow * kk, xrow, W, C, ow * sw - pw, kw, 1, C)
+            for ow in range(ow_hi, OW):
+                _im2col_taps(d0 + ow * kk, xrow, W, C, ow * sw - pw, kw, 1, C)
+
+
+cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
+                           idx nbias, const float* res, bint has_res, float* y, idx N, idx H,
+                           idx W, idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh,
+                           idx sw, idx dh, idx dw, idx ph, idx pw, idx R, float* col, int code,
+                           float a, float b) noexcept nogil:
+    """Slot ``t`` of ``nt`` of a general conv: per block of ``R`` output rows and per group,
+    gather the (rows*OW, kh*kw*C/G) patch matrix into ``col`` and GEMM it with the packed
+    weights (G, kh, kw, C/G, M/G) straight into ``y`` (ldc = M); then the epilogue."""
+    cdef idx cg = C // G
+    cdef idx mg = M // G
+    cdef idx kk = kh * kw * cg
+    cdef idx run = kw * cg
+    cdef bint whole = G == 1 and dw == 1
+    cdef idx nbh = (OH + R - 1) // R
+    cdef idx nb = N * nbh
+    cdef idx bi, n, oh0, rows, y0, g, r, ow, i, ih
+    cdef float* d
+    for bi in range(t * nb // nt, (t + 1) * nb // nt):
+        n = bi // nbh
+        oh0 = (bi - n * nbh) * R
+        rows = min(R, OH - oh0)
+        y0 = (n * OH + oh0) * OW * M
+        for g in range(G):
+            if whole:
+                _im2col_whole(col, x, n, H, W, C, OW, kh, kw, sh, sw, dh, ph, pw, oh0, rows, kk)
+            else:
+                for r in range(rows):
+                    for ow in range(OW):
+                        d = col + (r * OW + ow) * kk
+                        for i in range(kh):
+                            ih = (oh0 + r) * sh - ph + i * dh
+                            if ih < 0 or ih >= H:
+                                conv_zero(d, run)
+                            else:
+                                _im2col_taps(d, x + (n * H + ih) * W * C + g * cg, W, C,
+                                             ow * sw - pw, kw, dw, cg)
+                            d += run
+            sgemm(False, False, rows * OW, mg, kk, 1.0, col, kk, w + g * kk * mg, mg, 0.0,
+                  y + y0 + g * mg, M)
+        rows_inplace(y + y0, rows * OW, M, bias, nbias, conv_at(res, y0), has_res, code, a, b)
+
+
+def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
+                const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
+                idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw,
+                idx ph, idx pw, idx R, float[:, ::1] col, int code, float a, float b):
+    """Any conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by patch matrix + GEMM
+    (``conv_im2col_slot``), blocks of ``R`` output rows split over ``nt`` slots; workspace
+    ``col`` (nt, >= R*OW*kh*kw*C/G). Raises ValueError on short operands."""
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M // G)
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = conv_ptr(res)
+    cdef float* py = &y[0]
+    cdef idx nbias = bias.shape[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_im2col_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH,
+                             OW, kh, kw, sh, sw, dh, dw, ph, pw, R, &col[0, 0], code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_im2col_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH, OW,
+                         kh, kw, sh, sw, dh, dw, ph, pw, R, &col[t, 0], code, a, b)
+
+
+# ---- depthwise: group == C == M ----------------------------------------------------------------
+# With horizontal stride 1, one output row (OW*C floats) is built tap by tap: each tap is a
+# long contiguous multiply-add over (pixels x channels) against the tap's weights tiled ``seg``
+# pixels long, so the loop vectorises fully even for 8 channels. ``seg`` pixels at a time keep
+# the tiled weights small (``conv.depthwise_segment``).
+
+cdef void _dw_tap(conv_dst yr, const float* x, const float* wt, idx C, idx xrow, idx tap,
+                  idx off, idx ow0, idx ow1, idx seg) noexcept nogil:
+    """``yr[ow*C + c] += x[(xrow + ow + off)*C + c] * w[tap, c]`` for ow in [ow0, ow1), in
+    segments of ``seg`` pixels (``wt`` holds each tap's weights tiled ``seg`` times)."""
+    cdef const float* ws = wt + tap * seg * C
+    cdef const float* xs
+    cdef idx o = ow0
+    cdef idx m, k
+    while o < ow1:
+        m = (min(ow1, o + seg) - o) * C
+        xs = x + (xrow + o + off) * C
+        for k in range(m):  # vectorises: contiguous, yr restrict
+            yr[o * C + k] += xs[k] * ws[k]
+        o += seg
+
+
+cdef void _dw_edges(float* yr, const float* x, const float* wt, idx C, idx xrow, idx i, idx kw,
+                    idx OW, idx W, idx dw, idx pw, idx a0, idx a1, idx seg) noexcept nogil:
+    """The taps of kernel row ``i`` on the output pixels outside the interior [a0, a1), tap
+    by tap; each edge run is clipped to the pixels whose tap lies inside the row (on a row
+    narrower than the kernel the left edge reaches past the right end, and back)."""
+    cdef idx j, lo, hi
+    for j in range(kw):
+        lo = max(0, pw - j * dw)
+        hi = min(OW, W + pw - j * dw)
+        _dw_tap(yr, x, wt, C, xrow, i * kw + j, j * dw - pw, lo, min(a0, hi), seg)
+        _dw_tap(yr, x, wt, C, xrow, i * kw + j, j * dw - pw, max(a1, lo), hi, seg)
+
+
+cdef void _dw_interior3(conv_dst yr, const float* x, const float* wt, idx C, idx xrow, idx i,
+                        idx dw, idx pw, idx a0, idx a1, idx seg) noexcept nogil:
+    """The three taps of kernel row ``i`` of a 3-wide kernel on the interior pixels [a0, a1)
+    (all three taps inside the image), in one pass."""
+    cdef idx sc = seg * C
+    cdef idx d = dw * C
+    cdef const float* w0 = wt + i * 3 * sc
+    cdef const float* xs
+    cdef idx o = a0
+    cdef idx m, k
+    while o < a1:
+        m = (min(a1, o + seg) - o) * C
+        xs = x + (xrow + o - pw) * C
+        for k in range(m):  # vectorises: contiguous, yr restrict
+            yr[o * C + k] += xs[k] * w0[k] + xs[d + k] * w0[sc + k] + xs[2 * d + k] * w0[2 * sc + k]
+        o += seg
+
+
+cdef void _dw_interior5(conv_dst yr, const float* x, const float* wt, idx C, idx xrow, idx i,
+                        idx dw, idx pw, idx a0, idx a1, idx seg) noexcept nogil:
+    """The five taps of kernel row ``i`` of a 5-wide kernel on the interior pixels [a0, a1)."""
+    cdef idx sc = seg * C
+    cdef idx d = dw * C
+    cdef const float* w0 = wt + i * 5 * sc
+    cdef const float* xs
+    cdef idx o = a0
+    cdef idx m, k
+    while o < a1:
+        m = (min(a1, o + seg) - o) * C
+        xs = x + (xrow + o - pw) * C
+        for k in range(m):  # vectorises: contiguous, yr restrict
+            yr[o * C + k] += (xs[k] * w0[k] + xs[d + k] * w0[sc + k]
+                              + xs[2 * d + k] * w0[2 * sc + k] + xs[3 * d + k] * w0[3 * sc + k]
+                              + xs[4 * d + k] * w0[4 * sc + k])
+        o += seg
+
+
+cdef void _dw_rows_s1(const float* x, const float* wt, const float* bt, float* y, idx lo, idx hi,
+                      idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx dh,
+                      idx dw, idx ph, idx pw, idx seg) noexcept nogil:
+    """Output rows [lo, hi) (of N*OH) of a depthwise conv with horizontal stride 1 (any
+    vertical stride ``sh``): each row starts as the tiled bias ``bt``, then every kernel row
+    inside the image adds its taps; for 3- and 5-wide kernels the taps share one pass over the
+    interior pixels (all taps inside the image), the edges go tap by tap."""
+    cdef idx L = OW * C
+    cdef idx q, n, oh, o, m, i, ih, xrow, a0, a1, j
+    cdef float* yr
+    for q in range(lo, hi):
+        n = q // OH
+        oh = q - n * OH
+        yr = y + q * L
+        o = 0
+        while o < OW:
+            m = (min(OW, o + seg) - o) * C
+            memcpy(yr + o * C, bt, m * sizeof(float))
+            o += seg
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            if ih < 0 or ih >= H:
+                continue
+            xrow = (n * H + ih) * W
+            if kw == 3 or kw == 5:
+                a0 = min(OW, max(0, pw))
+                a1 = max(a0, min(OW, W + pw - (kw - 1) * dw))
+                _dw_edges(yr, x, wt, C, xrow, i, kw, OW, W, dw, pw, a0, a1, seg)
+                if kw == 3:
+                    _dw_interior3(yr, x, wt, C, xrow, i, dw, pw, a0, a1, seg)
+                else:
+                    _dw_interior5(yr, x, wt, C, xrow, i, dw, pw, a0, a1, seg)
+            else:
+                for j in range(kw):
+                    _dw_tap(yr, x, wt, C, xrow, i * kw + j, j * dw - pw, max(0, pw - j * dw),
+                            min(OW, W + pw - j * dw), seg)
+
+
+cdef void _dw_rows(const float* x, const float* w, const float* bias, float* y, idx lo, idx hi,
+                   idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
+                   idx dw, idx ph, idx pw) noexcept nogil:
+    """Output rows [lo, hi) of a depthwise conv with any stride: each output pixel's C
+    channels start as the bias and accumulate kh*kw vector multiply-adds in place."""
+    cdef idx q, n, oh, ow, i, j, ih, iw, c
+    cdef float* yo
+    cdef const float* xs
+    cdef const float* wk
+    for q in range(lo, hi):
+        n = q // OH
+        oh = q - n * OH
+        for ow in range(OW):
+            yo = y + (q * OW + ow) * C
+            memcpy(yo, bias, C * sizeof(float))
+            for i in range(kh):
+                ih = oh * sh - ph + i * dh
+                if ih < 0 or ih >= H:
+                    continue
+                for j in range(kw):
+                    iw = ow * sw - pw + j * dw
+                    if iw < 0 or iw >= W:
+                        continue
+                    xs = x + ((n * H + ih) * W + iw) * C
+                    wk = w + (i * kw + j) * C
+                    for c in range(C):
+                        yo[c] += xs[c] * wk[c]
+
+
+cdef void conv_depthwise_slot(idx t, idx nt, const float* x, const float* w, const float* wt,
+                              const float* bias, const float* bt, const float* res,
+                              bint has_res, float* y, idx N, idx H, idx W, idx C, idx OH,
+                              idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
+                              idx pw, idx seg, int code, float a, float b) noexcept nogil:
+    """Slot ``t`` of ``nt`` (a range of the N*OH output rows) of a depthwise conv, then the
+    residual and activation row by row."""
+    cdef idx rows = N * OH
+    cdef idx lo = t * rows // nt
+    cdef idx hi = (t + 1) * rows // nt
+    cdef idx L = OW * C
+    cdef idx q
+    if sw == 1:
+        _dw_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, dh, dw, ph, pw, seg)
+    else:
+        _dw_rows(x, w, bias, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw)
+    if has_res or code != A_NONE:
+        for q in range(lo, hi):
+            residual_act(y + q * L, conv_at(res, q * L), L, has_res, code, a, b)
+
+
+def conv_depthwise(int nt, const float[::1] x, const float[::1] w, const float[::1] wt,
+                   const float[::1] bias, const float[::1] bt, const float[::1] res,
+                   bint has_res, float[::1] y, idx N, idx H, idx W, idx C, idx OH, idx OW,
+                   idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, idx seg,
+                   int code, float a, float b):
+    """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C), the
+    output rows split over ``nt`` slots. ``w`` packed (kh, kw, C), ``bias`` (C); with
+    horizontal stride 1 ``wt`` (kh*kw, seg, C) and ``bt`` (seg, C) hold the weights and bias
+    tiled ``seg`` pixels long (empty otherwise). Raises ValueError on short operands."""
+    conv_check(x, N * H * W * C, y, N * OH * OW * C, res, has_res, w, kh * kw * C)
+    if sw == 1 and (wt.shape[0] < kh * kw * seg * C or bt.shape[0] < seg * C):
+        raise ValueError("conv_depthwise: tiled weights or bias too short")
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pwt = conv_ptr(wt)
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pbt = conv_ptr(bt)
+    cdef const float* pr = conv_ptr(res)
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_depthwise_slot(0, 1, px, pw_, pwt, pb_, pbt, pr, has_res, py, N, H, W, C, OH,
+                                OW, kh, kw, sh, sw, dh, dw, ph, pw, seg, code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_depthwise_slot(t, nt, px, pw_, pwt, pb_, pbt, pr, has_res, py, N, H, W, C, OH, OW,
+                            kh, kw, sh, sw, dh, dw, ph, pw, seg, code, a, b)
+
+
+# ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------
+# Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (CVPR 2016), F(4,3): a 4x4
+# output tile from a 6x6 input tile d is Y = A^T [(G g G^T) * (B^T d B)] A. The transforms run
+# over the channel axis (contiguous in NHWC), six vectors in, six (or four) out.
+
+cdef void _wg_bt6(const float* d0, const float* d1, const float* d2, const float* d3,
+                  const float* d4, const float* d5, conv_dst o0, conv_dst o1, conv_dst o2,
+                  conv_dst o3, conv_dst o4, conv_dst o5, idx n) noexcept nogil:
+    """o = B^T d for six vectors of ``n`` channels (element-wise over the channels)."""
+    cdef idx k
+    cdef float a0, a1, a2, a3, a4, a5
+    for k in range(n):  # vectorises: the outputs are restrict
+        a0 = d0[k]
+        a1 = d1[k]
+        a2 = d2[k]
+        a3 = d3[k]
+        a4 = d4[k]
+        a5 = d5[k]
+        o0[k] = <float>4.0 * a0 - <float>5.0 * a2 + a4
+        o1[k] = -<float>4.0 * (a1 + a2) + a3 + a4
+        o2[k] = <float>4.0 * (a1 - a2) - a3 + a4
+        o3[k] = <float>2.0 * (a3 - a1) - a2 + a4
+        o4[k] = <float>2.0 * (a1 - a3) - a2 + a4
+        o5[k] = <float>4.0 * a1 - <float>5.0 * a3 + a5
+
+
+cdef void _wg_at6(const float* m0, const float* m1, const float* m2, const float* m3,
+                  const float* m4, const float* m5, conv_dst o0, conv_dst o1, conv_dst o2,
+                  conv_dst o3, idx n) noexcept nogil:
+    """o = A^T m for six vectors of ``n`` channels (element-wise over the channels)."""
+    cdef idx k
+    cdef float s12, d12, s34, d34
+    for k in range(n):  # vectorises: the outputs are restrict
+        s12 = m1[k] + m2[k]
+        d12 = m1[k] - m2[k]
+        s34 = m3[k] + m4[k]
+        d34 = m3[k] - m4[k]
+        o0[k] = m0[k] + s12 + s34
+        o1[k] = d12 + <float>2.0 * d34
+        o2[k] = s12 + <float>4.0 * s34
+        o3[k] = d12 + <float>8.0 * d34 + m5[k]
+
+
+cdef void _wg_input_tile(const float* x, idx n, idx H, idx W, idx C, idx ih0, idx iw0,
+                         float* patch, float* tmp, float* v, idx tile, idx TB) noexcept nogil:
+    """Copy the 6x6xC input tile at (ih0, iw0) (zeros outside the image) into ``patch``,
+    transform it (B^T d B) and store position p at ``v[(p*TB + tile)*C : +C]``."""
+    cdef idx r, q, ih, iw, i
+    cdef idx st = TB * C
+    cdef float* p
+    cdef float* vo
+    for r in range(6):
+        ih = ih0 + r
+        for q in range(6):
+            iw = iw0 + q
+            p = patch + (r * 6 + q) * C
+            if ih < 0 or ih >= H or iw < 0 or iw >= W:
+                memset(p, 0, C * sizeof(float))
+            else:
+                memcpy(p, x + ((n * H + ih) * W + iw) * C, C * sizeof(float))
+    # rows: tmp[i][q] = sum_r BT[i][r] * patch[r][q]
+    for q in range(6):
+        p = patch + q * C
+        _wg_bt6(p, p + 6 * C, p + 12 * C, p + 18 * C, p + 24 * C, p + 30 * C,
+                tmp + q * C, tmp + (6 + q) * C, tmp + (12 + q) * C, tmp + (18 + q) * C,
+                tmp + (24 + q) * C, tmp + (30 + q) * C, C)
+    # columns: v[i][j] = sum_q tmp[i][q] * BT[j][q]
+    for i in range(6):
+        p = tmp + i * 6 * C
+        vo = v + (i * 6 * TB + tile) * C
+        _wg_bt6(p, p + C, p + 2 * C, p + 3 * C, p + 4 * C, p + 5 * C,
+                vo, vo + st, vo + 2 * st, vo + 3 * st, vo + 4 * st, vo + 5 * st, C)
+
+
+cdef void _wg_output_tile(const float* mo, idx tile, idx TB, idx M, const float* bias,
+                          const float* res, bint has_res, float* y, idx ldy, idx c0, idx n,
+                          idx OH, idx OW, idx oh0, idx ow0, float* tmp, float* out, int code,
+                          float a, float b) noexcept nogil:
+    """Inverse-transform tile ``tile`` of ``mo`` (36, TB, M), add the bias (+ residual), apply
+    the activation and write the tile's in-image pixels of the 4x4 output tile at (oh0, ow0)
+    into channels ``c0 .. c0+M`` of ``y`` (``ldy`` channels per pixel; ``res`` alike)."""
+    cdef idx st = TB * M
+    cdef idx j, i, q, oh, ow, d, k
+    cdef const float* m
+    cdef float* p
+    cdef float* dst
+    cdef const float* src
+    cdef const float* rr
+    # rows: tmp[i][j] (i < 4, j < 6) = sum_p AT[i][p] * mo[p][j]
+    for j in range(6):
+        m = mo + (j * TB + tile) * M
+        _wg_at6(m, m + 6 * st, m + 12 * st, m + 18 * st, m + 24 * st, m + 30 * st,
+                tmp + j * M, tmp + (6 + j) * M, tmp + (12 + j) * M, tmp + (18 + j) * M, M)
+    # columns: out[i][q] = sum_j tmp[i][j] * AT[q][j]
+    for i in range(4):
+        p = tmp + i * 6 * M
+        _wg_at6(p, p + M, p + 2 * M, p + 3 * M, p + 4 * M, p + 5 * M,
+                out + i * 4 * M, out + (i * 4 + 1) * M, out + (i * 4 + 2) * M,
+                out + (i * 4 + 3) * M, M)
+    for i in range(min(4, OH - oh0)):
+        oh = oh0 + i
+        for q in range(min(4, OW - ow0)):
+            ow = ow0 + q
+            d = ((n * OH + oh) * OW + ow) * ldy + c0
+            dst = y + d
+            src = out + (i * 4 + q) * M
+            if has_res:
+                rr = res + d
+                for k in range(M):
+                    dst[k] = src[k] + bias[k] + rr[k]
+            else:
+                for k in range(M):
+                    dst[k] = src[k] + bias[k]
+            if code != A_NONE:
+                act_inplace(dst, M, code, a, b)
+
+
+cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, const float* bias,
+                             const float* res, bint has_res, float* y, idx N, idx H, idx W,
+                             idx C, idx M, idx OH, idx OW, idx ph, idx pw, idx TB,
+                             bint split_m, float* v, float* mo, float* pbuf, float* obuf,
+                             int code, float a, float b) noexcept nogil:
+    """Slot ``t`` of ``nt`` of a 3x3 stride-1 conv by Winograd F(4,3): a range of blocks of
+    ``TB`` tiles, or with ``split_m`` every block but a range of the output channels (a small
+    map has too few tiles to share out; each slot then transforms the whole input itself).
+    Per block: input transform into ``v`` (36, TB, C), 36 GEMMs with ``u`` (36, C, M) into
+    ``mo`` (36, TB, Mt), output transform + epilogue into ``y``. Scratch: ``pbuf`` 72*C
+    (patch, transform), ``obuf`` 40*M."""
+    cdef idx th = (OH + 3) // 4
+    cdef idx tw = (OW + 3) // 4
+    cdef idx per_image = th * tw
+    cdef idx T = N * per_image
+    cdef idx nblk = (T + TB - 1) // TB
+    cdef idx b0, b1, c0, c1, mt, blk, t0, cnt, k, g, n, r, ti, tj, p
+    if split_m:
+        b0, b1 = 0, nblk
+        c0 = (t * M // nt) // 8 * 8
+        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+    else:
+        b0, b1 = t * nblk // nt, (t + 1) * nblk // nt
+        c0, c1 = 0, M
+    mt = c1 - c0
+    for blk in range(b0, b1):
+        t0 = blk * TB
+        cnt = min(TB, T - t0)
+        for k in range(cnt):
+            g = t0 + k
+            n = g // per_image
+            r = g - n * per_image
+            ti = r // tw
+            tj = r - ti * tw
+            _wg_input_tile(x, n, H, W, C, ti * 4 - ph, tj * 4 - pw, pbuf, pbuf + 36 * C, v, k,
+                           TB)
+        for p in range(36):
+            sgemm(False, False, cnt, mt, C, 1.0, v + p * TB * C, C, u + p * C * M + c0, M, 0.0,
+                  mo + p * TB * mt, mt)
+        for k in range(cnt):
+            g = t0 + k
+            n = g // per_image
+            r = g - n * per_image
+            ti = r // tw
+            tj = r - ti * tw
+            _wg_output_tile(mo, k, TB, mt, bias + c0, res, has_res, y, M, c0, n, OH, OW, ti * 4,
+                            tj * 4, obuf, obuf + 24 * M, code, a, b)
+
+
+def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::1] bias,
+                  const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
+                  idx M, idx OH, idx OW, idx ph, idx pw, idx TB, bint split_m,
+                  float[:, ::1] vbuf, float[:, ::1] mbuf, float[:, ::1] pbuf,
+                  float[:, ::1] obuf, int code, float a, float b):
+    """3x3, stride 1, dilation 1, one-group conv of ``x`` (N, H, W, C) into ``y``
+    (N, OH, OW, M) by Winograd F(4,3) (``conv_winograd_slot``), split over ``nt`` slots.
+    ``u`` (36, C, M) the transformed weights, ``bias`` (M). Workspaces (nt, ...): ``vbuf``
+    36*TB*C, ``mbuf`` 36*TB*M, ``pbuf`` 72*C, ``obuf`` 40*M. Raises ValueError on short
+    operands."""
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, u, 36 * C * M)
+    cdef const float* px = &x[0]
+    cdef const float* pu = &u[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = conv_ptr(res)
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_winograd_slot(0, 1, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph,
+                               pw, TB, split_m, &vbuf[0, 0], &mbuf[0, 0], &pbuf[0, 0],
+                               &obuf[0, 0], code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_winograd_slot(t, nt, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph, pw,
+                           TB, split_m, &vbuf[t, 0], &mbuf[t, 0], &pbuf[t, 0], &obuf[t, 0],
+                           code, a, b)
+
+
+# ---- ConvTranspose, kernel == stride (non-overlapping upsampling) ------------------------------
+
+cdef void _convt_scatter(const float* acc, float* y, const float* bias, const float* res,
+                         bint has_res, idx n, idx h0, idx rows, idx W, idx M, idx kh, idx kw,
+                         idx OH, idx OW, int code, float a, float b) noexcept nogil:
+    """``acc`` (rows*W, kh*kw*M) -> ``y[n, h*kh + i, w*kw + j, :]`` plus bias, residual and
+    activation. For one input pixel and kernel row ``i`` the kw*M values are one contiguous
+    run in both ``acc`` and ``y`` (``bias`` holds the M biases repeated kw times)."""
+    cdef idx L = kw * M
+    cdef idx r, i, w, o, c
+    cdef const float* s
+    cdef float* d
+    cdef const float* rr
+    for r in range(rows):
+        for i in range(kh):
+            o = (n * OH + (h0 + r) * kh + i) * OW * M
+            for w in range(W):
+                s = acc + ((r * W + w) * kh + i) * L
+                d = y + o + w * L
+                if has_res:
+                    rr = res + o + w * L
+                    for c in range(L):
+                        d[c] = s[c] + bias[c] + rr[c]
+                else:
+                    for c in range(L):
+                        d[c] = s[c] + bias[c]
+            if code != A_NONE:
+                act_inplace(y + o, OW * M, code, a, b)
+
+
+cdef void conv_transpose_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
+                              const float* res, bint has_res, float* y, idx N, idx H, idx W,
+                              idx C, idx M, idx kh, idx kw, idx R, float* acc, int code, float a,
+                              float b) noexcept nogil:
+    """Slot ``t`` of ``nt``: per block of ``R`` input rows one GEMM (rows*W, C) @ (C, kh*kw*M)
+    into ``acc``, then ``_convt_scatter``."""
+    cdef idx OH = H * kh
+    cdef idx OW = W * kw
+    cdef idx nbh = (H + R - 1) // R
+    cdef idx nb = N * nbh
+    cdef idx K = kh * kw * M
+    cdef idx bi, n, h0, rows
+    for bi in range(t * nb // nt, (t + 1) * nb // nt):
+        n = bi // nbh
+        h0 = (bi - n * nbh) * R
+        rows = min(R, H - h0)
+        sgemm(False, False, rows * W, K, C, 1.0, x + (n * H + h0) * W * C, C, w, K, 0.0, acc, K)
+        _convt_scatter(acc, y, bias, res, has_res, n, h0, rows, W, M, kh, kw, OH, OW, code, a,
+                       b)
+
+
+def conv_transpose(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
+                   const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
+                   idx M, idx kh, idx kw, idx R, float[:, ::1] acc, int code, float a, float b):
+    """ConvTranspose with kernel == stride, one group, no padding: ``x`` (N, H, W, C) into
+    ``y`` (N, H*kh, W*kw, M), blocks of ``R`` input rows split over ``nt`` slots. ``w`` packed
+    (C, kh, kw, M), ``bias`` (kw, M) (the biases tiled kw times); workspace ``acc``
+    (nt, >= R*W*kh*kw*M). Raises ValueError on short operands."""
+    conv_check(x, N * H * W * C, y, N * H * kh * W * kw * M, res, has_res, w, C * kh * kw * M)
+    if bias.shape[0] < kw * M:
+        raise ValueError("conv_transpose: the bias must be tiled kw times")
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = conv_ptr(res)
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_transpose_slot(0, 1, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, kh, kw, R,
+                                &acc[0, 0], code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_transpose_slot(t, nt, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, kh, kw, R,
+                            &acc[t, 0], code, a, b)
