@@ -19,7 +19,7 @@ from ._base import CpuKernel, scratch
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
 from .compiled import kernels as ck
-from .conv import GEMM_ROWS, _rows_per_block
+from .conv import GEMM_ROWS, _rows_per_block, views
 
 
 def _geometry(node, x_shape, w_shape):
@@ -81,6 +81,6 @@ class ConvTransposeKernel(CpuKernel):
     def _args_for(self, x, y, r, acc):
         code, a, b = self.act
         res = self.empty if r is None else r.reshape(-1)
-        return ck.conv_transpose, (self.threads, x.reshape(-1), self.w, self.bias, res,
-                                   self.has_res, y.reshape(-1), *self.dims, self.rows, acc,
-                                   code, a, b)
+        return ck.conv_transpose, views((self.threads, x.reshape(-1), self.w, self.bias, res,
+                                         self.has_res, y.reshape(-1), *self.dims, self.rows,
+                                         acc, code, a, b))

@@ -18,6 +18,26 @@ cdef extern from *:
     ctypedef float* conv_dst "float *__restrict__"
 
 
+def conv_view(a):
+    """``a`` (a C-contiguous float32 ndarray: 1-D, or 2-D for a workspace) as a Cython typed
+    memoryview object, which the entry points below take without a buffer request and format
+    check: built once per binding of arrays, it makes a call of a small conv cheaper (five
+    ndarray arguments cost 0.66 us a call to convert, five such views 0.23 us). Read-only
+    arrays (weights mapped from a file) give read-only views. Raises ValueError (wrong
+    dtype, layout or rank) as the entry points would."""
+    cdef const float[::1] ro
+    cdef float[::1] rw
+    cdef float[:, ::1] ws
+    if a.ndim == 2:
+        ws = a
+        return ws
+    if a.flags.writeable:
+        rw = a
+        return rw
+    ro = a
+    return ro
+
+
 cdef inline const float* conv_ptr(const float[::1] v) noexcept nogil:
     """The first element of ``v``, NULL when it is empty (an absent residual or table)."""
     return &v[0] if v.shape[0] > 0 else NULL
