@@ -56,7 +56,8 @@ cdef inline idx conv_floordiv(idx a, idx b) noexcept nogil:
 cdef inline void conv_copy(float* d, const float* s, idx n) noexcept nogil:
     """``d[:n] = s[:n]`` for runs that do not overlap. Short runs (a stem's 3-27 floats per
     window) move as two overlapping fixed-size blocks, which the compiler inlines; a
-    ``memcpy`` of a variable size is a library call, which cost the 3-channel stem 25%."""
+    ``memcpy`` of a variable size is a library call per run (measured: a 3-channel 3x3 stem
+    at 320x320 runs ~10% faster this way)."""
     if n > 16:
         memcpy(d, s, n * sizeof(float))
     elif n >= 8:
