@@ -141,6 +141,29 @@ def test_conv_refuses_what_it_cannot_run():
     assert refuses("Conv", [nhwc(x), w], {**fused(), "_activation": "Softplus"}, consts=(1,))
 
 
+def test_compiled_conv_checks_operand_sizes():
+    # a compiled entry bound to arrays too small for its geometry raises instead of writing
+    # past them (operands and per-slot workspaces)
+    from sprat.backends.cpu.compiled import kernels as ck
+
+    x, w, b = np.zeros(4 * 8, np.float32), np.zeros(8 * 6, np.float32), np.zeros(6, np.float32)
+    y, none = np.zeros(4 * 6, np.float32), np.zeros(0, np.float32)
+    ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="too short"):
+        ck.conv_pointwise(1, x, w, b, none, False, y[:-1], 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="too short"):
+        ck.conv_pointwise(1, x, w, b, none, True, y, 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+    # ConvTranspose 2x2 stride 2 of a (1, 2, 2, 8) map into 6 channels: w (8, 2, 2, 6), bias
+    # tiled twice, output (1, 4, 4, 6), one slot's workspace of 2 rows * 2 pixels * 24 floats
+    w, b, y, acc = (np.zeros(n, np.float32) for n in (8 * 24, 12, 96, (1, 96)))
+    ck.conv_transpose(1, x, w, b, none, False, y, 1, 2, 2, 8, 6, 2, 2, 2, acc, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="too short"):
+        ck.conv_transpose(1, x, w[:-1], b, none, False, y, 1, 2, 2, 8, 6, 2, 2, 2, acc, 0, 0.0,
+                          0.0)
+    with pytest.raises(ValueError, match="workspace"):  # two slots, one row
+        ck.conv_transpose(2, x, w, b, none, False, y, 1, 2, 2, 8, 6, 2, 2, 2, acc, 0, 0.0, 0.0)
+
+
 @pytest.mark.parametrize("xs,ws,attrs", [
     ((1, 6, 5, 7), (6, 4, 2, 2), {"strides": [2, 2]}),
     ((2, 3, 4, 3), (3, 5, 3, 3), {"strides": [3, 3]}),

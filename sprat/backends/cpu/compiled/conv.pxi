@@ -104,6 +104,14 @@ cdef void conv_check(const float[::1] x, idx nx, const float[::1] y, idx ny,
                          f"{res.shape[0]} < {ny})")
 
 
+cdef void conv_check_ws(const float[:, ::1] buf, int nt, idx n) except *:
+    """Raise ValueError unless the workspace ``buf`` has a row of at least ``n`` floats for
+    each of the ``nt`` slots."""
+    if buf.shape[0] < nt or buf.shape[1] < n:
+        raise ValueError(f"conv: workspace ({buf.shape[0]}, {buf.shape[1]}) smaller than "
+                         f"({nt}, {n})")
+
+
 # ---- pointwise: 1x1, stride 1, no padding --------------------------------------------------
 
 cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
@@ -207,6 +215,9 @@ def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] 
     ``xb`` (nt, >= (band*wp + (kw-1)*dw)*C, zeroed) and ``acc`` (nt, >= R*wp*M). Raises
     ValueError on short operands."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M)
+    cdef idx wp = OW + (kw - 1) * dw
+    conv_check_ws(xb, nt, ((R + (kh - 1) * dh) * wp + (kw - 1) * dw) * C)
+    conv_check_ws(acc, nt, R * wp * M)
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
@@ -319,6 +330,7 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
     (``conv_im2col_slot``), blocks of ``R`` output rows split over ``nt`` slots; workspace
     ``col`` (nt, >= R*OW*kh*kw*C/G). Raises ValueError on short operands."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M // G)
+    conv_check_ws(col, nt, R * OW * kh * kw * C // G)
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
@@ -703,6 +715,10 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
     36*TB*C, ``mbuf`` 36*TB*M, ``pbuf`` 72*C, ``obuf`` 40*M. Raises ValueError on short
     operands."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, u, 36 * C * M)
+    conv_check_ws(vbuf, nt, 36 * TB * C)
+    conv_check_ws(mbuf, nt, 36 * TB * M)
+    conv_check_ws(pbuf, nt, 72 * C)
+    conv_check_ws(obuf, nt, 40 * M)
     cdef const float* px = &x[0]
     cdef const float* pu = &u[0]
     cdef const float* pb_ = &bias[0]
@@ -782,6 +798,7 @@ def conv_transpose(int nt, const float[::1] x, const float[::1] w, const float[:
     conv_check(x, N * H * W * C, y, N * H * kh * W * kw * M, res, has_res, w, C * kh * kw * M)
     if bias.shape[0] < kw * M:
         raise ValueError("conv_transpose: the bias must be tiled kw times")
+    conv_check_ws(acc, nt, R * W * kh * kw * M)
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
