@@ -70,6 +70,10 @@ CONV_CASES = [
     ((1, 3, 7, 140), (3, 1, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 3}),
     ((1, 3, 7, 20), (3, 1, 3, 3), {"pads": [0, 0, 0, 0], "group": 3}),
     ((1, 3, 7, 4), (3, 1, 3, 5), {"pads": [1, 3, 1, 3], "group": 3}),  # kernel wider than W
+    # horizontal stride, 32+ channels: blocks of 32 in registers, the last one overlapping
+    ((1, 40, 9, 11), (40, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 40}),
+    ((2, 36, 10, 9), (36, 1, 5, 5), {"pads": [2, 3, 2, 1], "strides": [1, 2],
+                                     "dilations": [2, 1], "group": 36}),
     # vertical stride only (PP-OCR's (2, 1) strides): the row kernel, 3- and 5-wide taps
     ((1, 8, 24, 96), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1], "group": 8}),
     ((2, 32, 7, 70), (32, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 1], "group": 32}),
