@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.shapes.nn import conv_geometry
-from . import _cblas
 from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
@@ -101,7 +100,6 @@ class ConvKernel(CpuKernel):
         return group >= 1 and c % group == 0 and m % group == 0 and w.shape[1] * group == c
 
     def prepare(self, ins, outs):
-        _cblas.bind()
         node = self.node
         x, w, bias, res = _split_inputs(node, ins)
         y = outs[0]

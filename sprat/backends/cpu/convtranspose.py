@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.shapes.nn import conv_transpose_geometry
-from . import _cblas
 from ._base import CpuKernel, scratch
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
@@ -54,7 +53,6 @@ class ConvTransposeKernel(CpuKernel):
                 and pe == [0, 0] and op == [0, 0])
 
     def prepare(self, ins, outs):
-        _cblas.bind()
         node = self.node
         self.has_res = bool(node.attrs.get("_residual"))
         n_in = len(ins) - (1 if self.has_res else 0)
