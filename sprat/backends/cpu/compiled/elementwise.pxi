@@ -246,6 +246,8 @@ def binary(int nt, int op, const float[::1] a, sa, const float[::1] b, sb, float
     s_a[0], s_a[1], s_a[2] = sa
     s_b[0], s_b[1], s_b[2] = sb
     cdef idx items = _binary_item_count(d)
+    if items == 0:  # NOTE: an empty tensor (the short-row paths divide by the row length)
+        return
     cdef const float* pa_ = _ptr(a)
     cdef const float* pb_ = _ptr(b)
     cdef const float* pr = _ptr(res)
