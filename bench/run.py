@@ -16,7 +16,7 @@ runtimes run in this one process, in alternating blocks, and the table reports:
 - the largest output error of sprat against onnxruntime, ``max|s - o| / max(1, max|o|)``;
 - cold start: in a fresh subprocess, seconds from importing the runtime to the first output
   (sprat maps the pre-converted ``.sprat`` file; onnxruntime loads the ``.onnx``). One untimed
-  child runs first so caches (OS page cache, Numba's on-disk cache) are warm for both;
+  child runs first so caches (OS page cache, Python's bytecode) are warm for both;
 - peak RSS of that subprocess after its first run: ``VmHWM`` from ``/proc/self/status``
   (``ru_maxrss`` where /proc is missing). NOTE: on Linux ``ru_maxrss`` carries the parent's
   peak across fork+exec, so with a large parent it reports the parent, not the child.
@@ -122,7 +122,7 @@ def timed_blocks(fns: dict[str, callable], runs: int, rounds: int = ROUNDS) -> d
     block (smallest median) of ``rounds`` alternating blocks.
 
     NOTE: blocks rather than call-by-call interleaving, because onnxruntime's worker threads
-    and Numba's OpenMP workers spin for a while after each parallel region and would steal
+    and sprat's OpenMP workers spin for a while after each parallel region and would steal
     the CPU from the other runtime's call that follows; each block starts after an idle gap
     (longer than either pool spins) and one untimed call, for the same reason. This shared
     machine has slow phases lasting seconds (measured: one process's medians drifting 1.1 ->
@@ -314,7 +314,7 @@ def machine_info() -> str:
         pass
     versions = {"python": platform.python_version(), "sprat": sprat.__version__,
                 "numpy": np.__version__}
-    for mod in ("numba", "onnxruntime", "onnx"):
+    for mod in ("onnxruntime", "onnx"):
         try:
             versions[mod] = __import__(mod).__version__
         except ImportError:

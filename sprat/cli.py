@@ -547,8 +547,7 @@ def cmd_demo(args) -> int:
     interp = sprat.Interpreter.from_buffer(data)
     session = interp.create_session(sprat.ScheduleConfig(num_threads=args.threads))
     t_load = time.perf_counter() - t0
-    print("first run (on a new machine Numba compiles the cpu kernels once, ~30 s; "
-          "they are cached for every later run) ...", flush=True)
+    print("first run ...", flush=True)
     t0 = time.perf_counter()
     outs = session.run(feeds)
     t_run = time.perf_counter() - t0

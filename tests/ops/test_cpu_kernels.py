@@ -20,7 +20,7 @@ from opcheck import cpu_refuses as refuses
 from opcheck import make_node as make
 
 from sprat.backends.base import Workspace
-from sprat.backends.cpu import CpuBackend, _blas, limits
+from sprat.backends.cpu import CpuBackend, compiled, limits
 from sprat.backends.cpu._math import ACT
 from sprat.backends.reference import evaluate
 from sprat.ir.shapes import infer
@@ -303,21 +303,23 @@ def test_vectorised_math_accuracy():
 
 
 def test_act_table_matches_fused_module():
-    """Every activation sprat.ir.fused.apply_activation knows has a cpu code, and back."""
+    """Every activation sprat.ir.fused.apply_activation knows has a cpu code, and back; the
+    Python codes are the compiled epilogue's."""
     import inspect
 
     from sprat.ir import fused as fused_module
 
     names = set(re.findall(r'name == "(\w+)"', inspect.getsource(fused_module)))
     assert set(ACT) - {None} == names
+    assert compiled.kernels.ACT_CODES == {k: v for k, v in ACT.items() if k is not None}
 
 
 def test_blas_binding():
-    assert _blas.KIND in ("ilp64", "lp64", "numba")
+    assert compiled.BLAS in ("ilp64", "lp64")
     a, b = randn(37, 53), randn(29, 53, seed=2)
     c = np.ones((37, 32), np.float32)
-    _blas.sgemm(False, True, 37, 29, 53, 0.5, a.ravel(), 0, 53, b.ravel(), 0, 53, 2.0,
-                c.ravel(), 0, 32)
+    compiled.kernels.sgemm_flat(False, True, 37, 29, 53, 0.5, a.ravel(), 0, 53, b.ravel(), 0,
+                                53, 2.0, c.ravel(), 0, 32)
     np.testing.assert_allclose(c[:, :29], 0.5 * a @ b.T + 2, rtol=1e-5, atol=1e-4)
     assert (c[:, 29:] == 1).all()
 
@@ -326,7 +328,7 @@ def test_blas_binding():
 @pytest.mark.parametrize("tb", [False, True])
 @pytest.mark.parametrize("beta", [0.0, 1.0, 0.5])
 def test_sgemm_few_rows(m, tb, beta):
-    # 1-3 rows run sprat's own loops (_blas.SMALL_M), 4 rows BLAS: offsets and pitches kept
+    # 1-3 rows run sprat's own loops (common.pxi SMALL_M), 4 rows BLAS: offsets and pitches kept
     n, k = 37, 19
     a = randn(m, k + 3, seed=1)
     b = randn(n, k, seed=2) if tb else randn(k, n + 2, seed=2)
@@ -334,8 +336,8 @@ def test_sgemm_few_rows(m, tb, beta):
     want = c.copy()
     op = b.T if tb else b[:, :n]
     want[:, :n] = 1.5 * a[:, 1:k + 1] @ op + beta * c[:, :n]
-    _blas.sgemm(False, tb, m, n, k, 1.5, a.ravel(), 1, k + 3, b.ravel(), 0, b.shape[1], beta,
-                c.ravel(), 0, n + 1)
+    compiled.kernels.sgemm_flat(False, tb, m, n, k, 1.5, a.ravel(), 1, k + 3, b.ravel(), 0,
+                                b.shape[1], beta, c.ravel(), 0, n + 1)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
 
 

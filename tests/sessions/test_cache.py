@@ -1,5 +1,5 @@
 """The compiled cache (ScheduleConfig.cache_dir, sprat.runtime.cache): cold, warm, stale,
-corrupt, unwritable, concurrent; and Numba's own cache warm in a fresh process."""
+corrupt, unwritable, concurrent; and what a fresh process imports."""
 
 from __future__ import annotations
 
@@ -140,10 +140,8 @@ def test_interpreter_from_onnx_file(model, tmp_path, monkeypatch):
 
 
 def test_warm_load_in_fresh_process_imports_no_onnx(model, tmp_path):
-    """A fresh process with a warm cache: no conversion, no ``onnx`` import, same outputs,
-    and (after one run on this machine) Numba compiles nothing and loads its cached kernels
-    without its lowering registries (``sprat.backends.cpu._jit.KernelCache``: no
-    ``numba.np.arraymath``, which would import SciPy)."""
+    """A fresh process with a warm cache: no conversion, no ``onnx`` import, same outputs; and
+    no JIT and no SciPy in any process (the kernels are compiled by the package's build)."""
     path, _, ref = model
     script = textwrap.dedent(f"""
         import json, sys
@@ -154,15 +152,11 @@ def test_warm_load_in_fresh_process_imports_no_onnx(model, tmp_path):
         sprat.converter.convert_graph = lambda *a, **k: calls.append(1) or real(*a, **k)
         feeds = sprat.zoo.sample_input({KEY!r})
         s = sprat.InferenceSession({path!r}, config=sprat.ScheduleConfig(cache_dir={str(tmp_path)!r}))
-        from numba.core import event
-        with event.install_recorder("numba:compile") as rec:
-            out = s.run(None, feeds)
-        compiled = [e.data["dispatcher"].py_func.__qualname__ for _, e in rec.buffer
-                    if e.is_start]
+        out = s.run(None, feeds)
         np.save(sys.argv[1], out[0])
         print(json.dumps({{"converted": len(calls), "onnx": "onnx" in sys.modules,
-                          "compiled": compiled,
-                          "registries": "numba.np.arraymath" in sys.modules}}))
+                          "heavy": sorted(m for m in ("numba", "llvmlite", "scipy")
+                                          if m in sys.modules)}}))
     """)
     runs = []
     for i in range(2):
@@ -173,8 +167,32 @@ def test_warm_load_in_fresh_process_imports_no_onnx(model, tmp_path):
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         np.testing.assert_array_equal(np.load(npy), ref[0])
     cold, warm = runs
-    assert cold["converted"] == 1 and cold["onnx"]
-    assert warm == {"converted": 0, "onnx": False, "compiled": [], "registries": False}
+    assert cold["converted"] == 1 and cold["onnx"] and cold["heavy"] == []
+    assert warm == {"converted": 0, "onnx": False, "heavy": []}
+
+
+def test_import_and_run_of_a_sprat_file_import_no_jit_scipy_or_onnx(model, tmp_path):
+    """``import sprat`` and running a ``.sprat`` model import none of numba, llvmlite, scipy,
+    onnx (issue 12: the kernels are compiled ahead of time; BLAS is NumPy's own)."""
+    path, _, ref = model
+    sprat_file = tmp_path / "m.sprat"
+    sprat.convert(path, sprat_file)
+    script = textwrap.dedent(f"""
+        import json, sys
+        import numpy as np
+        import sprat, sprat.zoo
+        heavy = ("numba", "llvmlite", "scipy", "onnx")
+        after_import = [m for m in heavy if m in sys.modules]
+        sess = sprat.Interpreter.from_file({str(sprat_file)!r}).create_session(
+            sprat.ScheduleConfig(num_threads=2))
+        out = sess.run(sprat.zoo.sample_input({KEY!r}))
+        print(json.dumps({{"import": after_import,
+                          "run": [m for m in heavy if m in sys.modules]}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"import": [], "run": []}
 
 
 # ---- stale, foreign, corrupt ----------------------------------------------------------------
@@ -218,7 +236,7 @@ def _edit(**changes):
 
 CORRUPTIONS = [_truncate, _flip_weights, _flip_header, _delete_model, _garbage_manifest,
                _edit(sprat_version="0.0.0-foreign"), _edit(cpu_flags="0" * 16),
-               _edit(code="f" * 16), _edit(numba="0.1"), _edit(layout=99),
+               _edit(code="f" * 16), _edit(numpy="0.1"), _edit(layout=99),
                _edit(model_file="../../etc/passwd"), _edit(model_bytes=1),
                _edit(model_sha256="0" * 64)]
 

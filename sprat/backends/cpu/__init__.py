@@ -1,16 +1,12 @@
-"""The fast cpu backend: BLAS for contractions, Numba for everything memory-bound (DESIGN §4).
+"""The fast cpu backend: BLAS for contractions, compiled kernels for everything memory-bound
+(DESIGN §4).
 
 ``CpuBackend(num_threads)`` runs the nodes its kernels can handle exactly (``supports``);
-the scheduler sends the others to the reference backend. Kernels split their work into
-``num_threads`` slots on Numba's pool and call BLAS one thread per slot, so the session must
-run them inside ``sprat.backends.cpu.threading.limits(num_threads)`` (one thread pool);
-``CpuBackend.run_context()`` returns that context for the session.
-
-Numba caches the compiled kernels (``cache=True``) next to these modules, or in the user-wide
-cache when this directory is read-only. NOTE for developers: Numba re-validates a cached
-function against its own file only, so after editing ``_math.py``, ``_blas.py`` or
-``_epilogue.py`` delete ``__pycache__/*.nbi`` and ``*.nbc`` here, or callers in other files
-keep the old inlined code.
+the scheduler sends the others to the reference backend. The kernels' loops are compiled ahead
+of time by the package's build (Cython, ``compiled/``: no JIT at run time); they split their
+work into ``num_threads`` slots on OpenMP's pool and call BLAS one thread per slot, so the
+session runs them inside ``sprat.backends.cpu.threading.limits(num_threads)`` (BLAS held to one
+thread); ``CpuBackend.run_context()`` returns that context for the session.
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ def _residual_matches(node: Node, ins) -> bool:
 class CpuBackend(Backend):
     """The CPU backend: fast float32 kernels where one applies (``has_fast_kernel``), the
     reference kernels for every other op, so as a backup it takes any node (MNN's CPU backend).
-    ``num_threads``: work slots per kernel (clamped to Numba's pool size). Raises ValueError
+    ``num_threads``: work slots per kernel (clamped to OpenMP's thread limit). Raises ValueError
     for a non-positive ``num_threads``."""
 
     name = "cpu"
@@ -97,7 +93,7 @@ class CpuBackend(Backend):
         return {"cpu_path": VARIANT, "blas": BLAS}
 
     def run_context(self):
-        """Entered by the Session around every run: BLAS held to one thread, Numba given
-        ``num_threads`` (one thread pool; see ``threading``). Without it BLAS threads and
-        Numba threads fight for the cores (measured 40x slower end to end on 2 cores)."""
+        """Entered by the Session around every run: BLAS held to one thread (the kernels' work
+        slots are the one pool; see ``threading``). Without it BLAS threads and the slots'
+        threads fight for the cores (measured 40x slower end to end on 2 cores)."""
         return limits(self.num_threads)

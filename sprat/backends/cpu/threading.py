@@ -1,20 +1,21 @@
 """One thread pool for the cpu backend (DESIGN §4).
 
-The cpu backend's kernels split their work across Numba's thread pool (``prange`` over
-``num_threads`` slots) and call BLAS from inside those threads, one GEMM per block. BLAS itself
-must therefore run single-threaded: measured on this machine, a NumPy ``matmul`` with two
-OpenBLAS threads right after a Numba parallel loop fell from 145 to 13 GFLOP/s (both pools spin
-on the same two cores), while one-thread BLAS calls issued from two Numba threads reached the
-same 160 GFLOP/s as two-thread OpenBLAS alone.
+The compiled kernels split their work into ``num_threads`` slots run by OpenMP's pool (one
+``prange`` region per kernel call) and call BLAS from inside those threads, one GEMM per block.
+BLAS itself must therefore run single-threaded: measured on this machine, a NumPy ``matmul``
+with two OpenBLAS threads right after a parallel region of another pool fell from 145 to 13
+GFLOP/s (both pools spin on the same two cores), while one-thread BLAS calls issued from two
+threads of one pool reached the same 160 GFLOP/s as two-thread OpenBLAS alone.
+
+OpenMP's workers spin briefly after a region (GOMP's default spin count) and then sleep: an idle
+session costs no CPU (``tests/ops/test_cpu_paths.py``).
 
 ``limits(n)`` is the context manager a session wraps around a run; ``configure(n)`` sets the
-same state for good. Both are thread-safe enough for sprat's use: Numba's thread count is
-per calling thread, the BLAS limit is process-wide (it is restored on exit).
+same state for good. The BLAS limit is process-wide (restored on exit); the number of work
+slots is passed to every kernel call, not set globally.
 """
 
 from __future__ import annotations
-
-import numba
 
 _blas_libs = None
 
@@ -25,7 +26,7 @@ def _blas():
     if _blas_libs is None:
         from threadpoolctl import ThreadpoolController
 
-        from . import _blas  # noqa: F401  (NOTE: load the BLAS the kernels call before scanning)
+        from . import compiled  # noqa: F401  (NOTE: load the BLAS the kernels call first)
 
         _blas_libs = ThreadpoolController().select(user_api="blas").lib_controllers
     return _blas_libs
@@ -49,8 +50,11 @@ def _restore_blas(previous: list[int]) -> None:
 
 
 def max_threads() -> int:
-    """Largest thread count Numba's pool can run (NUMBA_NUM_THREADS, default: CPU count)."""
-    return int(numba.config.NUMBA_NUM_THREADS)
+    """Largest number of work slots: OpenMP's thread limit (OMP_NUM_THREADS, default: the
+    CPUs this process may run on)."""
+    from .compiled import kernels
+
+    return kernels.max_threads()
 
 
 def clamp(num_threads: int) -> int:
@@ -61,31 +65,26 @@ def clamp(num_threads: int) -> int:
 
 
 def configure(num_threads: int) -> None:
-    """Hold BLAS to one thread and give Numba ``num_threads`` threads (for the calling thread)."""
+    """Hold BLAS to one thread (``num_threads`` is checked; kernels get their slot count)."""
+    clamp(num_threads)
     _hold_blas_to_one()
-    numba.set_num_threads(clamp(num_threads))
 
 
 class limits:  # noqa: N801 (used as a function: ``with limits(2): ...``)
-    """Context manager: ``configure(num_threads)`` inside, the previous settings restored after.
+    """Context manager: BLAS held to one thread inside, its previous count restored after.
 
     Usage: ``with limits(2): session_steps()``. Raises ValueError as ``clamp``. Cost: a few
     microseconds per entry (entered on every run; a class rather than a generator context
     manager for that reason).
     """
 
-    __slots__ = ("n", "previous", "blas")
+    __slots__ = ("n", "blas")
 
     def __init__(self, num_threads: int):
         self.n = clamp(num_threads)
 
     def __enter__(self) -> None:
-        self.previous = numba.get_num_threads()
         self.blas = _hold_blas_to_one()
-        if self.previous != self.n:
-            numba.set_num_threads(self.n)
 
     def __exit__(self, *exc) -> None:
-        if self.previous != self.n:
-            numba.set_num_threads(self.previous)
         _restore_blas(self.blas)

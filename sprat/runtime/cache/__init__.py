@@ -15,9 +15,9 @@ version or machine is found, reported and replaced, not kept beside the new one)
 
 Key parts (``key_parts``): sha256 of the source model bytes, ``sprat.__version__``, a fingerprint
 of the code that produces the graph (size and mtime of every file of the converter, frontends,
-passes, ir and format packages, like Numba's own cache), the ScheduleConfig fields that may
+passes, ir and format packages), the ScheduleConfig fields that may
 change the optimized graph (``precision``, ``backends``, ``backup``), the machine, a hash of
-the CPU flags, and the numpy, numba and llvmlite versions.
+the CPU flags, and the numpy version.
 
 Trust: an entry is used only when its manifest matches every key part exactly, the model file
 has the recorded size and sha256, it passes the ``.sprat`` verifier, and every external-data
@@ -51,9 +51,8 @@ ties an entry to a model, config, code and machine), ``entry`` (the optimized gr
 input shapes, other modes) are written when the Interpreter is collected or the process exits.
 
 Not cached: the memory plan (``plan_memory`` costs well under 1 ms on the zoo models, and
-depends on the input shapes, which most zoo models leave symbolic). Numba keeps its compiled
-kernels in its own on-disk cache (``cache=True``), validated by Numba against the source
-files, the CPU and its version: after one run on a machine a fresh process compiles nothing.
+depends on the input shapes, which most zoo models leave symbolic), nor the kernels: they are
+compiled once, by the package's build, so a fresh process compiles nothing.
 """
 
 from .entry import load_or_convert

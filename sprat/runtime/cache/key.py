@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 
 import numpy as np
 
@@ -15,14 +14,14 @@ from ...version import __version__
 
 LAYOUT = 1  # NOTE: bump when the entry layout or the meaning of a key part changes
 _CODE_PARTS = ("converter.py", "dtypes.py", "version.py", "frontends", "passes", "ir", "format")
-_CODE_SUFFIXES = (".py", ".fbs")
+_CODE_SUFFIXES = (".py", ".fbs", ".pyx", ".pxi")
 PACK_CODE_PARTS = ("backends",)
 
 
 def cpu_features() -> dict:
-    """``{"machine", "cpu_flags", "numpy", "numba", "llvmlite"}``: what ties an entry to this
-    machine. ``cpu_flags`` is the sha256 (16 hex digits) of the ``flags`` line of
-    ``/proc/cpuinfo`` (``platform.processor()`` where there is none). Numba is not imported."""
+    """``{"machine", "cpu_flags", "numpy"}``: what ties an entry to this machine.
+    ``cpu_flags`` is the sha256 (16 hex digits) of the ``flags`` line of ``/proc/cpuinfo``
+    (``platform.processor()`` where there is none)."""
     flags = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -34,35 +33,7 @@ def cpu_features() -> dict:
         pass
     return {"machine": platform.machine(),
             "cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
-            "numpy": np.__version__,
-            "numba": _dist_version("numba"),
-            "llvmlite": _dist_version("llvmlite")}
-
-
-def _dist_version(name: str) -> str:
-    """A package's version without importing it (``importlib.metadata`` costs ~30 ms)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or spec.origin is None:
-        return "absent"
-    site = os.path.dirname(os.path.dirname(spec.origin))
-    try:
-        for entry in os.listdir(site):
-            m = re.fullmatch(rf"{name}-([^-]+)\.dist-info", entry)
-            if m:
-                return m.group(1)
-    except OSError:
-        pass
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "unknown"
+            "numpy": np.__version__}
 
 
 def code_fingerprint(parts: tuple[str, ...] = _CODE_PARTS) -> str:

@@ -79,7 +79,7 @@ class PackStore:
                 actual = os.fstat(f.fileno()).st_size
                 if actual != size:
                     return self._reject(f"pack file has {actual} bytes, the index says {size}")
-                # NOTE: copy-on-write: writable arrays (one Numba signature with packed arrays
+                # NOTE: copy-on-write: writable arrays (the kernels' signature for packed arrays
                 # made in memory) whose pages stay shared with the page cache
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
             graph = read_model(mm)

@@ -12,6 +12,8 @@
 from libc.math cimport INFINITY, fabsf, floorf, sqrtf
 from libc.string cimport memcpy, memset
 
+cimport openmp
+
 ctypedef Py_ssize_t idx
 
 cdef enum:
@@ -25,6 +27,12 @@ cdef enum:
     A_TANH = 7
     A_SILU = 8
     A_GELU = 9
+
+
+#: the activation codes, for the Python side (``_math.ACT`` must agree: tested)
+ACT_CODES = {"Relu": A_RELU, "Clip": A_CLIP, "Sigmoid": A_SIGMOID, "HardSigmoid": A_HARDSIGMOID,
+             "HardSwish": A_HARDSWISH, "LeakyRelu": A_LEAKYRELU, "Tanh": A_TANH, "Silu": A_SILU,
+             "Gelu": A_GELU}
 
 
 cdef inline float fmax32(float u, float v) noexcept nogil:
@@ -205,6 +213,11 @@ cdef void gather_rows(const float* acc, idx lda, float* y, idx nrows, idx ncols,
             j0 += g
         if code != A_NONE:
             act_inplace(y + r * ln, ln, code, a, b)
+
+
+def max_threads() -> int:
+    """OpenMP's thread limit (OMP_NUM_THREADS, default: the CPUs this process may run on)."""
+    return openmp.omp_get_max_threads()
 
 
 # ---- GEMM -----------------------------------------------------------------------------------
