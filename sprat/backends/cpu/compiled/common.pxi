@@ -107,10 +107,94 @@ cdef inline float erf32(float x) noexcept nogil:
     return x * p / q
 
 
+cdef extern from *:
+    """
+    /* AVX2 loops for the activations whose clamps and exp the C compiler cannot vectorise
+       well: a select that keeps NaN (u > v ? u : v written NaN-safely) becomes compare + blend,
+       where _mm256_max_ps(v, u) is one instruction with exactly the semantics of fmax32(u, v)
+       (it returns its second operand when either is NaN). The same polynomial as exp32.
+       Returns how many leading elements it did (a multiple of 8); 0 without AVX2. */
+    #if defined(__AVX2__) && defined(__FMA__)
+    #include <immintrin.h>
+    static inline __m256 sprat_exp8(__m256 x) {
+        x = _mm256_min_ps(_mm256_set1_ps(88.72283f), _mm256_max_ps(_mm256_set1_ps(-87.33654f), x));
+        __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
+                                                   _mm256_set1_ps(0.5f)));
+        __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+        r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+        __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                       _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    }
+    static Py_ssize_t sprat_act8(float *y, Py_ssize_t n, int code, float a, float b) {
+        Py_ssize_t i = 0, end = n & ~(Py_ssize_t)7;
+        const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+        const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+        const __m256 half = _mm256_set1_ps(0.5f), sixth = _mm256_set1_ps(1.0f / 6.0f);
+        switch (code) {
+        case 2: /* Clip: fmin32(fmax32(v, a), b) */
+            for (; i < end; i += 8) {
+                __m256 v = _mm256_loadu_ps(y + i);
+                _mm256_storeu_ps(y + i, _mm256_min_ps(vb, _mm256_max_ps(va, v)));
+            }
+            return end;
+        case 3: /* Sigmoid */
+            for (; i < end; i += 8) {
+                __m256 v = _mm256_loadu_ps(y + i);
+                __m256 e = sprat_exp8(_mm256_sub_ps(zero, v));
+                _mm256_storeu_ps(y + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
+            }
+            return end;
+        case 4: /* HardSigmoid: fmin32(fmax32(a*v + b, 0), 1) */
+            for (; i < end; i += 8) {
+                __m256 v = _mm256_fmadd_ps(va, _mm256_loadu_ps(y + i), vb);
+                _mm256_storeu_ps(y + i, _mm256_min_ps(one, _mm256_max_ps(zero, v)));
+            }
+            return end;
+        case 5: /* HardSwish: v * fmin32(fmax32(v/6 + 1/2, 0), 1) */
+            for (; i < end; i += 8) {
+                __m256 v = _mm256_loadu_ps(y + i);
+                __m256 t = _mm256_fmadd_ps(v, sixth, half);
+                t = _mm256_min_ps(one, _mm256_max_ps(zero, t));
+                _mm256_storeu_ps(y + i, _mm256_mul_ps(v, t));
+            }
+            return end;
+        case 8: /* SiLU */
+            for (; i < end; i += 8) {
+                __m256 v = _mm256_loadu_ps(y + i);
+                __m256 e = sprat_exp8(_mm256_sub_ps(zero, v));
+                _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+            }
+            return end;
+        default:
+            return 0;
+        }
+    }
+    #else
+    static Py_ssize_t sprat_act8(float *y, Py_ssize_t n, int code, float a, float b) {
+        (void)y; (void)n; (void)code; (void)a; (void)b;
+        return 0;
+    }
+    #endif
+    """
+    idx sprat_act8(float* y, idx n, int code, float a, float b) noexcept nogil
+
+
 cdef void act_inplace(float* y, idx n, int code, float a, float b) noexcept nogil:
-    """Activation ``code`` with params (a, b) on ``y[:n]`` in place."""
+    """Activation ``code`` with params (a, b) on ``y[:n]`` in place (the AVX2 build runs the
+    clamp- and exp-based ones through ``sprat_act8`` first, then the tail here)."""
     cdef idx i
     cdef float v, p
+    cdef idx done = sprat_act8(y, n, code, a, b)
+    y += done
+    n -= done
     if code == A_RELU:
         # NOTE: (v + |v|) / 2 is exact and NaN-propagating
         for i in range(n):
