@@ -280,13 +280,57 @@ def copy6(const float[:, :, :, :, :, :] src, float[:, :, :, :, :, :] dst):
                                 dst[a, b, c, d, e, f] = src[a, b, c, d, e, f]
 
 
+cdef extern from *:
+    """
+    /* An 8x8 block of 4-byte elements transposed in registers (AVX: unpack, shuffle, permute):
+       dst[j * ds + i] = src[i * ss + j]. The plain loop stores with a stride and does not
+       vectorise. Returns 0 without AVX (the caller then runs the loop). */
+    #if defined(__AVX2__)
+    #include <immintrin.h>
+    static int sprat_tr8x8(const unsigned int *src, Py_ssize_t ss, unsigned int *dst,
+                           Py_ssize_t ds) {
+        const float *s = (const float *)src;
+        float *d = (float *)dst;
+        __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ss);
+        __m256 r2 = _mm256_loadu_ps(s + 2 * ss), r3 = _mm256_loadu_ps(s + 3 * ss);
+        __m256 r4 = _mm256_loadu_ps(s + 4 * ss), r5 = _mm256_loadu_ps(s + 5 * ss);
+        __m256 r6 = _mm256_loadu_ps(s + 6 * ss), r7 = _mm256_loadu_ps(s + 7 * ss);
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+        __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+        __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+        __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+        __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+        __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+        _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+        _mm256_storeu_ps(d + ds, _mm256_permute2f128_ps(u1, u5, 0x20));
+        _mm256_storeu_ps(d + 2 * ds, _mm256_permute2f128_ps(u2, u6, 0x20));
+        _mm256_storeu_ps(d + 3 * ds, _mm256_permute2f128_ps(u3, u7, 0x20));
+        _mm256_storeu_ps(d + 4 * ds, _mm256_permute2f128_ps(u0, u4, 0x31));
+        _mm256_storeu_ps(d + 5 * ds, _mm256_permute2f128_ps(u1, u5, 0x31));
+        _mm256_storeu_ps(d + 6 * ds, _mm256_permute2f128_ps(u2, u6, 0x31));
+        _mm256_storeu_ps(d + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
+        return 1;
+    }
+    #else
+    static int sprat_tr8x8(const unsigned int *src, Py_ssize_t ss, unsigned int *dst,
+                           Py_ssize_t ds) {
+        (void)src; (void)ss; (void)dst; (void)ds;
+        return 0;
+    }
+    #endif
+    """
+    bint sprat_tr8x8(const unsigned int* src, idx ss, unsigned int* dst, idx ds) noexcept nogil
+
+
 cdef void _swap_tiles(const unsigned int* x, unsigned int* y, idx lo, idx hi, idx A, idx B,
                       idx L, idx sa, idx sb) noexcept nogil:
     """Tiles [lo, hi) of the copy (N, A, B, L) -> (N, B, A, L) of 4-byte elements (L: the
     contiguous inner block); tiles are (n, a-tile, b-tile) with sides ``sa`` x ``sb``."""
     cdef idx ta = (A + sa - 1) // sa
     cdef idx tb = (B + sb - 1) // sb
-    cdef idx t, n, r, a0, b0, a1, b1, base, a, b, s, d
+    cdef idx t, n, r, a0, b0, a1, b1, base, a, b, s, d, a8, b8
     for t in range(lo, hi):
         n = t // (ta * tb)
         r = t - n * ta * tb
@@ -296,6 +340,15 @@ cdef void _swap_tiles(const unsigned int* x, unsigned int* y, idx lo, idx hi, id
         b1 = min(B, b0 + sb)
         base = n * A * B * L
         if L == 1:
+            # NOTE: full 8x8 blocks in registers; the rest of the tile (edges) by the loops
+            a8 = a0 + (a1 - a0) // 8 * 8
+            b8 = b0 + (b1 - b0) // 8 * 8
+            if a8 > a0 and b8 > b0 and sprat_tr8x8(x + base, B, y + base, A):
+                for a in range(a0, a8, 8):
+                    for b in range(b0, b8, 8):
+                        sprat_tr8x8(x + base + a * B + b, B, y + base + b * A + a, A)
+                _swap_edges(x, y, base, A, B, a0, a1, b0, b1, a8, b8)
+                continue
             if sb >= sa:  # the inner loop runs along the tile's longer side
                 for a in range(a0, a1):
                     s = base + a * B
@@ -312,6 +365,15 @@ cdef void _swap_tiles(const unsigned int* x, unsigned int* y, idx lo, idx hi, id
         for b in range(b0, b1):
             for a in range(a0, a1):
                 memcpy(y + base + (b * A + a) * L, x + base + (a * B + b) * L, L * 4)
+
+
+cdef void _swap_edges(const unsigned int* x, unsigned int* y, idx base, idx A, idx B, idx a0,
+                      idx a1, idx b0, idx b1, idx a8, idx b8) noexcept nogil:
+    """The elements of tile [a0, a1) x [b0, b1) outside its 8x8 blocks [a0, a8) x [b0, b8)."""
+    cdef idx a, b
+    for a in range(a0, a1):
+        for b in range(b8 if a < a8 else b0, b1):
+            y[base + b * A + a] = x[base + a * B + b]
 
 
 def swap_tiles(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx total, idx A, idx B,
