@@ -314,25 +314,25 @@ def test_registry_covered():
     from test_ops_contrib import TESTED as CONTRIB_TESTED
     from test_ops_extra import NEWER_THAN_ORT_CASES, PIPELINE_CASES
 
-    from sprat.backends.reference import _load_ops
+    from sprat.backends.reference import load_ops
 
     covered = {p.values[0] for p in REGISTRY_CASES}
     # the ops of test_ops_extra.py and test_ops_contrib.py run through the whole pipeline there
     covered |= {c[0] for c in (*PIPELINE_CASES, *NEWER_THAN_ORT_CASES)} | CONTRIB_TESTED
-    missing = sorted(set(_load_ops()) - covered)
+    missing = sorted(set(load_ops()) - covered)
     assert not missing, f"reference ops without a full-pipeline case: {missing}"
 
 
 def test_every_op_has_shape_function_and_kernel():
     # STYLE §2: every op has a shape function and a reference kernel, and vice versa.
     import sprat.ir.shapes as shapes
-    from sprat.backends.reference import _load_ops
+    from sprat.backends.reference import load_ops
     from sprat.ir.graph import Node
     from sprat.ir.tensorinfo import TensorInfo
 
     # NOTE: SHAPES is filled on the first infer(); any infer call loads the table.
     shapes.infer(Node("Relu", "r", [0], [1]), [TensorInfo((2,), np.dtype(F32))])
-    kernels, fns = set(_load_ops()), set(shapes.SHAPES)
+    kernels, fns = set(load_ops()), set(shapes.SHAPES)
     assert kernels - fns == set(), f"reference kernels without a shape function: {kernels - fns}"
     assert fns - kernels == set(), f"shape functions without a reference kernel: {fns - kernels}"
 

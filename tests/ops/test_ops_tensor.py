@@ -324,9 +324,9 @@ def test_non_zero_scalar():
 
 
 def test_gather_out_of_range_raises():
-    from sprat.backends.reference import OPS, _load_ops
+    from sprat.backends.reference import OPS, load_ops
 
-    _load_ops()
+    load_ops()
     with pytest.raises(IndexError, match="out of bounds"):
         OPS["Gather"](randn(3), i64(3))
 

@@ -7,8 +7,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import sprat
-from sprat.backends.cpu import KERNELS
-from sprat.backends.cpu._math import act_of
+from sprat.backends.cpu import KERNELS, act_of
 from sprat.errors import KernelError
 from sprat.ir.graph import Node
 

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 
 import sprat
-from sprat.backends.reference import _load_ops
+from sprat.backends.reference import load_ops
 from sprat.ir.graph import Graph
-from sprat.ir.shapes import SHAPES, _register_families
+from sprat.ir.shapes import SHAPES, register_families
 
 ROOT = pathlib.Path(sprat.__file__).parent
 GENERIC = ("runtime", "schedule", "memory")
 
 
 def _op_names() -> set[str]:
-    _register_families()
+    register_families()
     from sprat.ir.subgraphs import CONTROL_FLOW_OPS
 
-    return set(SHAPES) | set(_load_ops()) | set(CONTROL_FLOW_OPS)
+    return set(SHAPES) | set(load_ops()) | set(CONTROL_FLOW_OPS)
 
 
 def test_no_op_type_literal_in_generic_layers():

@@ -18,10 +18,11 @@ from ...ir.graph import Node
 from ...ir.shapes import infer
 from ...ir.tensorinfo import TensorInfo
 from ..base import Backend, Kernel, PackCache
+from ._math import ACT, act_of
 from .kernels import KERNELS
 from .threading import clamp, configure, limits
 
-__all__ = ["KERNELS", "CpuBackend", "configure", "limits"]
+__all__ = ["ACT", "KERNELS", "CpuBackend", "act_of", "configure", "limits"]
 
 
 def _residual_matches(node: Node, ins) -> bool:

@@ -18,7 +18,8 @@ from ..base import Backend, Kernel
 OPS: dict = {}
 
 
-def _load_ops() -> dict:
+def load_ops() -> dict:
+    """``{op type: reference kernel}`` of every op the reference backend runs (loaded once)."""
     if not OPS:
         from . import families
 
@@ -28,7 +29,7 @@ def _load_ops() -> dict:
 
 def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     """Compute a node's outputs with the reference kernels (used for folding and as the oracle)."""
-    fn = _load_ops()[node.op_type]
+    fn = load_ops()[node.op_type]
     attrs, internal = split_attrs(node.attrs)
     ins = list(ins)
     residual = ins.pop() if internal.get("_residual") else None
@@ -68,7 +69,7 @@ class ReferenceBackend(Backend):
     name = "reference"
 
     def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
-        return node.op_type in _load_ops()
+        return node.op_type in load_ops()
 
     def make_kernel(self, node: Node, ins=None) -> Kernel:
         kernel = ReferenceKernel(node)

@@ -54,7 +54,7 @@ def import_model(model) -> Graph:
     """
     from onnx import shape_inference
 
-    from ...backends.reference import _load_ops
+    from ...backends.reference import load_ops
 
     _check_names(model.graph, "graph")
     opset = _default_opset(model)
@@ -66,7 +66,7 @@ def import_model(model) -> Graph:
         inferred = model
     src = inferred.graph
 
-    known_ops = set(_load_ops()) | {"Constant", "Upsample"} | set(CONTROL_FLOW_OPS)
+    known_ops = set(load_ops()) | {"Constant", "Upsample"} | set(CONTROL_FLOW_OPS)
     missing: dict[str, list[str]] = {}
     _collect_missing(src, known_ops, missing)
     if opset < 9 and "Scan" not in missing and any(n.op_type == "Scan" for n in src.node):

@@ -24,7 +24,7 @@ __all__ = ["SHAPES", "DataDependentShape", "infer"]
 SHAPES: dict = {}
 
 
-def _register_families():
+def register_families():
     from . import families  # noqa: F401  (explicit table, see families.py)
 
     SHAPES.update(families.SHAPES)
@@ -33,7 +33,7 @@ def _register_families():
 def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...], np.dtype]]:
     """Output (shape, dtype) of ``node`` for concrete inputs. Raises ShapeError naming the node."""
     if not SHAPES:
-        _register_families()
+        register_families()
     fn = SHAPES.get(node.op_type)
     if fn is None and node.op_type in CONTROL:
         try:
