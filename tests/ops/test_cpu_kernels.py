@@ -14,7 +14,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from opcheck import DEFAULT_RTOL, fused, nhwc, randn, run_cpu
+from opcheck import DEFAULT_RTOL, fused, nhwc, randn, readonly, run_cpu
 from opcheck import check_cpu as check
 from opcheck import cpu_refuses as refuses
 from opcheck import make_node as make
@@ -745,3 +745,13 @@ def test_gather_out_of_range_raises():
 def test_cast(src, to):
     x = (randn(4, 5) * 100).astype(src)
     check("Cast", [x], {"to": to})
+
+
+@pytest.mark.parametrize("shape", [(8210, 64), (37, 53), (1, 5), (64, 64), (9, 1)])
+def test_transposed_weight_packing_matches_numpy(shape):
+    from sprat.backends.cpu.tensor import transposed
+
+    a = readonly(randn(*shape))  # NOTE: weights mapped from a .sprat file are read-only
+    t = transposed(a)
+    assert t.flags.c_contiguous and t.dtype == np.float32
+    np.testing.assert_array_equal(t, a.T)

@@ -27,6 +27,7 @@ from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch, writable_alias
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
 from .compiled import kernels as ck
+from .tensor import transposed
 
 BLOCK_ROWS = 256  # rows per GEMM block (keeps a block of Y in L2 for the epilogue)
 GEMV_MAX_ROWS = 1  # fp16 weights beat fp32 BLAS up to this many rows (bench/precision.py:
@@ -200,7 +201,7 @@ class GemmKernel(_Gemmish):
             # NOTE: OpenBLAS runs A @ B^T 1.6x slower than A @ B with B packed (K, N) (measured:
             # the ddddocr OCR head, 32x1024 @ 1024x8210, 13.6 vs 8.5 ms): pack the weight once.
             b_const = self.consts[1]
-            packed = self.shared("b_packed", lambda: np.ascontiguousarray(b_const.T))
+            packed = self.shared("b_packed", lambda: transposed(b_const))
             self._keep.append(packed)
             self.consts[1], self.tb, self.ldb = packed, False, packed.shape[1]
 

@@ -85,6 +85,22 @@ def swap_tiles(a: int, b: int) -> tuple[int, int]:
     return sa, sb
 
 
+def transposed(a: np.ndarray) -> np.ndarray:
+    """``a.T`` of a 2-D array as a new C-contiguous array, for packing weights at prepare:
+    4-byte elements go through the tiled transpose (NumPy's strided copy of a 1024 x 8210
+    float32 weight took 169 ms, the tiles ~15 ms)."""
+    a = np.ascontiguousarray(a)
+    if a.ndim != 2 or a.dtype.itemsize != 4 or a.size == 0:
+        return np.ascontiguousarray(a.T)
+    rows, cols = a.shape
+    out = np.empty((cols, rows), a.dtype)
+    sa, sb = swap_tiles(rows, cols)
+    total = -(-rows // sa) * -(-cols // sb)
+    ck.swap_tiles(1, a.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), total, rows,
+                  cols, 1, sa, sb)
+    return out
+
+
 class TransposeKernel(CpuKernel):
     """Transpose by ``perm`` (default: reversed axes)."""
 
