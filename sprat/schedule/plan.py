@@ -112,9 +112,12 @@ class Plan:
 
     @property
     def workspace_bytes(self) -> int:
-        """Bytes of the kernels' workspaces (part of the arena)."""
-        first = len(self.graph.values)
-        return sum(info.nbytes for s, info in self.slots.items() if s >= first)
+        """The most arena bytes the kernels' workspaces hold at once: the zeroed ones (alive
+        for the whole plan) plus the largest set one step uses (the others share bytes)."""
+        zeroed = sum(self.slots[w].nbytes for w in self.zeroed)
+        step = max((sum(self.slots[w].nbytes for w in s.workspaces if w not in self.zeroed)
+                    for s in self.steps), default=0)
+        return zeroed + step
 
     def describe(self, offsets: bool = True) -> str:
         """The plan as text: one line per step with its backend, and with ``offsets`` the

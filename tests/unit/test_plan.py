@@ -78,8 +78,9 @@ def test_workspaces_are_planned_in_the_arena(model):
         assert off % plan.layout.align == 0 and off + a.nbytes <= plan.layout.size
         assert np.shares_memory(a, state.raw) and np.shares_memory(base, state.raw)
     info = sess.info()
-    assert info["workspace_bytes"] == sum(state.arrays[w].nbytes for w in ws_slots)
-    assert 0 < info["workspace_bytes"] <= info["arena_bytes"] == plan.layout.size
+    per_step = [sum(state.arrays[w].nbytes for w in s.workspaces) for s in plan.steps]
+    assert info["workspace_bytes"] >= max(per_step) > 0  # the peak, not the sum: they share
+    assert info["workspace_bytes"] <= info["arena_bytes"] == plan.layout.size
     # NOTE: no kernel of the plan owns scratch of its own any more
     for s in plan.steps:
         for name, v in vars(s.kernel).items():
