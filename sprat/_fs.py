@@ -11,21 +11,12 @@ def atomic_write(path: str | os.PathLike, data) -> None:
     """Write ``data`` (bytes, or a callable taking the open binary file) to ``path`` so that
     readers see either the old file or the whole new one: a temp file beside it, then
     ``os.replace``. The temp file is removed on any failure."""
-    path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-    try:
+    with atomic_output(path) as tmp:
         with open(tmp, "xb") as f:  # NOTE: open() (not mkstemp) so the umask sets the mode
             if callable(data):
                 data(f)
             else:
                 f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 @contextlib.contextmanager

@@ -22,6 +22,16 @@ def _error(info, e: Exception) -> KernelError:
     return err
 
 
+def _run_step(info, run, ins, outs, ws) -> None:
+    """One step outside the plain loop; a failure becomes a KernelError naming its node."""
+    try:
+        run(ins, outs, ws)
+    except SpratError:
+        raise
+    except Exception as e:
+        raise _error(info, e) from e
+
+
 def execute(state: RunState, runtime, threads: int, before=None, after=None,
             observed: bool = False) -> set[str] | None:
     """Run ``state``'s plan on ``threads`` of ``runtime``'s thread slots, inside the run
@@ -60,13 +70,8 @@ def run_plain(state: RunState, env: dict | None = None) -> None:
     except Exception as e:
         raise _error(state.plan.steps[i].info, e) from e
     if state.plan.dynamic is not None:
-        for info, run, ins, outs, ws in tail_steps(state, env):
-            try:
-                run(ins, outs, ws)
-            except SpratError:
-                raise
-            except Exception as e:
-                raise _error(info, e) from e
+        for step in tail_steps(state, env):
+            _run_step(*step)
 
 
 def _dynamic_run(kernel):
@@ -134,12 +139,7 @@ def run_observed(state: RunState, before=None, after=None) -> set[str] | None:
                 state.tail_times.append((0.0, 0.0))
             continue
         t0 = clock()
-        try:
-            run(ins, outs, ws)
-        except SpratError:
-            raise
-        except Exception as e:
-            raise _error(info, e) from e
+        _run_step(info, run, ins, outs, ws)
         if k < n:
             state.op_times[k] = clock() - t0
             state.op_starts[k] = t0 - start

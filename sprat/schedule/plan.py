@@ -29,8 +29,8 @@ from ..backends.reference import evaluate
 from ..errors import KernelError, ShapeError, SpratError
 from ..ir.flops import node_flops
 from ..ir.graph import MISSING, Graph, Node, contiguous
-from ..ir.shapes import DataDependentShape, infer
-from ..ir.shapes.control import fold_node
+from ..ir.shapes import DataDependentShape
+from ..ir.shapes.control import constant_infos, infer_step
 from ..ir.tensorinfo import TensorInfo
 from ..memory.lifetimes import lifetimes
 from ..memory.planner import ALIGN, plan_memory
@@ -148,19 +148,6 @@ class _Tail:
         self.plans: dict = {}
         self.lock = threading.Lock()
 
-    def describe(self, offsets: bool = True) -> str:
-        """The plan as text: one line per step with its backend, and with ``offsets`` the
-        dtype, shape and arena offset of every output (``const`` for a folded value)."""
-        lines = [f"arena {self.layout.size} bytes; inputs {dict(self.shapes)}"]
-        for s in self.steps:
-            line = f"{s.node.name}: {s.node.op_type} -> {s.info.backend}"
-            if offsets:
-                line += "  " + ", ".join(
-                    f"{i.dtype}{list(i.shape)}@{self.layout.offsets.get(v, 'const')}"
-                    for v, i in zip(s.outs, s.out_infos))
-            lines.append(line)
-        return "\n".join(lines)
-
     def next(self, shapes: tuple) -> Plan:
         with self.lock:
             plan = self.plans.get(shapes)
@@ -198,10 +185,7 @@ def build_plan(graph: Graph, shapes: Mapping[str, tuple], backends: Sequence[Bac
     its own (run callbacks may skip an op, whose outputs must keep their previous contents).
     Raises ShapeError, UnsupportedOpError, KernelError (a kernel's prepare failed) and
     DataDependentShape (with ``split=False``)."""
-    known: dict[int, TensorInfo] = {}
-    for i, v in enumerate(graph.values):
-        if v.data is not None:
-            known[i] = TensorInfo(tuple(v.data.shape), v.data.dtype, v.data)
+    known = constant_infos(graph)
     for i in graph.inputs:
         v = graph.values[i]
         dt = dtypes.get(v.name) if dtypes is not None else None
@@ -250,23 +234,14 @@ class _Builder:
         pending = []  # (node, ins infos, outs infos)
         for k in range(start, len(self.graph.nodes)):
             node = self.graph.nodes[k]
-            ins = [None if i == MISSING else known[i] for i in node.inputs]
-            values = fold_node(node, ins)
-            if values is not None:
-                for o, val in zip(node.outputs, values):
-                    known[o] = TensorInfo(tuple(val.shape), val.dtype, val)
-                continue
             try:
-                # NOTE: a shape function gives every output the op can have (LSTM: Y, Y_h,
-                # Y_c); the node may list fewer (trailing optional outputs left out)
-                outs = [TensorInfo(s, dt) for s, dt in infer(node, ins)][:len(node.outputs)]
+                step = infer_step(node, known)
             except DataDependentShape:
                 if not self.split:
                     raise
                 return pending, k
-            for o, info in zip(node.outputs, outs):
-                known[o] = info
-            pending.append((node, ins, outs))
+            if step is not None:
+                pending.append((node, *step))
         return pending, None
 
     def make_kernel(self, node, ins, outs) -> Kernel:
@@ -357,15 +332,10 @@ class _Builder:
             slots=MappingProxyType(slots), aliases=MappingProxyType(aliases),
             zeroed=frozenset(zeroed), constants=MappingProxyType(constants),
             bound=bound, outer=outer,
-            input_uses=self._uses(steps, g.inputs) if root else (),
+            input_uses=tuple(_uses(steps, i) for i in g.inputs) if root else (),
             output_uses=MappingProxyType(self._output_uses(steps, later if cut is not None
                                                              else set(), root)),
             dynamic=dynamic, contexts=self.contexts, _tail=tail)
-
-    @staticmethod
-    def _uses(steps, values) -> tuple:
-        return tuple(tuple((t, 0, k) for t, s in enumerate(steps) for k, v in enumerate(s.ins)
-                           if v == i) for i in values)
 
     def _output_uses(self, steps, later: set, root: bool) -> dict[str, tuple]:
         """Where each graph output produced by a step of this (root) plan appears, for
@@ -379,11 +349,15 @@ class _Builder:
         for i in g.outputs:
             if i not in produced or i in g.inputs or i in later:
                 continue
-            out[g.values[i].name] = tuple(
-                [(t, 0, k) for t, s in enumerate(steps) for k, v in enumerate(s.ins) if v == i]
-                + [(t, 1, k) for t, s in enumerate(steps) for k, v in enumerate(s.outs)
-                   if v == i])
+            out[g.values[i].name] = _uses(steps, i) + _uses(steps, i, outputs=True)
         return out
+
+
+def _uses(steps, value: int, outputs: bool = False) -> tuple:
+    """``(step, side, position)`` of every place ``value`` appears among the steps' inputs
+    (side 0) or, with ``outputs``, their outputs (side 1)."""
+    return tuple((t, int(outputs), k) for t, s in enumerate(steps)
+                 for k, v in enumerate(s.outs if outputs else s.ins) if v == value)
 
 
 

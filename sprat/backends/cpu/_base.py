@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 
 import numpy as np
 
@@ -64,21 +63,20 @@ class CpuKernel(Kernel):
         return b[2]
 
     def bound_call(self, ws, arrays: tuple, make) -> None:
-        """Run ``fn(*args)`` with ``(fn, args) = make()``, the argument tuple built and ``fn``'s
-        compiled entry resolved (``entry_point``) once per ``binding`` of ``arrays``, not per
-        call."""
+        """Run ``fn(*args)`` with ``(fn, args) = make()``, the argument tuple built once per
+        ``binding`` of ``arrays``, not per call."""
         b = ws.memo
         if b is not None and b[0] == tuple(map(id, arrays)):  # NOTE: the hot path, inlined
-            entry, args = b[2]
+            fn, args = b[2]
         else:
-            entry, args = self.binding(ws, arrays, lambda: _entry_and_args(*make()))
-        entry(*args)
+            fn, args = self.binding(ws, arrays, make)
+        fn(*args)
 
     def bind_constants(self, ins, which) -> None:
-        """Keep writable aliases of the constant inputs among positions ``which`` (see
-        ``writable_alias``); ``arg`` then returns them instead of the arrays given to run."""
-        self._keep: list = []
-        self.consts = {k: writable_alias(ins[k].value, self._keep) for k in which
+        """Keep C-contiguous arrays of the constant inputs among positions ``which``; ``arg``
+        then returns them instead of the arrays given to run (the compiled entries take
+        read-only weights as they are: their inputs are ``const`` memoryviews)."""
+        self.consts = {k: np.ascontiguousarray(ins[k].value) for k in which
                        if k < len(ins) and ins[k] is not None and ins[k].value is not None}
 
     def arg(self, ins, k):
@@ -93,44 +91,3 @@ def scratch(nt: int, size: int, dtype=np.float32, zeroed: bool = False) -> Works
     dtype = np.dtype(dtype)
     per_line = 64 // dtype.itemsize
     return WorkspaceSpec((nt, size + (-size) % per_line), dtype, zeroed)
-
-
-def entry_point(fn, args: tuple):
-    """The compiled entry of the Numba dispatcher ``fn`` for exactly the types of ``args``
-    (loaded from Numba's cache or compiled first, as a call would), to call as ``entry(*args)``.
-
-    NOTE: the entry skips the dispatcher's per-call type resolution: ~0.7 of ~1.9 us for a
-    17-argument Conv call (measured), on every op of a small model. It is valid only for
-    arguments of these very types (dtype, rank, layout, writability), so a kernel resolves it
-    again whenever it binds new arrays. ``fn`` itself when no entry is found.
-    """
-    sig = tuple(fn.typeof_pyval(a) for a in args)
-    cres = fn.overloads.get(sig)
-    if cres is None:
-        fn.compile(sig)
-        cres = fn.overloads.get(sig)
-    return fn if cres is None else cres.entry_point
-
-
-def _entry_and_args(fn, args: tuple):
-    # NOTE: a compiled (Cython) kernel is its own entry; a Numba dispatcher resolves one
-    if hasattr(fn, "typeof_pyval"):
-        return entry_point(fn, args), args
-    return fn, args
-
-
-def writable_alias(a: np.ndarray, keep: list) -> np.ndarray:
-    """A C-contiguous, *writable-typed* view of ``a``'s memory (no copy when ``a`` is already
-    C-contiguous); ``a`` itself is appended to ``keep`` (the caller's list) to stay alive.
-
-    NOTE: weights mapped read-only from a .sprat file are read-only arrays, which Numba types
-    (and compiles, and caches) separately from writable ones: one more compiled variant of
-    every kernel per operand. The kernels never write their inputs, so they get this alias and
-    one signature serves both.
-    """
-    a = np.ascontiguousarray(a)
-    keep.append(a)
-    if a.flags.writeable or a.size == 0:
-        return a
-    raw = ctypes.cast(a.ctypes.data, ctypes.POINTER(ctypes.c_uint8))
-    return np.ctypeslib.as_array(raw, (a.nbytes,)).view(a.dtype).reshape(a.shape)

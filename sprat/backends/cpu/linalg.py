@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch, writable_alias
+from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
 from .compiled import kernels as ck
@@ -96,8 +96,7 @@ class _Gemmish(CpuKernel):
         """Switch to the fp16-weight path: ``make_kn()`` gives B as (K, N) float32; ``bias``
         is None or N float32 values added to every row."""
         packed = self.shared("w_f16", lambda: to_f16(make_kn()))
-        self._keep.append(packed)
-        self.w16 = writable_alias(packed, self._keep).reshape(-1)
+        self.w16 = np.ascontiguousarray(packed).reshape(-1)
         self.has_bias16 = bias is not None
         self.bias16 = (np.zeros(self.N, np.float32) if bias is None
                        else np.ascontiguousarray(bias, np.float32))
@@ -202,7 +201,6 @@ class GemmKernel(_Gemmish):
             # the ddddocr OCR head, 32x1024 @ 1024x8210, 13.6 vs 8.5 ms): pack the weight once.
             b_const = self.consts[1]
             packed = self.shared("b_packed", lambda: transposed(b_const))
-            self._keep.append(packed)
             self.consts[1], self.tb, self.ldb = packed, False, packed.shape[1]
 
 

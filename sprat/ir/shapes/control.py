@@ -63,26 +63,40 @@ def _all_known(ins) -> bool:
     return bool(present) and all(x.value is not None for x in present)
 
 
+def constant_infos(g: Graph) -> dict[int, TensorInfo]:
+    """``{value index: info with its value}`` of ``g``'s constants (weights, initializers)."""
+    return {i: TensorInfo(tuple(v.data.shape), v.data.dtype, v.data)
+            for i, v in enumerate(g.values) if v.data is not None}
+
+
+def infer_step(node: Node, known: dict[int, TensorInfo]) -> tuple[list, list] | None:
+    """Infer ``node``'s outputs into ``known`` (value index -> info): folded to their values
+    when they can be known before running (returns None), else their shapes and dtypes
+    (returns ``(input infos, output infos)``, as many outputs as the node lists). Raises
+    ShapeError (DataDependentShape when a shape needs data computed while running)."""
+    from . import infer
+
+    ins = [None if i == MISSING else known[i] for i in node.inputs]
+    values = fold_node(node, ins)
+    if values is not None:
+        for o, val in zip(node.outputs, values):
+            known[o] = TensorInfo(tuple(val.shape), val.dtype, val)
+        return None
+    # NOTE: a shape function gives every output the op can have (LSTM: Y, Y_h, Y_c); the node
+    # may list fewer (trailing optional outputs left out)
+    outs = [TensorInfo(s, dt) for s, dt in infer(node, ins)][:len(node.outputs)]
+    for o, info in zip(node.outputs, outs):
+        known[o] = info
+    return ins, outs
+
+
 def infer_graph(g: Graph, ins: list[TensorInfo | None]) -> list[TensorInfo]:
     """Infos of ``g``'s outputs for inputs ``ins`` (one per ``g.inputs``), folding what is known.
     Raises ShapeError (DataDependentShape when a shape needs data computed while running)."""
-    from . import infer
-
-    known: dict[int, TensorInfo] = {}
-    for i, v in enumerate(g.values):
-        if v.data is not None:
-            known[i] = TensorInfo(tuple(v.data.shape), v.data.dtype, v.data)
-    for i, info in zip(g.inputs, ins):
-        known[i] = info
+    known = constant_infos(g)
+    known.update(zip(g.inputs, ins))
     for node in g.nodes:
-        node_ins = [None if i == MISSING else known[i] for i in node.inputs]
-        values = fold_node(node, node_ins)
-        if values is not None:
-            for o, val in zip(node.outputs, values):
-                known[o] = TensorInfo(tuple(val.shape), val.dtype, val)
-            continue
-        for o, (s, dt) in zip(node.outputs, infer(node, node_ins)):
-            known[o] = TensorInfo(s, dt)
+        infer_step(node, known)
     missing = [g.values[o].name for o in g.outputs if o not in known]
     if missing:
         raise ShapeError(f"subgraph output(s) {missing} are computed by no node")
