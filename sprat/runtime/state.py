@@ -112,8 +112,3 @@ class RunState:
         """``(step, start, duration)`` of every step of the last observed run (seconds)."""
         return [*zip(self.plan.steps, self.op_starts, self.op_times),
                 *((s, t0, dt) for (s, _), (t0, dt) in zip(self.record, self.tail_times))]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the arena."""
-        return self.plan.layout.size

@@ -88,9 +88,9 @@ class Plan:
     by ``layout``; ``aliases``: ``{output value: input value}`` of view ops (one set of bytes);
     ``zeroed``: workspace slots zero-filled once per run state; ``constants``: values known
     when planning that steps read or the graph returns; ``bound``: values whose arrays a run
-    supplies (a later segment's graph inputs and dynamic outputs); ``outer``: values planned by
-    the segments before this one; ``input_uses`` / ``output_uses``: where each graph input /
-    output appears in the steps, as ``(step, side, position)``; ``dynamic``: the dynamic node
+    supplies (a later segment's graph inputs and dynamic outputs; values planned by the
+    segments before are read from their run state); ``input_uses`` / ``output_uses``: where
+    each graph input / output appears in the steps, as ``(step, side, position)``; ``dynamic``: the dynamic node
     that ends this plan, or None; ``contexts``: backends whose ``run_context`` a run enters.
     """
 
@@ -103,7 +103,6 @@ class Plan:
     zeroed: frozenset
     constants: Mapping[int, np.ndarray]
     bound: frozenset
-    outer: frozenset
     input_uses: tuple
     output_uses: Mapping[str, tuple]
     dynamic: Step | None
@@ -141,10 +140,8 @@ class Plan:
 class _Tail:
     """What planning the rest of the graph after a dynamic node needs, and the plans made."""
 
-    def __init__(self, builder: _Builder, cut: int, known: dict, bound: frozenset,
-                 outer: frozenset):
-        self.builder, self.cut, self.known = builder, cut, known
-        self.bound, self.outer = bound, outer
+    def __init__(self, builder: _Builder, cut: int, known: dict, bound: frozenset):
+        self.builder, self.cut, self.known, self.bound = builder, cut, known, bound
         self.plans: dict = {}
         self.lock = threading.Lock()
 
@@ -159,7 +156,7 @@ class _Tail:
                 for o, (shape, dtype) in zip(node.outputs, shapes):
                     known[o] = TensorInfo(shape, np.dtype(dtype))
                 plan = self.plans[shapes] = self.builder.segment(
-                    self.cut + 1, known, self.bound | set(node.outputs), self.outer)
+                    self.cut + 1, known, self.bound | set(node.outputs))
             return plan
 
 
@@ -195,7 +192,7 @@ def build_plan(graph: Graph, shapes: Mapping[str, tuple], backends: Sequence[Bac
                               None if values is None else values.get(v.name))
     builder = _Builder(graph, tuple(backends), backup, split, exclusive,
                        MappingProxyType({k: tuple(s) for k, s in shapes.items()}))
-    return builder.segment(0, known, frozenset(), frozenset())
+    return builder.segment(0, known, frozenset())
 
 
 def view_aliases(pending, kernels, sizes: dict, spans: dict, known) -> dict[int, int]:
@@ -265,9 +262,9 @@ class _Builder:
             out.update(i for i in n.inputs if i != MISSING)
         return out
 
-    def segment(self, start: int, known: dict, bound: frozenset, outer: frozenset) -> Plan:
+    def segment(self, start: int, known: dict, bound: frozenset) -> Plan:
         """The plan of the nodes from ``start`` up to the next dynamic node. ``bound``: values
-        whose arrays each run supplies; ``outer``: values planned by the segments before."""
+        whose arrays each run supplies."""
         g = self.graph
         root = start == 0
         pending, cut = self.infer_nodes(start, known)
@@ -324,14 +321,13 @@ class _Builder:
             constants.update({v: known[v].value for v in node.inputs
                               if v in known and known[v].value is not None
                               and v not in offsets})
-            tail = _Tail(self, cut, known, bound if not root else frozenset(g.inputs),
-                         outer | frozenset(offsets))
+            tail = _Tail(self, cut, known, bound if not root else frozenset(g.inputs))
         return Plan(
             graph=g, shapes=self.shapes, steps=steps,
             layout=Layout(MappingProxyType(offsets), total, ALIGN),
             slots=MappingProxyType(slots), aliases=MappingProxyType(aliases),
             zeroed=frozenset(zeroed), constants=MappingProxyType(constants),
-            bound=bound, outer=outer,
+            bound=bound,
             input_uses=tuple(_uses(steps, i) for i in g.inputs) if root else (),
             output_uses=MappingProxyType(self._output_uses(steps, later if cut is not None
                                                              else set(), root)),
