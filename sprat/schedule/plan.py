@@ -90,8 +90,9 @@ class Plan:
     when planning that steps read or the graph returns; ``bound``: values whose arrays a run
     supplies (a later segment's graph inputs and dynamic outputs; values planned by the
     segments before are read from their run state); ``input_uses`` / ``output_uses``: where
-    each graph input / output appears in the steps, as ``(step, side, position)``; ``dynamic``: the dynamic node
-    that ends this plan, or None; ``contexts``: backends whose ``run_context`` a run enters.
+    each graph input / output appears in the steps, as ``(step, side, position)``;
+    ``dynamic``: the dynamic node that ends this plan, or None; ``contexts``: backends whose
+    ``run_context`` a run enters.
     """
 
     graph: Graph
