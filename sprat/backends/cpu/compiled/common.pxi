@@ -35,6 +35,16 @@ ACT_CODES = {"Relu": A_RELU, "Clip": A_CLIP, "Sigmoid": A_SIGMOID, "HardSigmoid"
              "Gelu": A_GELU}
 
 
+cdef inline const float* cptr(const float[::1] v) noexcept nogil:
+    """The first element of ``v``, NULL when it is empty (an absent residual, bias or table)."""
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+cdef inline float* mptr(float[::1] v) noexcept nogil:
+    """The first element of the writable ``v``, NULL when it is empty."""
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
 cdef inline float fmax32(float u, float v) noexcept nogil:
     """max as a select; NaN in u propagates (as Python's ``max(u, v)``)."""
     return v if v > u else u

@@ -38,11 +38,6 @@ def conv_view(a):
     return ro
 
 
-cdef inline const float* conv_ptr(const float[::1] v) noexcept nogil:
-    """The first element of ``v``, NULL when it is empty (an absent residual or table)."""
-    return &v[0] if v.shape[0] > 0 else NULL
-
-
 cdef inline const float* conv_at(const float* p, idx offset) noexcept nogil:
     """``p + offset``, NULL for an absent operand (NULL)."""
     return p + offset if p != NULL else NULL
@@ -148,7 +143,7 @@ def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[:
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
-    cdef const float* pr = conv_ptr(res)
+    cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef idx nbias = bias.shape[0]
     cdef int t
@@ -221,7 +216,7 @@ def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] 
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
-    cdef const float* pr = conv_ptr(res)
+    cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef idx nbias = bias.shape[0]
     cdef int t
@@ -334,7 +329,7 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
-    cdef const float* pr = conv_ptr(res)
+    cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef idx nbias = bias.shape[0]
     cdef int t
@@ -568,10 +563,10 @@ def conv_depthwise(int nt, const float[::1] x, const float[::1] w, const float[:
         raise ValueError("conv_depthwise: tiled weights or bias too short")
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
-    cdef const float* pwt = conv_ptr(wt)
+    cdef const float* pwt = cptr(wt)
     cdef const float* pb_ = &bias[0]
-    cdef const float* pbt = conv_ptr(bt)
-    cdef const float* pr = conv_ptr(res)
+    cdef const float* pbt = cptr(bt)
+    cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef int t
     if nt <= 1:
@@ -768,7 +763,7 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
     cdef const float* px = &x[0]
     cdef const float* pu = &u[0]
     cdef const float* pb_ = &bias[0]
-    cdef const float* pr = conv_ptr(res)
+    cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef int t
     if nt <= 1:
@@ -848,7 +843,7 @@ def conv_transpose(int nt, const float[::1] x, const float[::1] w, const float[:
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
-    cdef const float* pr = conv_ptr(res)
+    cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef int t
     if nt <= 1:

@@ -106,15 +106,6 @@ cdef extern from *:
                                                 idx n) noexcept nogil
 
 
-cdef inline const float* dense_cptr(const float[::1] v) noexcept nogil:
-    """The first element of ``v``, or NULL when it is empty (an absent residual or bias)."""
-    return &v[0] if v.shape[0] > 0 else NULL
-
-
-cdef inline float* dense_ptr(float[::1] v) noexcept nogil:
-    return &v[0] if v.shape[0] > 0 else NULL
-
-
 cdef inline float* dense_row(float[:, ::1] v, int t) noexcept nogil:
     """Row ``t`` of a per-slot scratch (nt, size); NULL when the rows are empty."""
     return &v[t, 0] if v.shape[1] > 0 else NULL
@@ -469,12 +460,12 @@ def gemm_blocks(int nt, const float[::1] a, const float[::1] b, float[::1] y,
     ``res`` (same layout as ``y``) is added when ``has_res``; then activation ``code`` (pa, pb).
     Work items are (batch, block of ``rb`` rows, block of ``cb`` columns), ``nt`` slots."""
     cdef dense_gemm_t g
-    g.a, g.b, g.y = dense_cptr(a), dense_cptr(b), dense_ptr(y)
+    g.a, g.b, g.y = cptr(a), cptr(b), mptr(y)
     g.offs = &offs[0, 0]
     g.nbatch, g.M, g.N, g.K, g.lda, g.ldb, g.rb, g.cb = offs.shape[0], M, N, K, lda, ldb, rb, cb
     g.ta, g.tb, g.alpha = ta, tb, alpha
-    g.c, g.sm, g.sn, g.beta = dense_cptr(c), sm, sn, beta
-    g.res, g.has_res, g.code, g.pa, g.pb = dense_cptr(res), has_res, code, pa, pb
+    g.c, g.sm, g.sn, g.beta = cptr(c), sm, sn, beta
+    g.res, g.has_res, g.code, g.pa, g.pb = cptr(res), has_res, code, pa, pb
     cdef const dense_gemm_t* gp = &g
     cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
     cdef int t
@@ -547,11 +538,11 @@ def gemv_f16(const float[::1] a, const unsigned short[::1] w, float[::1] y, idx 
     ``gemm_f16_blocks`` (``scratch`` unused). Work items are panels of ``cb`` columns; each
     weight element is widened as it is read (the product is memory-bound)."""
     cdef idx ncb = (N + cb - 1) // cb
-    cdef const float* pa_ = dense_cptr(a)
+    cdef const float* pa_ = cptr(a)
     cdef const unsigned short* pw = &w[0] if w.shape[0] else NULL
-    cdef float* py = dense_ptr(y)
-    cdef const float* pbias = dense_cptr(bias)
-    cdef const float* pr = dense_cptr(res)
+    cdef float* py = mptr(y)
+    cdef const float* pbias = cptr(bias)
+    cdef const float* pr = cptr(res)
     cdef int t
     if nt <= 1:
         with nogil:
@@ -592,11 +583,11 @@ def gemm_f16_blocks(const float[::1] a, const unsigned short[::1] w, float[::1] 
     Work items are panels of ``cb`` columns; ``scratch`` (nt, >= K * cb) float32 holds each
     slot's widened panel, multiplied by BLAS (one thread per call)."""
     cdef idx ncb = (N + cb - 1) // cb
-    cdef const float* pa_ = dense_cptr(a)
+    cdef const float* pa_ = cptr(a)
     cdef const unsigned short* pw = &w[0] if w.shape[0] else NULL
-    cdef float* py = dense_ptr(y)
-    cdef const float* pbias = dense_cptr(bias)
-    cdef const float* pr = dense_cptr(res)
+    cdef float* py = mptr(y)
+    cdef const float* pbias = cptr(bias)
+    cdef const float* pr = cptr(res)
     cdef int t
     if M <= 0 or N <= 0:
         return
@@ -714,8 +705,8 @@ def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int
     """Softmax-13 (LogSoftmax-13 when ``log``) of ``x`` viewed (O, L, I), along L, into ``y``
     (same layout). Work items: rows when I == 1, else (o, 512-column chunk) pairs."""
     cdef idx items = O if I == 1 else O * ((I + DENSE_CHUNK - 1) // DENSE_CHUNK)
-    cdef const float* px = dense_cptr(x)
-    cdef float* py = dense_ptr(y)
+    cdef const float* px = cptr(x)
+    cdef float* py = mptr(y)
     cdef int t
     if L <= 0 or items <= 0:
         return
@@ -751,10 +742,10 @@ def layernorm(const float[::1] x, float[::1] y, idx rows, idx D, const float[::1
     """LayerNormalization-17 over rows of length D (``x``, ``y``: (rows, D)):
     ``y = (x - mean) / sqrt(var + eps) * scale + bias``, ``scale``/``bias`` D floats each
     (float32 statistics). Work items are rows."""
-    cdef const float* px = dense_cptr(x)
-    cdef float* py = dense_ptr(y)
-    cdef const float* ps = dense_cptr(scale)
-    cdef const float* pb = dense_cptr(bias)
+    cdef const float* px = cptr(x)
+    cdef float* py = mptr(y)
+    cdef const float* ps = cptr(scale)
+    cdef const float* pb = cptr(bias)
     cdef int t
     if rows <= 0 or D <= 0:
         return
@@ -817,11 +808,11 @@ def channel_affine(const float[::1] x, float[::1] y, idx O, idx C, idx I, const 
     at prepare; NHWC: I == 1, NCHW: O == N). ``s``/``b`` hold the C values repeated
     (``tiled_bias``): NHWC runs over as many pixels at once. Work items: NHWC runs, else (C, I)
     blocks, or single (o, channel) planes when there are fewer blocks than slots."""
-    cdef const float* px = dense_cptr(x)
-    cdef float* py = dense_ptr(y)
-    cdef const float* pr = dense_cptr(res)
-    cdef const float* ps = dense_cptr(s)
-    cdef const float* pb_ = dense_cptr(b)
+    cdef const float* px = cptr(x)
+    cdef float* py = mptr(y)
+    cdef const float* pr = cptr(res)
+    cdef const float* ps = cptr(s)
+    cdef const float* pb_ = cptr(b)
     cdef idx L, items
     cdef int t
     if I == 1:
@@ -907,8 +898,8 @@ def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v
     ``Y_h = softmax(scale * Q_h @ K_h^T + mask) @ V_h`` per head. Work items are the B*H
     (batch, head) pairs; ``scratch`` (nt, >= Sq * Skv) float32 holds each slot's scores."""
     cdef dense_attn_t g
-    g.q, g.k, g.v = dense_cptr(q), dense_cptr(k), dense_cptr(v)
-    g.mask, g.has_mask, g.y = dense_cptr(mask), has_mask, dense_ptr(y)
+    g.q, g.k, g.v = cptr(q), cptr(k), cptr(v)
+    g.mask, g.has_mask, g.y = cptr(mask), has_mask, mptr(y)
     g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv = B, H, G, Sq, Skv, D, Dv
     g.scale, g.mb, g.mh, g.mq = scale, mb, mh, mq
     cdef const dense_attn_t* gp = &g
@@ -1024,9 +1015,9 @@ def lstm(const float[::1] x, const float[:, ::1] w, bint w_trans, const float[:,
     threads."""
     cdef int dirs = w.shape[0]
     cdef bint rev[2]
-    cdef const float* ph0 = dense_cptr(h0)
-    cdef const float* pc0 = dense_cptr(c0)
-    cdef float* py = dense_ptr(y)
+    cdef const float* ph0 = cptr(h0)
+    cdef const float* pc0 = cptr(c0)
+    cdef float* py = mptr(y)
     cdef idx state = nb * hid
     cdef int d
     rev[0] = bool(reverse[0])

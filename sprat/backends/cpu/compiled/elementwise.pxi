@@ -229,10 +229,6 @@ cdef void _binary_items(idx lo, idx hi, int op, const float* a, const idx* sa, c
         residual_act(y + yo, res + yo, n, has_res, code, pa, pb)
 
 
-cdef inline const float* _ptr(const float[::1] v) noexcept nogil:
-    return &v[0] if v.shape[0] > 0 else NULL
-
-
 def binary(int nt, int op, const float[::1] a, sa, const float[::1] b, sb, float[::1] y, dims,
            const float[::1] res, bint has_res, int code, float pa, float pb,
            float[:, ::1] tiles):
@@ -248,9 +244,9 @@ def binary(int nt, int op, const float[::1] a, sa, const float[::1] b, sb, float
     cdef idx items = _binary_item_count(d)
     if items == 0:  # NOTE: an empty tensor (the short-row paths divide by the row length)
         return
-    cdef const float* pa_ = _ptr(a)
-    cdef const float* pb_ = _ptr(b)
-    cdef const float* pr = _ptr(res)
+    cdef const float* pa_ = cptr(a)
+    cdef const float* pb_ = cptr(b)
+    cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef int t
     if nt <= 1:
@@ -320,9 +316,9 @@ def unary(int nt, int op, const float[::1] x, float[::1] y, idx size, float pa, 
     """``y = act(op(x) + res)`` on flat float32 arrays of ``size`` elements (``x`` may be
     ``y``), split into ``nt`` work slots."""
     cdef idx items = (size + CHUNK_ - 1) // CHUNK_
-    cdef const float* px = _ptr(x)
-    cdef float* py = &y[0] if y.shape[0] else NULL
-    cdef const float* pr = _ptr(res)
+    cdef const float* px = cptr(x)
+    cdef float* py = mptr(y)
+    cdef const float* pr = cptr(res)
     cdef int t
     if nt <= 1:
         with nogil:
