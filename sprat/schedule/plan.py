@@ -32,6 +32,7 @@ from ..ir.graph import MISSING, Graph, Node, contiguous
 from ..ir.shapes import DataDependentShape
 from ..ir.shapes.control import constant_infos, infer_step
 from ..ir.tensorinfo import TensorInfo
+from ..memory import pages
 from ..memory.lifetimes import lifetimes
 from ..memory.planner import ALIGN, plan_memory
 from .assign import assign
@@ -254,6 +255,9 @@ class _Builder:
             raise
         except Exception as e:
             raise KernelError(node.name, node.op_type, f"prepare failed: {e}") from e
+        if kernel.packed:
+            # NOTE: right after each kernel packs, so the peak holds one weight twice, not all
+            pages.release(ins[k].value for k in kernel.packed if ins[k] is not None)
         return kernel
 
     def read_from(self, start: int) -> set[int]:

@@ -167,6 +167,24 @@ def test_compiled_conv_checks_operand_sizes():
         ck.conv_transpose(2, x, w, b, none, False, y, 1, 2, 2, 8, 6, 2, 2, 2, acc, 0, 0.0, 0.0)
 
 
+@pytest.mark.parametrize("m,c", [(1, 1), (24, 24), (70, 3), (129, 65), (256, 32)])
+def test_winograd_weight_transform(m, c):
+    # the compiled transform against G w G^T in float64 (Lavin & Gray's G, ``WINOGRAD_G``), at
+    # 1 and 2 slots and with more slots than input channels; M spans partial blocks of 64
+    from sprat.backends.cpu import conv
+
+    w = randn(m, c, 3, 3)
+    g = conv.WINOGRAD_G
+    want = np.einsum("ik,mckl,jl->ijcm", g, w.astype(np.float64), g).reshape(-1)
+    for nt in (1, 2, 3):
+        got = conv.winograd_weights(w, nt)
+        assert got.dtype == np.float32 and got.shape == (36 * c * m,)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="shorter"):
+        compiled.kernels.conv_winograd_weights(1, w.reshape(-1)[:-1], m, c, got,
+                                               np.empty((1, 63 * 64)))
+
+
 @pytest.mark.parametrize("xs,ws,attrs", [
     ((1, 6, 5, 7), (6, 4, 2, 2), {"strides": [2, 2]}),
     ((2, 3, 4, 3), (3, 5, 3, 3), {"strides": [3, 3]}),

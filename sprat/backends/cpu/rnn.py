@@ -70,6 +70,7 @@ class LSTMKernel(CpuKernel):
             self.r = self.shared("rt_all", lambda: np.stack([
                 np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1)
                 for d in range(self.dirs)]))
+            self.packed = (1, 2)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = np.zeros((self.dirs, four_h), np.float32)
