@@ -80,12 +80,18 @@ def _restore_blas(previous: list[int]) -> None:
             lib.set(n)
 
 
+_max_threads = None
+
+
 def max_threads() -> int:
     """Largest number of work slots: OpenMP's thread limit (OMP_NUM_THREADS, default: the
     CPUs this process may run on)."""
-    from .compiled import kernels
+    global _max_threads
+    if _max_threads is None:  # NOTE: once: ``limits`` asks on every run
+        from .compiled import kernels
 
-    return kernels.max_threads()
+        _max_threads = kernels.max_threads
+    return _max_threads()
 
 
 def clamp(num_threads: int) -> int:
