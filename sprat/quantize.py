@@ -112,8 +112,8 @@ def quantize(model, output: str | os.PathLike | None = None, *,
         mode: ``"static"`` or ``"dynamic"`` (see the module docstring).
         method: ``"minmax"``, ``"percentile"`` or ``"entropy"`` (static only).
         percentile: for ``"percentile"``, in (50, 100].
-        per_channel: int8 weights with one scale per output channel (needs opset >= 13);
-            False: one scale per weight.
+        per_channel: int8 weights with one scale per output channel (a model below opset 13
+            is converted to 13 first); False: one scale per weight.
         reduce_range: 7-bit weights (+-63), for int8 kernels that saturate u8 x s8 pairs
             (onnxruntime's advice on CPUs without VNNI).
         exclude: names of nodes to keep in fp32.
@@ -124,7 +124,8 @@ def quantize(model, output: str | os.PathLike | None = None, *,
 
     Returns: ``(onnx.ModelProto of the quantised model, QuantizeReport)``.
     Raises: InputError (bad arguments, unreadable or mismatched calibration rows, naming
-    them), ConvertError (not an ONNX model; per-channel weights below opset 13).
+    them), ConvertError (not an ONNX model; per-channel weights for a model that does not
+    convert to opset 13).
     """
     import onnx
 
@@ -136,11 +137,19 @@ def quantize(model, output: str | os.PathLike | None = None, *,
         raise InputError(f"percentile must be in (50, 100], got {percentile}")
     if mode == "static" and calibration is None:
         raise InputError("static quantization needs calibration rows (calibration=...)")
-    src = _load_onnx(model)
+    src = _constants_as_initializers(_load_onnx(model))
     opset = next((o.version for o in src.opset_import if o.domain in ("", "ai.onnx")), 0)
     if per_channel and opset < PER_CHANNEL_OPSET:
-        raise ConvertError(f"per-channel weights need opset >= {PER_CHANNEL_OPSET} (the model "
-                           f"has {opset}): quantize with per_channel=False (--per-tensor)")
+        # NOTE: DequantizeLinear's axis is opset 13: the model is converted to it first (onnx's
+        # version converter, as onnxruntime's quantizer does for per-channel QDQ)
+        try:
+            src = onnx.version_converter.convert_version(src, PER_CHANNEL_OPSET)
+        except Exception as e:
+            raise ConvertError(f"per-channel weights need opset >= {PER_CHANNEL_OPSET} and the "
+                               f"model (opset {opset}) does not convert to it ({e}): quantize "
+                               f"with per_channel=False (--per-tensor)") from None
+        log.info("converted the model from opset %d to %d for per-channel weights", opset,
+                 PER_CHANNEL_OPSET)
     fp32 = _Runner(src, [])
     feeds = _calibration_feeds(calibration, fp32.session, image) if calibration is not None \
         else []
@@ -204,6 +213,26 @@ def _load_onnx(model):
         raise
     except Exception as e:
         raise ConvertError(f"{path}: cannot read as ONNX: {type(e).__name__}: {e}") from None
+
+
+def _constants_as_initializers(model):
+    """``model`` with its Constant nodes holding a tensor (``value``) made initializers, as
+    exporters such as Paddle2ONNX write weights: the quantizer finds weights among them."""
+    g = model.graph
+    keep = []
+    for n in g.node:
+        attrs = {a.name: a for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and set(attrs) == {"value"} \
+                and len(n.output) == 1:
+            t = copy.deepcopy(attrs["value"].t)
+            t.name = n.output[0]
+            g.initializer.append(t)
+        else:
+            keep.append(n)
+    if len(keep) != len(g.node):
+        del g.node[:]
+        g.node.extend(keep)
+    return model
 
 
 class _Runner:
