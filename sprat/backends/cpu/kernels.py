@@ -16,7 +16,7 @@ from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
-from .rnn import LSTMKernel
+from .rnn import GRUKernel, LSTMKernel
 from .tensor import (
                      CastKernel,
                      ConcatKernel,
@@ -43,6 +43,7 @@ KERNELS: dict = {
     "Attention": AttentionKernel,
     # recurrent
     "LSTM": LSTMKernel,
+    "GRU": GRUKernel,
     # normalisation
     "BatchNormalization": BatchNormKernel,
     "LayerNormalization": LayerNormKernel,
