@@ -512,6 +512,23 @@ def test_layernorm(shape, axis):
     check("LayerNormalization", [x, randn(d, seed=2)[:1].reshape(1)], {"axis": axis})
 
 
+@pytest.mark.parametrize("size,beta,c", [(5, 0.75, 96), (3, 0.5, 7), (4, 1.3, 16), (1, 0.75, 5),
+                                         (9, 0.75, 4)])
+def test_lrn(size, beta, c):
+    # NHWC (the layout pass's), against the reference's NHWC evaluation; even sizes have an
+    # asymmetric window, sizes past C a clipped one; 96 channels x 27 x 27 runs on two slots
+    hw = 27 if c == 96 else 5
+    x = nhwc(randn(2, c, hw, hw, scale=3.0))
+    check("LRN", [x], {**fused(), "size": size, "alpha": 1e-3, "beta": beta, "bias": 2.0})
+
+
+def test_lrn_refusals():
+    x = randn(1, 4, 3, 3)
+    assert refuses("LRN", [x], {"size": 3})  # NCHW: the layout pass gives it NHWC first
+    assert refuses("LRN", [nhwc(x).astype(np.float64)], {**fused(), "size": 3})
+    assert refuses("LRN", [nhwc(x)], {**fused("Relu"), "size": 3})
+
+
 def test_batchnorm():
     c = 7
     p = [randn(c, seed=2), randn(c, seed=3), randn(c, seed=4),

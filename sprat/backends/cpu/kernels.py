@@ -11,7 +11,7 @@ from .conv import ConvKernel
 from .convtranspose import ConvTransposeKernel
 from .elementwise import BinaryKernel, UnaryKernel
 from .linalg import GemmKernel, MatMulKernel
-from .norm import BatchNormKernel, LayerNormKernel, SoftmaxKernel
+from .norm import BatchNormKernel, LayerNormKernel, LRNKernel, SoftmaxKernel
 from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
 from .reduce import ReduceKernel
@@ -47,6 +47,7 @@ KERNELS: dict = {
     # normalisation
     "BatchNormalization": BatchNormKernel,
     "LayerNormalization": LayerNormKernel,
+    "LRN": LRNKernel,
     "Softmax": SoftmaxKernel,
     "LogSoftmax": SoftmaxKernel,
     # reductions
