@@ -407,6 +407,14 @@ def reshape(b, op, name):
            [_out(b, op)], None, name)
 
 
+def shape(b, op, name):
+    """SHAPE: ONNX Shape (int64), cast to the declared output type (int32 by default)."""
+    y = _out(b, op)
+    s = b.tmp(f"{name}/int64", like=y, dtype=np.dtype(np.int64))
+    b.node("Shape", [b.value(op.inputs[0])], [s], None, f"{name}/shape")
+    b.node("Cast", [s], [y], {"to": to_code(b.tensor(op.outputs[0]).dtype)}, name)
+
+
 def concatenation(b, op, name):
     o = op.options
     _emit(b, "Concat", [b.value(t) for t in op.inputs], _out(b, op), {"axis": o.Axis()}, name,
@@ -574,6 +582,7 @@ OPS = {
     "SQUEEZE": reshape,
     "EXPAND_DIMS": reshape,
     "CONCATENATION": concatenation,
+    "SHAPE": shape,
     "TRANSPOSE": transpose,
     "SLICE": slice_,
     "STRIDED_SLICE": strided_slice,
