@@ -323,6 +323,32 @@ def concatenation(b, op, name):
     ops.concatenation(b, op, name)
 
 
+def mean(b, op, name):
+    """MEAN int8/uint8 (reference/reduce.h QuantizedMeanOrSum): the int32 sum over the axes,
+    less ``n * x_zp``, times ``x_scale / y_scale`` folded with ``1 / n`` into the fixed-point
+    multiplier as TFLite does (``(multiplier << s) / n``, ``s = min(floor(log2 n), 32,
+    31 + shift)``)."""
+    xt, yt = _t(b, op, 0), _t(b, op, 0, out=True)
+    axes = ops._const(b, op, 1, "axes", name).astype(np.int64).ravel()
+    keep = int(bool(op.options.KeepDims())) if op.options is not None else 0
+    rank = len(xt.shape)
+    n = int(np.prod([xt.shape[int(a) % rank] for a in set(int(a) % rank for a in axes)],
+                    dtype=np.int64))
+    if n == 0:
+        raise ConvertError(f"operator {name!r} (MEAN): reduces an empty axis")
+    m, shift = quantize_multiplier(scale_of(xt) / scale_of(yt))
+    s = min(n.bit_length() - 1, 32, 31 + shift)
+    m, shift = ((m << s) // n), shift - s
+    x = b.value(op.inputs[0])
+    x32 = b.tmp(f"{name}/int32", like=x, dtype=np.dtype(np.int32))
+    b.node("Cast", [x], [x32], {"to": to_code(np.int32)}, f"{name}/cast")
+    y = b.value(op.outputs[0])
+    total = b.tmp(f"{name}/sum", like=y, dtype=np.dtype(np.int32))
+    b.node("ReduceSum", [x32, b.const_value(f"{name}/axes", axes)], [total],
+           {"keepdims": keep}, f"{name}/sum")
+    _requantize(b, total, y, yt, [m], [shift], name, input_zero_point=zero_point_of(xt) * n)
+
+
 def same_bytes(translate):
     """An op that only moves bytes: the float translator, exact on integers."""
     def moved(b, op, name):
@@ -347,6 +373,7 @@ QOPS = {
     "SOFTMAX": softmax,
     "QUANTIZE": quantize,
     "DEQUANTIZE": dequantize,
+    "MEAN": mean,
     "PAD": pad,
     "PADV2": pad,
     "CONCATENATION": concatenation,
