@@ -16,7 +16,7 @@ import pytest
 import sprat
 from sprat import zoo
 from sprat.converter import convert_graph
-from sprat.errors import ConvertError, ModelFormatError, SpratError, UnsupportedOpError
+from sprat.errors import ModelFormatError, SpratError, UnsupportedOpError
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 S = pytest.importorskip("ai_edge_litert.schema_py_generated")
@@ -376,15 +376,30 @@ def test_unsupported_ops_are_all_named():
                                     "LOCAL_RESPONSE_NORMALIZATION"}
 
 
-def test_quantized_model_is_refused():
+def test_quantized_relu_equals_litert_and_int16_is_named():
+    """uint8 RELU (requantized, clamped) equals LiteRT's reference kernel; int16 activations
+    (ai-edge-quantizer's a16w8 recipes) are named as unsupported ops."""
     m = Tiny()
-    q = S.QuantizationParametersT()
-    q.scale, q.zeroPoint = [0.1], [3]
-    x = m.tensor([1, 4], dtype=np.uint8, quant=q)
-    y = m.op(OP.RELU, [x], [1, 4], out_dtype=np.uint8)
-    m.tensors[y].quantization = q
-    with pytest.raises(ConvertError, match="quantized"):
+    qi, qo = S.QuantizationParametersT(), S.QuantizationParametersT()
+    qi.scale, qi.zeroPoint = [0.1], [3]
+    qo.scale, qo.zeroPoint = [0.07], [9]
+    x = m.tensor([1, 256], dtype=np.uint8, quant=qi)
+    y = m.op(OP.RELU, [x], [1, 256], out_dtype=np.uint8)
+    m.tensors[y].quantization = qo
+    data = m.build([x], [y])
+    feed = np.arange(256, dtype=np.uint8).reshape(1, 256)
+    it = litert.Interpreter(model_content=data,
+                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], feed)
+    it.invoke()
+    want = it.get_tensor(it.get_output_details()[0]["index"])
+    got = sprat_session(data).run({"t0": feed})["t1"]
+    np.testing.assert_array_equal(got, want)
+    m.tensors[x].type = m.tensors[y].type = 7  # INT16
+    with pytest.raises(UnsupportedOpError) as e:
         convert_graph(m.build([x], [y]))
+    assert set(e.value.missing) == {"RELU (int16)"}
 
 
 def test_not_tflite_and_truncated_files():

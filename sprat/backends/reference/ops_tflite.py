@@ -213,7 +213,7 @@ def tfl_mul(a, b, a_zero_point=0, b_zero_point=0, multiplier=0, shift=0, output_
 def _windows(x, kernel_shape, strides, pads):
     """Yield ``(oy, ox, window)`` over NHWC x: each window is x's valid part (padding
     excluded, as TFLite's pooling clamps the filter to the image)."""
-    n, h, w, c = x.shape
+    h, w = x.shape[1:3]
     kh, kw = kernel_shape
     sh, sw = strides
     top, left = pads[0], pads[1]

@@ -332,8 +332,7 @@ def mean(b, op, name):
     axes = ops._const(b, op, 1, "axes", name).astype(np.int64).ravel()
     keep = int(bool(op.options.KeepDims())) if op.options is not None else 0
     rank = len(xt.shape)
-    n = int(np.prod([xt.shape[int(a) % rank] for a in set(int(a) % rank for a in axes)],
-                    dtype=np.int64))
+    n = int(np.prod([xt.shape[a] for a in {int(a) % rank for a in axes}], dtype=np.int64))
     if n == 0:
         raise ConvertError(f"operator {name!r} (MEAN): reduces an empty axis")
     m, shift = quantize_multiplier(scale_of(xt) / scale_of(yt))
