@@ -12,7 +12,8 @@ accumulate exactly (ConvInteger / MatMulInteger, int64) before ``TflRequantize``
 Source: tensorflow/lite/kernels/internal/common.h (MultiplyByQuantizedMultiplier, double
 rounding, the default build), reference/integer_ops/{add,mul,pooling}.h, reference/softmax.h,
 gemmlowp fixedpoint/fixedpoint.h (exp_on_negative_values, one_over_one_plus_x_for_x_in_0_1),
-reference/quantize.h (AffineQuantize), common.h LUTPopulate (LOGISTIC/TANH tables).
+reference/quantize.h (AffineQuantize), common.h LUTPopulate (LOGISTIC/TANH tables),
+reference/resize_bilinear.h (ResizeBilinearInteger).
 """
 
 from __future__ import annotations
@@ -185,19 +186,31 @@ def tfl_rescale(x, scale, bias=None, axis=-1, output_zero_point=0, qmin=-128, qm
     return (v.astype(_I64) + int(output_zero_point)).astype(CODE_TO_NUMPY[int(to)])
 
 
+def _scaled(x, zero_point, left_shift, multiplier, shift):
+    v = wrap32((np.asarray(x, _I64) - int(zero_point)) << int(left_shift))
+    return multiply_by_quantized_multiplier(v, multiplier, shift)
+
+
 def tfl_add(a, b, a_zero_point=0, a_multiplier=0, a_shift=0, b_zero_point=0, b_multiplier=0,
             b_shift=0, left_shift=20, multiplier=0, shift=0, output_zero_point=0, qmin=-128,
             qmax=127):
     """TFLite quantized ADD (reference/integer_ops/add.h AddFunc), numpy broadcasting: each
     input ``((x - zp) << left_shift)`` scaled by its multiplier, summed, scaled to the output.
     a, b int8/uint8 -> y of a's dtype."""
-    sa = multiply_by_quantized_multiplier(
-        wrap32((np.asarray(a, _I64) - int(a_zero_point)) << int(left_shift)), a_multiplier,
-        a_shift)
-    sb = multiply_by_quantized_multiplier(
-        wrap32((np.asarray(b, _I64) - int(b_zero_point)) << int(left_shift)), b_multiplier,
-        b_shift)
-    v = multiply_by_quantized_multiplier(wrap32(sa + sb), multiplier, shift)
+    total = (_scaled(a, a_zero_point, left_shift, a_multiplier, a_shift)
+             + _scaled(b, b_zero_point, left_shift, b_multiplier, b_shift))
+    v = multiply_by_quantized_multiplier(wrap32(total), multiplier, shift)
+    return np.clip(v + int(output_zero_point), int(qmin), int(qmax)).astype(a.dtype)
+
+
+def tfl_sub(a, b, a_zero_point=0, a_multiplier=0, a_shift=0, b_zero_point=0, b_multiplier=0,
+            b_shift=0, left_shift=20, multiplier=0, shift=0, output_zero_point=0, qmin=-128,
+            qmax=127):
+    """TFLite quantized SUB (reference/sub.h SubElementwise): as TflAdd with the scaled
+    inputs subtracted."""
+    diff = (_scaled(a, a_zero_point, left_shift, a_multiplier, a_shift)
+            - _scaled(b, b_zero_point, left_shift, b_multiplier, b_shift))
+    v = multiply_by_quantized_multiplier(wrap32(diff), multiplier, shift)
     return np.clip(v + int(output_zero_point), int(qmin), int(qmax)).astype(a.dtype)
 
 
@@ -257,6 +270,41 @@ def tfl_max_pool_2d(x, kernel_shape=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), q
     return np.clip(out, int(qmin), int(qmax)).astype(x.dtype)
 
 
+def _interpolation_values(n_out: int, n_in: int, align_corners: bool, half_pixel: bool):
+    """ComputeInterpolationValuesInteger for every output index: (scaled Q10 source, lower,
+    upper) index arrays; C integer division (toward zero) throughout."""
+    scale = ((1 << 10) * n_in + n_out // 2) // n_out
+    if align_corners and n_out > 1:
+        scale = ((1 << 10) * (n_in - 1) + (n_out - 1) // 2) // (n_out - 1)
+    v = np.arange(n_out, dtype=_I64) * scale
+    if half_pixel:
+        v = v + scale // 2 - (1 << 9)
+    lower = np.maximum(_trunc_div_pot(v, 10), 0)
+    upper = np.minimum(_trunc_div_pot(v + (1 << 10) - 1, 10), n_in - 1)
+    return v, lower, upper
+
+
+def tfl_resize_bilinear(x, sizes=(1, 1), align_corners=0, half_pixel_centers=0):
+    """TFLite RESIZE_BILINEAR on int8 (reference/resize_bilinear.h ResizeBilinearInteger): Q10
+    source coordinates, the four taps weighted in Q20, rounded half away from zero. NHWC x ->
+    (N, sizes[0], sizes[1], C), x's dtype; the quantization parameters pass through."""
+    h, w = x.shape[1:3]
+    iy, y0, y1 = _interpolation_values(int(sizes[0]), h, bool(align_corners),
+                                       bool(half_pixel_centers))
+    ix, x0, x1 = _interpolation_values(int(sizes[1]), w, bool(align_corners),
+                                       bool(half_pixel_centers))
+    v = np.asarray(x, _I64)
+    fy = (iy - (y0 << 10))[None, :, None, None]
+    fx = (ix - (x0 << 10))[None, None, :, None]
+    top, bottom = v[:, y0], v[:, y1]
+    acc = (top[:, :, x0] * ((1 << 10) - fy) * ((1 << 10) - fx)
+           + bottom[:, :, x0] * fy * ((1 << 10) - fx)
+           + top[:, :, x1] * ((1 << 10) - fy) * fx
+           + bottom[:, :, x1] * fy * fx)
+    acc = acc + np.where(acc > 0, 1 << 19, -(1 << 19))
+    return _trunc_div_pot(acc, 20).astype(x.dtype)
+
+
 def tfl_lookup(x, table):
     """``y = table[x - min(x's dtype)]``: TFLite's 8-bit lookup-table kernels (LOGISTIC, TANH),
     whose 256-entry table the frontend computes as TFLite's LUTPopulate does. x int8/uint8,
@@ -301,9 +349,11 @@ OPS = {
     "TflRequantize": tfl_requantize,
     "TflRescale": tfl_rescale,
     "TflAdd": tfl_add,
+    "TflSub": tfl_sub,
     "TflMul": tfl_mul,
     "TflAveragePool2D": tfl_average_pool_2d,
     "TflMaxPool2D": tfl_max_pool_2d,
+    "TflResizeBilinear": tfl_resize_bilinear,
     "TflLookup": tfl_lookup,
     "TflSoftmax": tfl_softmax,
     "TflQuantize": tfl_quantize,

@@ -192,12 +192,26 @@ def fully_connected(b, op, name):
 
 
 def add(b, op, name):
-    """ADD int8/uint8 (reference/integer_ops/add.h), numpy broadcasting."""
+    """ADD / SUB int8/uint8 (reference/integer_ops/add.h, reference/sub.h; the same
+    parameters, add.cc / sub.cc Prepare), numpy broadcasting."""
     at, bt, yt = _t(b, op, 0), _t(b, op, 1), _t(b, op, 0, out=True)
     lo, hi = activation_range(_fused(op), yt)
     attrs = {**add_params(at, bt, yt), "qmin": lo, "qmax": hi}
-    b.node("TflAdd", [b.value(op.inputs[0]), b.value(op.inputs[1])], [b.value(op.outputs[0])],
-           attrs, name)
+    b.node("TflAdd" if op.op == "ADD" else "TflSub",
+           [b.value(op.inputs[0]), b.value(op.inputs[1])], [b.value(op.outputs[0])], attrs,
+           name)
+
+
+def min_max(onnx_op: str):
+    def compare(b, op, name):
+        """MAXIMUM / MINIMUM int8/uint8 (maximum_minimum.cc): compares the stored integers,
+        so all three tensors must share their quantization."""
+        yt = _t(b, op, 0, out=True)
+        for k in (0, 1):
+            _same_params(_t(b, op, k), yt, name, op.op)
+        b.node(onnx_op, [b.value(op.inputs[0]), b.value(op.inputs[1])],
+               [b.value(op.outputs[0])], None, name)
+    return compare
 
 
 def mul(b, op, name):
@@ -233,6 +247,26 @@ def _same_params(xt, yt, name: str, what: str) -> None:
                            f"(scale {scale_of(xt)} / {scale_of(yt)}, zero point "
                            f"{zero_point_of(xt)} / {zero_point_of(yt)}); TFLite requires them "
                            "equal")
+
+
+def resize_bilinear(b, op, name):
+    """RESIZE_BILINEAR int8 (reference/resize_bilinear.h ResizeBilinearInteger: Q10 source
+    coordinates, Q20 weights); the values pass through unscaled, so the input's and output's
+    quantization must match. uint8 runs a float kernel in TFLite and is refused here."""
+    o = op.options
+    xt, yt = _t(b, op, 0), _t(b, op, 0, out=True)
+    ops._rank4(b, op, name)
+    if xt.dtype != np.int8:
+        raise ConvertError(f"operator {name!r}: quantized RESIZE_BILINEAR on {xt.dtype} is not "
+                           "supported (int8 is)")
+    _same_params(xt, yt, name, op.op)
+    size = [int(v) for v in ops._const(b, op, 1, "size", name).ravel()]
+    align, half = bool(o.AlignCorners()), bool(o.HalfPixelCenters())
+    if align and half:
+        raise ConvertError(f"operator {name!r} ({op.op}): align_corners together with "
+                           "half_pixel_centers is not supported")
+    b.node("TflResizeBilinear", [b.value(op.inputs[0])], [b.value(op.outputs[0])],
+           {"sizes": size, "align_corners": int(align), "half_pixel_centers": int(half)}, name)
 
 
 def relu(bounds):
@@ -361,6 +395,9 @@ QOPS = {
     "DEPTHWISE_CONV_2D": depthwise_conv_2d,
     "FULLY_CONNECTED": fully_connected,
     "ADD": add,
+    "SUB": add,
+    "MAXIMUM": min_max("Max"),
+    "MINIMUM": min_max("Min"),
     "MUL": mul,
     "AVERAGE_POOL_2D": _pool("TflAveragePool2D"),
     "MAX_POOL_2D": _pool("TflMaxPool2D"),
@@ -374,6 +411,7 @@ QOPS = {
     "DEQUANTIZE": dequantize,
     "MEAN": mean,
     "PAD": pad,
+    "RESIZE_BILINEAR": resize_bilinear,
     "PADV2": pad,
     "CONCATENATION": concatenation,
     "RESHAPE": same_bytes(ops.reshape),

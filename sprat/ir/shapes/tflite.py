@@ -75,7 +75,7 @@ def tfl_rescale(ins, axis=-1, to=3, **_):
 
 
 def tfl_binary(ins, **_):
-    """TflAdd / TflMul(a, b) int8/uint8 of one dtype -> the broadcast shape, a's dtype."""
+    """TflAdd / TflSub / TflMul(a, b) int8/uint8 of one dtype -> the broadcast shape, a's dtype."""
     a, b = ins[0], ins[1]
     dt = _q8("TflAdd/TflMul", a)
     if np.dtype(b.dtype) != dt:
@@ -97,6 +97,16 @@ def tfl_pool_2d(ins, kernel_shape=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), **_
         raise ShapeError(f"TflPool2D: kernel {tuple(kernel_shape)} does not fit input "
                          f"{tuple(x.shape)} with pads {tuple(pads)}")
     return [((n, oh, ow, c), dt)]
+
+
+def tfl_resize_bilinear(ins, sizes=(1, 1), **_):
+    """TflResizeBilinear: x NHWC int8/uint8 -> (N, sizes[0], sizes[1], C), x's dtype."""
+    x = ins[0]
+    dt = _q8("TflResizeBilinear", x)
+    if len(x.shape) != 4 or min(sizes) < 1:
+        raise ShapeError(f"TflResizeBilinear: expected an NHWC input and positive sizes, got "
+                         f"{tuple(x.shape)} and {tuple(sizes)}")
+    return [((x.shape[0], int(sizes[0]), int(sizes[1]), x.shape[3]), dt)]
 
 
 def tfl_lookup(ins, **_):
@@ -129,9 +139,11 @@ SHAPES = {
     "TflRequantize": tfl_requantize,
     "TflRescale": tfl_rescale,
     "TflAdd": tfl_binary,
+    "TflSub": tfl_binary,
     "TflMul": tfl_binary,
     "TflAveragePool2D": tfl_pool_2d,
     "TflMaxPool2D": tfl_pool_2d,
+    "TflResizeBilinear": tfl_resize_bilinear,
     "TflLookup": tfl_lookup,
     "TflSoftmax": tfl_softmax,
     "TflQuantize": tfl_quantize,
