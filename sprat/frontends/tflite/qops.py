@@ -29,6 +29,10 @@ from .quant import (
     add_params,
     conv_multipliers,
     conv_scales,
+    elu_f32,
+    gelu_f32,
+    hard_swish_table,
+    leaky_relu_table,
     logistic_f32,
     lookup_table,
     mul_params,
@@ -284,13 +288,37 @@ def relu(bounds):
 
 def lookup(fn):
     def lut(b, op, name):
-        """LOGISTIC / TANH int8/uint8: TFLite's reference kernel is a 256-entry table made by
-        LUTPopulate at Prepare (activations.cc)."""
+        """LOGISTIC / TANH / ELU int8/uint8: TFLite's reference kernel is a 256-entry table
+        made by LUTPopulate at Prepare (activations.cc)."""
         xt, yt = _t(b, op, 0), _t(b, op, 0, out=True)
         table = lookup_table(fn, xt, yt)
         b.node("TflLookup", [b.value(op.inputs[0]), b.const_value(f"{name}/table", table)],
                [b.value(op.outputs[0])], None, name)
     return lut
+
+
+def _table_op(b, op, name, table):
+    b.node("TflLookup", [b.value(op.inputs[0]), b.const_value(f"{name}/table", table)],
+           [b.value(op.outputs[0])], None, name)
+
+
+def hard_swish(b, op, name):
+    """HARD_SWISH int8/uint8: TFLite's int16 fixed-point kernel (reference/hard_swish.h)
+    depends on the input value only, so it is evaluated here on all 256 of them."""
+    _table_op(b, op, name, hard_swish_table(_t(b, op, 0), _t(b, op, 0, out=True)))
+
+
+def leaky_relu(b, op, name):
+    """LEAKY_RELU int8/uint8 (reference/leaky_relu.h QuantizeLeakyRelu), tabulated."""
+    _table_op(b, op, name, leaky_relu_table(float(op.options.Alpha()), _t(b, op, 0),
+                                            _t(b, op, 0, out=True)))
+
+
+def gelu(b, op, name):
+    """GELU int8/uint8: LUTPopulate of reference/gelu.h's float transform (activations.cc)."""
+    approx = op.options is not None and bool(op.options.Approximate())
+    _table_op(b, op, name, lookup_table(gelu_f32(approx), _t(b, op, 0),
+                                        _t(b, op, 0, out=True)))
 
 
 def softmax(b, op, name):
@@ -405,6 +433,10 @@ QOPS = {
     "RELU6": relu((0.0, 6.0)),
     "RELU_N1_TO_1": relu((-1.0, 1.0)),
     "LOGISTIC": lookup(logistic_f32),
+    "ELU": lookup(elu_f32),
+    "GELU": gelu,
+    "HARD_SWISH": hard_swish,
+    "LEAKY_RELU": leaky_relu,
     "TANH": lookup(tanh_f32),
     "SOFTMAX": softmax,
     "QUANTIZE": quantize,

@@ -148,3 +148,109 @@ def logistic_f32(v: np.ndarray) -> np.ndarray:
 def tanh_f32(v: np.ndarray) -> np.ndarray:
     """``std::tanh(v)`` in float32 (TanhPrepare's lambda), through float64."""
     return np.tanh(v.astype(np.float64)).astype(F32)
+
+
+def leaky_relu_table(alpha: float, x, y) -> np.ndarray:
+    """LEAKY_RELU's 8-bit result for every input value (activations.cc LeakyReluPrepare,
+    reference/leaky_relu.h QuantizeLeakyRelu): ``x - x_zp`` times the identity or the alpha
+    multiplier (computed in float, as C floats), plus ``y_zp``, clamped."""
+    from ...backends.reference.ops_tflite import multiply_by_quantized_multiplier as mbqm
+
+    sx, sy = F32(x.scale.ravel()[0]), F32(y.scale.ravel()[0])
+    alpha_m = float(sx * F32(alpha) / sy)
+    am, ash = quantize_multiplier(abs(alpha_m))
+    im, ish = quantize_multiplier(float(sx / sy))
+    lo, hi = qrange(x.dtype)
+    v = np.arange(lo, hi + 1, dtype=np.int64) - zero_point_of(x)
+    neg = mbqm(v, am, ash) * (-1 if alpha_m < 0 else 1)
+    out = zero_point_of(y) + np.where(v >= 0, mbqm(v, im, ish), neg)
+    return np.clip(out, lo, hi).astype(x.dtype)
+
+
+def _i16(v: int) -> int:
+    return ((int(v) + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _srdhm16(a: int, b: int) -> int:
+    if a == b == -(1 << 15):
+        return (1 << 15) - 1
+    ab = a * b
+    nudge = (1 << 14) if ab >= 0 else 1 - (1 << 14)
+    return _i16(_trunc_div(ab + nudge, 1 << 15))
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _rdbpot(x: int, exponent: int) -> int:
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if remainder > threshold else 0)
+
+
+def _sat16(v: int) -> int:
+    return max(-(1 << 15), min((1 << 15) - 1, v))
+
+
+def hard_swish_table(x, y) -> np.ndarray:
+    """HARD_SWISH's 8-bit result for every input value, computed as TFLite's reference kernel
+    does (activations.cc HardSwishPrepare, reference/hard_swish.h: int16 fixed point with a
+    "relu-ish" multiplier in [0, 1])."""
+    sx, sy = F32(x.scale.ravel()[0]), F32(y.scale.ravel()[0])
+    hires = F32(1.0 / 128.0) * sx
+    out_m, out_e = quantize_multiplier(float(hires / sy))
+    relu_m, relu_e = quantize_multiplier(float(hires / F32(3.0 / 32768.0)))
+
+    def down16(m: int) -> int:  # DownScaleInt32ToInt16Multiplier
+        return (1 << 15) - 1 if m >= (1 << 31) - 1 - (1 << 15) else (m + (1 << 15)) >> 16
+
+    out_m16, relu_m16 = down16(out_m), down16(relu_m)
+    if out_e > 0:
+        raise ValueError(f"HARD_SWISH: output multiplier exponent {out_e} > 0 (TFLite "
+                         "refuses it)")
+    lo, hi = qrange(x.dtype)
+    table = []
+    for q in range(lo, hi + 1):
+        v = _i16(q - zero_point_of(x))
+        hires_v = _i16(v * (1 << 7))
+        preshift = _srdhm16(hires_v, out_m16)
+        reluish = hires_v
+        if relu_e > 0:
+            reluish = _sat16(reluish * (1 << (relu_e - 1)))
+        reluish = _srdhm16(reluish, relu_m16)
+        if relu_e > 0:
+            reluish = _sat16(reluish * 2)
+        if relu_e < 0:
+            reluish = _rdbpot(reluish, -relu_e)
+        reluish = _i16((reluish + (1 << 15)) >> 1)
+        if reluish == preshift == -(1 << 15):
+            pre_out = (1 << 15) - 1
+        else:
+            pre_out = _i16(_trunc_div(reluish * preshift, 1 << 15))
+        out = _i16(_rdbpot(pre_out, -out_e) + zero_point_of(y))
+        table.append(min(max(out, lo), hi))
+    return np.array(table, x.dtype)
+
+
+def elu_f32(v: np.ndarray) -> np.ndarray:
+    """``v < 0 ? std::expm1(v) : v`` in float32 (EluPrepare's lambda), expm1 through float64."""
+    return np.where(v < 0, np.expm1(v.astype(np.float64)).astype(F32), v).astype(F32)
+
+
+def gelu_f32(approximate: bool):
+    """reference/gelu.h GeluTransform / GeluTransformApproximate in float32."""
+    import math
+
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+
+    def exact(v):
+        return F32(0.5) * v * erfc((v * F32(-math.sqrt(0.5))).astype(np.float64)).astype(F32)
+
+    def approx(v):
+        inner = F32(math.sqrt(2.0 / math.pi)) * (v + F32(0.044715) * v * v * v)
+        return F32(0.5) * v * (F32(1) + np.tanh(inner.astype(np.float64)).astype(F32))
+
+    return approx if approximate else exact
