@@ -424,6 +424,12 @@ def _int8_model(kind):
                      quant=_q(0.05, 3))
         y = m.op(OP.MAXIMUM, [x, c], [1, 5, 6, 4], out_dtype=np.int8)
         m.tensors[y].quantization = _q(0.05, 3)
+    elif kind == "PRELU":
+        rng = np.random.default_rng(3)
+        alpha = m.tensor([1, 1, 4], rng.integers(-128, 128, (1, 1, 4)), dtype=np.int8,
+                         quant=_q(0.003, 5))
+        y = m.op(OP.PRELU, [x, alpha], [1, 5, 6, 4], out_dtype=np.int8)
+        m.tensors[y].quantization = _q(0.06, -3)
     elif kind == "TANH":
         y = m.op(OP.TANH, [x], [1, 5, 6, 4], out_dtype=np.int8)
         m.tensors[y].quantization = _q(1 / 128, 0)
@@ -450,7 +456,7 @@ def _int8_model(kind):
     return m.build([x], [y])
 
 
-@pytest.mark.parametrize("kind", ["SUB", "MAXIMUM", "TANH", "HARD_SWISH", "ELU", "GELU",
+@pytest.mark.parametrize("kind", ["SUB", "MAXIMUM", "PRELU", "TANH", "HARD_SWISH", "ELU", "GELU",
                                   "GELU_APPROX", "LEAKY_RELU", "LEAKY_RELU_NEG", "RESIZE",
                                   "RESIZE_ALIGN", "RESIZE_HALF"])
 def test_int8_ops_equal_litert_reference(kind):
@@ -464,6 +470,52 @@ def test_int8_ops_equal_litert_reference(kind):
     resolver = (litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if kind == "ELU"
                 else None)
     np.testing.assert_array_equal(got[next(iter(got))], _ref_run(data, feed, resolver))
+
+
+def test_uint8_chain_equals_litert_reference():
+    """Legacy uint8 quantization (TF1 / quantization-aware training): per-tensor weights with
+    nonzero zero points through conv, depthwise, pooling, fully-connected and softmax."""
+    rng = np.random.default_rng(5)
+    m = Tiny()
+    u8 = np.uint8
+    x = m.tensor([1, 7, 7, 3], dtype=u8, quant=_q(0.02, 128))
+    w = m.tensor([5, 3, 3, 3], rng.integers(0, 256, (5, 3, 3, 3)), dtype=u8, quant=_q(0.01, 120))
+    bias = m.tensor([5], rng.integers(-3000, 3000, 5), dtype=np.int32, quant=_q(0.0002, 0))
+    c = m.op(OP.CONV_2D, [x, w, bias], [1, 4, 4, 5], OPT.Conv2DOptions,
+             opts("Conv2DOptionsT", padding=SAME, strideW=2, strideH=2,
+                  fusedActivationFunction=RELU6, dilationWFactor=1, dilationHFactor=1),
+             out_dtype=u8)
+    m.tensors[c].quantization = _q(0.03, 7)
+    dw = m.tensor([1, 3, 3, 5], rng.integers(0, 256, (1, 3, 3, 5)), dtype=u8,
+                  quant=_q(0.02, 131))
+    dwb = m.tensor([5], rng.integers(-500, 500, 5), dtype=np.int32, quant=_q(0.0006, 0))
+    d = m.op(OP.DEPTHWISE_CONV_2D, [c, dw, dwb], [1, 4, 4, 5], OPT.DepthwiseConv2DOptions,
+             opts("DepthwiseConv2DOptionsT", padding=SAME, strideW=1, strideH=1,
+                  depthMultiplier=1, dilationWFactor=1, dilationHFactor=1), out_dtype=u8)
+    m.tensors[d].quantization = _q(0.05, 100)
+    p = m.op(OP.AVERAGE_POOL_2D, [d], [1, 2, 2, 5], OPT.Pool2DOptions,
+             opts("Pool2DOptionsT", padding=VALID, strideW=2, strideH=2, filterWidth=2,
+                  filterHeight=2), out_dtype=u8)
+    m.tensors[p].quantization = _q(0.05, 100)
+    fw = m.tensor([6, 20], rng.integers(0, 256, (6, 20)), dtype=u8, quant=_q(0.01, 117))
+    fb = m.tensor([6], rng.integers(-500, 500, 6), dtype=np.int32, quant=_q(0.0005, 0))
+    f = m.op(OP.FULLY_CONNECTED, [p, fw, fb], [1, 6], OPT.FullyConnectedOptions,
+             opts("FullyConnectedOptionsT"), out_dtype=u8)
+    m.tensors[f].quantization = _q(0.1, 90)
+    y = m.op(OP.SOFTMAX, [f], [1, 6], OPT.SoftmaxOptions, opts("SoftmaxOptionsT", beta=1.0),
+             out_dtype=u8)
+    m.tensors[y].quantization = _q(1 / 256, 0)
+    data = m.build([x], [y, f])
+    for seed in range(3):
+        feed = np.random.default_rng(seed).integers(0, 256, (1, 7, 7, 3)).astype(u8)
+        it = litert.Interpreter(model_content=data,
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], feed)
+        it.invoke()
+        got = sprat_session(data).run({"t0": feed})
+        for d_out in it.get_output_details():
+            np.testing.assert_array_equal(got[d_out["name"]], it.get_tensor(d_out["index"]))
 
 
 def test_unsupported_quantized_ops_are_all_named():

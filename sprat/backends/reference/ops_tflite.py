@@ -223,6 +223,20 @@ def tfl_mul(a, b, a_zero_point=0, b_zero_point=0, multiplier=0, shift=0, output_
     return np.clip(v + int(output_zero_point), int(qmin), int(qmax)).astype(a.dtype)
 
 
+def tfl_prelu(x, alpha, x_zero_point=0, alpha_zero_point=0, multiplier_1=0, shift_1=0,
+              multiplier_2=0, shift_2=0, output_zero_point=0):
+    """TFLite quantized PRELU (reference/prelu.h BroadcastPrelu4DSlow), numpy broadcasting:
+    ``x - x_zp`` rescaled by multiplier 1 where it is >= 0, else ``(x - x_zp) * (alpha -
+    alpha_zp)`` by multiplier 2; plus the output zero point, saturated to x's type."""
+    lo, hi = _qrange(x.dtype)
+    v = np.asarray(x, _I64) - int(x_zero_point)
+    a = np.asarray(alpha, _I64) - int(alpha_zero_point)
+    pos = multiply_by_quantized_multiplier(v, multiplier_1, shift_1)
+    neg = multiply_by_quantized_multiplier(wrap32(v * a), multiplier_2, shift_2)
+    out = np.where(v >= 0, pos, neg) + int(output_zero_point)
+    return np.clip(out, lo, hi).astype(x.dtype)
+
+
 def _windows(x, kernel_shape, strides, pads):
     """Yield ``(oy, ox, window)`` over NHWC x: each window is x's valid part (padding
     excluded, as TFLite's pooling clamps the filter to the image)."""
@@ -351,6 +365,7 @@ OPS = {
     "TflAdd": tfl_add,
     "TflSub": tfl_sub,
     "TflMul": tfl_mul,
+    "TflPrelu": tfl_prelu,
     "TflAveragePool2D": tfl_average_pool_2d,
     "TflMaxPool2D": tfl_max_pool_2d,
     "TflResizeBilinear": tfl_resize_bilinear,

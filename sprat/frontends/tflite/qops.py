@@ -227,6 +227,20 @@ def mul(b, op, name):
            attrs, name)
 
 
+def prelu(b, op, name):
+    """PRELU int8/uint8 (activations.cc PreluPrepare, reference/prelu.h): identity and alpha
+    multipliers computed in float from the C float scales."""
+    xt, at, yt = _t(b, op, 0), _t(b, op, 1), _t(b, op, 0, out=True)
+    sx, sa, sy = (F32(scale_of(t)) for t in (xt, at, yt))
+    m1, s1 = quantize_multiplier(float(sx / sy))
+    m2, s2 = quantize_multiplier(float(sx * sa / sy))
+    b.node("TflPrelu", [b.value(op.inputs[0]), b.value(op.inputs[1])],
+           [b.value(op.outputs[0])],
+           {"x_zero_point": zero_point_of(xt), "alpha_zero_point": zero_point_of(at),
+            "multiplier_1": m1, "shift_1": s1, "multiplier_2": m2, "shift_2": s2,
+            "output_zero_point": zero_point_of(yt)}, name)
+
+
 def _pool(op_type: str):
     def pool(b, op, name):
         """AVERAGE_POOL_2D / MAX_POOL_2D int8/uint8 (reference/integer_ops/pooling.h)."""
@@ -427,6 +441,7 @@ QOPS = {
     "MAXIMUM": min_max("Max"),
     "MINIMUM": min_max("Min"),
     "MUL": mul,
+    "PRELU": prelu,
     "AVERAGE_POOL_2D": _pool("TflAveragePool2D"),
     "MAX_POOL_2D": _pool("TflMaxPool2D"),
     "RELU": relu((0.0, None)),
