@@ -362,6 +362,40 @@ def test_dynamic_range_int8_weights_are_dequantized():
     check(m.build([x], [y]), [[1, 5, 5, 2]])
 
 
+@pytest.mark.parametrize("kind", ["FULLY_CONNECTED", "CONV_2D"])
+def test_hybrid_int8_weights_are_dequantized(kind):
+    """Dynamic-range ("hybrid") models feed int8 weights straight into a float op (what
+    ai-edge-quantizer's dynamic_wi8_afp32 recipe writes). sprat multiplies the dequantized
+    weights in float32; LiteRT's hybrid kernels also quantize each input row to 8 bits, so they
+    may differ from it by at most sum|w| * max|x| / 254 per output (half an input step)."""
+    rng = np.random.default_rng(12)
+    m = Tiny()
+    q = S.QuantizationParametersT()
+    q.scale, q.zeroPoint, q.quantizedDimension = [0.02, 0.05, 0.1, 0.03], [0] * 4, 0
+    if kind == "FULLY_CONNECTED":
+        xs, ws = [2, 16], (4, 16)
+        wq = rng.integers(-127, 128, ws).astype(np.int8)
+        x, w = m.tensor(xs), m.tensor(list(ws), wq, np.int8, quant=q)
+        y = m.op(OP.FULLY_CONNECTED, [x, w, m.const(rng.standard_normal(4))], [2, 4],
+                 OPT.FullyConnectedOptions, opts("FullyConnectedOptionsT"))
+    else:
+        xs, ws = [1, 6, 6, 3], (4, 3, 3, 3)
+        wq = rng.integers(-127, 128, ws).astype(np.int8)
+        x, w = m.tensor(xs), m.tensor(list(ws), wq, np.int8, quant=q)
+        y = m.op(OP.CONV_2D, [x, w, m.const(rng.standard_normal(4))], [1, 4, 4, 4],
+                 OPT.Conv2DOptions, opts("Conv2DOptionsT", padding=VALID, strideW=1,
+                                         strideH=1, dilationWFactor=1, dilationHFactor=1))
+    data = m.build([x], [y])
+    feed = rng.uniform(-1, 1, xs).astype(np.float32)
+    got = sprat_session(data).run({"t0": feed})[m.tensors[y].name]
+    want = litert_run(data, [feed])[m.tensors[y].name]
+    w_abs = (np.abs(wq) * np.array(q.scale, np.float32).reshape(-1, *[1] * (len(ws) - 1)))
+    bound = w_abs.reshape(4, -1).sum(axis=1) * np.abs(feed).max() / 254 + 1e-5
+    assert (np.abs(got - want) <= bound).all(), (np.abs(got - want).max(), bound)
+    # and it is the float op on the dequantized weights, not on the raw integers
+    assert np.abs(got).max() < 10 * (np.abs(want).max() + 1)
+
+
 # ---- errors -----------------------------------------------------------------------------------
 def test_unsupported_ops_are_all_named():
     m = Tiny()

@@ -134,6 +134,7 @@ def import_model(model) -> Graph:
         "sprat_version": __version__,
     })
     b = Builder(model, g)
+    _dequantize_hybrid_weights(model, b)
     for t in model.inputs:
         if model.tensors[t].data is not None:
             raise ConvertError(f"graph input {model.tensors[t].name!r} has constant data")
@@ -189,14 +190,42 @@ def fold_weight_op(b: Builder, op, name: str) -> bool:
     if data.dtype == np.float16 or src.scale is None:
         b.consts[t_out] = data.astype(out.dtype)
         return True
+    b.consts[t_out] = dequantized(src, data).astype(out.dtype)
+    return True
+
+
+def dequantized(src, data: np.ndarray) -> np.ndarray:
+    """``(data - zero_point) * scale`` in float32, per tensor or along ``src.quant_axis``."""
     scale, zp = src.scale, src.zero_point
     if scale.size > 1:
         axis = src.quant_axis
         bshape = [1] * data.ndim
         bshape[axis] = scale.size
         scale, zp = scale.reshape(bshape), zp.reshape(bshape)
-    b.consts[t_out] = ((data.astype(np.float32) - zp.astype(np.float32)) * scale).astype(out.dtype)
-    return True
+    return (data.astype(np.float32) - zp.astype(np.float32)) * scale
+
+
+def _dequantize_hybrid_weights(model: Model, b: Builder) -> None:
+    """Dynamic-range ("hybrid") models feed int8 constant weights with scales straight into
+    float CONV_2D / FULLY_CONNECTED / ...: those weights become float32 constants here.
+
+    NOTE: TFLite's hybrid kernels also quantize the float input on the fly (per batch row) and
+    multiply in int8; sprat multiplies the dequantized weights in float32, the value those
+    kernels approximate, so outputs differ from LiteRT's by that input quantization error."""
+    quantized_use = {t for op in model.operators if quantized_kind(model, op) is not None
+                     for t in op.inputs}
+    for op in model.operators:
+        if quantized_kind(model, op) is not None or op.op in ("DEQUANTIZE", "DENSIFY"):
+            continue
+        for t in op.inputs:
+            ten = model.tensors[t] if t >= 0 else None
+            if ten is None or ten.scale is None or ten.dtype.kind not in "iu" or \
+                    t not in b.consts or ten.dtype.itemsize > 1:
+                continue
+            if t in quantized_use:
+                raise ConvertError(f"tensor {ten.name!r} is read both by quantized operators and "
+                                   f"by the float operator {op.op} (operator {op.index})")
+            b.consts[t] = dequantized(ten, b.consts[t])
 
 
 def quantized_kind(model: Model, op) -> str | None:
