@@ -458,6 +458,22 @@ def _int8_model(kind):
                      quant=_q(0.05, 3))
         y = m.op(OP.MAXIMUM, [x, c], [1, 5, 6, 4], out_dtype=np.int8)
         m.tensors[y].quantization = _q(0.05, 3)
+    elif kind.startswith("TRANSPOSE_CONV"):
+        rng = np.random.default_rng(4)
+        q = S.QuantizationParametersT()
+        q.scale, q.zeroPoint, q.quantizedDimension = [0.01, 0.02, 0.015], [0, 0, 0], 0
+        w = m.tensor([3, 3, 3, 4], rng.integers(-127, 128, (3, 3, 3, 4)), dtype=np.int8, quant=q)
+        bq = S.QuantizationParametersT()
+        bq.scale, bq.zeroPoint, bq.quantizedDimension = [0.0005, 0.001, 0.00075], [0] * 3, 0
+        bias = m.tensor([3], rng.integers(-2000, 2000, 3), dtype=np.int32, quant=bq)
+        stride, pad, oh, ow = ((2, SAME, 10, 12) if kind == "TRANSPOSE_CONV" else
+                               (2, VALID, 11, 13))
+        shape = m.const(np.array([1, oh, ow, 3]), np.int32)
+        y = m.op(OP.TRANSPOSE_CONV, [shape, w, x, bias], [1, oh, ow, 3],
+                 OPT.TransposeConvOptions,
+                 opts("TransposeConvOptionsT", padding=pad, strideW=stride, strideH=stride),
+                 out_dtype=np.int8)
+        m.tensors[y].quantization = _q(0.08, 6)
     elif kind == "PRELU":
         rng = np.random.default_rng(3)
         alpha = m.tensor([1, 1, 4], rng.integers(-128, 128, (1, 1, 4)), dtype=np.int8,
@@ -490,7 +506,8 @@ def _int8_model(kind):
     return m.build([x], [y])
 
 
-@pytest.mark.parametrize("kind", ["SUB", "MAXIMUM", "PRELU", "TANH", "HARD_SWISH", "ELU", "GELU",
+@pytest.mark.parametrize("kind", ["SUB", "MAXIMUM", "PRELU", "TRANSPOSE_CONV",
+                                  "TRANSPOSE_CONV_VALID", "TANH", "HARD_SWISH", "ELU", "GELU",
                                   "GELU_APPROX", "LEAKY_RELU", "LEAKY_RELU_NEG", "RESIZE",
                                   "RESIZE_ALIGN", "RESIZE_HALF"])
 def test_int8_ops_equal_litert_reference(kind):

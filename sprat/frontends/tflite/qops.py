@@ -150,6 +150,42 @@ def depthwise_conv_2d(b, op, name):
     _conv(b, op, name, attrs, (3, 0, 1, 2), 3)
 
 
+def transpose_conv(b, op, name):
+    """TRANSPOSE_CONV int8 (reference/integer_ops/transpose_conv.h): ``(x - x_zp) * w``
+    scattered into an int32 output, then bias and TflRequantize per channel. The scatter runs as
+    ConvTranspose in float64, exact: every partial sum is an integer below 2**53."""
+    o = op.options
+    xt, wt, yt = _t(b, op, 2), _t(b, op, 1), _t(b, op, 0, out=True)
+    if xt.dtype != np.int8:
+        raise ConvertError(f"operator {name!r}: quantized TRANSPOSE_CONV on {xt.dtype} is not "
+                           "supported (int8 is)")
+    if len(xt.shape) != 4:
+        raise ConvertError(f"operator {name!r}: expected an NHWC input, got {list(xt.shape)}")
+    if np.asarray(wt.zero_point).any():
+        raise ConvertError(f"operator {name!r}: int8 TRANSPOSE_CONV weights need zero points 0")
+    out_hw = [int(v) for v in ops._const(b, op, 0, "output_shape", name).ravel()][1:3]
+    w = np.ascontiguousarray(ops._const(b, op, 1, "weights", name).transpose(3, 0, 1, 2),
+                             np.float64)  # OHWI -> [I, O, kh, kw]
+    attrs = ops.transpose_conv_attrs(xt.shape[1:3], w.shape, out_hw,
+                                     [o.StrideH(), o.StrideW()], o.Padding() == ops.SAME)
+    x = b.value(op.inputs[2])
+    x64 = b.tmp(f"{name}/x64", like=x, dtype=np.dtype(np.float64))
+    b.node("Cast", [x], [x64], {"to": to_code(np.float64)}, f"{name}/cast")
+    centred = b.tmp(f"{name}/centred", like=x64)
+    b.node("Sub", [x64, b.const_value(f"{name}/x_zero_point",
+                                      np.float64(zero_point_of(xt)))], [centred],
+           name=f"{name}/sub_zero_point")
+    y = b.value(op.outputs[0])
+    acc64 = b.tmp(f"{name}/acc64", like=y, dtype=np.dtype(np.float64))
+    b.node("ConvTranspose", [centred, b.const_value(f"{name}/weights", w)], [acc64], attrs,
+           f"{name}/conv_transpose")
+    acc = b.tmp(f"{name}/acc", like=y, dtype=np.dtype(np.int32))
+    b.node("Cast", [acc64], [acc], {"to": to_code(np.int32)}, f"{name}/acc")
+    fused = o.FusedActivationFunction() if hasattr(o, "FusedActivationFunction") else 0
+    mult, shift = conv_multipliers(_t(b, op, 2), wt, yt)
+    _requantize(b, acc, y, yt, mult, shift, name, _bias(b, op, 3, name), fused)
+
+
 def fully_connected(b, op, name):
     """FULLY_CONNECTED int8/uint8 (reference/integer_ops/fully_connected.h): x flattened to
     (N, K), weights (O, K) per-tensor or per-channel, int32 bias."""
@@ -435,6 +471,7 @@ def same_bytes(translate):
 QOPS = {
     "CONV_2D": conv_2d,
     "DEPTHWISE_CONV_2D": depthwise_conv_2d,
+    "TRANSPOSE_CONV": transpose_conv,
     "FULLY_CONNECTED": fully_connected,
     "ADD": add,
     "SUB": add,
