@@ -474,6 +474,15 @@ def _int8_model(kind):
                  opts("TransposeConvOptionsT", padding=pad, strideW=stride, strideH=stride),
                  out_dtype=np.int8)
         m.tensors[y].quantization = _q(0.08, 6)
+    elif kind.startswith("BATCH_MATMUL"):
+        adj = kind.endswith("ADJ")
+        rng = np.random.default_rng(6)
+        rhs_shape = [1, 5, 3, 4] if adj else [1, 5, 4, 3]
+        r = m.tensor(rhs_shape, rng.integers(-128, 128, rhs_shape), dtype=np.int8,
+                     quant=_q(0.03, -7))
+        y = m.op(OP.BATCH_MATMUL, [x, r], [1, 5, 6, 3], OPT.BatchMatMulOptions,
+                 opts("BatchMatMulOptionsT", adjX=False, adjY=adj), out_dtype=np.int8)
+        m.tensors[y].quantization = _q(0.2, 11)
     elif kind == "PRELU":
         rng = np.random.default_rng(3)
         alpha = m.tensor([1, 1, 4], rng.integers(-128, 128, (1, 1, 4)), dtype=np.int8,
@@ -507,7 +516,8 @@ def _int8_model(kind):
 
 
 @pytest.mark.parametrize("kind", ["SUB", "MAXIMUM", "PRELU", "TRANSPOSE_CONV",
-                                  "TRANSPOSE_CONV_VALID", "TANH", "HARD_SWISH", "ELU", "GELU",
+                                  "TRANSPOSE_CONV_VALID", "BATCH_MATMUL", "BATCH_MATMUL_ADJ",
+                                  "TANH", "HARD_SWISH", "ELU", "GELU",
                                   "GELU_APPROX", "LEAKY_RELU", "LEAKY_RELU_NEG", "RESIZE",
                                   "RESIZE_ALIGN", "RESIZE_HALF"])
 def test_int8_ops_equal_litert_reference(kind):
