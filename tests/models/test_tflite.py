@@ -453,6 +453,20 @@ def _int8_model(kind):
         y = m.op(OP.SUB, [x, c], [1, 5, 6, 4], OPT.SubOptions,
                  opts("SubOptionsT", fusedActivationFunction=RELU6), out_dtype=np.int8)
         m.tensors[y].quantization = _q(0.04, -10)
+    elif kind == "MUL":
+        c = m.tensor([1, 1, 6, 4], np.random.default_rng(7).integers(-128, 128, (1, 1, 6, 4)),
+                     dtype=np.int8, quant=_q(0.01, 9))
+        y = m.op(OP.MUL, [x, c], [1, 5, 6, 4], OPT.MulOptions,
+                 opts("MulOptionsT", fusedActivationFunction=RELU), out_dtype=np.int8)
+        m.tensors[y].quantization = _q(0.003, -100)
+    elif kind in ("RELU6", "RELU_N1_TO_1"):
+        y = m.op(getattr(OP, kind), [x], [1, 5, 6, 4], out_dtype=np.int8)
+        m.tensors[y].quantization = _q(0.03, -20)
+    elif kind == "PADV2":
+        pads = m.const(np.array([[0, 0], [1, 2], [0, 1], [0, 0]]), np.int32)
+        value = m.tensor([], np.array(-77), dtype=np.int8, quant=_q(0.05, 3))
+        y = m.op(OP.PADV2, [x, pads, value], [1, 8, 7, 4], out_dtype=np.int8)
+        m.tensors[y].quantization = _q(0.05, 3)
     elif kind == "MAXIMUM":
         c = m.tensor([1, 1, 1, 4], np.array([7, -20, 0, 100]), dtype=np.int8,
                      quant=_q(0.05, 3))
@@ -515,7 +529,8 @@ def _int8_model(kind):
     return m.build([x], [y])
 
 
-@pytest.mark.parametrize("kind", ["SUB", "MAXIMUM", "PRELU", "TRANSPOSE_CONV",
+@pytest.mark.parametrize("kind", ["SUB", "MUL", "RELU6", "RELU_N1_TO_1", "PADV2",
+                                  "MAXIMUM", "PRELU", "TRANSPOSE_CONV",
                                   "TRANSPOSE_CONV_VALID", "BATCH_MATMUL", "BATCH_MATMUL_ADJ",
                                   "TANH", "HARD_SWISH", "ELU", "GELU",
                                   "GELU_APPROX", "LEAKY_RELU", "LEAKY_RELU_NEG", "RESIZE",
