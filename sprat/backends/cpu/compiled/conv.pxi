@@ -312,8 +312,10 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
                                 _im2col_taps(d, x + (n * H + ih) * W * C + g * cg, W, C,
                                              ow * sw - pw, kw, dw, cg)
                             d += run
-            sgemm(False, False, rows * OW, mg, kk, 1.0, col, kk, w + g * kk * mg, mg, 0.0,
-                  y + y0 + g * mg, M)
+            # NOTE: a block of one to three pixels (a 1-D conv over a few frames) runs as
+            # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
+            dense_gemm_nn(rows * OW, mg, kk, 1.0, col, kk, w + g * kk * mg, mg,
+                          y + y0 + g * mg, M)
         rows_inplace(y + y0, rows * OW, M, bias, nbias, conv_at(res, y0), has_res, code, a, b)
 
 
