@@ -126,9 +126,9 @@ cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, con
             if wt:
                 sgemm(False, True, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * mg * cg,
                       cg, 0.0, y + p0 * M + g * mg, M)
-            else:
-                sgemm(False, False, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * cg * mg,
-                      mg, 0.0, y + p0 * M + g * mg, M)
+            else:  # NOTE: one to three pixels (a squeeze-excite 1x1 on a 1x1 map) as GEMVs
+                dense_gemm_nn(rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * cg * mg, mg,
+                              y + p0 * M + g * mg, M)
         rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code, a, b)
 
 
