@@ -46,7 +46,7 @@ from .ir.graph import MISSING, Graph, Value
 
 MODES = ("fp16", "int8")
 DEFAULT_BLOCK = 64
-MIN_ELEMENTS = 1024  # smaller weights stay float32: a few KB at most, not worth a node
+MIN_ELEMENTS = 256  # smaller weights stay float32: ~1 KB each, about a node's own bytes
 QMAX = 127
 MARK = "_expand"
 METADATA_KEY = "sprat_weights"
