@@ -247,3 +247,23 @@ def test_inconsistent_scale_shape_and_dtypes_are_format_errors():
                                         np.ones((2, 32), np.float16))
     with pytest.raises(ModelFormatError, match="int8 data and float32 scales"):
         sprat.Interpreter.from_buffer(write_model(bad))
+
+
+def test_fp16_file_under_precision_low_rounds_nothing_twice():
+    # precision="low" rounds GEMM weights to float16: an fp16 file's weights are float16
+    # values already, so the outputs are those of a float32 file holding the same rounded
+    # values, to the bit
+    from sprat.testing.transformer import build_encoder, sample_inputs
+
+    g = convert_graph(build_encoder(hidden=256, heads=4, layers=2, ffn=1024))
+    feeds = sample_inputs(batch=1, seq=1)
+    small, _ = W.compress(g, "fp16")
+    names = {small.values[n.outputs[0]].name for n in small.nodes if n.attrs.get("_expand")}
+    rounded = Graph([v if v.name not in names else
+                     type(v)(v.name, v.dtype, v.shape, v.data.astype(np.float16).astype(np.float32))
+                     for v in g.values], g.nodes, g.inputs, g.outputs, g.metadata)
+    low = sprat.ScheduleConfig(precision="low")
+    want = sprat.Interpreter.from_buffer(write_model(rounded)).create_session(low).run(feeds)
+    got = sprat.Interpreter.from_buffer(write_model(small)).create_session(low).run(feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
