@@ -53,6 +53,7 @@ MARK = "_expand"
 METADATA_KEY = "sprat_weights"
 _F16_MAX = float(np.finfo(np.float16).max)
 _F32 = np.dtype(np.float32)
+ALIGN = 64
 
 
 # ---- the int8 scheme ---------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def dequantize_int8(q: np.ndarray, scale: np.ndarray, axis: int, block: int) -> 
     nb = scale.shape[axis]
     q3 = q.reshape(pre, d, post)
     s3 = scale.reshape(pre, nb, post)
-    out = np.empty((pre, d, post), _F32)
+    out = empty_aligned((pre, d, post))
     full = d // block
     if full:
         np.multiply(q3[:, :full * block].reshape(pre, full, block, post), s3[:, :full, None, :],
@@ -102,6 +103,15 @@ def dequantize_int8(q: np.ndarray, scale: np.ndarray, axis: int, block: int) -> 
     if full * block < d:
         np.multiply(q3[:, full * block:], s3[:, full:full + 1], out=out[:, full * block:])
     return out.reshape(q.shape)
+
+
+def empty_aligned(shape) -> np.ndarray:
+    """An uninitialised float32 array starting on a 64-byte boundary, as weights read from a
+    ``.sprat`` file do (``sprat.format``: blobs are 64-byte aligned)."""
+    n = math.prod(shape) * _F32.itemsize
+    buf = np.empty(n + ALIGN, np.uint8)
+    off = -buf.ctypes.data % ALIGN
+    return buf[off:off + n].view(_F32).reshape(shape)
 
 
 def _split(shape, axis: int) -> tuple[int, int, int]:
@@ -292,7 +302,8 @@ def _expand_node(node, ins: list[Value], made: set, where: str) -> np.ndarray:
         if len(ins) != 1 or x.dtype != np.float16 or node.attrs.get("to") != 1:
             raise ModelFormatError(f"{where}: expected a float16 tensor cast to float32, got "
                                    f"{x.dtype} to type {node.attrs.get('to')}")
-        out = x.astype(_F32)
+        out = empty_aligned(x.shape)
+        np.copyto(out, x)
         if not np.isfinite(out).all():  # NOTE: on float32: 3x faster than on float16
             raise ModelFormatError(f"{where}: {ins[0].name!r} holds values that are not "
                                    f"finite (corrupt data)")

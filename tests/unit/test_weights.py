@@ -119,6 +119,8 @@ def test_int8_round_trip_through_the_file_is_blocked_dequantize(mobilenet):
         rq, rscale, b = reference_int8(flat, 1, 64)
         want = dequantize_linear(rq, rscale, None, axis=1, block_size=b).reshape(v.data.shape)
         np.testing.assert_array_equal(after[v.name], want)
+        assert after[v.name].ctypes.data % 64 == 0  # NOTE: as aligned as a file's weights
+        assert not after[v.name].flags.writeable
         checked += 1
     assert checked > 10
     gemm = next(n for n in g.nodes if n.op_type == "Gemm")
