@@ -302,8 +302,7 @@ def _expand_node(node, ins: list[Value], made: set, where: str) -> np.ndarray:
         if len(ins) != 1 or x.dtype != np.float16 or node.attrs.get("to") != 1:
             raise ModelFormatError(f"{where}: expected a float16 tensor cast to float32, got "
                                    f"{x.dtype} to type {node.attrs.get('to')}")
-        out = empty_aligned(x.shape)
-        np.copyto(out, x)
+        out = _widen(x)
         if not np.isfinite(out).all():  # NOTE: on float32: 3x faster than on float16
             raise ModelFormatError(f"{where}: {ins[0].name!r} holds values that are not "
                                    f"finite (corrupt data)")
@@ -320,6 +319,19 @@ def _expand_node(node, ins: list[Value], made: set, where: str) -> np.ndarray:
         return x.reshape(tuple(int(d) for d in shape))
     raise ModelFormatError(f"{where}: not a compressed-weight op (Cast, DequantizeLinear, "
                            f"Reshape)")
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    """float16 -> float32 (exact), into a 64-byte aligned array: the cpu backend's F16C loop
+    when it is built (3x NumPy's cast: 13.5 M weights in ~12 ms instead of ~40), else NumPy."""
+    out = empty_aligned(x.shape)
+    try:
+        from .backends.cpu.compiled import kernels as ck
+    except ImportError:  # pragma: no cover - a source tree without the compiled kernels
+        np.copyto(out, x)
+        return out
+    ck.widen_f16(np.ascontiguousarray(x).reshape(-1).view(np.uint16), out.reshape(-1))
+    return out
 
 
 def _dequantize_checked(node, ins: list[Value], where: str) -> np.ndarray:
