@@ -34,7 +34,6 @@ for p in (ROOT, ROOT / "tests"):
     if str(p) not in sys.path:  # run as a script from a source checkout
         sys.path.insert(0, str(p))
 
-import sprat  # noqa: E402
 from sprat import zoo  # noqa: E402
 from sprat.converter import compress_weights, convert_graph  # noqa: E402
 from sprat.format import write_model  # noqa: E402

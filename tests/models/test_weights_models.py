@@ -51,7 +51,7 @@ def text_feeds(key: str, n: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
 @pytest.mark.parametrize("mode", ["fp16", "int8"])
 def test_ocr_models_stay_close_to_fp32(key, mode, tmp_path):
     g = convert_graph(zoo.fetch(key))
-    small, summary = compress(g, mode)
+    small, _ = compress(g, mode)
     path = tmp_path / f"{key}.{mode}.sprat"
     size = len(write_model(small, path))
     # NOTE: measured 0.583 / 0.431 (the classifier: 0.5 MB, whose biases, small weights and
@@ -92,7 +92,7 @@ def test_cli_convert_prints_the_accuracy_report(tmp_path):
     out = tmp_path / "cls.sprat"
     r = subprocess.run([sys.executable, "-m", "sprat", "convert", str(src), "-o", str(out),
                         "--weights", "int8", "--weight-block", "32", "--inputs", str(inputs)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     assert "as int8, block 32" in r.stdout
     assert f"inputs from {inputs}, worst of 3" in r.stdout
@@ -102,5 +102,5 @@ def test_cli_convert_prints_the_accuracy_report(tmp_path):
     assert sprat.Interpreter.from_file(out).graph.metadata["sprat_weights"] == "int8 block 32"
     r = subprocess.run([sys.executable, "-m", "sprat", "convert", str(src), "-o", str(out),
                         "--weights", "fp16", "--weight-block", "32"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert r.returncode == 2 and "--weight-block N (N >= 0) goes with --weights int8" in r.stderr

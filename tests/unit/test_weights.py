@@ -20,7 +20,7 @@ from sprat.runtime.session import Session
 from sprat.testing.families import build
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 
@@ -87,7 +87,7 @@ def mobilenet():
 
 
 def test_fp16_round_trip_through_the_file_is_the_exact_cast(mobilenet):
-    g, feeds = mobilenet
+    g, _ = mobilenet
     small, summary = W.compress(g, "fp16")
     assert summary.compressed > 0 and not summary.kept
     loaded = sprat.Interpreter.from_buffer(write_model(small)).graph
@@ -105,8 +105,8 @@ def test_fp16_round_trip_through_the_file_is_the_exact_cast(mobilenet):
 
 
 def test_int8_round_trip_through_the_file_is_blocked_dequantize(mobilenet):
-    g, feeds = mobilenet
-    small, summary = W.compress(g, "int8", 64)
+    g, _ = mobilenet
+    small, _ = W.compress(g, "int8", 64)
     loaded = sprat.Interpreter.from_buffer(write_model(small)).graph
     after = _weights(loaded)
     convs = [(n, g.values[n.inputs[1]]) for n in g.nodes if n.op_type == "Conv"]
@@ -165,9 +165,9 @@ def test_weights_that_must_stay_fp32_are_kept():
     z = g.add_value("z", np.float32, (1, 64))
     g.add_node("Add", [y, g.add_const("grid", np.arange(4096, dtype=np.float32)[:64])], [z])
     g.inputs, g.outputs = [x], [z]
-    small, summary = W.compress(g, "fp16")
+    _, summary = W.compress(g, "fp16")
     assert summary.compressed == 0 and "beyond float16" in summary.kept["big"]
-    small, summary = W.compress(g, "int8")
+    _, summary = W.compress(g, "int8")
     assert summary.compressed == 1  # int8 has the range; the Add constant is not a weight
 
 
