@@ -22,7 +22,7 @@ sprat-internal attribute ``_expand=True`` (``sprat.ir.fused``):
   input-channel x kernel axis of a conv weight flattened to (O, I*kh*kw), K of a MatMul/Gemm
   weight, the input axis of an RNN weight, the embedding axis of a Gather table):
   ``S = max|W_block| / 127``, ``Q = clip(round_half_even(W / S), -127, 127)`` (0 where S is 0),
-  so ``|W - Q*S| <= S/2``. ``block=0`` is one block per output channel (MNN's default). The
+  so ``|W - Q*S| <= S/2``. ``block=0`` is one block per output channel. The
   last block of an axis may be shorter (``ceil(D/B)`` scales, as DequantizeLinear-21 says).
 
 Sizes: fp16 halves the weight bytes; int8 stores 1 byte + 4/B bytes of scale per weight
