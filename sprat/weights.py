@@ -36,14 +36,19 @@ otherwise), so the kernels see exactly what an fp32 file gives them and pack as 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import mmap
+import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import ModelFormatError
 from .ir.graph import MISSING, Graph, Value
+from .memory import pages
+
+log = logging.getLogger(__name__)
 
 MODES = ("fp16", "int8")
 DEFAULT_BLOCK = 64
@@ -54,6 +59,7 @@ METADATA_KEY = "sprat_weights"
 _F16_MAX = float(np.finfo(np.float16).max)
 _F32 = np.dtype(np.float32)
 ALIGN = 64
+SPILL_MIN_BYTES = 1 << 16  # smaller expanded weights stay in memory (a page each at least)
 
 
 # ---- the int8 scheme ---------------------------------------------------------------------------
@@ -231,9 +237,17 @@ def is_compressed(graph: Graph) -> bool:
     return any(n.attrs.get(MARK) for n in graph.nodes)
 
 
-def expand(graph: Graph) -> Graph:
+def expand(graph: Graph, spill: bool = False) -> Graph:
     """``graph`` with its compressed weights folded into float32 constants (read-only arrays),
     each computed once; ``graph`` itself when it has none (it is never changed).
+
+    ``spill=True`` (what the Interpreter does): each expanded weight of at least
+    ``SPILL_MIN_BYTES`` is written to an unlinked temporary file (``tempfile``'s directory)
+    and mapped read-only, so the expanded weights are file-backed pages like a float32 file's
+    weights: the planner gives back the pages of the weights kernels pack
+    (``sprat.memory.pages``) and the OS can reclaim them; only one weight is held in anonymous
+    memory at a time. When the file cannot be written (no space, read-only), the weights stay
+    in memory (logged at debug level).
 
     Raises ModelFormatError naming the weight and the node when a compressed weight is not
     what ``compress`` writes: other dtypes, a scale shape that does not match its data, a
@@ -245,6 +259,10 @@ def expand(graph: Graph) -> Graph:
     values = list(graph.values)
     made: set[int] = set()
     nodes = []
+    # NOTE: an output another compressed-weight node reads (a DequantizeLinear before its
+    # Reshape) is an intermediate: not spilled, dropped once read
+    chained = {i for n in graph.nodes if n.attrs.get(MARK) for i in n.inputs}
+    store = _Spill() if spill else None
     for node in graph.nodes:
         if not node.attrs.get(MARK):
             nodes.append(node)
@@ -255,8 +273,7 @@ def expand(graph: Graph) -> Graph:
             raise ModelFormatError(f"{where}: expected constant inputs and one output")
         out = _expand_node(node, [values[i] for i in node.inputs], made, where)
         if node.op_type != "Reshape":
-            for i in node.inputs:
-                _release(values[i].data)
+            pages.release(values[i].data for i in node.inputs)
         o = node.outputs[0]
         v = values[o]
         if v.data is not None or (v.shape is not None and tuple(v.shape) != out.shape) \
@@ -264,9 +281,16 @@ def expand(graph: Graph) -> Graph:
             raise ModelFormatError(f"{where}: computes float32{list(out.shape)}, but "
                                    f"{v.name!r} is declared {v.dtype}{list(v.shape or ())}"
                                    f"{' with data' if v.data is not None else ''}")
+        if store is not None and o not in chained and out.nbytes >= SPILL_MIN_BYTES:
+            out = store.put(out)
         out.flags.writeable = False
         values[o] = Value(v.name, _F32, tuple(out.shape), out)
         made.add(o)
+        for i in node.inputs:
+            if i in made:  # NOTE: the intermediate's bytes now live in ``out`` (or the file)
+                values[i] = Value(values[i].name, _F32, values[i].shape, None)
+    if store is not None:
+        store.close()
     # NOTE: compact drops the compressed data (and its views of the file); it renumbers the
     # nodes in place, so they are copies (``graph`` may be the caller's)
     nodes = [dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs))
@@ -275,24 +299,39 @@ def expand(graph: Graph) -> Graph:
                  dict(graph.metadata)).compact()
 
 
-def _release(arr: np.ndarray) -> None:
-    """Drop the resident pages of ``arr`` when it is a view of a mapped file (``load_model``):
-    its data is read once, here, so the compressed bytes need not stay in memory beside the
-    float32 copy (the pages are read again from the file if anything touches them later)."""
-    base = arr
-    while isinstance(base, np.ndarray):
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    if not isinstance(base, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or arr.size == 0:
-        return
-    start = arr.ctypes.data - np.frombuffer(base, np.uint8, 1).ctypes.data
-    lo = start // mmap.PAGESIZE * mmap.PAGESIZE
-    hi = min(len(base), -(-(start + arr.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
-    try:
-        base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-    except (OSError, ValueError):  # pragma: no cover - an OS that refuses the advice
-        pass
+class _Spill:
+    """Expanded weights written to an unlinked temporary file, each mapped read-only on its
+    own (page-aligned offsets: 64-byte aligned arrays, as a ``.sprat`` file's)."""
+
+    def __init__(self):
+        self.file = None
+        self.end = 0
+        self.failed = False
+
+    def put(self, a: np.ndarray) -> np.ndarray:
+        """``a``'s contents as a read-only view of the file, or ``a`` itself when the file
+        cannot be written."""
+        if self.failed:
+            return a
+        try:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(prefix="sprat-weights-")
+            off = -(-self.end // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
+            self.file.seek(off)
+            self.file.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+            self.file.flush()
+            mm = mmap.mmap(self.file.fileno(), a.nbytes, offset=off, access=mmap.ACCESS_READ)
+        except OSError as e:
+            log.debug("expanded weights kept in memory: the temporary file failed: %s", e)
+            self.failed = True
+            return a
+        self.end = off + a.nbytes
+        return np.frombuffer(mm, a.dtype, a.size).reshape(a.shape)
+
+    def close(self) -> None:
+        """Close the file (the mappings keep it until the last view of it is gone)."""
+        if self.file is not None:
+            self.file.close()
 
 
 def _expand_node(node, ins: list[Value], made: set, where: str) -> np.ndarray:

@@ -24,10 +24,11 @@ class Interpreter:
         """``pack_store``: the compiled cache's PackStore of the entry ``graph`` came from
         (``sprat.runtime.cache.load_or_convert``): its packed weights are read, and new ones
         written, through it. Compressed weights (``sprat convert --weights``) are expanded to
-        float32 here, once (``sprat.weights.expand``; ModelFormatError when corrupt)."""
+        float32 here, once, into a temporary file it maps (``sprat.weights.expand``;
+        ModelFormatError when corrupt)."""
         from ..weights import expand
 
-        self._graph = graph if graph is None else expand(graph)
+        self._graph = graph if graph is None else expand(graph, spill=True)
         self._buffer = buffer
         self.path = path
         self._packs = PackCache()
