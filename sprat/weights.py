@@ -30,7 +30,9 @@ Sizes: fp16 halves the weight bytes; int8 stores 1 byte + 4/B bytes of scale per
 
 Loading (``Interpreter``): ``expand`` folds these nodes once into float32 constants (checked:
 dtypes, scale shapes, finite non-negative scales, int8 values in [-127, 127], a ModelFormatError
-otherwise), so the kernels see exactly what an fp32 file gives them and pack as usual.
+otherwise), so the kernels see exactly what an fp32 file gives them and pack as usual; with
+``spill=True`` the results are written to an unlinked temporary file and mapped, file-backed
+like a float32 file's weights (docs/weights.md: memory and cold start).
 """
 
 from __future__ import annotations
