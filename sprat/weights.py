@@ -436,11 +436,10 @@ def accuracy(reference: Graph, compressed: Graph, feeds: list[dict], num_threads
 
 
 def _compare(y32: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    a = np.asarray(y32, np.float64).ravel()
-    b = np.asarray(y, np.float64).ravel()
-    if a.size == 0:
+    """(cosine, rel L2, max |diff|); the first two as ``sprat quantize`` reports them."""
+    from .quantize import compare
+
+    if y32.size == 0:
         return 1.0, 0.0, 0.0
-    na, nb, nd = np.linalg.norm(a), np.linalg.norm(b), np.linalg.norm(a - b)
-    cos = 1.0 if na == nb == 0 else (float(a @ b / (na * nb)) if na and nb else 0.0)
-    rel = float(nd / na) if na else (0.0 if nd == 0 else math.inf)
-    return cos, rel, float(np.abs(a - b).max())
+    err = compare("", y32, y)
+    return err.cosine, err.rel_l2, float(np.abs(y32.astype(np.float64) - y).max())
