@@ -1,0 +1,490 @@
+# The exact integer GEMM of the quantized ops (MatMulInteger, QLinearMatMul, the com.microsoft
+# MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm) and DynamicQuantizeLinear: the compiled
+# half of ``quant.py``. Included by kernels.pxi, after common.pxi.
+#
+# The scheme (exact for every u8/s8 operand and zero point; no u8*s8 ``vpmaddubsw`` saturation):
+# both operands are widened to int16 with their zero points subtracted, ``a' = a - a_zp`` and
+# ``b' = b - b_zp`` (|a'|, |b'| <= 255), and multiplied with ``vpmaddwd``, which sums two int16
+# products into one int32 exactly (|a'0*b'0 + a'1*b'1| <= 130050), as MLAS's AVX2 U8U8 kernel
+# widens. Subtracting the zero points while widening costs nothing (the operands are copied
+# anyway), so no row/column-sum correction is needed; int32 sums are exact for K <= 33025
+# (K * 255 * 255 < 2**31, ``I8_MAX_K``).
+#
+# Layouts:
+# - packed B (``i8_pack_b``, once at prepare for a constant weight): panels of I8_NR = 16
+#   columns; in a panel, k-pair ``p`` holds 32 int16, ``[b'(2p, j), b'(2p+1, j)]`` for the 16
+#   columns j (the columns past N and the odd k past K are 0). Panel ``q`` starts at
+#   ``q * kp * 32`` (``kp = ceil(K / 2)``).
+# - packed A (``i8_pack_a``, every call): rows of ``2 * kp`` int16, ``a' = a - a_zp``.
+# The micro-kernel computes I8_MR x 16 int32 results from one row group of packed A and one
+# panel; the epilogue turns them into int32, float32 (scale and bias) or requantized u8/s8.
+#
+# The float epilogues must round as the ONNX graph they replace does (``float(acc) * scale``,
+# then ``+ bias``, each rounded; a requantization ``rint`` half to even): the C block below
+# compiles without FMA contraction and with true division (the module's -ffp-contract=fast and
+# -freciprocal-math would change the last bit).
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #include <math.h>
+    #pragma GCC push_options
+    #pragma GCC optimize("no-reciprocal-math", "no-associative-math", "fp-contract=off")
+    #if defined(__AVX2__)
+    #include <immintrin.h>
+    #endif
+
+    #define SPRAT_I8_MR 6
+    #define SPRAT_I8_NR 16
+
+    /* c[r*16 + j] = sum_p a[r*lda + 2p] * b[p*32 + 2j] + a[r*lda + 2p + 1] * b[p*32 + 2j + 1]
+       for the mr rows r of packed A and the 16 columns of one packed B panel (kp pairs). */
+    static inline __attribute__((always_inline)) void sprat_i8_tile(
+            const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp, int32_t* c,
+            const int mr) {
+    #if defined(__AVX2__)
+        /* NOTE: named accumulators, not an array: GCC kept an array of __m256i partly on the
+           stack (spills in the inner loop); rows past mr are dead code once inlined */
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;
+        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        const int16_t* a0 = a;
+        const int16_t* a1 = a + (mr > 1 ? 1 : 0) * lda;
+        const int16_t* a2 = a + (mr > 2 ? 2 : 0) * lda;
+        const int16_t* a3 = a + (mr > 3 ? 3 : 0) * lda;
+        const int16_t* a4 = a + (mr > 4 ? 4 : 0) * lda;
+        const int16_t* a5 = a + (mr > 5 ? 5 : 0) * lda;
+    #define SPRAT_I8_ROW(r)                                                              \
+        if (mr > r) {                                                                    \
+            int32_t pair;                                                                \
+            memcpy(&pair, a##r + 2 * p, 4);                                              \
+            __m256i av = _mm256_set1_epi32(pair);                                        \
+            c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));              \
+            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));              \
+        }
+        for (Py_ssize_t p = 0; p < kp; p++) {
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + p * 32));
+            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + p * 32 + 16));
+            SPRAT_I8_ROW(0) SPRAT_I8_ROW(1) SPRAT_I8_ROW(2)
+            SPRAT_I8_ROW(3) SPRAT_I8_ROW(4) SPRAT_I8_ROW(5)
+        }
+    #undef SPRAT_I8_ROW
+    #define SPRAT_I8_STORE(r)                                                            \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
+            _mm256_storeu_si256((__m256i*)(c + r * 16 + 8), c##r##1);                    \
+        }
+        SPRAT_I8_STORE(0) SPRAT_I8_STORE(1) SPRAT_I8_STORE(2)
+        SPRAT_I8_STORE(3) SPRAT_I8_STORE(4) SPRAT_I8_STORE(5)
+    #undef SPRAT_I8_STORE
+    #else
+        /* NOTE: sums in uint32 (wrapping is defined; the exact result fits int32) */
+        for (int r = 0; r < mr; r++) {
+            uint32_t s[SPRAT_I8_NR];
+            for (int j = 0; j < SPRAT_I8_NR; j++)
+                s[j] = 0;
+            const int16_t* ar = a + r * lda;
+            for (Py_ssize_t p = 0; p < kp; p++) {
+                int32_t a0 = ar[2 * p], a1 = ar[2 * p + 1];
+                const int16_t* bp = b + p * 32;
+                for (int j = 0; j < SPRAT_I8_NR; j++)
+                    s[j] += (uint32_t)(a0 * bp[2 * j] + a1 * bp[2 * j + 1]);
+            }
+            for (int j = 0; j < SPRAT_I8_NR; j++)
+                c[r * 16 + j] = (int32_t)s[j];
+        }
+    #endif
+    }
+
+    static void sprat_i8_tile_any(const int16_t* a, Py_ssize_t lda, const int16_t* b,
+                                  Py_ssize_t kp, int32_t* c, int mr) {
+        switch (mr) {
+        case 1: sprat_i8_tile(a, lda, b, kp, c, 1); break;
+        case 2: sprat_i8_tile(a, lda, b, kp, c, 2); break;
+        case 3: sprat_i8_tile(a, lda, b, kp, c, 3); break;
+        case 4: sprat_i8_tile(a, lda, b, kp, c, 4); break;
+        case 5: sprat_i8_tile(a, lda, b, kp, c, 5); break;
+        default: sprat_i8_tile(a, lda, b, kp, c, 6); break;
+        }
+    }
+
+    /* The epilogue of one tile row: n <= 16 int32 sums t (plus the int32 bias ib, may be NULL)
+       -> kind 0: int32; kind 1: float32 float(t) * s (+ bias); kind 2: requantized,
+       rint(float(t) * s [/ qdiv]) + zp clamped to [lo, hi], stored as u8 (q_signed 0) or s8.
+       s, bias, ib point at the row's first column; s_step 0: one scale for every column. */
+    static void sprat_i8_finish(const int32_t* t, Py_ssize_t n, int kind, void* y,
+                                const float* s, int s_step, const float* bias,
+                                const int32_t* ib, float qdiv, float zp, float lo, float hi,
+                                int q_signed) {
+        int32_t v[SPRAT_I8_NR];
+        float f[SPRAT_I8_NR];
+        for (Py_ssize_t j = 0; j < n; j++)
+            v[j] = ib != NULL ? (int32_t)((uint32_t)t[j] + (uint32_t)ib[j]) : t[j];
+        if (kind == 0) {
+            memcpy(y, v, n * 4);
+            return;
+        }
+        for (Py_ssize_t j = 0; j < n; j++)
+            f[j] = (float)v[j] * s[j * s_step];
+        if (kind == 1) {
+            float* yf = (float*)y;
+            if (bias != NULL)
+                for (Py_ssize_t j = 0; j < n; j++)
+                    yf[j] = f[j] + bias[j];
+            else
+                memcpy(yf, f, n * 4);
+            return;
+        }
+        if (qdiv != 0.0f)
+            for (Py_ssize_t j = 0; j < n; j++)
+                f[j] = f[j] / qdiv;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            float r = rintf(f[j]) + zp;
+            f[j] = r < lo ? lo : (r > hi ? hi : r);
+        }
+        if (q_signed) {
+            int8_t* yq = (int8_t*)y;
+            for (Py_ssize_t j = 0; j < n; j++)
+                yq[j] = (int8_t)(int32_t)f[j];
+        } else {
+            uint8_t* yq = (uint8_t*)y;
+            for (Py_ssize_t j = 0; j < n; j++)
+                yq[j] = (uint8_t)(int32_t)f[j];
+        }
+    }
+
+    /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
+    static void sprat_i8_minmax(const float* x, Py_ssize_t n, float* lo, float* hi) {
+        Py_ssize_t i = 0;
+        float mn = INFINITY, mx = -INFINITY;
+    #if defined(__AVX2__)
+        if (n >= 32) {
+            __m256 l0 = _mm256_set1_ps(INFINITY), l1 = l0, l2 = l0, l3 = l0;
+            __m256 h0 = _mm256_set1_ps(-INFINITY), h1 = h0, h2 = h0, h3 = h0;
+            for (; i + 32 <= n; i += 32) {
+                __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+                __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+                /* NOTE: _mm256_min_ps(x, l) returns l when x is NaN: NaN is skipped */
+                l0 = _mm256_min_ps(x0, l0); l1 = _mm256_min_ps(x1, l1);
+                l2 = _mm256_min_ps(x2, l2); l3 = _mm256_min_ps(x3, l3);
+                h0 = _mm256_max_ps(x0, h0); h1 = _mm256_max_ps(x1, h1);
+                h2 = _mm256_max_ps(x2, h2); h3 = _mm256_max_ps(x3, h3);
+            }
+            float lb[8], hb[8];
+            _mm256_storeu_ps(lb, _mm256_min_ps(_mm256_min_ps(l0, l1), _mm256_min_ps(l2, l3)));
+            _mm256_storeu_ps(hb, _mm256_max_ps(_mm256_max_ps(h0, h1), _mm256_max_ps(h2, h3)));
+            for (int k = 0; k < 8; k++) {
+                mn = lb[k] < mn ? lb[k] : mn;
+                mx = hb[k] > mx ? hb[k] : mx;
+            }
+        }
+    #endif
+        for (; i < n; i++) {
+            mn = x[i] < mn ? x[i] : mn;
+            mx = x[i] > mx ? x[i] : mx;
+        }
+        *lo = mn;
+        *hi = mx;
+    }
+
+    /* DynamicQuantizeLinear-11's parameters from the data's min and max (ONNX spec): the range
+       widened to include 0, scale = (hi - lo) / 255, zero point = saturate(rint(-lo / scale));
+       an all-zero range gives scale 1, zero point 0 (onnxruntime). Returns the zero point. */
+    static int sprat_i8_dql_params(float lo, float hi, float* scale) {
+        lo = lo < 0.0f ? lo : 0.0f;
+        hi = hi > 0.0f ? hi : 0.0f;
+        float s = (hi - lo) / 255.0f;
+        if (s == 0.0f) {
+            *scale = 1.0f;
+            return 0;
+        }
+        *scale = s;
+        float z = rintf(0.0f - lo / s);
+        return z < 0.0f ? 0 : (z > 255.0f ? 255 : (int)z);
+    }
+
+    /* y[:n] = saturate_u8(rint(x / scale) + zp); with a16 != NULL also a16[:n] = y - zp
+       (the widened operand of the GEMM that consumes y) */
+    static void sprat_i8_quantize(const float* x, Py_ssize_t n, float scale, int zp,
+                                  uint8_t* y, int16_t* a16) {
+        Py_ssize_t i = 0;
+        float z = (float)zp;
+    #if defined(__AVX2__)
+        const __m256 vs = _mm256_set1_ps(scale), vz = _mm256_set1_ps(z);
+        const __m256 v0 = _mm256_setzero_ps(), v255 = _mm256_set1_ps(255.0f);
+        const __m256i iz = _mm256_set1_epi32(zp);
+        for (; i + 8 <= n; i += 8) {
+            __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vs),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, vz), v0), v255);
+            __m256i qi = _mm256_cvtps_epi32(q);
+            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi),
+                                        _mm256_extracti128_si256(qi, 1));
+            _mm_storel_epi64((__m128i*)(y + i), _mm_packus_epi16(w, w));
+            if (a16 != NULL) {
+                __m256i d = _mm256_sub_epi32(qi, iz);
+                __m128i dw = _mm_packs_epi32(_mm256_castsi256_si128(d),
+                                             _mm256_extracti128_si256(d, 1));
+                _mm_storeu_si128((__m128i*)(a16 + i), dw);
+            }
+        }
+    #endif
+        for (; i < n; i++) {
+            float q = rintf(x[i] / scale) + z;
+            q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
+            y[i] = (uint8_t)(int32_t)q;
+            if (a16 != NULL)
+                a16[i] = (int16_t)((int32_t)q - zp);
+        }
+    }
+    #pragma GCC pop_options
+    """
+    int I8_MR "SPRAT_I8_MR"
+    int I8_NR "SPRAT_I8_NR"
+    void i8_tile "sprat_i8_tile_any" (const short* a, idx lda, const short* b, idx kp, int* c,
+                                      int mr) noexcept nogil
+    void i8_finish "sprat_i8_finish" (const int* t, idx n, int kind, void* y, const float* s,
+                                      int s_step, const float* bias, const int* ib, float qdiv,
+                                      float zp, float lo, float hi, int q_signed) noexcept nogil
+    void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
+    int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
+    void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
+                                          unsigned char* y, short* a16) noexcept nogil
+
+
+cdef enum:
+    I8_OUT_I32 = 0   # int32 sums (MatMulInteger)
+    I8_OUT_F32 = 1   # float(sum) * scale (+ bias) (MatMulIntegerToFloat, Cast + Mul)
+    I8_OUT_Q8 = 2    # requantized u8 / s8 (QLinearMatMul, QGemm with y_scale)
+    I8_MAX_K = 33025  # K * 255 * 255 < 2**31: the int32 sums are exact
+
+
+#: the output kinds of ``i8_gemm``, for the Python side
+I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8}
+#: the largest K the int32 sums hold exactly
+I8_K_LIMIT = I8_MAX_K
+
+
+def i8_packed_b_size(idx K, idx N) -> int:
+    """int16 elements of a packed B of K rows and N columns: ``ceil(N/16) * ceil(K/2) * 32``."""
+    return ((N + I8_NR - 1) // I8_NR) * ((K + 1) // 2) * 32
+
+
+def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx K, idx N,
+              bint trans, short[::1] out):
+    """Pack a weight for ``i8_gemm`` (once, at prepare).
+
+    ``b``: the bytes of B (K, N) row-major, or of B^T (N, K) when ``trans`` (uint8, or int8
+    viewed as uint8 with ``b_signed``); ``zp``: B's zero point, 1 value or N (per column);
+    ``out``: ``i8_packed_b_size(K, N)`` int16, receives ``b - zp`` in the panel layout above.
+    Raises ValueError when an operand is too short or K exceeds ``I8_K_LIMIT``."""
+    cdef idx kp = (K + 1) // 2
+    cdef idx npan = (N + I8_NR - 1) // I8_NR
+    cdef idx q, p, j, h, k, col
+    cdef int v, z
+    cdef short* dst
+    if K > I8_MAX_K:
+        raise ValueError(f"i8_pack_b: K={K} exceeds {I8_MAX_K} (int32 sums would overflow)")
+    if b.shape[0] < K * N or out.shape[0] < npan * kp * 32 or zp.shape[0] not in (1, N):
+        raise ValueError("i8_pack_b: an operand is too short")
+    with nogil:
+        for q in range(npan):
+            for p in range(kp):
+                dst = &out[(q * kp + p) * 32]
+                for j in range(I8_NR):
+                    col = q * I8_NR + j
+                    for h in range(2):
+                        k = 2 * p + h
+                        if col >= N or k >= K:
+                            dst[2 * j + h] = 0
+                            continue
+                        v = b[col * K + k] if trans else b[k * N + col]
+                        if b_signed:
+                            v = <signed char>v
+                        z = zp[col] if zp.shape[0] > 1 else zp[0]
+                        dst[2 * j + h] = <short>(v - z)
+
+
+cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bint zp_rows,
+                       idx r0, idx r1, idx K, idx M, short* out, idx lda16) noexcept nogil:
+    """Rows [r0, r1) of A (K bytes each) as int16 ``a - zp`` rows of ``lda16`` (the odd tail
+    0). ``zp_rows``: one zero point per row of each (M, K) matrix, else ``zp[0]``."""
+    cdef idx r, k
+    cdef int z
+    cdef short* o
+    cdef const unsigned char* ar
+    cdef const signed char* sr
+    for r in range(r0, r1):
+        z = zp[r % M] if zp_rows else zp[0]
+        o = out + r * lda16
+        ar = a + r * K
+        if a_signed:
+            sr = <const signed char*>ar
+            for k in range(K):
+                o[k] = <short>(sr[k] - z)
+        else:
+            for k in range(K):
+                o[k] = <short>(ar[k] - z)
+        if lda16 > K:
+            o[K] = 0
+
+
+cdef struct i8_gemm_t:
+    # one batched integer GEMM with its epilogue, as ``i8_gemm`` describes it
+    const short* a
+    const short* b
+    unsigned char* y
+    const idx* offs
+    idx nbatch, M, N, kp, lda, rb, cb, esize
+    int kind
+    const float* scale
+    int s_step
+    const float* bias
+    const int* ibias
+    float qdiv, zp, lo, hi
+    int q_signed
+
+
+cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
+    """Work items [lo, hi) of ``i8_gemm``: (batch, block of ``rb`` rows, block of ``cb``
+    columns); in a block, each 16-column panel of B (in L1/L2) meets every group of I8_MR
+    rows of A (the block's rows stay in L2), and each tile gets its epilogue at once."""
+    cdef idx nrb = (g.M + g.rb - 1) // g.rb
+    cdef idx ncb = (g.N + g.cb - 1) // g.cb
+    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, yo
+    cdef int tile[6 * 16]
+    cdef const short* ab
+    cdef const short* bb
+    for it in range(lo, hi):
+        bi = it // (nrb * ncb)
+        rem = it - bi * nrb * ncb
+        m0 = (rem // ncb) * g.rb
+        n0 = (rem % ncb) * g.cb
+        m1 = min(g.M, m0 + g.rb)
+        n1 = min(g.N, n0 + g.cb)
+        ab = g.a + g.offs[3 * bi] * g.lda
+        bb = g.b + g.offs[3 * bi + 1]
+        yo = g.offs[3 * bi + 2]
+        j0 = n0
+        while j0 < n1:
+            nr = min(<idx>I8_NR, n1 - j0)
+            i0 = m0
+            while i0 < m1:
+                mr = min(<idx>I8_MR, m1 - i0)
+                i8_tile(ab + i0 * g.lda, g.lda, bb + (j0 // I8_NR) * g.kp * 32, g.kp, tile,
+                        <int>mr)
+                for r in range(mr):
+                    i8_finish(&tile[r * 16], nr, g.kind,
+                              g.y + (yo + (i0 + r) * g.N + j0) * g.esize,
+                              g.scale + j0 * g.s_step, g.s_step,
+                              g.bias + j0 if g.bias != NULL else NULL,
+                              g.ibias + j0 if g.ibias != NULL else NULL,
+                              g.qdiv, g.zp, g.lo, g.hi, g.q_signed)
+                i0 += mr
+            j0 += nr
+
+
+def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_zp,
+            bint a_zp_rows, short[:, ::1] a16, bint a_packed, const short[::1] b,
+            const idx[:, ::1] offs, idx M, idx N, idx K, idx rb, idx cb, int kind,
+            unsigned char[::1] y, const float[::1] scale, const float[::1] bias,
+            const int[::1] ibias, float qdiv, float zp, float lo, float hi, bint q_signed):
+    """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
+    com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
+
+    For each batch ``i`` (``offs[i] = (a_row, b_off, y_off)``: the first row of its A matrix
+    among A's rows, the int16 offset of its packed B, the element offset of its Y):
+    ``acc (M, N) = (A_i - a_zp) @ (B_i - b_zp)`` in int32, exactly, then by ``kind``:
+    ``I8_OUT_I32``: Y = acc (+ ibias); ``I8_OUT_F32``: Y = float(acc (+ ibias)) * scale
+    (+ bias), float32; ``I8_OUT_Q8``: Y = saturate(rint(float(acc (+ ibias)) * scale
+    [/ qdiv]) + zp) to [lo, hi], int8 when ``q_signed`` else uint8 (``qdiv`` 0: no division).
+
+    ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
+    ``a_zp`` its zero point (1 value, or M per (M, K) matrix with ``a_zp_rows``); ``a16``
+    (rows of A, >= 2*ceil(K/2)) int16 receives the widened rows, or holds them already when
+    ``a_packed`` (``i8_quantize`` wrote them); ``b``: packed by ``i8_pack_b`` (B's zero point
+    is in it). ``scale`` (1 or N floats), ``bias`` (0 or N floats), ``ibias`` (0 or N int32,
+    QGemm's C). ``y``: the output's bytes. Work items are (batch, ``rb`` rows, ``cb``
+    columns, cb a multiple of 16), split over ``nt`` slots; A is widened first (rows split
+    over the slots). Raises ValueError when K exceeds ``I8_K_LIMIT``, ``cb`` is not a
+    multiple of 16 or an operand is too short."""
+    cdef i8_gemm_t g
+    cdef idx kp = (K + 1) // 2
+    cdef idx rows = a16.shape[0]
+    cdef const int* pz = &a_zp[0]
+    cdef int t
+    if M <= 0 or N <= 0:
+        return
+    if K > I8_MAX_K or K <= 0:
+        raise ValueError(f"i8_gemm: K={K} must be in [1, {I8_MAX_K}]")
+    if cb % I8_NR or rb <= 0:
+        raise ValueError("i8_gemm: cb must be a positive multiple of 16, rb positive")
+    if a16.shape[1] < 2 * kp or (not a_packed and a.shape[0] < rows * K):
+        raise ValueError("i8_gemm: A or its int16 workspace is too short")
+    if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
+        raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
+    g.a, g.b, g.y, g.offs = &a16[0, 0], &b[0], &y[0], &offs[0, 0]
+    g.nbatch, g.M, g.N, g.kp, g.lda, g.rb, g.cb = offs.shape[0], M, N, kp, a16.shape[1], rb, cb
+    g.kind = kind
+    g.esize = 4 if kind != I8_OUT_Q8 else 1
+    g.scale = &scale[0]
+    g.s_step = 1 if scale.shape[0] > 1 else 0
+    g.bias = &bias[0] if bias.shape[0] else NULL
+    g.ibias = &ibias[0] if ibias.shape[0] else NULL
+    g.qdiv, g.zp, g.lo, g.hi, g.q_signed = qdiv, zp, lo, hi, q_signed
+    cdef const i8_gemm_t* gp = &g
+    cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    if nt <= 1:
+        with nogil:
+            if not a_packed:
+                i8_pack_rows(&a[0], a_signed, pz, a_zp_rows, 0, rows, K, M, &a16[0, 0],
+                             a16.shape[1])
+            i8_items(gp, 0, items)
+        return
+    if not a_packed:
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            i8_pack_rows(&a[0], a_signed, pz, a_zp_rows, t * rows // nt, (t + 1) * rows // nt,
+                         K, M, &a16[0, 0], a16.shape[1])
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        i8_items(gp, t * items // nt, (t + 1) * items // nt)
+
+
+# ---- DynamicQuantizeLinear ------------------------------------------------------------------
+
+def i8_dynamic_quantize(const float[::1] x, unsigned char[::1] y, short[:, ::1] a16,
+                        bint widen, int nt, float[::1] part):
+    """DynamicQuantizeLinear-11 of ``x`` (n floats) into ``y`` (n uint8); returns
+    ``(scale, zero_point)`` (float, int). With ``widen``, ``a16`` (viewed flat, >= n int16)
+    also receives ``y - zero_point``: the widened A of an ``i8_gemm`` whose K is even (then
+    ``a_packed``). ``part``: 2 * nt floats of scratch (each slot's min and max). Raises
+    ValueError when an operand is too short."""
+    cdef idx n = x.shape[0]
+    cdef float lo, hi, scale
+    cdef int zp, t, k
+    cdef short* pa = NULL
+    if y.shape[0] < n or part.shape[0] < 2 * nt:
+        raise ValueError("i8_dynamic_quantize: y or part is too short")
+    if widen:
+        if a16.shape[0] * a16.shape[1] < n:
+            raise ValueError("i8_dynamic_quantize: a16 is too short")
+        pa = &a16[0, 0]
+    if n == 0:
+        return 1.0, 0
+    if nt <= 1 or n < 4096:
+        with nogil:
+            i8_minmax(&x[0], n, &lo, &hi)
+            zp = i8_dql_params(lo, hi, &scale)
+            i8_quantize(&x[0], n, scale, zp, &y[0], pa)
+        return scale, zp
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        i8_minmax(&x[t * n // nt], (t + 1) * n // nt - t * n // nt, &part[2 * t],
+                  &part[2 * t + 1])
+    lo, hi = part[0], part[1]
+    for k in range(1, nt):
+        lo = part[2 * k] if part[2 * k] < lo else lo
+        hi = part[2 * k + 1] if part[2 * k + 1] > hi else hi
+    zp = i8_dql_params(lo, hi, &scale)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        i8_quantize(&x[t * n // nt], (t + 1) * n // nt - t * n // nt, scale, zp,
+                    &y[t * n // nt], pa + t * n // nt if pa != NULL else NULL)
+    return scale, zp
