@@ -166,21 +166,31 @@ def test_packed_b_layout_and_errors():
     bad operands instead of reading out of bounds."""
     k, n = 5, 18
     b = q((k, n), I8)
-    out = np.empty(kernels.i8_packed_b_size(k, n), np.int16)
-    assert out.size == 2 * 3 * 32
-    kernels.i8_pack_b(b.reshape(-1).view(np.uint8), True, np.array([3], np.int32), k, n, False,
-                      out)
-    panel = out[:3 * 32].reshape(3, 16, 2)  # panel 0: k-pairs x 16 columns x (k, k+1)
+    bytes_ = b.reshape(-1).view(np.uint8)
+    zp = np.array([3], np.int32)
+    out = np.empty(kernels.i8_packed_b_bytes(k, n, False), np.uint8)
+    assert out.size == 2 * 3 * 64
+    kernels.i8_pack_b(bytes_, True, zp, k, n, False, False, out, np.zeros(0, np.int32))
+    panel = out.view(np.int16)[:3 * 32].reshape(3, 16, 2)  # k-pairs x 16 columns x (k, k+1)
     want = b.astype(np.int16) - 3
     np.testing.assert_array_equal(panel[:, :, 0], want[0::2, :16])
     np.testing.assert_array_equal(panel[:2, :, 1], want[1::2, :16])
     assert not panel[2, :, 1].any()  # the odd k past K is 0
+    out8 = np.empty(kernels.i8_packed_b_bytes(k, n, True), np.uint8)
+    bcol = np.empty(2 * n, np.int32)
+    kernels.i8_pack_b(bytes_, True, zp, k, n, False, True, out8, bcol)
+    quads = out8.view(np.int8)[:2 * 64].reshape(2, 16, 4)  # k-quads x 16 columns x 4 k
+    np.testing.assert_array_equal(quads[0].T, b[:4, :16])
+    np.testing.assert_array_equal(quads[1, :, 0], b[4, :16])
+    assert not quads[1, :, 1:].any()
+    np.testing.assert_array_equal(bcol[:n], 3)
+    np.testing.assert_array_equal(bcol[n:], k * 3 - b.astype(np.int32).sum(0))
     with pytest.raises(ValueError):
-        kernels.i8_pack_b(b.reshape(-1).view(np.uint8), True, np.array([3], np.int32), k, n,
-                          False, out[:-1])
-    with pytest.raises(ValueError):
+        kernels.i8_pack_b(bytes_, True, zp, k, n, False, False, out[:-1], bcol)
+    with pytest.raises(ValueError):  # the A workspace's rows are too short for K = 5
         kernels.i8_gemm(1, np.zeros(10, np.uint8), False, np.zeros(1, np.int32), False,
-                        np.zeros((2, 4), np.int16), False, out, np.zeros((1, 3), np.intp), 2, n,
-                        k, 2, 16, 0, np.zeros(2 * n * 4, np.uint8), np.ones(1, np.float32),
+                        np.zeros((2, 4), np.uint8), np.zeros(2, np.int32), False, out,
+                        np.zeros(0, np.int32), False, np.zeros((1, 3), np.intp), 2, n, k, 2, 16,
+                        0, np.zeros(2 * n * 4, np.uint8), np.ones(1, np.float32),
                         np.zeros(0, np.float32), np.zeros(0, np.int32), 0.0, 0.0, 0.0, 0.0,
-                        False)  # a16 rows of 4 int16 cannot hold K = 5
+                        False)

@@ -23,6 +23,8 @@ point too; B's zero point and scale per tensor or per column, constant. K up to
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
@@ -68,10 +70,43 @@ def _present(ins, k):
     return ins[k] if k < len(ins) else None
 
 
+def _path() -> bool:
+    """Whether the GEMMs take the vnni path: when the CPU has AVX-VNNI (``i8_has_vnni``),
+    unless ``SPRAT_I8=int16`` forces the int16 path (tests run both). Raises ValueError for
+    another value of SPRAT_I8."""
+    forced = os.environ.get("SPRAT_I8", "").strip().lower()
+    if forced not in ("", "int16"):
+        raise ValueError(f"SPRAT_I8={forced!r}: expected 'int16' (or unset)")
+    return forced != "int16" and ck.i8_has_vnni()
+
+
+#: the integer GEMM's path on this CPU: True for vpdpbusd (AVX-VNNI), False for int16 vpmaddwd
+VNNI = _path()
+
+
+def _zp32(zp) -> np.ndarray:
+    return (np.zeros(1, np.int32) if zp is None
+            else np.ascontiguousarray(np.asarray(zp).reshape(-1), np.int32))
+
+
+def pack_b(b: np.ndarray, zp, K: int, N: int, trans: bool = False, vnni: bool = VNNI):
+    """``[packed bytes, bcol]``: B (K, N), or (N, K) when ``trans``, uint8/int8, with its zero
+    point (None, 1 or N values) packed for ``ck.i8_gemm`` (see ``compiled/int8.pxi``)."""
+    out = np.empty(ck.i8_packed_b_bytes(K, N, vnni), np.uint8)
+    bcol = np.empty(2 * N if vnni else 0, np.int32)
+    ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), b.dtype == _I8,
+                 _zp32(zp), K, N, trans, vnni, out, bcol)
+    return [out, bcol]
+
+
 class _Int8Gemm(CpuKernel):
-    """The common part: B packed (at prepare when constant), A widened on every call, the
+    """The common part: B packed (at prepare when constant), A packed on every call, the
     epilogue's parameters in small workspaces updated per run (A's zero point and scale are
-    run-time values in dynamically quantized models)."""
+    run-time values in dynamically quantized models).
+
+    Workspaces: 0 A packed (rows, ``i8_a_pitch``) uint8, 1 A's zero point (rows) int32, 2 the
+    epilogue's scale (N) float32, 3 A's row sums (rows) int32, then (B not constant) 4 packed
+    B bytes and 5 its column terms."""
 
     def _prepare_gemm(self, a, b, trans_b=False):
         self.K = a.shape[-1]
@@ -79,63 +114,55 @@ class _Int8Gemm(CpuKernel):
         self.rows = int(np.prod(a.shape, dtype=np.int64)) // max(self.K, 1)
         self.M = self.rows
         self.a_signed = a.dtype == _I8
-        self.b_signed = b.dtype == _I8
         self.trans_b = trans_b
-        self.kp = (self.K + 1) // 2
+        self.vnni = VNNI
         self.offs = np.zeros((1, 3), np.intp)
         macs = self.rows * self.N * self.K
         self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
         self.rb, self.cb = _blocks(self.rows, self.N, self.nt)
         self.b_packed = None
-        if b.value is not None and self._b_zp_const():
-            self.b_packed = self.shared("i8_packed_b", lambda: self._pack_b(b.value, self._b_zp()))
+        if b.value is not None:
+            tag = "i8_b_vnni" if self.vnni else "i8_b_int16"
+            bv, zp, K, N, tb, vnni = b.value, self._b_zp(), self.K, self.N, trans_b, self.vnni
+            self.b_packed = self.shared(tag, lambda: pack_b(bv, zp, K, N, tb, vnni))
         self.empty_f = np.zeros(0, np.float32)
         self.empty_i = np.zeros(0, np.int32)
-        spaces = [ck_ws((self.rows, 2 * self.kp), np.int16),  # A widened
-                  ck_ws((1,), np.int32),  # A's zero point
-                  ck_ws((max(self.N, 1),), np.float32)]  # the epilogue's scale per column
+        rows = max(self.rows, 1)
+        spaces = [ws_of((rows, ck.i8_a_pitch(self.K)), np.uint8), ws_of((rows,), np.int32),
+                  ws_of((max(self.N, 1),), np.float32), ws_of((rows,), np.int32)]
         if self.b_packed is None:
-            spaces.append(ck_ws((ck.i8_packed_b_size(self.K, self.N),), np.int16))
+            spaces += [ws_of((ck.i8_packed_b_bytes(self.K, self.N, self.vnni),), np.uint8),
+                       ws_of((2 * self.N if self.vnni else 1,), np.int32)]
         self.workspaces = tuple(spaces)
-
-    def _b_zp_const(self) -> bool:
-        return True
 
     def _b_zp(self):
         return None
 
-    def _pack_b(self, b, zp) -> np.ndarray:
-        out = np.empty(ck.i8_packed_b_size(self.K, self.N), np.int16)
-        z = np.zeros(1, np.int32) if zp is None else np.ascontiguousarray(
-            np.asarray(zp).reshape(-1), np.int32)
-        ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), self.b_signed, z,
-                     self.K, self.N, self.trans_b, out)
-        return out
-
     def _gemm(self, ws, a, kind, y, a_packed=False, bias=None, ibias=None, qdiv=0.0, zp=0.0,
-              lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1):
-        """One ``i8_gemm`` call; ``ws.buffers``: A16, A's zero point (set by the caller),
-        the scale (its first ``n_scale`` values, set by the caller), packed B when B is not
-        constant (packed here from ``b``, ``b_zp``)."""
+              lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1, a_zp_rows=None):
+        """One ``i8_gemm`` call; the caller has set A's zero point (``ws.buffers[1][0]``,
+        unless ``a_zp_rows``) and the scale (the first ``n_scale`` values of buffer 2); a B
+        that is not constant is packed here from ``b``, ``b_zp``."""
         bufs = ws.buffers
-        packed = self.b_packed
-        if packed is None:
-            packed = bufs[3]
-            z = np.zeros(1, np.int32) if b_zp is None else np.ascontiguousarray(
-                np.asarray(b_zp).reshape(-1), np.int32)
-            ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), self.b_signed, z,
-                         self.K, self.N, self.trans_b, packed)
+        if self.b_packed is None:
+            packed, bcol = bufs[4], bufs[5]
+            ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), b.dtype == _I8,
+                         _zp32(b_zp), self.K, self.N, False, self.vnni, packed,
+                         bcol if self.vnni else self.empty_i)
+        else:
+            packed, bcol = self.b_packed
         a_bytes = self.empty_u8 if a_packed else a.reshape(-1).view(np.uint8)
-        ck.i8_gemm(self.nt, a_bytes, self.a_signed, bufs[1], False, bufs[0], a_packed, packed,
-                   self.offs, self.M, self.N, self.K, self.rb, self.cb, kind,
-                   y.reshape(-1).view(np.uint8), bufs[2][:n_scale],
-                   self.empty_f if bias is None else bias,
+        za = bufs[1] if a_zp_rows is None else a_zp_rows
+        ck.i8_gemm(self.nt, a_bytes, self.a_signed, za, a_zp_rows is not None, bufs[0],
+                   bufs[3], a_packed, packed, bcol, self.vnni, self.offs, self.M, self.N,
+                   self.K, self.rb, self.cb, kind, y.reshape(-1).view(np.uint8),
+                   bufs[2][:n_scale], self.empty_f if bias is None else bias,
                    self.empty_i if ibias is None else ibias, qdiv, zp, lo, hi, q_signed)
 
     empty_u8 = np.zeros(0, np.uint8)
 
 
-def ck_ws(shape, dtype):
+def ws_of(shape, dtype):
     """A workspace of ``shape`` (not per slot: the GEMM's slots share it)."""
     from ..base import WorkspaceSpec
 
@@ -205,27 +232,10 @@ class MatMulIntegerKernel(_Int8Gemm):
         a_zp, b_zp = _present(ins, 2), _present(ins, 3)
         bufs = ws.buffers
         bufs[2][0] = 1.0
-        if self.a_zp_rows is not None:
-            self._run_rows(ins, outs, ws)
-            return
-        bufs[1][0] = 0 if a_zp is None else a_zp.reshape(-1)[0]
-        self._gemm(ws, ins[0], _OUT["int32"], outs[0], b=ins[1], b_zp=b_zp)
-
-    def _run_rows(self, ins, outs, ws):
-        """A's zero point per row: the widening reads one zero point per row."""
-        bufs = ws.buffers
-        packed = self.b_packed
-        if packed is None:
-            packed = bufs[3]
-            b_zp = _present(ins, 3)
-            z = np.zeros(1, np.int32) if b_zp is None else np.ascontiguousarray(
-                np.asarray(b_zp).reshape(-1), np.int32)
-            ck.i8_pack_b(np.ascontiguousarray(ins[1]).reshape(-1).view(np.uint8),
-                         self.b_signed, z, self.K, self.N, False, packed)
-        ck.i8_gemm(self.nt, ins[0].reshape(-1).view(np.uint8), self.a_signed, self.a_zp_rows,
-                   True, bufs[0], False, packed, self.offs, self.M, self.N, self.K, self.rb,
-                   self.cb, _OUT["int32"], outs[0].reshape(-1).view(np.uint8), bufs[2][:1],
-                   self.empty_f, self.empty_i, 0.0, 0.0, 0.0, 0.0, False)
+        if self.a_zp_rows is None:
+            bufs[1][0] = 0 if a_zp is None else a_zp.reshape(-1)[0]
+        self._gemm(ws, ins[0], _OUT["int32"], outs[0], b=ins[1], b_zp=b_zp,
+                   a_zp_rows=self.a_zp_rows)
 
 
 def _q_range(dtype) -> tuple[float, float]:
@@ -345,15 +355,17 @@ class DynamicQuantizeMatMulKernel(MatMulIntegerToFloatKernel):
 
     def prepare(self, ins, outs):
         super().prepare(ins, outs)
-        # NOTE: the u8 copy of A and the slots' min/max; with an even K the quantizer writes
-        # the GEMM's int16 operand itself (its rows have no padding column)
-        self.workspaces += (ck_ws((self.rows * self.K,), np.uint8), scratch(1, 2 * self.nt))
+        # NOTE: the u8 copy of A and the slots' min/max; on the int16 path with an even K the
+        # quantizer writes the GEMM's int16 operand itself (its rows have no padding column)
+        self.workspaces += (ws_of((self.rows * self.K,), np.uint8), scratch(1, 2 * self.nt))
+        self.direct = not self.vnni and self.K % 2 == 0
 
     def run(self, ins, outs, ws):
         bufs = ws.buffers
         a = ins[0].reshape(-1)
-        even = self.K % 2 == 0
-        scale, zp = ck.i8_dynamic_quantize(a, bufs[-2], bufs[0], even, self.nt, bufs[-1][0])
+        even = self.direct
+        scale, zp = ck.i8_dynamic_quantize(a, bufs[-2], bufs[0].view(np.int16), even, self.nt,
+                                           bufs[-1][0])
         bufs[1][0] = zp
         self._scale(ws, ins, np.float32(scale))
         self._gemm(ws, bufs[-2], _OUT["float32"], outs[0], a_packed=even, bias=self._bias(ins),

@@ -108,18 +108,96 @@ cdef extern from *:
         }
     }
 
-    /* The epilogue of one tile row: n <= 16 int32 sums t (plus the int32 bias ib, may be NULL)
-       -> kind 0: int32; kind 1: float32 float(t) * s (+ bias); kind 2: requantized,
+    /* The same tile from u8 A (rows of 4*kq bytes) and s8 B packed in k-quads (per quad q,
+       64 bytes: 4 bytes b(4q..4q+3, j) for the 16 columns j): vpdpbusd sums four u8*s8
+       products into each int32 lane exactly (no int16 intermediate, so no saturation). Only
+       the AVX2 build has it, run when the CPU has AVX-VNNI (sprat_i8_cpu_vnni). */
+    #if defined(__AVX2__) && defined(__GNUC__)
+    #define SPRAT_I8_VNNI_BUILD 1
+    __attribute__((target("avx2,fma,avxvnni"))) static inline __attribute__((always_inline))
+    void sprat_i8_tile_vnni_t(const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq,
+                              int32_t* c, const int mr) {
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;
+        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        const uint8_t* a0 = a;
+        const uint8_t* a1 = a + (mr > 1 ? 1 : 0) * lda;
+        const uint8_t* a2 = a + (mr > 2 ? 2 : 0) * lda;
+        const uint8_t* a3 = a + (mr > 3 ? 3 : 0) * lda;
+        const uint8_t* a4 = a + (mr > 4 ? 4 : 0) * lda;
+        const uint8_t* a5 = a + (mr > 5 ? 5 : 0) * lda;
+    #define SPRAT_I8_QROW(r)                                                             \
+        if (mr > r) {                                                                    \
+            int32_t quad;                                                                \
+            memcpy(&quad, a##r + 4 * q, 4);                                              \
+            __m256i av = _mm256_set1_epi32(quad);                                        \
+            c##r##0 = _mm256_dpbusd_avx_epi32(c##r##0, av, b0);                          \
+            c##r##1 = _mm256_dpbusd_avx_epi32(c##r##1, av, b1);                          \
+        }
+        for (Py_ssize_t q = 0; q < kq; q++) {
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + q * 64));
+            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + q * 64 + 32));
+            SPRAT_I8_QROW(0) SPRAT_I8_QROW(1) SPRAT_I8_QROW(2)
+            SPRAT_I8_QROW(3) SPRAT_I8_QROW(4) SPRAT_I8_QROW(5)
+        }
+    #undef SPRAT_I8_QROW
+    #define SPRAT_I8_STORE(r)                                                            \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
+            _mm256_storeu_si256((__m256i*)(c + r * 16 + 8), c##r##1);                    \
+        }
+        SPRAT_I8_STORE(0) SPRAT_I8_STORE(1) SPRAT_I8_STORE(2)
+        SPRAT_I8_STORE(3) SPRAT_I8_STORE(4) SPRAT_I8_STORE(5)
+    #undef SPRAT_I8_STORE
+    }
+
+    __attribute__((target("avx2,fma,avxvnni")))
+    static void sprat_i8_tile_vnni(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq, int32_t* c, int mr) {
+        switch (mr) {
+        case 1: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 1); break;
+        case 2: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 2); break;
+        case 3: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 3); break;
+        case 4: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 4); break;
+        case 5: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 5); break;
+        default: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 6); break;
+        }
+    }
+
+    static int sprat_i8_cpu_vnni(void) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avxvnni");
+    }
+    #else
+    static void sprat_i8_tile_vnni(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq, int32_t* c, int mr) {
+        (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr;
+    }
+    static int sprat_i8_cpu_vnni(void) { return 0; }
+    #endif
+
+    /* The epilogue of one tile row: n <= 16 int32 sums t, first corrected for the zero points
+       when ct != NULL (the VNNI path multiplies raw operands: t += za * ct[j] - rs * zb[j],
+       ct[j] = K * zb[j] - colsum_b[j], rs = the row's sum of A, zb at zb_step), plus the int32
+       bias ib (may be NULL) -> kind 0: int32; kind 1: float32 float(t) * s (+ bias); kind 2: requantized,
        rint(float(t) * s [/ qdiv]) + zp clamped to [lo, hi], stored as u8 (q_signed 0) or s8.
        s, bias, ib point at the row's first column; s_step 0: one scale for every column. */
-    static void sprat_i8_finish(const int32_t* t, Py_ssize_t n, int kind, void* y,
+    static void sprat_i8_finish(const int32_t* t, Py_ssize_t n, const int32_t* ct, int32_t za,
+                                int32_t rs, const int32_t* zb, int zb_step, int kind, void* y,
                                 const float* s, int s_step, const float* bias,
                                 const int32_t* ib, float qdiv, float zp, float lo, float hi,
                                 int q_signed) {
         int32_t v[SPRAT_I8_NR];
         float f[SPRAT_I8_NR];
+        /* NOTE: uint32 arithmetic wraps (defined); the exact result fits int32 */
         for (Py_ssize_t j = 0; j < n; j++)
-            v[j] = ib != NULL ? (int32_t)((uint32_t)t[j] + (uint32_t)ib[j]) : t[j];
+            v[j] = t[j];
+        if (ct != NULL)
+            for (Py_ssize_t j = 0; j < n; j++)
+                v[j] = (int32_t)((uint32_t)v[j] + (uint32_t)za * (uint32_t)ct[j]
+                                 - (uint32_t)rs * (uint32_t)zb[j * zb_step]);
+        if (ib != NULL)
+            for (Py_ssize_t j = 0; j < n; j++)
+                v[j] = (int32_t)((uint32_t)v[j] + (uint32_t)ib[j]);
         if (kind == 0) {
             memcpy(y, v, n * 4);
             return;
@@ -243,9 +321,14 @@ cdef extern from *:
     int I8_NR "SPRAT_I8_NR"
     void i8_tile "sprat_i8_tile_any" (const short* a, idx lda, const short* b, idx kp, int* c,
                                       int mr) noexcept nogil
-    void i8_finish "sprat_i8_finish" (const int* t, idx n, int kind, void* y, const float* s,
-                                      int s_step, const float* bias, const int* ib, float qdiv,
-                                      float zp, float lo, float hi, int q_signed) noexcept nogil
+    void i8_tile_vnni "sprat_i8_tile_vnni" (const unsigned char* a, idx lda, const signed char* b,
+                                            idx kq, int* c, int mr) noexcept nogil
+    int i8_cpu_vnni "sprat_i8_cpu_vnni" () noexcept nogil
+    void i8_finish "sprat_i8_finish" (const int* t, idx n, const int* ct, int za, int rs,
+                                      const int* zb, int zb_step, int kind, void* y,
+                                      const float* s, int s_step, const float* bias,
+                                      const int* ib, float qdiv, float zp, float lo, float hi,
+                                      int q_signed) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
     int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
     void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
@@ -265,59 +348,120 @@ I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8}
 I8_K_LIMIT = I8_MAX_K
 
 
-def i8_packed_b_size(idx K, idx N) -> int:
-    """int16 elements of a packed B of K rows and N columns: ``ceil(N/16) * ceil(K/2) * 32``."""
-    return ((N + I8_NR - 1) // I8_NR) * ((K + 1) // 2) * 32
+def i8_has_vnni() -> bool:
+    """Whether this build has the AVX-VNNI tile and this CPU runs it (the ``vnni`` path of
+    ``i8_pack_b`` / ``i8_gemm``; else the int16 path)."""
+    return bool(i8_cpu_vnni())
+
+
+def i8_packed_b_bytes(idx K, idx N, bint vnni) -> int:
+    """Bytes of a packed B of K rows and N columns: int16 path ``ceil(N/16) * ceil(K/2) * 64``,
+    vnni path ``ceil(N/16) * ceil(K/4) * 64``."""
+    cdef idx npan = (N + I8_NR - 1) // I8_NR
+    return npan * ((K + 3) // 4 if vnni else (K + 1) // 2) * 64
+
+
+def i8_a_pitch(idx K) -> int:
+    """Bytes per row of the A workspace of ``i8_gemm`` (either path): ``4 * ceil(K/2)``."""
+    return 4 * ((K + 1) // 2)
 
 
 def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx K, idx N,
-              bint trans, short[::1] out):
+              bint trans, bint vnni, unsigned char[::1] out, int[::1] bcol):
     """Pack a weight for ``i8_gemm`` (once, at prepare).
 
     ``b``: the bytes of B (K, N) row-major, or of B^T (N, K) when ``trans`` (uint8, or int8
     viewed as uint8 with ``b_signed``); ``zp``: B's zero point, 1 value or N (per column);
-    ``out``: ``i8_packed_b_size(K, N)`` int16, receives ``b - zp`` in the panel layout above.
-    Raises ValueError when an operand is too short or K exceeds ``I8_K_LIMIT``."""
+    ``out``: ``i8_packed_b_bytes(K, N, vnni)`` bytes. The int16 path (``vnni`` False) stores
+    ``b - zp`` as int16 in 16-column panels of k-pairs (``bcol`` unused, may be empty); the
+    vnni path stores B as int8 (uint8 B shifted by -128) in 16-column panels of k-quads and
+    ``bcol`` (2N int32) receives the zero-point terms ``zb[j]`` then ``K * zb[j] - sum_k b[k, j]``
+    (zb the shifted zero point). Raises ValueError when an operand is too short or K exceeds
+    ``I8_K_LIMIT``."""
     cdef idx kp = (K + 1) // 2
+    cdef idx kq = (K + 3) // 4
     cdef idx npan = (N + I8_NR - 1) // I8_NR
     cdef idx q, p, j, h, k, col
-    cdef int v, z
+    cdef int v, z, shift
     cdef short* dst
-    if K > I8_MAX_K:
-        raise ValueError(f"i8_pack_b: K={K} exceeds {I8_MAX_K} (int32 sums would overflow)")
-    if b.shape[0] < K * N or out.shape[0] < npan * kp * 32 or zp.shape[0] not in (1, N):
+    cdef signed char* d8
+    if K > I8_MAX_K or K <= 0:
+        raise ValueError(f"i8_pack_b: K={K} must be in [1, {I8_MAX_K}]")
+    if (b.shape[0] < K * N or out.shape[0] < i8_packed_b_bytes(K, N, vnni)
+            or zp.shape[0] not in (1, N) or (vnni and bcol.shape[0] < 2 * N)):
         raise ValueError("i8_pack_b: an operand is too short")
+    shift = 0 if b_signed else 128
     with nogil:
-        for q in range(npan):
-            for p in range(kp):
-                dst = &out[(q * kp + p) * 32]
-                for j in range(I8_NR):
-                    col = q * I8_NR + j
-                    for h in range(2):
-                        k = 2 * p + h
-                        if col >= N or k >= K:
-                            dst[2 * j + h] = 0
-                            continue
-                        v = b[col * K + k] if trans else b[k * N + col]
-                        if b_signed:
-                            v = <signed char>v
-                        z = zp[col] if zp.shape[0] > 1 else zp[0]
-                        dst[2 * j + h] = <short>(v - z)
+        if vnni:
+            for col in range(N):
+                z = (zp[col] if zp.shape[0] > 1 else zp[0]) - shift
+                bcol[col] = z
+                bcol[N + col] = K * z
+            for q in range(npan):
+                for p in range(kq):
+                    d8 = <signed char*>&out[(q * kq + p) * 64]
+                    for j in range(I8_NR):
+                        col = q * I8_NR + j
+                        for h in range(4):
+                            k = 4 * p + h
+                            if col >= N or k >= K:
+                                d8[4 * j + h] = 0
+                                continue
+                            v = b[col * K + k] if trans else b[k * N + col]
+                            v = <signed char>v if b_signed else v - 128
+                            d8[4 * j + h] = <signed char>v
+                            bcol[N + col] -= v
+        else:
+            for q in range(npan):
+                for p in range(kp):
+                    dst = <short*>&out[(q * kp + p) * 64]
+                    for j in range(I8_NR):
+                        col = q * I8_NR + j
+                        for h in range(2):
+                            k = 2 * p + h
+                            if col >= N or k >= K:
+                                dst[2 * j + h] = 0
+                                continue
+                            v = b[col * K + k] if trans else b[k * N + col]
+                            if b_signed:
+                                v = <signed char>v
+                            z = zp[col] if zp.shape[0] > 1 else zp[0]
+                            dst[2 * j + h] = <short>(v - z)
 
 
 cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bint zp_rows,
-                       idx r0, idx r1, idx K, idx M, short* out, idx lda16) noexcept nogil:
-    """Rows [r0, r1) of A (K bytes each) as int16 ``a - zp`` rows of ``lda16`` (the odd tail
-    0). ``zp_rows``: one zero point per row of each (M, K) matrix, else ``zp[0]``."""
-    cdef idx r, k
-    cdef int z
+                       idx r0, idx r1, idx K, unsigned char* out, idx pitch, bint vnni,
+                       int* rowsum) noexcept nogil:
+    """Rows [r0, r1) of A (K bytes each) into the A workspace (rows of ``pitch`` bytes): the
+    int16 path widens to ``a - zp`` (int16, the odd tail 0; ``zp_rows``: one zero point per
+    row, else ``zp[0]``), the vnni path copies u8 (int8 A shifted by +128), zero-pads to a
+    multiple of 4 and sums each row into ``rowsum``."""
+    cdef idx r, k, kend
+    cdef int z, acc
     cdef short* o
+    cdef unsigned char* o8
     cdef const unsigned char* ar
     cdef const signed char* sr
     for r in range(r0, r1):
-        z = zp[r % M] if zp_rows else zp[0]
-        o = out + r * lda16
         ar = a + r * K
+        if vnni:
+            o8 = out + r * pitch
+            acc = 0
+            if a_signed:
+                for k in range(K):
+                    o8[k] = ar[k] ^ 0x80
+                    acc += o8[k]
+            else:
+                memcpy(o8, ar, K)
+                for k in range(K):
+                    acc += ar[k]
+            kend = 4 * ((K + 3) // 4)
+            for k in range(K, kend):
+                o8[k] = 0
+            rowsum[r] = acc
+            continue
+        z = zp[r] if zp_rows else zp[0]
+        o = <short*>(out + r * pitch)
         if a_signed:
             sr = <const signed char*>ar
             for k in range(K):
@@ -325,17 +469,22 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
         else:
             for k in range(K):
                 o[k] = <short>(ar[k] - z)
-        if lda16 > K:
+        if K % 2:
             o[K] = 0
 
 
 cdef struct i8_gemm_t:
     # one batched integer GEMM with its epilogue, as ``i8_gemm`` describes it
-    const short* a
-    const short* b
+    const unsigned char* a
+    const int* rowsum
+    const unsigned char* b
+    const int* bcol
+    bint vnni
+    const int* za
+    int za_step, za_add
     unsigned char* y
     const idx* offs
-    idx nbatch, M, N, kp, lda, rb, cb, esize
+    idx nbatch, M, N, K, kp, kq, pitch, rb, cb, esize
     int kind
     const float* scale
     int s_step
@@ -351,10 +500,11 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
     rows of A (the block's rows stay in L2), and each tile gets its epilogue at once."""
     cdef idx nrb = (g.M + g.rb - 1) // g.rb
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
-    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, yo
+    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, yo, a0, row
     cdef int tile[6 * 16]
-    cdef const short* ab
-    cdef const short* bb
+    cdef const unsigned char* bb
+    cdef const unsigned char* ar
+    cdef const int* ct = g.bcol + g.N if g.vnni else NULL
     for it in range(lo, hi):
         bi = it // (nrb * ncb)
         rem = it - bi * nrb * ncb
@@ -362,7 +512,7 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
         n0 = (rem % ncb) * g.cb
         m1 = min(g.M, m0 + g.rb)
         n1 = min(g.N, n0 + g.cb)
-        ab = g.a + g.offs[3 * bi] * g.lda
+        a0 = g.offs[3 * bi]
         bb = g.b + g.offs[3 * bi + 1]
         yo = g.offs[3 * bi + 2]
         j0 = n0
@@ -371,10 +521,18 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
             i0 = m0
             while i0 < m1:
                 mr = min(<idx>I8_MR, m1 - i0)
-                i8_tile(ab + i0 * g.lda, g.lda, bb + (j0 // I8_NR) * g.kp * 32, g.kp, tile,
-                        <int>mr)
+                ar = g.a + (a0 + i0) * g.pitch
+                if g.vnni:
+                    i8_tile_vnni(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
+                                 g.kq, tile, <int>mr)
+                else:
+                    i8_tile(<const short*>ar, g.pitch // 2,
+                            <const short*>(bb + (j0 // I8_NR) * g.kp * 64), g.kp, tile, <int>mr)
                 for r in range(mr):
-                    i8_finish(&tile[r * 16], nr, g.kind,
+                    row = a0 + i0 + r
+                    i8_finish(&tile[r * 16], nr, ct + j0 if g.vnni else NULL,
+                              g.za[row * g.za_step] + g.za_add, g.rowsum[row] if g.vnni else 0,
+                              g.bcol + j0 if g.vnni else NULL, 1, g.kind,
                               g.y + (yo + (i0 + r) * g.N + j0) * g.esize,
                               g.scale + j0 * g.s_step, g.s_step,
                               g.bias + j0 if g.bias != NULL else NULL,
@@ -385,46 +543,57 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
 
 
 def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_zp,
-            bint a_zp_rows, short[:, ::1] a16, bint a_packed, const short[::1] b,
-            const idx[:, ::1] offs, idx M, idx N, idx K, idx rb, idx cb, int kind,
-            unsigned char[::1] y, const float[::1] scale, const float[::1] bias,
-            const int[::1] ibias, float qdiv, float zp, float lo, float hi, bint q_signed):
+            bint a_zp_rows, unsigned char[:, ::1] a_ws, int[::1] rowsum, bint a_packed,
+            const unsigned char[::1] b, const int[::1] bcol, bint vnni, const idx[:, ::1] offs,
+            idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
+            const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
+            float zp, float lo, float hi, bint q_signed):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
     For each batch ``i`` (``offs[i] = (a_row, b_off, y_off)``: the first row of its A matrix
-    among A's rows, the int16 offset of its packed B, the element offset of its Y):
+    among A's rows, the byte offset of its packed B, the element offset of its Y):
     ``acc (M, N) = (A_i - a_zp) @ (B_i - b_zp)`` in int32, exactly, then by ``kind``:
     ``I8_OUT_I32``: Y = acc (+ ibias); ``I8_OUT_F32``: Y = float(acc (+ ibias)) * scale
     (+ bias), float32; ``I8_OUT_Q8``: Y = saturate(rint(float(acc (+ ibias)) * scale
     [/ qdiv]) + zp) to [lo, hi], int8 when ``q_signed`` else uint8 (``qdiv`` 0: no division).
 
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
-    ``a_zp`` its zero point (1 value, or M per (M, K) matrix with ``a_zp_rows``); ``a16``
-    (rows of A, >= 2*ceil(K/2)) int16 receives the widened rows, or holds them already when
-    ``a_packed`` (``i8_quantize`` wrote them); ``b``: packed by ``i8_pack_b`` (B's zero point
-    is in it). ``scale`` (1 or N floats), ``bias`` (0 or N floats), ``ibias`` (0 or N int32,
-    QGemm's C). ``y``: the output's bytes. Work items are (batch, ``rb`` rows, ``cb``
-    columns, cb a multiple of 16), split over ``nt`` slots; A is widened first (rows split
-    over the slots). Raises ValueError when K exceeds ``I8_K_LIMIT``, ``cb`` is not a
-    multiple of 16 or an operand is too short."""
+    ``a_zp`` its zero point (1 value, or one per row of ``a`` with ``a_zp_rows``); ``a_ws``
+    (rows of A, >= ``i8_a_pitch(K)`` bytes each) receives the packed rows, or holds them
+    already when ``a_packed`` (int16 path only: ``i8_dynamic_quantize`` wrote them);
+    ``rowsum`` (rows of A int32, vnni path) receives each row's sum. ``b``, ``bcol``: packed by
+    ``i8_pack_b`` with the same ``vnni`` (B's zero point is in them). ``scale`` (1 or N
+    floats), ``bias`` (0 or N floats), ``ibias`` (0 or N int32, QGemm's C). ``y``: the
+    output's bytes. Work items are (batch, ``rb`` rows, ``cb`` columns, cb a multiple of
+    16), split over ``nt`` slots; A is packed first (rows split over the slots). Raises
+    ValueError when K exceeds ``I8_K_LIMIT``, ``cb`` is not a multiple of 16, the vnni path
+    is not available or an operand is too short."""
     cdef i8_gemm_t g
-    cdef idx kp = (K + 1) // 2
-    cdef idx rows = a16.shape[0]
-    cdef const int* pz = &a_zp[0]
+    cdef idx rows = a_ws.shape[0]
     cdef int t
+    cdef unsigned char* pws
     if M <= 0 or N <= 0:
         return
     if K > I8_MAX_K or K <= 0:
         raise ValueError(f"i8_gemm: K={K} must be in [1, {I8_MAX_K}]")
     if cb % I8_NR or rb <= 0:
         raise ValueError("i8_gemm: cb must be a positive multiple of 16, rb positive")
-    if a16.shape[1] < 2 * kp or (not a_packed and a.shape[0] < rows * K):
-        raise ValueError("i8_gemm: A or its int16 workspace is too short")
+    if vnni and (not i8_cpu_vnni() or a_packed):
+        raise ValueError("i8_gemm: the vnni path needs AVX-VNNI and unpacked A")
+    if (a_ws.shape[1] < i8_a_pitch(K) or (not a_packed and a.shape[0] < rows * K)
+            or a_zp.shape[0] < (rows if a_zp_rows else 1)
+            or (vnni and (rowsum.shape[0] < rows or bcol.shape[0] < 2 * N))
+            or b.shape[0] < i8_packed_b_bytes(K, N, vnni) * offs.shape[0]
+            or y.shape[0] < offs.shape[0] * M * N * (1 if kind == I8_OUT_Q8 else 4)):
+        raise ValueError("i8_gemm: an operand or workspace is too short")
     if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
         raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
-    g.a, g.b, g.y, g.offs = &a16[0, 0], &b[0], &y[0], &offs[0, 0]
-    g.nbatch, g.M, g.N, g.kp, g.lda, g.rb, g.cb = offs.shape[0], M, N, kp, a16.shape[1], rb, cb
+    g.a, g.rowsum = &a_ws[0, 0], &rowsum[0] if rowsum.shape[0] else NULL
+    g.b, g.bcol, g.vnni = &b[0], &bcol[0] if bcol.shape[0] else NULL, vnni
+    g.y, g.offs = &y[0], &offs[0, 0]
+    g.nbatch, g.M, g.N, g.K = offs.shape[0], M, N, K
+    g.kp, g.kq, g.pitch, g.rb, g.cb = (K + 1) // 2, (K + 3) // 4, a_ws.shape[1], rb, cb
     g.kind = kind
     g.esize = 4 if kind != I8_OUT_Q8 else 1
     g.scale = &scale[0]
@@ -432,19 +601,23 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     g.bias = &bias[0] if bias.shape[0] else NULL
     g.ibias = &ibias[0] if ibias.shape[0] else NULL
     g.qdiv, g.zp, g.lo, g.hi, g.q_signed = qdiv, zp, lo, hi, q_signed
+    # NOTE: the vnni path corrects for A's zero point in the epilogue, shifted as the data
+    g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
+    g.za_add = 128 if a_signed and vnni else 0
     cdef const i8_gemm_t* gp = &g
     cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    pws = &a_ws[0, 0]
     if nt <= 1:
         with nogil:
             if not a_packed:
-                i8_pack_rows(&a[0], a_signed, pz, a_zp_rows, 0, rows, K, M, &a16[0, 0],
-                             a16.shape[1])
+                i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws,
+                             a_ws.shape[1], vnni, g.rowsum)
             i8_items(gp, 0, items)
         return
     if not a_packed:
         for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            i8_pack_rows(&a[0], a_signed, pz, a_zp_rows, t * rows // nt, (t + 1) * rows // nt,
-                         K, M, &a16[0, 0], a16.shape[1])
+            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, t * rows // nt,
+                         (t + 1) * rows // nt, K, pws, a_ws.shape[1], vnni, g.rowsum)
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         i8_items(gp, t * items // nt, (t + 1) * items // nt)
 
