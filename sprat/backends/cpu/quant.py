@@ -36,13 +36,17 @@ _F32 = np.dtype(np.float32)
 _OUT = ck.I8_KINDS
 BLOCK_ROWS = 48  # rows per work item: 8 row groups of the 6-row micro-kernel; 48 rows of A
 # (int16, K <= 1536: 144 KiB) stay in L2 while the item's panels of B pass
+AMX_BLOCK_ROWS = 64  # AMX: two 32-row blocks (a multiple of 16, as its tiles need)
 BLOCK_COLS = 128  # columns per work item (8 panels), fewer when the items cannot fill the slots
 
 
-def _blocks(m: int, n: int, nt: int) -> tuple[int, int]:
-    """(rows, columns) of a work item: BLOCK_ROWS x BLOCK_COLS, the columns halved (down to
-    one 16-column panel) until there are at least two items per slot."""
+def _blocks(m: int, n: int, nt: int, amx: bool = False) -> tuple[int, int]:
+    """(rows, columns) of a work item: BLOCK_ROWS x BLOCK_COLS (AMX: AMX_BLOCK_ROWS rows, a
+    multiple of its 32-row blocks), the columns halved (down to one 16-column panel) until
+    there are at least two items per slot."""
     rb, cb = max(1, min(m, BLOCK_ROWS)), BLOCK_COLS
+    if amx:
+        rb = AMX_BLOCK_ROWS
     while cb > 16 and -(-m // rb) * -(-n // cb) < 2 * nt:
         cb //= 2
     return rb, cb
@@ -70,18 +74,25 @@ def _present(ins, k):
     return ins[k] if k < len(ins) else None
 
 
-def _path() -> bool:
-    """Whether the GEMMs take the vnni path: when the CPU has AVX-VNNI (``i8_has_vnni``),
-    unless ``SPRAT_I8=int16`` forces the int16 path (tests run both). Raises ValueError for
-    another value of SPRAT_I8."""
+def _path() -> str:
+    """The integer GEMM's path on this CPU: ``amx`` (AMX tiles, tdpbusd), else ``vnni``
+    (AVX-VNNI vpdpbusd), else ``int16`` (vpmaddwd on AVX2, scalar in the baseline build);
+    ``SPRAT_I8=int16|vnni`` forces a slower one (tests run each). Raises ValueError for
+    another value of SPRAT_I8 or a path this CPU lacks."""
     forced = os.environ.get("SPRAT_I8", "").strip().lower()
-    if forced not in ("", "int16"):
-        raise ValueError(f"SPRAT_I8={forced!r}: expected 'int16' (or unset)")
-    return forced != "int16" and ck.i8_has_vnni()
+    have = {"int16": True, "vnni": ck.i8_has_vnni(), "amx": ck.i8_has_vnni() and ck.i8_has_amx()}
+    if forced:
+        if forced not in have:
+            raise ValueError(f"SPRAT_I8={forced!r}: expected one of {sorted(have)} (or unset)")
+        if not have[forced]:
+            raise ValueError(f"SPRAT_I8={forced}, but this CPU (or build) lacks it")
+        return forced
+    return next(p for p in ("amx", "vnni", "int16") if have[p])
 
 
-#: the integer GEMM's path on this CPU: True for vpdpbusd (AVX-VNNI), False for int16 vpmaddwd
-VNNI = _path()
+#: the integer GEMM's path (``_path``) and its code for ``ck.i8_gemm``
+PATH = _path()
+_PATH = ck.I8_PATHS[PATH]
 
 
 def _zp32(zp) -> np.ndarray:
@@ -89,13 +100,13 @@ def _zp32(zp) -> np.ndarray:
             else np.ascontiguousarray(np.asarray(zp).reshape(-1), np.int32))
 
 
-def pack_b(b: np.ndarray, zp, K: int, N: int, trans: bool = False, vnni: bool = VNNI):
+def pack_b(b: np.ndarray, zp, K: int, N: int, trans: bool = False, path: int = _PATH):
     """``[packed bytes, bcol]``: B (K, N), or (N, K) when ``trans``, uint8/int8, with its zero
     point (None, 1 or N values) packed for ``ck.i8_gemm`` (see ``compiled/int8.pxi``)."""
-    out = np.empty(ck.i8_packed_b_bytes(K, N, vnni), np.uint8)
-    bcol = np.empty(2 * N if vnni else 0, np.int32)
+    out = np.empty(ck.i8_packed_b_bytes(K, N, path), np.uint8)
+    bcol = np.empty(0 if path == ck.I8_PATHS["int16"] else 2 * N, np.int32)
     ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), b.dtype == _I8,
-                 _zp32(zp), K, N, trans, vnni, out, bcol)
+                 _zp32(zp), K, N, trans, path, out, bcol)
     return [out, bcol]
 
 
@@ -115,24 +126,26 @@ class _Int8Gemm(CpuKernel):
         self.M = self.rows
         self.a_signed = a.dtype == _I8
         self.trans_b = trans_b
-        self.vnni = VNNI
+        self.path = _PATH
+        self.raw = PATH != "int16"  # B and A stored as bytes, zero points in the epilogue
         self.offs = np.zeros((1, 3), np.intp)
         macs = self.rows * self.N * self.K
         self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
-        self.rb, self.cb = _blocks(self.rows, self.N, self.nt)
+        self.rb, self.cb = _blocks(self.rows, self.N, self.nt, PATH == "amx")
         self.b_packed = None
         if b.value is not None:
-            tag = "i8_b_vnni" if self.vnni else "i8_b_int16"
-            bv, zp, K, N, tb, vnni = b.value, self._b_zp(), self.K, self.N, trans_b, self.vnni
-            self.b_packed = self.shared(tag, lambda: pack_b(bv, zp, K, N, tb, vnni))
+            bv, zp, K, N, tb, path = b.value, self._b_zp(), self.K, self.N, trans_b, self.path
+            self.b_packed = self.shared(f"i8_b_{PATH}", lambda: pack_b(bv, zp, K, N, tb, path))
         self.empty_f = np.zeros(0, np.float32)
         self.empty_i = np.zeros(0, np.int32)
         rows = max(self.rows, 1)
-        spaces = [ws_of((rows, ck.i8_a_pitch(self.K)), np.uint8), ws_of((rows,), np.int32),
-                  ws_of((max(self.N, 1),), np.float32), ws_of((rows,), np.int32)]
+        spaces = [ws_of((ck.i8_a_rows(rows, self.path), ck.i8_a_pitch(self.K, self.path)),
+                        np.uint8),
+                  ws_of((rows,), np.int32), ws_of((max(self.N, 1),), np.float32),
+                  ws_of((rows,), np.int32)]
         if self.b_packed is None:
-            spaces += [ws_of((ck.i8_packed_b_bytes(self.K, self.N, self.vnni),), np.uint8),
-                       ws_of((2 * self.N if self.vnni else 1,), np.int32)]
+            spaces += [ws_of((ck.i8_packed_b_bytes(self.K, self.N, self.path),), np.uint8),
+                       ws_of((2 * self.N if self.raw else 1,), np.int32)]
         self.workspaces = tuple(spaces)
 
     def _b_zp(self):
@@ -147,14 +160,14 @@ class _Int8Gemm(CpuKernel):
         if self.b_packed is None:
             packed, bcol = bufs[4], bufs[5]
             ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), b.dtype == _I8,
-                         _zp32(b_zp), self.K, self.N, False, self.vnni, packed,
-                         bcol if self.vnni else self.empty_i)
+                         _zp32(b_zp), self.K, self.N, False, self.path, packed,
+                         bcol if self.raw else self.empty_i)
         else:
             packed, bcol = self.b_packed
         a_bytes = self.empty_u8 if a_packed else a.reshape(-1).view(np.uint8)
         za = bufs[1] if a_zp_rows is None else a_zp_rows
         ck.i8_gemm(self.nt, a_bytes, self.a_signed, za, a_zp_rows is not None, bufs[0],
-                   bufs[3], a_packed, packed, bcol, self.vnni, self.offs, self.M, self.N,
+                   bufs[3], a_packed, packed, bcol, self.path, self.offs, self.M, self.N,
                    self.K, self.rb, self.cb, kind, y.reshape(-1).view(np.uint8),
                    bufs[2][:n_scale], self.empty_f if bias is None else bias,
                    self.empty_i if ibias is None else ibias, qdiv, zp, lo, hi, q_signed)
@@ -358,7 +371,7 @@ class DynamicQuantizeMatMulKernel(MatMulIntegerToFloatKernel):
         # NOTE: the u8 copy of A and the slots' min/max; on the int16 path with an even K the
         # quantizer writes the GEMM's int16 operand itself (its rows have no padding column)
         self.workspaces += (ws_of((self.rows * self.K,), np.uint8), scratch(1, 2 * self.nt))
-        self.direct = not self.vnni and self.K % 2 == 0
+        self.direct = not self.raw and self.K % 2 == 0
 
     def run(self, ins, outs, ws):
         bufs = ws.buffers

@@ -175,6 +175,80 @@ cdef extern from *:
     static int sprat_i8_cpu_vnni(void) { return 0; }
     #endif
 
+    /* AMX (Intel's tile unit, amx-int8): one call multiplies a block of up to 32 rows x 32
+       columns: C tiles 0-3 (16 x 16 int32 each), A tiles 4-5 (16 rows x 64 bytes of K), B tiles
+       6-7 (16 k-quads x 16 columns x 4 bytes: the vnni path's panel layout, so a B tile is 16
+       consecutive quads of one panel). tdpbusd multiplies u8 A by s8 B into int32 exactly.
+       The block goes to c (32 x 32 int32); rows/columns past the block's are not stored. */
+    #if defined(__AVX2__) && defined(__GNUC__) && defined(__linux__)
+    #include <unistd.h>
+    #include <sys/syscall.h>
+    static int sprat_i8_amx_state = -1;
+    static int sprat_i8_cpu_amx(void) {
+        if (sprat_i8_amx_state < 0) {
+            __builtin_cpu_init();
+            /* NOTE: Linux hands out the tile state only on request (ARCH_REQ_XCOMP_PERM for
+               XFEATURE_XTILEDATA), once per process */
+            sprat_i8_amx_state = __builtin_cpu_supports("amx-tile")
+                && __builtin_cpu_supports("amx-int8")
+                && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        }
+        return sprat_i8_amx_state;
+    }
+    /* palette 1; tiles 0-7: 64 bytes per row (uint16 at 16 + 2t), 16 rows (byte 48 + t).
+       NOTE: a constant in memory: GCC dropped the stores of a stack copy that only
+       ldtilecfg reads (it does not see the instruction read the whole 64 bytes) */
+    static const unsigned char sprat_i8_amx_cfg[64] __attribute__((aligned(64))) = {
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0};
+    __attribute__((target("amx-tile,amx-int8")))
+    static void sprat_i8_amx_begin(void) { _tile_loadconfig(sprat_i8_amx_cfg); }
+    __attribute__((target("amx-tile,amx-int8")))
+    static void sprat_i8_amx_end(void) { _tile_release(); }
+    __attribute__((target("amx-tile,amx-int8")))
+    static void sprat_i8_amx_block(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq16, int32_t* c, int two_rows, int two_cols) {
+        const int8_t* b1 = b + kq16 * 64;  /* the next panel */
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (Py_ssize_t q = 0; q < kq16; q += 16) {
+            _tile_loadd(4, a + 4 * q, lda);
+            _tile_loadd(6, b + q * 64, 64);
+            _tile_dpbusd(0, 4, 6);
+            if (two_cols) {
+                _tile_loadd(7, b1 + q * 64, 64);
+                _tile_dpbusd(1, 4, 7);
+            }
+            if (two_rows) {
+                _tile_loadd(5, a + 16 * lda + 4 * q, lda);
+                _tile_dpbusd(2, 5, 6);
+                if (two_cols)
+                    _tile_dpbusd(3, 5, 7);
+            }
+        }
+        _tile_stored(0, c, 128);
+        if (two_cols)
+            _tile_stored(1, c + 16, 128);
+        if (two_rows) {
+            _tile_stored(2, c + 16 * 32, 128);
+            if (two_cols)
+                _tile_stored(3, c + 16 * 32 + 16, 128);
+        }
+    }
+    #else
+    static int sprat_i8_cpu_amx(void) { return 0; }
+    static void sprat_i8_amx_begin(void) {}
+    static void sprat_i8_amx_end(void) {}
+    static void sprat_i8_amx_block(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq16, int32_t* c, int two_rows, int two_cols) {
+        (void)a; (void)lda; (void)b; (void)kq16; (void)c; (void)two_rows; (void)two_cols;
+    }
+    #endif
+
     /* The epilogue of one tile row: n <= 16 int32 sums t, first corrected for the zero points
        when ct != NULL (the VNNI path multiplies raw operands: t += za * ct[j] - rs * zb[j],
        ct[j] = K * zb[j] - colsum_b[j], rs = the row's sum of A, zb at zb_step), plus the int32
@@ -188,6 +262,67 @@ cdef extern from *:
                                 int q_signed) {
         int32_t v[SPRAT_I8_NR];
         float f[SPRAT_I8_NR];
+    #if defined(__AVX2__)
+        /* NOTE: a full row of 16 in AVX2 (the scalar loops below are not vectorised with a
+           variable n, and at AMX speed the epilogue was most of the time); the same
+           operations in the same order, so the same bits */
+        if (n == 16) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i*)t);
+            __m256i v1 = _mm256_loadu_si256((const __m256i*)(t + 8));
+            if (ct != NULL) {
+                __m256i vza = _mm256_set1_epi32(za), vrs = _mm256_set1_epi32(rs);
+                __m256i z0 = zb_step ? _mm256_loadu_si256((const __m256i*)zb)
+                                     : _mm256_set1_epi32(zb[0]);
+                __m256i z1 = zb_step ? _mm256_loadu_si256((const __m256i*)(zb + 8)) : z0;
+                v0 = _mm256_sub_epi32(_mm256_add_epi32(v0, _mm256_mullo_epi32(vza,
+                         _mm256_loadu_si256((const __m256i*)ct))), _mm256_mullo_epi32(vrs, z0));
+                v1 = _mm256_sub_epi32(_mm256_add_epi32(v1, _mm256_mullo_epi32(vza,
+                         _mm256_loadu_si256((const __m256i*)(ct + 8)))),
+                                      _mm256_mullo_epi32(vrs, z1));
+            }
+            if (ib != NULL) {
+                v0 = _mm256_add_epi32(v0, _mm256_loadu_si256((const __m256i*)ib));
+                v1 = _mm256_add_epi32(v1, _mm256_loadu_si256((const __m256i*)(ib + 8)));
+            }
+            if (kind == 0) {
+                _mm256_storeu_si256((__m256i*)y, v0);
+                _mm256_storeu_si256((__m256i*)((int32_t*)y + 8), v1);
+                return;
+            }
+            __m256 s0 = s_step ? _mm256_loadu_ps(s) : _mm256_set1_ps(s[0]);
+            __m256 s1 = s_step ? _mm256_loadu_ps(s + 8) : s0;
+            __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
+            __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
+            if (kind == 1) {
+                if (bias != NULL) {
+                    f0 = _mm256_add_ps(f0, _mm256_loadu_ps(bias));
+                    f1 = _mm256_add_ps(f1, _mm256_loadu_ps(bias + 8));
+                }
+                _mm256_storeu_ps((float*)y, f0);
+                _mm256_storeu_ps((float*)y + 8, f1);
+                return;
+            }
+            if (qdiv != 0.0f) {
+                __m256 d = _mm256_set1_ps(qdiv);
+                f0 = _mm256_div_ps(f0, d);
+                f1 = _mm256_div_ps(f1, d);
+            }
+            __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+            f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            f0 = _mm256_min_ps(_mm256_max_ps(f0, vlo), vhi);
+            f1 = _mm256_min_ps(_mm256_max_ps(f1, vlo), vhi);
+            _mm256_storeu_si256((__m256i*)v, _mm256_cvtps_epi32(f0));
+            _mm256_storeu_si256((__m256i*)(v + 8), _mm256_cvtps_epi32(f1));
+            if (q_signed)
+                for (int j = 0; j < 16; j++)
+                    ((int8_t*)y)[j] = (int8_t)v[j];
+            else
+                for (int j = 0; j < 16; j++)
+                    ((uint8_t*)y)[j] = (uint8_t)v[j];
+            return;
+        }
+    #endif
         /* NOTE: uint32 arithmetic wraps (defined); the exact result fits int32 */
         for (Py_ssize_t j = 0; j < n; j++)
             v[j] = t[j];
@@ -324,6 +459,12 @@ cdef extern from *:
     void i8_tile_vnni "sprat_i8_tile_vnni" (const unsigned char* a, idx lda, const signed char* b,
                                             idx kq, int* c, int mr) noexcept nogil
     int i8_cpu_vnni "sprat_i8_cpu_vnni" () noexcept nogil
+    int i8_cpu_amx "sprat_i8_cpu_amx" () noexcept nogil
+    void i8_amx_begin "sprat_i8_amx_begin" () noexcept nogil
+    void i8_amx_end "sprat_i8_amx_end" () noexcept nogil
+    void i8_amx_block "sprat_i8_amx_block" (const unsigned char* a, idx lda, const signed char* b,
+                                            idx kq16, int* c, int two_rows,
+                                            int two_cols) noexcept nogil
     void i8_finish "sprat_i8_finish" (const int* t, idx n, const int* ct, int za, int rs,
                                       const int* zb, int zb_step, int kind, void* y,
                                       const float* s, int s_step, const float* bias,
@@ -348,38 +489,67 @@ I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8}
 I8_K_LIMIT = I8_MAX_K
 
 
+cdef enum:
+    I8_INT16 = 0  # paths: int16 vpmaddwd (any AVX2 CPU; scalar in the baseline build)
+    I8_VNNI = 1   # AVX-VNNI vpdpbusd
+    I8_AMX = 2    # AMX tdpbusd
+
+
+#: the paths of ``i8_pack_b`` / ``i8_gemm``, for the Python side
+I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX}
+
+
 def i8_has_vnni() -> bool:
-    """Whether this build has the AVX-VNNI tile and this CPU runs it (the ``vnni`` path of
-    ``i8_pack_b`` / ``i8_gemm``; else the int16 path)."""
+    """Whether this build has the AVX-VNNI tile and this CPU runs it (the ``vnni`` path)."""
     return bool(i8_cpu_vnni())
 
 
-def i8_packed_b_bytes(idx K, idx N, bint vnni) -> int:
-    """Bytes of a packed B of K rows and N columns: int16 path ``ceil(N/16) * ceil(K/2) * 64``,
-    vnni path ``ceil(N/16) * ceil(K/4) * 64``."""
+def i8_has_amx() -> bool:
+    """Whether this build has the AMX block and this CPU and OS run it (the ``amx`` path; the
+    first call asks Linux for the tile state of the process)."""
+    return bool(i8_cpu_amx())
+
+
+cdef inline idx i8_kq(idx K, int path) noexcept nogil:
+    """k-quads of a packed B panel: ceil(K/4), rounded up to 16 (one B tile) for AMX."""
+    cdef idx kq = (K + 3) // 4
+    return (kq + 15) // 16 * 16 if path == I8_AMX else kq
+
+
+def i8_packed_b_bytes(idx K, idx N, int path) -> int:
+    """Bytes of a packed B of K rows and N columns: 16-column panels of ``ceil(K/2) * 64``
+    bytes (int16 path) or ``i8_kq * 64`` (vnni, amx)."""
     cdef idx npan = (N + I8_NR - 1) // I8_NR
-    return npan * ((K + 3) // 4 if vnni else (K + 1) // 2) * 64
+    return npan * ((K + 1) // 2 if path == I8_INT16 else i8_kq(K, path)) * 64
 
 
-def i8_a_pitch(idx K) -> int:
-    """Bytes per row of the A workspace of ``i8_gemm`` (either path): ``4 * ceil(K/2)``."""
-    return 4 * ((K + 1) // 2)
+def i8_a_pitch(idx K, int path) -> int:
+    """Bytes per row of the A workspace of ``i8_gemm``: ``4 * ceil(K/2)``, for AMX K rounded
+    up to 64 (one A tile row)."""
+    return (K + 63) // 64 * 64 if path == I8_AMX else 4 * ((K + 1) // 2)
+
+
+def i8_a_rows(idx rows, int path) -> int:
+    """Rows of the A workspace for ``rows`` rows of A: AMX tiles read up to 31 rows past the
+    last (their products are dropped)."""
+    return rows + 32 if path == I8_AMX else rows
 
 
 def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx K, idx N,
-              bint trans, bint vnni, unsigned char[::1] out, int[::1] bcol):
-    """Pack a weight for ``i8_gemm`` (once, at prepare).
+              bint trans, int path, unsigned char[::1] out, int[::1] bcol):
+    """Pack a weight for ``i8_gemm`` (once, at prepare; a conv packs its (K, N) weight matrix
+    the same way).
 
     ``b``: the bytes of B (K, N) row-major, or of B^T (N, K) when ``trans`` (uint8, or int8
     viewed as uint8 with ``b_signed``); ``zp``: B's zero point, 1 value or N (per column);
-    ``out``: ``i8_packed_b_bytes(K, N, vnni)`` bytes. The int16 path (``vnni`` False) stores
-    ``b - zp`` as int16 in 16-column panels of k-pairs (``bcol`` unused, may be empty); the
-    vnni path stores B as int8 (uint8 B shifted by -128) in 16-column panels of k-quads and
-    ``bcol`` (2N int32) receives the zero-point terms ``zb[j]`` then ``K * zb[j] - sum_k b[k, j]``
-    (zb the shifted zero point). Raises ValueError when an operand is too short or K exceeds
-    ``I8_K_LIMIT``."""
+    ``out``: ``i8_packed_b_bytes(K, N, path)`` bytes. The int16 path stores ``b - zp`` as
+    int16 in 16-column panels of k-pairs (``bcol`` unused, may be empty); the vnni and amx
+    paths store B as int8 (uint8 B shifted by -128) in 16-column panels of k-quads and
+    ``bcol`` (2N int32) receives the zero-point terms ``zb[j]`` then ``K * zb[j] - sum_k
+    b[k, j]`` (zb the shifted zero point). Raises ValueError when an operand is too short, K
+    exceeds ``I8_K_LIMIT`` or the path is unknown."""
     cdef idx kp = (K + 1) // 2
-    cdef idx kq = (K + 3) // 4
+    cdef idx kq = i8_kq(K, path)
     cdef idx npan = (N + I8_NR - 1) // I8_NR
     cdef idx q, p, j, h, k, col
     cdef int v, z, shift
@@ -387,12 +557,14 @@ def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx 
     cdef signed char* d8
     if K > I8_MAX_K or K <= 0:
         raise ValueError(f"i8_pack_b: K={K} must be in [1, {I8_MAX_K}]")
-    if (b.shape[0] < K * N or out.shape[0] < i8_packed_b_bytes(K, N, vnni)
-            or zp.shape[0] not in (1, N) or (vnni and bcol.shape[0] < 2 * N)):
+    if path not in (I8_INT16, I8_VNNI, I8_AMX):
+        raise ValueError(f"i8_pack_b: unknown path {path}")
+    if (b.shape[0] < K * N or out.shape[0] < i8_packed_b_bytes(K, N, path)
+            or zp.shape[0] not in (1, N) or (path != I8_INT16 and bcol.shape[0] < 2 * N)):
         raise ValueError("i8_pack_b: an operand is too short")
     shift = 0 if b_signed else 128
     with nogil:
-        if vnni:
+        if path != I8_INT16:
             for col in range(N):
                 z = (zp[col] if zp.shape[0] > 1 else zp[0]) - shift
                 bcol[col] = z
@@ -430,12 +602,13 @@ def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx 
 
 
 cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bint zp_rows,
-                       idx r0, idx r1, idx K, unsigned char* out, idx pitch, bint vnni,
+                       idx r0, idx r1, idx K, unsigned char* out, idx pitch, int path,
                        int* rowsum) noexcept nogil:
     """Rows [r0, r1) of A (K bytes each) into the A workspace (rows of ``pitch`` bytes): the
     int16 path widens to ``a - zp`` (int16, the odd tail 0; ``zp_rows``: one zero point per
-    row, else ``zp[0]``), the vnni path copies u8 (int8 A shifted by +128), zero-pads to a
-    multiple of 4 and sums each row into ``rowsum``."""
+    row, else ``zp[0]``), the vnni and amx paths copy u8 (int8 A shifted by +128), zero-pad
+    to a multiple of 4 and sum each row into ``rowsum`` (past that, AMX reads bytes that
+    meet B's zero quads)."""
     cdef idx r, k, kend
     cdef int z, acc
     cdef short* o
@@ -444,7 +617,7 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
     cdef const signed char* sr
     for r in range(r0, r1):
         ar = a + r * K
-        if vnni:
+        if path != I8_INT16:
             o8 = out + r * pitch
             acc = 0
             if a_signed:
@@ -479,7 +652,7 @@ cdef struct i8_gemm_t:
     const int* rowsum
     const unsigned char* b
     const int* bcol
-    bint vnni
+    int path
     const int* za
     int za_step, za_add
     unsigned char* y
@@ -494,17 +667,32 @@ cdef struct i8_gemm_t:
     int q_signed
 
 
+cdef inline void i8_finish_row(const i8_gemm_t* g, const int* t, idx row, idx yrow, idx j0,
+                               idx n, idx yo) noexcept nogil:
+    """The epilogue of ``n <= 16`` sums ``t`` of A's row ``row`` (among all rows), columns
+    j0.., into Y's row ``yrow`` of the batch at ``yo``."""
+    cdef bint raw = g.path != I8_INT16
+    i8_finish(t, n, g.bcol + g.N + j0 if raw else NULL, g.za[row * g.za_step] + g.za_add,
+              g.rowsum[row] if raw else 0, g.bcol + j0 if raw else NULL, 1, g.kind,
+              g.y + (yo + yrow * g.N + j0) * g.esize, g.scale + j0 * g.s_step, g.s_step,
+              g.bias + j0 if g.bias != NULL else NULL, g.ibias + j0 if g.ibias != NULL else NULL,
+              g.qdiv, g.zp, g.lo, g.hi, g.q_signed)
+
+
 cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
     """Work items [lo, hi) of ``i8_gemm``: (batch, block of ``rb`` rows, block of ``cb``
     columns); in a block, each 16-column panel of B (in L1/L2) meets every group of I8_MR
-    rows of A (the block's rows stay in L2), and each tile gets its epilogue at once."""
+    rows of A (the block's rows stay in L2), and each tile gets its epilogue at once. The
+    AMX path walks the item in blocks of 32 x 32 (four tiles)."""
     cdef idx nrb = (g.M + g.rb - 1) // g.rb
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
-    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, yo, a0, row
+    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, yo, a0, half
     cdef int tile[6 * 16]
+    cdef int block[32 * 32]
     cdef const unsigned char* bb
     cdef const unsigned char* ar
-    cdef const int* ct = g.bcol + g.N if g.vnni else NULL
+    if g.path == I8_AMX:
+        i8_amx_begin()
     for it in range(lo, hi):
         bi = it // (nrb * ncb)
         rem = it - bi * nrb * ncb
@@ -516,35 +704,45 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
         bb = g.b + g.offs[3 * bi + 1]
         yo = g.offs[3 * bi + 2]
         j0 = n0
+        if g.path == I8_AMX:
+            while j0 < n1:
+                nr = min(<idx>32, n1 - j0)
+                i0 = m0
+                while i0 < m1:
+                    mr = min(<idx>32, m1 - i0)
+                    i8_amx_block(g.a + (a0 + i0) * g.pitch, g.pitch,
+                                 <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
+                                 block, mr > 16, nr > 16)
+                    for r in range(mr):
+                        for half in range(0, nr, 16):
+                            i8_finish_row(g, &block[r * 32 + half], a0 + i0 + r, i0 + r,
+                                          j0 + half, min(<idx>16, nr - half), yo)
+                    i0 += mr
+                j0 += nr
+            continue
         while j0 < n1:
             nr = min(<idx>I8_NR, n1 - j0)
             i0 = m0
             while i0 < m1:
                 mr = min(<idx>I8_MR, m1 - i0)
                 ar = g.a + (a0 + i0) * g.pitch
-                if g.vnni:
+                if g.path == I8_VNNI:
                     i8_tile_vnni(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
                                  g.kq, tile, <int>mr)
                 else:
                     i8_tile(<const short*>ar, g.pitch // 2,
                             <const short*>(bb + (j0 // I8_NR) * g.kp * 64), g.kp, tile, <int>mr)
                 for r in range(mr):
-                    row = a0 + i0 + r
-                    i8_finish(&tile[r * 16], nr, ct + j0 if g.vnni else NULL,
-                              g.za[row * g.za_step] + g.za_add, g.rowsum[row] if g.vnni else 0,
-                              g.bcol + j0 if g.vnni else NULL, 1, g.kind,
-                              g.y + (yo + (i0 + r) * g.N + j0) * g.esize,
-                              g.scale + j0 * g.s_step, g.s_step,
-                              g.bias + j0 if g.bias != NULL else NULL,
-                              g.ibias + j0 if g.ibias != NULL else NULL,
-                              g.qdiv, g.zp, g.lo, g.hi, g.q_signed)
+                    i8_finish_row(g, &tile[r * 16], a0 + i0 + r, i0 + r, j0, nr, yo)
                 i0 += mr
             j0 += nr
+    if g.path == I8_AMX:
+        i8_amx_end()
 
 
 def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_zp,
             bint a_zp_rows, unsigned char[:, ::1] a_ws, int[::1] rowsum, bint a_packed,
-            const unsigned char[::1] b, const int[::1] bcol, bint vnni, const idx[:, ::1] offs,
+            const unsigned char[::1] b, const int[::1] bcol, int path, const idx[:, ::1] offs,
             idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
             float zp, float lo, float hi, bint q_signed):
@@ -560,40 +758,42 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
 
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
     ``a_zp`` its zero point (1 value, or one per row of ``a`` with ``a_zp_rows``); ``a_ws``
-    (rows of A, >= ``i8_a_pitch(K)`` bytes each) receives the packed rows, or holds them
-    already when ``a_packed`` (int16 path only: ``i8_dynamic_quantize`` wrote them);
-    ``rowsum`` (rows of A int32, vnni path) receives each row's sum. ``b``, ``bcol``: packed by
-    ``i8_pack_b`` with the same ``vnni`` (B's zero point is in them). ``scale`` (1 or N
-    floats), ``bias`` (0 or N floats), ``ibias`` (0 or N int32, QGemm's C). ``y``: the
-    output's bytes. Work items are (batch, ``rb`` rows, ``cb`` columns, cb a multiple of
-    16), split over ``nt`` slots; A is packed first (rows split over the slots). Raises
-    ValueError when K exceeds ``I8_K_LIMIT``, ``cb`` is not a multiple of 16, the vnni path
-    is not available or an operand is too short."""
+    (``i8_a_rows(rows of A, path)`` rows of >= ``i8_a_pitch(K, path)`` bytes) receives the
+    packed rows, or holds them already when ``a_packed`` (int16 path only:
+    ``i8_dynamic_quantize`` wrote them); ``rowsum`` (rows of A int32, vnni and amx paths)
+    receives each row's sum. ``b``, ``bcol``: packed by ``i8_pack_b`` for the same ``path``
+    (B's zero point is in them). ``scale`` (1 or N floats), ``bias`` (0 or N floats),
+    ``ibias`` (0 or N int32, QGemm's C). ``y``: the output's bytes. Work items are (batch,
+    ``rb`` rows, ``cb`` columns; cb a multiple of 16, for AMX rb too), split over ``nt`` slots;
+    A is packed first (rows split over the slots). Raises ValueError when K exceeds
+    ``I8_K_LIMIT``, a block size is wrong, the path is not available on this CPU, or an
+    operand is too short."""
     cdef i8_gemm_t g
-    cdef idx rows = a_ws.shape[0]
+    cdef idx rows = a.shape[0] // K if K > 0 and not a_packed else a_ws.shape[0]
     cdef int t
     cdef unsigned char* pws
     if M <= 0 or N <= 0:
         return
     if K > I8_MAX_K or K <= 0:
         raise ValueError(f"i8_gemm: K={K} must be in [1, {I8_MAX_K}]")
-    if cb % I8_NR or rb <= 0:
-        raise ValueError("i8_gemm: cb must be a positive multiple of 16, rb positive")
-    if vnni and (not i8_cpu_vnni() or a_packed):
-        raise ValueError("i8_gemm: the vnni path needs AVX-VNNI and unpacked A")
-    if (a_ws.shape[1] < i8_a_pitch(K) or (not a_packed and a.shape[0] < rows * K)
+    if cb % I8_NR or rb <= 0 or (path == I8_AMX and rb % 16):
+        raise ValueError("i8_gemm: cb (and rb for AMX) must be positive multiples of 16")
+    if ((path == I8_VNNI and not i8_cpu_vnni()) or (path == I8_AMX and not i8_cpu_amx())
+            or path not in (I8_INT16, I8_VNNI, I8_AMX) or (a_packed and path != I8_INT16)):
+        raise ValueError(f"i8_gemm: path {path} is not available here (or A was packed)")
+    if (a_ws.shape[1] < i8_a_pitch(K, path) or a_ws.shape[0] < i8_a_rows(rows, path)
             or a_zp.shape[0] < (rows if a_zp_rows else 1)
-            or (vnni and (rowsum.shape[0] < rows or bcol.shape[0] < 2 * N))
-            or b.shape[0] < i8_packed_b_bytes(K, N, vnni) * offs.shape[0]
+            or (path != I8_INT16 and (rowsum.shape[0] < rows or bcol.shape[0] < 2 * N))
+            or b.shape[0] < i8_packed_b_bytes(K, N, path)
             or y.shape[0] < offs.shape[0] * M * N * (1 if kind == I8_OUT_Q8 else 4)):
         raise ValueError("i8_gemm: an operand or workspace is too short")
     if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
         raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
     g.a, g.rowsum = &a_ws[0, 0], &rowsum[0] if rowsum.shape[0] else NULL
-    g.b, g.bcol, g.vnni = &b[0], &bcol[0] if bcol.shape[0] else NULL, vnni
+    g.b, g.bcol, g.path = &b[0], &bcol[0] if bcol.shape[0] else NULL, path
     g.y, g.offs = &y[0], &offs[0, 0]
     g.nbatch, g.M, g.N, g.K = offs.shape[0], M, N, K
-    g.kp, g.kq, g.pitch, g.rb, g.cb = (K + 1) // 2, (K + 3) // 4, a_ws.shape[1], rb, cb
+    g.kp, g.kq, g.pitch, g.rb, g.cb = (K + 1) // 2, i8_kq(K, path), a_ws.shape[1], rb, cb
     g.kind = kind
     g.esize = 4 if kind != I8_OUT_Q8 else 1
     g.scale = &scale[0]
@@ -601,9 +801,10 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     g.bias = &bias[0] if bias.shape[0] else NULL
     g.ibias = &ibias[0] if ibias.shape[0] else NULL
     g.qdiv, g.zp, g.lo, g.hi, g.q_signed = qdiv, zp, lo, hi, q_signed
-    # NOTE: the vnni path corrects for A's zero point in the epilogue, shifted as the data
+    # NOTE: the vnni and amx paths correct for A's zero point in the epilogue, shifted as the
+    # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
-    g.za_add = 128 if a_signed and vnni else 0
+    g.za_add = 128 if a_signed and path != I8_INT16 else 0
     cdef const i8_gemm_t* gp = &g
     cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
     pws = &a_ws[0, 0]
@@ -611,13 +812,13 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
         with nogil:
             if not a_packed:
                 i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws,
-                             a_ws.shape[1], vnni, g.rowsum)
+                             a_ws.shape[1], path, g.rowsum)
             i8_items(gp, 0, items)
         return
     if not a_packed:
         for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
             i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, t * rows // nt,
-                         (t + 1) * rows // nt, K, pws, a_ws.shape[1], vnni, g.rowsum)
+                         (t + 1) * rows // nt, K, pws, a_ws.shape[1], path, g.rowsum)
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         i8_items(gp, t * items // nt, (t + 1) * items // nt)
 
