@@ -9,12 +9,16 @@ must equal the reference's bit for bit (int32, uint8/int8 and float32 alike).
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from opcheck import make_node, run_cpu
 
-from sprat.backends.cpu import CpuBackend
+from sprat.backends.cpu import CpuBackend, quant
 from sprat.backends.cpu.compiled import kernels
 from sprat.backends.reference import evaluate
 
@@ -194,3 +198,20 @@ def test_packed_b_layout_and_errors():
                         0, np.zeros(2 * n * 4, np.uint8), np.ones(1, np.float32),
                         np.zeros(0, np.float32), np.zeros(0, np.int32), 0.0, 0.0, 0.0, 0.0,
                         False)
+
+
+@pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
+def test_every_integer_path_this_cpu_has_passes_these_tests():
+    """This file again with SPRAT_I8 forcing each slower path the CPU has (the default run
+    took the fastest: ``quant.PATH``; the baseline build's scalar path runs from
+    ``test_cpu_paths.py``)."""
+    have = [p for p, ok in (("int16", True), ("vnni", kernels.i8_has_vnni())) if ok]
+    for path in have:
+        if path == quant.PATH:
+            continue
+        env = dict(os.environ, SPRAT_I8=path)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__]
+        proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout
