@@ -89,6 +89,12 @@ def test_matmul_integer_without_zero_points_runtime_b_and_per_row_a():
 
 def test_matmul_integer_refusals():
     a, b = q((4, 8), U8), q((8, 5), I8)
+    ms = "com.microsoft"
+    sa, sb, bias = np.array(0.1, np.float32), np.array(0.2, np.float32), np.ones(5, np.float32)
+    assert not refused("MatMulIntegerToFloat", [a, b, sa, sb, None, None, bias], consts=(1, 3, 6),
+                       domain=ms)
+    assert refused("MatMulIntegerToFloat", [a, b, sa, sb, None, None, bias], consts=(1, 3),
+                   domain=ms)  # a bias computed at run time: reference
     assert refused("MatMulInteger", [a, q((2, 8, 5), I8)])  # batched B: reference
     assert refused("MatMulInteger", [a, b, q((4,), U8), None], consts=(1,))  # runtime per-row zp
     big = q((2, kernels.I8_K_LIMIT + 1), U8)

@@ -366,6 +366,75 @@ cdef extern from *:
         }
     }
 
+    /* The epilogue of a block of rows x n sums (t, row pitch ldt) into Y's rows (y, pitch ldy
+       bytes): as sprat_i8_finish row by row, but 8 columns at a time across the rows, so the
+       per-column terms (ct, zb, s, bias, ib) are loaded once per block. za and rs: A's zero
+       point (step za_step) and row sums, per row of the block. */
+    static void sprat_i8_finish_block(const int32_t* t, Py_ssize_t ldt, Py_ssize_t rows,
+                                      Py_ssize_t n, const int32_t* ct, const int32_t* za,
+                                      int za_step, int za_add, const int32_t* rs,
+                                      const int32_t* zb, int kind, unsigned char* y,
+                                      Py_ssize_t ldy, const float* s, int s_step,
+                                      const float* bias, const int32_t* ib, float qdiv,
+                                      float zp, float lo, float hi, int q_signed) {
+        Py_ssize_t j = 0;
+        int esize = kind == 2 ? 1 : 4;
+    #if defined(__AVX2__)
+        const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        const __m256 vd = _mm256_set1_ps(qdiv);
+        for (; j + 8 <= n; j += 8) {
+            __m256i ctv = _mm256_setzero_si256(), zbv = ctv, ibv = ctv;
+            if (ct != NULL) {
+                ctv = _mm256_loadu_si256((const __m256i*)(ct + j));
+                zbv = _mm256_loadu_si256((const __m256i*)(zb + j));
+            }
+            if (ib != NULL)
+                ibv = _mm256_loadu_si256((const __m256i*)(ib + j));
+            __m256 sv = s_step ? _mm256_loadu_ps(s + j) : _mm256_set1_ps(s[0]);
+            __m256 bv = bias != NULL ? _mm256_loadu_ps(bias + j) : _mm256_setzero_ps();
+            for (Py_ssize_t r = 0; r < rows; r++) {
+                __m256i v = _mm256_loadu_si256((const __m256i*)(t + r * ldt + j));
+                if (ct != NULL)
+                    v = _mm256_sub_epi32(
+                        _mm256_add_epi32(v, _mm256_mullo_epi32(
+                            _mm256_set1_epi32(za[r * za_step] + za_add), ctv)),
+                        _mm256_mullo_epi32(_mm256_set1_epi32(rs[r]), zbv));
+                v = _mm256_add_epi32(v, ibv);
+                unsigned char* yr = y + r * ldy + j * esize;
+                if (kind == 0) {
+                    _mm256_storeu_si256((__m256i*)yr, v);
+                    continue;
+                }
+                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), sv);
+                if (kind == 1) {
+                    if (bias != NULL)
+                        f = _mm256_add_ps(f, bv);
+                    _mm256_storeu_ps((float*)yr, f);
+                    continue;
+                }
+                if (qdiv != 0.0f)
+                    f = _mm256_div_ps(f, vd);
+                f = _mm256_add_ps(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                  vz);
+                f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+                __m256i qi = _mm256_cvtps_epi32(f);
+                __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi),
+                                            _mm256_extracti128_si256(qi, 1));
+                /* NOTE: the values are already within [lo, hi]: the packs do not saturate */
+                w = q_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+                _mm_storel_epi64((__m128i*)yr, w);
+            }
+        }
+    #endif
+        if (j < n)
+            for (Py_ssize_t r = 0; r < rows; r++)
+                sprat_i8_finish(t + r * ldt + j, n - j, ct != NULL ? ct + j : NULL,
+                                za[r * za_step] + za_add, rs != NULL ? rs[r] : 0,
+                                zb != NULL ? zb + j : NULL, 1, kind, y + r * ldy + j * esize,
+                                s + j * s_step, s_step, bias != NULL ? bias + j : NULL,
+                                ib != NULL ? ib + j : NULL, qdiv, zp, lo, hi, q_signed);
+    }
+
     /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
     static void sprat_i8_minmax(const float* x, Py_ssize_t n, float* lo, float* hi) {
         Py_ssize_t i = 0;
@@ -470,6 +539,13 @@ cdef extern from *:
                                       const float* s, int s_step, const float* bias,
                                       const int* ib, float qdiv, float zp, float lo, float hi,
                                       int q_signed) noexcept nogil
+    void i8_finish_block "sprat_i8_finish_block" (const int* t, idx ldt, idx rows, idx n,
+                                                  const int* ct, const int* za, int za_step,
+                                                  int za_add, const int* rs, const int* zb,
+                                                  int kind, unsigned char* y, idx ldy,
+                                                  const float* s, int s_step, const float* bias,
+                                                  const int* ib, float qdiv, float zp, float lo,
+                                                  float hi, int q_signed) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
     int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
     void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
@@ -667,16 +743,18 @@ cdef struct i8_gemm_t:
     int q_signed
 
 
-cdef inline void i8_finish_row(const i8_gemm_t* g, const int* t, idx row, idx yrow, idx j0,
-                               idx n, idx yo) noexcept nogil:
-    """The epilogue of ``n <= 16`` sums ``t`` of A's row ``row`` (among all rows), columns
-    j0.., into Y's row ``yrow`` of the batch at ``yo``."""
+cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
+                                idx yrow, idx j0, idx rows, idx n, idx yo) noexcept nogil:
+    """The epilogue of ``rows`` x ``n`` sums ``t`` (row pitch ``ldt``) of A's rows from
+    ``row`` (among all rows), columns j0.., into Y's rows from ``yrow`` of the batch at ``yo``."""
     cdef bint raw = g.path != I8_INT16
-    i8_finish(t, n, g.bcol + g.N + j0 if raw else NULL, g.za[row * g.za_step] + g.za_add,
-              g.rowsum[row] if raw else 0, g.bcol + j0 if raw else NULL, 1, g.kind,
-              g.y + (yo + yrow * g.N + j0) * g.esize, g.scale + j0 * g.s_step, g.s_step,
-              g.bias + j0 if g.bias != NULL else NULL, g.ibias + j0 if g.ibias != NULL else NULL,
-              g.qdiv, g.zp, g.lo, g.hi, g.q_signed)
+    i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL, g.za + row * g.za_step,
+                    g.za_step, g.za_add, g.rowsum + row if raw else NULL,
+                    g.bcol + j0 if raw else NULL, g.kind, g.y + (yo + yrow * g.N + j0) * g.esize,
+                    g.N * g.esize, g.scale + j0 * g.s_step, g.s_step,
+                    g.bias + j0 if g.bias != NULL else NULL,
+                    g.ibias + j0 if g.ibias != NULL else NULL, g.qdiv, g.zp, g.lo, g.hi,
+                    g.q_signed)
 
 
 cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
@@ -686,7 +764,7 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
     AMX path walks the item in blocks of 32 x 32 (four tiles)."""
     cdef idx nrb = (g.M + g.rb - 1) // g.rb
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
-    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, yo, a0, half
+    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, yo, a0
     cdef int tile[6 * 16]
     cdef int block[32 * 32]
     cdef const unsigned char* bb
@@ -713,10 +791,7 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
                     i8_amx_block(g.a + (a0 + i0) * g.pitch, g.pitch,
                                  <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
                                  block, mr > 16, nr > 16)
-                    for r in range(mr):
-                        for half in range(0, nr, 16):
-                            i8_finish_row(g, &block[r * 32 + half], a0 + i0 + r, i0 + r,
-                                          j0 + half, min(<idx>16, nr - half), yo)
+                    i8_finish_rows(g, block, 32, a0 + i0, i0, j0, mr, nr, yo)
                     i0 += mr
                 j0 += nr
             continue
@@ -732,8 +807,7 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
                 else:
                     i8_tile(<const short*>ar, g.pitch // 2,
                             <const short*>(bb + (j0 // I8_NR) * g.kp * 64), g.kp, tile, <int>mr)
-                for r in range(mr):
-                    i8_finish_row(g, &tile[r * 16], a0 + i0 + r, i0 + r, j0, nr, yo)
+                i8_finish_rows(g, tile, 16, a0 + i0, i0, j0, mr, nr, yo)
                 i0 += mr
             j0 += nr
     if g.path == I8_AMX:
@@ -862,3 +936,46 @@ def i8_dynamic_quantize(const float[::1] x, unsigned char[::1] y, short[:, ::1] 
         i8_quantize(&x[t * n // nt], (t + 1) * n // nt - t * n // nt, scale, zp,
                     &y[t * n // nt], pa + t * n // nt if pa != NULL else NULL)
     return scale, zp
+
+
+def i8_view(a):
+    """``a`` (a C-contiguous ndarray: uint8 1-D/2-D, int32, float32 or intp 1-D/2-D) as a
+    Cython typed memoryview object, which ``i8_gemm`` takes without a buffer request (as
+    ``conv_view`` for the conv entries: an argument tuple of these, built once per binding,
+    saves microseconds per call). Read-only arrays give read-only views. Raises ValueError
+    for another dtype, rank or layout."""
+    cdef unsigned char[::1] u8
+    cdef const unsigned char[::1] cu8
+    cdef unsigned char[:, ::1] u82
+    cdef int[::1] i32
+    cdef const int[::1] ci32
+    cdef float[::1] f32
+    cdef const float[::1] cf32
+    cdef const idx[:, ::1] offs
+    cdef str kind = a.dtype.kind
+    cdef int size = a.dtype.itemsize
+    if kind == 'u' and size == 1:
+        if a.ndim == 2:
+            u82 = a
+            return u82
+        if a.flags.writeable:
+            u8 = a
+            return u8
+        cu8 = a
+        return cu8
+    if kind == 'i' and size == 4 and a.ndim == 1:
+        if a.flags.writeable:
+            i32 = a
+            return i32
+        ci32 = a
+        return ci32
+    if kind == 'f' and size == 4:
+        if a.flags.writeable:
+            f32 = a
+            return f32
+        cf32 = a
+        return cf32
+    if kind == 'i' and size == sizeof(idx) and a.ndim == 2:
+        offs = a
+        return offs
+    raise ValueError(f"i8_view: unsupported array {a.dtype} {a.shape}")
