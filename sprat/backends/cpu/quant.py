@@ -6,8 +6,8 @@
 - QLinearMatMul-21: the same product requantized, ``saturate(rint(float(acc) * m) + y_zp)``
   with ``m = float32(a_scale * b_scale) / y_scale`` (per-column for a per-column b_scale).
 - com.microsoft MatMulIntegerToFloat: ``float(acc) * float32(a_scale * b_scale) + bias``;
-  DynamicQuantizeMatMul: A quantized as DynamicQuantizeLinear (straight into the GEMM's int16
-  operand), then as MatMulIntegerToFloat; QGemm: ``float(acc + C) * (alpha * a_scale *
+  DynamicQuantizeMatMul: A quantized as DynamicQuantizeLinear (on the int16 path straight into
+  the GEMM's operand), then as MatMulIntegerToFloat; QGemm: ``float(acc + C) * (alpha * a_scale *
   b_scale)``, float32, or quantized with ``rint(y / y_scale) + y_zp`` (onnxruntime's
   ContribOperators.md and the reference kernels, ``reference/ops_contrib.py``).
 Every float step rounds as the reference kernel does (no FMA contraction): the results equal
@@ -17,8 +17,14 @@ What runs here: B a 2-D constant (the weights of every quantizer's output; packe
 prepare, shared by the sessions) or, for MatMulInteger / QLinearMatMul, a 2-D B computed at
 run time (packed on every call into a workspace); A's zero point and scale scalars (they may
 be computed at run time, as DynamicQuantizeLinear's are), MatMulInteger's per-row A zero
-point too; B's zero point and scale per tensor or per column, constant. K up to
-``I8_K_LIMIT`` (the int32 sums are exact). Everything else runs on the reference kernels.
+point too; B's zero point per tensor or per column, constant (its scale too for the
+com.microsoft ops, whose bias and QGemm's C must be constant as well). K up to ``I8_K_LIMIT``
+(the int32 sums are exact). Everything else runs on the reference kernels.
+
+The GEMM's path (``PATH``): ``amx`` where the CPU and OS give AMX tiles, else ``vnni`` (AVX-VNNI),
+else ``int16`` (AVX2; scalar on the baseline build); all exact, so all give the same results.
+The quantize_dynamic pattern reaches these kernels as MatMulIntegerToFloat
+(``passes/fuse_quant.py``).
 """
 
 from __future__ import annotations

@@ -2,22 +2,37 @@
 # MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm) and DynamicQuantizeLinear: the compiled
 # half of ``quant.py``. Included by kernels.pxi, after common.pxi.
 #
-# The scheme (exact for every u8/s8 operand and zero point; no u8*s8 ``vpmaddubsw`` saturation):
-# both operands are widened to int16 with their zero points subtracted, ``a' = a - a_zp`` and
-# ``b' = b - b_zp`` (|a'|, |b'| <= 255), and multiplied with ``vpmaddwd``, which sums two int16
-# products into one int32 exactly (|a'0*b'0 + a'1*b'1| <= 130050), as MLAS's AVX2 U8U8 kernel
-# widens. Subtracting the zero points while widening costs nothing (the operands are copied
-# anyway), so no row/column-sum correction is needed; int32 sums are exact for K <= 33025
-# (K * 255 * 255 < 2**31, ``I8_MAX_K``).
+# Exact for every u8/s8 operand and zero point (no u8*s8 ``vpmaddubsw`` int16 saturation); the
+# int32 sums are exact for K <= 33025 (K * 255 * 255 < 2**31, ``I8_MAX_K``). Three paths
+# (``I8_PATHS``), chosen by the caller (``quant.PATH``: the fastest this CPU runs):
+# - ``int16`` (any AVX2 CPU; scalar C in the baseline build): both operands widened to int16
+#   with their zero points subtracted, ``a' = a - a_zp``, ``b' = b - b_zp`` (|a'|, |b'| <= 255),
+#   multiplied by ``vpmaddwd``, which sums two int16 products into one int32 exactly
+#   (|a'0*b'0 + a'1*b'1| <= 130050), as MLAS's AVX2 U8U8 kernel widens; no zero-point
+#   correction needed. 6 x 16 register tile.
+# - ``vnni`` (AVX-VNNI, AVX2 build, chosen at run time): raw bytes, u8 A (int8 A shifted by
+#   +128) times s8 B (uint8 B shifted by -128) with ``vpdpbusd``, which sums four u8*s8
+#   products into int32 without an int16 intermediate; the zero points are folded in the
+#   epilogue through A's row sums and B's column sums, as MLAS does:
+#   ``acc = sum a*b - zb[j] * rowsum[i] + za * (K * zb[j] - colsum[j])``. 6 x 16 tile.
+# - ``amx`` (AMX-INT8, AVX2 build, when CPU and OS give the tile state): the same bytes and
+#   correction, ``tdpbusd`` on 32 x 32 blocks of four 16 x 16 tiles.
+#
+# The API a quantized conv (im2col GEMM) or another kernel calls, from Python or Cython:
+#   ``i8_packed_b_bytes(K, N, path)``, ``i8_pack_b(b, b_signed, zp, K, N, trans, path, out,
+#   bcol)``: the weight (K, N) packed once; ``i8_a_rows`` / ``i8_a_pitch``: the A workspace;
+#   ``i8_gemm(...)``: one batched product with its epilogue (int32, float32 with scale and
+#   bias, or requantized u8/s8), work split over ``nt`` OpenMP slots; ``i8_view``: typed
+#   memoryviews for an argument tuple kept per binding. See each docstring; ``quant.py``'s
+#   ``_Int8Gemm`` is the worked example.
 #
 # Layouts:
-# - packed B (``i8_pack_b``, once at prepare for a constant weight): panels of I8_NR = 16
-#   columns; in a panel, k-pair ``p`` holds 32 int16, ``[b'(2p, j), b'(2p+1, j)]`` for the 16
-#   columns j (the columns past N and the odd k past K are 0). Panel ``q`` starts at
-#   ``q * kp * 32`` (``kp = ceil(K / 2)``).
-# - packed A (``i8_pack_a``, every call): rows of ``2 * kp`` int16, ``a' = a - a_zp``.
-# The micro-kernel computes I8_MR x 16 int32 results from one row group of packed A and one
-# panel; the epilogue turns them into int32, float32 (scale and bias) or requantized u8/s8.
+# - packed B: panels of I8_NR = 16 columns (columns past N are 0). int16 path: k-pair ``p``
+#   holds 32 int16 ``[b'(2p, j), b'(2p+1, j)]`` for the 16 columns j; vnni / amx: k-quad ``q``
+#   holds 64 bytes ``b(4q..4q+3, j)`` for the 16 columns (an AMX B tile is 16 such quads),
+#   plus ``bcol`` (2N int32: the shifted zero point per column, then ``K * zb - colsum``).
+# - A workspace, every call: int16 path rows of ``a'``; vnni / amx rows of bytes (K padded to
+#   4, for AMX a pitch of whole 64-byte tile rows) and each row's sum.
 #
 # The float epilogues must round as the ONNX graph they replace does (``float(acc) * scale``,
 # then ``+ bias``, each rounded; a requantization ``rint`` half to even): the C block below
