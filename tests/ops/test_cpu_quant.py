@@ -80,6 +80,14 @@ def test_matmul_integer_extreme_values_are_exact(ta, tb):
     exact("MatMulInteger", [a, b, np.array(lo_a, ta), np.array(lo_b, tb)], consts=(1, 3))
 
 
+@pytest.mark.parametrize("ta", [U8, I8])
+def test_matmul_integer_large_a_is_packed_by_every_slot(ta):
+    """An A of more than I8_PACK_PARALLEL bytes is packed by the slots in parallel."""
+    a, b = q((2, 150, 1000), ta), q((1000, 37), I8)
+    exact("MatMulInteger", [a, b, q((), ta), q((37,), I8)], consts=(1, 3))
+    exact("MatMulInteger", [a, b, q((150,), ta), q((), I8)], consts=(1, 2, 3))
+
+
 def test_matmul_integer_without_zero_points_runtime_b_and_per_row_a():
     a, b = q((4, 6, 50), U8), q((50, 21), I8)
     exact("MatMulInteger", [a, b], consts=(1,))

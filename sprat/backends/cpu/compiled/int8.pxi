@@ -572,6 +572,9 @@ cdef enum:
     I8_OUT_F32 = 1   # float(sum) * scale (+ bias) (MatMulIntegerToFloat, Cast + Mul)
     I8_OUT_Q8 = 2    # requantized u8 / s8 (QLinearMatMul, QGemm with y_scale)
     I8_MAX_K = 33025  # K * 255 * 255 < 2**31: the int32 sums are exact
+    # NOTE: packing A is a copy at memory speed (~5 us for 128 x 384): below this many bytes
+    # one thread packs it rather than paying a second parallel region per call
+    I8_PACK_PARALLEL = 1 << 18
 
 
 #: the output kinds of ``i8_gemm``, for the Python side
@@ -904,7 +907,11 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
                              a_ws.shape[1], path, g.rowsum)
             i8_items(gp, 0, items)
         return
-    if not a_packed:
+    if not a_packed and rows * K < I8_PACK_PARALLEL:
+        with nogil:
+            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws, a_ws.shape[1],
+                         path, g.rowsum)
+    elif not a_packed:
         for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
             i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, t * rows // nt,
                          (t + 1) * rows // nt, K, pws, a_ws.shape[1], path, g.rowsum)
