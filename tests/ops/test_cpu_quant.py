@@ -149,6 +149,23 @@ def test_matmul_integer_to_float(shape, k, n, ta, tb):
     exact("MatMulIntegerToFloat", [a, b, sa, sb[:1]], consts=(1, 3), domain=ms)
 
 
+@pytest.mark.parametrize("act,params", [("Gelu", []), ("Relu", []), ("Clip", [0.0, 6.0])])
+def test_matmul_integer_to_float_with_a_fused_activation(act, params):
+    """The activation after the float epilogue: the cpu backend's vectorised activations
+    against NumPy's, within the cpu kernels' tolerance (1e-4 of max |y|)."""
+    a, b = q((70, 96), U8), q((96, 40), I8)
+    sa, sb = np.array(0.0123, np.float32), RNG.uniform(0.001, 0.01, 40).astype(np.float32)
+    bias = RNG.standard_normal(40).astype(np.float32)
+    attrs = {"_activation": act, "_act_params": params}
+    inputs = [a, b, sa, sb, np.array(7, np.uint8), q((40,), I8), bias]
+    node, infos = make_node("MatMulIntegerToFloat", inputs, attrs, (1, 3, 5, 6))
+    node = dataclasses.replace(node, domain="com.microsoft")
+    want = evaluate(node, [x.copy() for x in inputs])[0]
+    for nt in THREADS:
+        got = run_cpu(node, infos, inputs, nt)[0]
+        assert np.abs(got - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize("shape,k,n", SHAPES[:6])
 @pytest.mark.parametrize("tb", [U8, I8])
 def test_dynamic_quantize_matmul(shape, k, n, tb):

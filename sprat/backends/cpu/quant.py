@@ -34,6 +34,7 @@ import os
 import numpy as np
 
 from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
+from ._math import ACT, act_of
 from .compiled import kernels as ck
 
 _U8, _I8 = np.dtype(np.uint8), np.dtype(np.int8)
@@ -74,6 +75,12 @@ def _scalar_ok(info) -> bool:
 
 def _plain(node) -> bool:
     return not any(k.startswith("_") for k in node.attrs)
+
+
+def _act_only(node) -> bool:
+    """No fused attribute but an activation the compiled epilogue knows."""
+    extra = {k for k in node.attrs if k.startswith("_")} - {"_activation", "_act_params"}
+    return not extra and node.attrs.get("_activation") in ACT
 
 
 def _present(ins, k):
@@ -165,6 +172,7 @@ class _Int8Gemm(CpuKernel):
         bufs = ws.buffers
         # NOTE: the argument tuple is made once per binding of the arrays (and scalars) and
         # kept in the workspace's memo: building it costs a few microseconds a call
+        act = self.act if kind == _OUT["float32"] else (0, 0.0, 0.0)
         key = (id(a), id(y), id(bias), id(ibias), id(a_zp_rows), kind, a_packed, qdiv, zp, lo,
                hi, q_signed, n_scale)
         memo = ws.memo
@@ -185,12 +193,15 @@ class _Int8Gemm(CpuKernel):
                 v(bufs[3]), a_packed, v(packed), v(bcol), self.path, v(self.offs), self.M,
                 self.N, self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)),
                 v(bufs[2][:n_scale]), v(self.empty_f if bias is None else bias),
-                v(self.empty_i if ibias is None else ibias), qdiv, zp, lo, hi, q_signed)
+                v(self.empty_i if ibias is None else ibias), qdiv, zp, lo, hi, q_signed, *act)
         if self.b_packed is not None:
             ws.memo = (key, (a, y, bias, ibias), args)
         ck.i8_gemm(*args)
 
     empty_u8 = np.zeros(0, np.uint8)
+    #: the fused activation (code, a, b) of a float32 output (MatMulIntegerToFloat's
+    #: ``_activation``, ``passes/fuse.py``); none for the others
+    act = (0, 0.0, 0.0)
 
 
 def ws_of(shape, dtype):
@@ -325,7 +336,7 @@ class MatMulIntegerToFloatKernel(_Int8Gemm):
 
     @classmethod
     def supports(cls, node, ins) -> bool:
-        if not _plain(node) or len(ins) < 4 or any(i is None for i in ins[:4]):
+        if not _act_only(node) or len(ins) < 4 or any(i is None for i in ins[:4]):
             return False
         a, b = ins[0], ins[1]
         return cls._operands_ok(a, b, ins) and _scalar_ok(_present(ins, cls.A_ZP))
@@ -350,6 +361,7 @@ class MatMulIntegerToFloatKernel(_Int8Gemm):
         return _scalar_ok(a_s) and _vec_ok(b_s, n, const=False) and _vec_ok(b_zp, n)
 
     def prepare(self, ins, outs):
+        self.act = act_of(self.node)
         self.bind_constants(ins, (self.B_SCALE, self.B_ZP, self.BIAS))
         self._prepare_gemm(ins[0], ins[1])
         self.n_scale = self.N if int(np.prod(ins[self.B_SCALE].shape, dtype=np.int64)) > 1 else 1

@@ -759,6 +759,8 @@ cdef struct i8_gemm_t:
     const int* ibias
     float qdiv, zp, lo, hi
     int q_signed
+    int act
+    float pa, pb
 
 
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
@@ -773,6 +775,10 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
                     g.bias + j0 if g.bias != NULL else NULL,
                     g.ibias + j0 if g.ibias != NULL else NULL, g.qdiv, g.zp, g.lo, g.hi,
                     g.q_signed)
+    cdef idx r
+    if g.act != A_NONE and g.kind == I8_OUT_F32:
+        for r in range(rows):
+            act_inplace(<float*>(g.y) + yo + (yrow + r) * g.N + j0, n, g.act, g.pa, g.pb)
 
 
 cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
@@ -837,7 +843,7 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             const unsigned char[::1] b, const int[::1] bcol, int path, const idx[:, ::1] offs,
             idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
-            float zp, float lo, float hi, bint q_signed):
+            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
@@ -847,6 +853,7 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     ``I8_OUT_I32``: Y = acc (+ ibias); ``I8_OUT_F32``: Y = float(acc (+ ibias)) * scale
     (+ bias), float32; ``I8_OUT_Q8``: Y = saturate(rint(float(acc (+ ibias)) * scale
     [/ qdiv]) + zp) to [lo, hi], int8 when ``q_signed`` else uint8 (``qdiv`` 0: no division).
+    A float32 output then gets the fused activation ``act`` (``ACT_CODES``, params pa, pb).
 
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
     ``a_zp`` its zero point (1 value, or one per row of ``a`` with ``a_zp_rows``); ``a_ws``
@@ -893,6 +900,7 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     g.bias = &bias[0] if bias.shape[0] else NULL
     g.ibias = &ibias[0] if ibias.shape[0] else NULL
     g.qdiv, g.zp, g.lo, g.hi, g.q_signed = qdiv, zp, lo, hi, q_signed
+    g.act, g.pa, g.pb = act, pa, pb
     # NOTE: the vnni and amx paths correct for A's zero point in the epilogue, shifted as the
     # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
