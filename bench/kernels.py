@@ -1,6 +1,7 @@
 """Single-op micro-benchmark: sprat's cpu kernels versus onnxruntime, at 1 and 2 threads.
 
     python bench/kernels.py [--only conv3x3,softmax] [--threads 1,2] [--seconds 0.4]
+    python bench/kernels.py --int8 [--threads 1,2] [--seconds 0.1]
 
 Each case is one ONNX node (built with ``onnx.helper``) run by onnxruntime
 (``intra_op_num_threads=N``, ``inter_op_num_threads=1``, default optimizations) on NCHW data,
@@ -9,12 +10,21 @@ inside ``threading.limits(N)``. Each engine runs in its own short-lived worker p
 alternating (sprat, ort, sprat, ort), so one engine's spinning thread pool never competes with
 the other's; the table shows the median time of each and the ratio sprat / onnxruntime (lower
 is better), and the kernel's largest error against onnxruntime. Whole run: about a minute.
+
+``--int8``: the exact integer GEMM (``compiled/int8.pxi``, on this CPU's path: ``amx``,
+``vnni`` or ``int16``) against the fp32 GEMM (sprat's MatMul kernel: NumPy's OpenBLAS sgemm),
+multiply-adds per second of each for a family of shapes (M rows of 1..512 against K x N weights
+of BERT layers and of CNN layers as im2col GEMMs), at each thread count, in this process, the
+two alternating; the int8 side is MatMulIntegerToFloat (u8 activations with a zero point, s8
+weights per column, float32 output with scale and bias: what a dynamically quantized model
+runs), its results checked against NumPy's int64 product. Whole run: about a minute.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
 import statistics
 import subprocess
@@ -178,6 +188,83 @@ def bench_case(index, threads, seconds, stat="median", rounds=2):
     return STATS[stat](ts["sprat"]), STATS[stat](ts["ort"]), err
 
 
+INT8_M = (1, 8, 32, 128, 512)
+INT8_KN = {"bert 384x384": (384, 384), "bert 384x1536": (384, 1536), "bert 1536x384": (1536, 384),
+           "bert 768x3072": (768, 3072), "bert 3072x768": (3072, 768),
+           "cnn 3x3x64->64": (576, 64), "cnn 3x3x128->128": (1152, 128),
+           "cnn 3x3x256->256": (2304, 256), "cnn 1x1 256->64": (256, 64),
+           "cnn 1x1 64->256": (64, 256)}
+
+
+def _int8_pair(m, k, n, threads):
+    """(int8 call, fp32 call, check): MatMulIntegerToFloat and MatMul kernels of one shape."""
+    from sprat.backends.base import Workspace
+
+    a8 = RNG.integers(0, 256, (m, k)).astype(np.uint8)
+    b8 = RNG.integers(-128, 128, (k, n)).astype(np.int8)
+    sa, sb = np.array(0.02, np.float32), RNG.uniform(0.001, 0.01, n).astype(np.float32)
+    za, zb = np.array(131, np.uint8), np.zeros(n, np.int8)
+    bias = _randn(n)
+    arrays8 = [a8, b8, sa, sb, za, zb, bias]
+    af, bf = _randn(m, k), _randn(k, n)
+    kernels = []
+    for op, arrays, consts, domain in (
+            ("MatMulIntegerToFloat", arrays8, (1, 3, 5, 6), "com.microsoft"),
+            ("MatMul", [af, bf], (1,), "")):
+        infos = [TensorInfo(x.shape, x.dtype, x if i in consts else None)
+                 for i, x in enumerate(arrays)]
+        node = Node(op, op, list(range(len(arrays))), [len(arrays)], {}, domain)
+        backend = CpuBackend(threads)
+        if not backend.has_fast_kernel(node, infos):
+            raise RuntimeError(f"{op} {m}x{k}x{n}: no fast kernel")
+        shape, dtype = infer(node, infos)[0]
+        kernel = backend.make_kernel(node, infos)
+        kernel.prepare(infos, [TensorInfo(shape, dtype)])
+        out, ws = np.empty(shape, dtype), Workspace.allocate(kernel)
+        kernels.append((kernel, arrays, out, ws))
+
+    def call(i):
+        kernel, arrays, out, ws = kernels[i]
+        return lambda: kernel.run(arrays, [out], ws)
+
+    def check():
+        acc = (a8.astype(np.int64) - 131) @ b8.astype(np.int64)
+        want = acc.astype(np.float32) * (sa * sb) + bias
+        return bool(np.array_equal(kernels[0][2], want))
+
+    return call(0), call(1), check
+
+
+def int8_main(threads, seconds):
+    from sprat.backends.cpu import quant
+
+    load = pathlib.Path("/proc/loadavg")
+    load = load.read_text().split()[0] if load.exists() else "?"
+    print(f"integer GEMM path: {quant.PATH}; load average {load}; GMAC/s = 1e9 multiply-adds "
+          "per second (best of the timed calls)")
+    head = "".join(f" | {'int8':>7s} {'fp32':>7s} {'x':>5s} @{t}" for t in threads)
+    print(f"{'weights':18s} {'M':>4s}" + head)
+    ratios = {t: [] for t in threads}
+    for name, (k, n) in INT8_KN.items():
+        for m in INT8_M:
+            line = f"{name:18s} {m:4d}"
+            for t in threads:
+                f8, f32, check = _int8_pair(m, k, n, t)
+                with threading.limits(t):
+                    best8 = best32 = math.inf
+                    for _ in range(3):  # NOTE: alternating blocks, each engine's best
+                        best8 = min(best8, min(_time(f8, seconds / 3)))
+                        best32 = min(best32, min(_time(f32, seconds / 3)))
+                    if not check():
+                        raise AssertionError(f"{name} M={m}: int8 result differs")
+                g8, g32 = m * k * n / best8 / 1e9, m * k * n / best32 / 1e9
+                ratios[t].append(g8 / g32)
+                line += f" | {g8:7.1f} {g32:7.1f} {g8 / g32:5.2f}   "
+            print(line, flush=True)
+    geo = "".join(f" | {'':15s} {np.exp(np.mean(np.log(r))):5.2f}   " for r in ratios.values())
+    print(f"{'geometric mean':23s}" + geo)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated substrings of case names")
@@ -186,7 +273,13 @@ def main(argv=None):
     ap.add_argument("--stat", choices=("median", "min", "p25"), default="median",
                     help="statistic of the timings (min/p25 resist a busy machine)")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--int8", action="store_true",
+                    help="the integer GEMM's multiply-adds per second against fp32's")
     args = ap.parse_args(argv)
+    if args.int8:
+        int8_main([int(t) for t in args.threads.split(",")],
+                  args.seconds if args.seconds != 0.4 else 0.1)
+        return
     if args.worker:
         engine, index, t = args.worker.split(":")
         ts, err = worker(cases()[int(index)], engine, int(t), args.seconds)

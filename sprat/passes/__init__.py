@@ -11,6 +11,7 @@ from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fuse_gelu, fuse_matmul_bias
+from .fuse_quant import fuse_integer_matmul
 from .layout import to_nhwc
 from .transposes import optimize_transposes
 
@@ -23,6 +24,7 @@ DEFAULT_PIPELINE = [
     ("fuse_layernorm", fuse_layernorm),
     ("fuse_gelu", fuse_gelu),
     ("fuse_attention", fuse_attention),
+    ("fuse_integer_matmul", fuse_integer_matmul),
     ("layout", to_nhwc),
     ("transposes", optimize_transposes),
     ("fuse_matmul_bias", fuse_matmul_bias),

@@ -19,7 +19,7 @@ from ...ir.shapes import infer
 from ...ir.tensorinfo import TensorInfo
 from ..base import Backend, Kernel, PackCache
 from ._math import ACT, act_of
-from .kernels import KERNELS
+from .kernels import KERNELS, kernel_class
 from .threading import clamp, configure, limits
 
 __all__ = ["ACT", "KERNELS", "CpuBackend", "act_of", "configure", "limits"]
@@ -58,8 +58,8 @@ class CpuBackend(Backend):
 
     def has_fast_kernel(self, node: Node, ins: list[TensorInfo | None]) -> bool:
         """Whether a fast kernel handles this exact node (attrs, dtypes, shapes)."""
-        cls = KERNELS.get(node.op_type)
-        if cls is None or node.domain not in ("", "ai.onnx"):
+        cls = kernel_class(node)
+        if cls is None:
             return False
         # NOTE: empty constants (e.g. Reduce axes=[]) are parameters, not data
         if not cls.empty_ok and any(i is not None and i.size == 0 and i.value is None
@@ -81,7 +81,7 @@ class CpuBackend(Backend):
         """The fast kernel when ``has_fast_kernel(node, ins)`` (assumed when ``ins`` is None),
         else the reference kernel."""
         if ins is None or self.has_fast_kernel(node, ins):
-            kernel = KERNELS[node.op_type](node, self.num_threads, self.packs)
+            kernel = kernel_class(node)(node, self.num_threads, self.packs)
             kernel.precision, kernel.memory = self.precision, self.memory
             return kernel
         return self._reference.make_kernel(node)

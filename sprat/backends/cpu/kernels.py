@@ -14,6 +14,14 @@ from .linalg import GemmKernel, MatMulKernel
 from .norm import BatchNormKernel, LayerNormKernel, LRNKernel, SoftmaxKernel
 from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
+from .quant import (
+                    DynamicQuantizeLinearKernel,
+                    DynamicQuantizeMatMulKernel,
+                    MatMulIntegerKernel,
+                    MatMulIntegerToFloatKernel,
+                    QGemmKernel,
+                    QLinearMatMulKernel,
+)
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
 from .rnn import GRUKernel, LSTMKernel
@@ -96,4 +104,24 @@ KERNELS: dict = {
     "Pad": PadKernel,
     "DepthToSpace": DepthSpaceKernel,
     "SpaceToDepth": DepthSpaceKernel,
+    # quantized: the exact integer GEMM
+    "DynamicQuantizeLinear": DynamicQuantizeLinearKernel,
+    "MatMulInteger": MatMulIntegerKernel,
+    "QLinearMatMul": QLinearMatMulKernel,
 }
+
+#: kernels of onnxruntime's ``com.microsoft`` contrib ops, by op type
+MS_KERNELS: dict = {
+    "MatMulIntegerToFloat": MatMulIntegerToFloatKernel,
+    "DynamicQuantizeMatMul": DynamicQuantizeMatMulKernel,
+    "QGemm": QGemmKernel,
+}
+
+#: the kernel tables by node domain
+DOMAINS: dict = {"": KERNELS, "ai.onnx": KERNELS, "com.microsoft": MS_KERNELS}
+
+
+def kernel_class(node):
+    """The cpu kernel class for ``node`` (its domain and op type), or None."""
+    table = DOMAINS.get(node.domain)
+    return None if table is None else table.get(node.op_type)

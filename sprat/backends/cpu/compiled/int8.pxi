@@ -1,0 +1,1011 @@
+# The exact integer GEMM of the quantized ops (MatMulInteger, QLinearMatMul, the com.microsoft
+# MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm) and DynamicQuantizeLinear: the compiled
+# half of ``quant.py``. Included by kernels.pxi, after common.pxi.
+#
+# Exact for every u8/s8 operand and zero point (no u8*s8 ``vpmaddubsw`` int16 saturation); the
+# int32 sums are exact for K <= 33025 (K * 255 * 255 < 2**31, ``I8_MAX_K``). Three paths
+# (``I8_PATHS``), chosen by the caller (``quant.PATH``: the fastest this CPU runs):
+# - ``int16`` (any AVX2 CPU; scalar C in the baseline build): both operands widened to int16
+#   with their zero points subtracted, ``a' = a - a_zp``, ``b' = b - b_zp`` (|a'|, |b'| <= 255),
+#   multiplied by ``vpmaddwd``, which sums two int16 products into one int32 exactly
+#   (|a'0*b'0 + a'1*b'1| <= 130050), as MLAS's AVX2 U8U8 kernel widens; no zero-point
+#   correction needed. 6 x 16 register tile.
+# - ``vnni`` (AVX-VNNI, AVX2 build, chosen at run time): raw bytes, u8 A (int8 A shifted by
+#   +128) times s8 B (uint8 B shifted by -128) with ``vpdpbusd``, which sums four u8*s8
+#   products into int32 without an int16 intermediate; the zero points are folded in the
+#   epilogue through A's row sums and B's column sums, as MLAS does:
+#   ``acc = sum a*b - zb[j] * rowsum[i] + za * (K * zb[j] - colsum[j])``. 6 x 16 tile.
+# - ``amx`` (AMX-INT8, AVX2 build, when CPU and OS give the tile state): the same bytes and
+#   correction, ``tdpbusd`` on 32 x 32 blocks of four 16 x 16 tiles.
+#
+# The API a quantized conv (im2col GEMM) or another kernel calls, from Python or Cython:
+#   ``i8_packed_b_bytes(K, N, path)``, ``i8_pack_b(b, b_signed, zp, K, N, trans, path, out,
+#   bcol)``: the weight (K, N) packed once; ``i8_a_rows`` / ``i8_a_pitch``: the A workspace;
+#   ``i8_gemm(...)``: one batched product with its epilogue (int32, float32 with scale and
+#   bias, or requantized u8/s8), work split over ``nt`` OpenMP slots; ``i8_view``: typed
+#   memoryviews for an argument tuple kept per binding. See each docstring; ``quant.py``'s
+#   ``_Int8Gemm`` is the worked example.
+#
+# Layouts:
+# - packed B: panels of I8_NR = 16 columns (columns past N are 0). int16 path: k-pair ``p``
+#   holds 32 int16 ``[b'(2p, j), b'(2p+1, j)]`` for the 16 columns j; vnni / amx: k-quad ``q``
+#   holds 64 bytes ``b(4q..4q+3, j)`` for the 16 columns (an AMX B tile is 16 such quads),
+#   plus ``bcol`` (2N int32: the shifted zero point per column, then ``K * zb - colsum``).
+# - A workspace, every call: int16 path rows of ``a'``; vnni / amx rows of bytes (K padded to
+#   4, for AMX a pitch of whole 64-byte tile rows) and each row's sum.
+#
+# The float epilogues must round as the ONNX graph they replace does (``float(acc) * scale``,
+# then ``+ bias``, each rounded; a requantization ``rint`` half to even): the C block below
+# compiles without FMA contraction and with true division (the module's -ffp-contract=fast and
+# -freciprocal-math would change the last bit).
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #include <math.h>
+    #pragma GCC push_options
+    #pragma GCC optimize("no-reciprocal-math", "no-associative-math", "fp-contract=off")
+    #if defined(__AVX2__)
+    #include <immintrin.h>
+    #endif
+
+    #define SPRAT_I8_MR 6
+    #define SPRAT_I8_NR 16
+
+    /* c[r*16 + j] = sum_p a[r*lda + 2p] * b[p*32 + 2j] + a[r*lda + 2p + 1] * b[p*32 + 2j + 1]
+       for the mr rows r of packed A and the 16 columns of one packed B panel (kp pairs). */
+    static inline __attribute__((always_inline)) void sprat_i8_tile(
+            const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp, int32_t* c,
+            const int mr) {
+    #if defined(__AVX2__)
+        /* NOTE: named accumulators, not an array: GCC kept an array of __m256i partly on the
+           stack (spills in the inner loop); rows past mr are dead code once inlined */
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;
+        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        const int16_t* a0 = a;
+        const int16_t* a1 = a + (mr > 1 ? 1 : 0) * lda;
+        const int16_t* a2 = a + (mr > 2 ? 2 : 0) * lda;
+        const int16_t* a3 = a + (mr > 3 ? 3 : 0) * lda;
+        const int16_t* a4 = a + (mr > 4 ? 4 : 0) * lda;
+        const int16_t* a5 = a + (mr > 5 ? 5 : 0) * lda;
+    #define SPRAT_I8_ROW(r)                                                              \
+        if (mr > r) {                                                                    \
+            int32_t pair;                                                                \
+            memcpy(&pair, a##r + 2 * p, 4);                                              \
+            __m256i av = _mm256_set1_epi32(pair);                                        \
+            c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));              \
+            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));              \
+        }
+        for (Py_ssize_t p = 0; p < kp; p++) {
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + p * 32));
+            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + p * 32 + 16));
+            SPRAT_I8_ROW(0) SPRAT_I8_ROW(1) SPRAT_I8_ROW(2)
+            SPRAT_I8_ROW(3) SPRAT_I8_ROW(4) SPRAT_I8_ROW(5)
+        }
+    #undef SPRAT_I8_ROW
+    #define SPRAT_I8_STORE(r)                                                            \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
+            _mm256_storeu_si256((__m256i*)(c + r * 16 + 8), c##r##1);                    \
+        }
+        SPRAT_I8_STORE(0) SPRAT_I8_STORE(1) SPRAT_I8_STORE(2)
+        SPRAT_I8_STORE(3) SPRAT_I8_STORE(4) SPRAT_I8_STORE(5)
+    #undef SPRAT_I8_STORE
+    #else
+        /* NOTE: sums in uint32 (wrapping is defined; the exact result fits int32) */
+        for (int r = 0; r < mr; r++) {
+            uint32_t s[SPRAT_I8_NR];
+            for (int j = 0; j < SPRAT_I8_NR; j++)
+                s[j] = 0;
+            const int16_t* ar = a + r * lda;
+            for (Py_ssize_t p = 0; p < kp; p++) {
+                int32_t a0 = ar[2 * p], a1 = ar[2 * p + 1];
+                const int16_t* bp = b + p * 32;
+                for (int j = 0; j < SPRAT_I8_NR; j++)
+                    s[j] += (uint32_t)(a0 * bp[2 * j] + a1 * bp[2 * j + 1]);
+            }
+            for (int j = 0; j < SPRAT_I8_NR; j++)
+                c[r * 16 + j] = (int32_t)s[j];
+        }
+    #endif
+    }
+
+    static void sprat_i8_tile_any(const int16_t* a, Py_ssize_t lda, const int16_t* b,
+                                  Py_ssize_t kp, int32_t* c, int mr) {
+        switch (mr) {
+        case 1: sprat_i8_tile(a, lda, b, kp, c, 1); break;
+        case 2: sprat_i8_tile(a, lda, b, kp, c, 2); break;
+        case 3: sprat_i8_tile(a, lda, b, kp, c, 3); break;
+        case 4: sprat_i8_tile(a, lda, b, kp, c, 4); break;
+        case 5: sprat_i8_tile(a, lda, b, kp, c, 5); break;
+        default: sprat_i8_tile(a, lda, b, kp, c, 6); break;
+        }
+    }
+
+    /* The same tile from u8 A (rows of 4*kq bytes) and s8 B packed in k-quads (per quad q,
+       64 bytes: 4 bytes b(4q..4q+3, j) for the 16 columns j): vpdpbusd sums four u8*s8
+       products into each int32 lane exactly (no int16 intermediate, so no saturation). Only
+       the AVX2 build has it, run when the CPU has AVX-VNNI (sprat_i8_cpu_vnni). */
+    #if defined(__AVX2__) && defined(__GNUC__)
+    #define SPRAT_I8_VNNI_BUILD 1
+    __attribute__((target("avx2,fma,avxvnni"))) static inline __attribute__((always_inline))
+    void sprat_i8_tile_vnni_t(const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq,
+                              int32_t* c, const int mr) {
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;
+        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        const uint8_t* a0 = a;
+        const uint8_t* a1 = a + (mr > 1 ? 1 : 0) * lda;
+        const uint8_t* a2 = a + (mr > 2 ? 2 : 0) * lda;
+        const uint8_t* a3 = a + (mr > 3 ? 3 : 0) * lda;
+        const uint8_t* a4 = a + (mr > 4 ? 4 : 0) * lda;
+        const uint8_t* a5 = a + (mr > 5 ? 5 : 0) * lda;
+    #define SPRAT_I8_QROW(r)                                                             \
+        if (mr > r) {                                                                    \
+            int32_t quad;                                                                \
+            memcpy(&quad, a##r + 4 * q, 4);                                              \
+            __m256i av = _mm256_set1_epi32(quad);                                        \
+            c##r##0 = _mm256_dpbusd_avx_epi32(c##r##0, av, b0);                          \
+            c##r##1 = _mm256_dpbusd_avx_epi32(c##r##1, av, b1);                          \
+        }
+        for (Py_ssize_t q = 0; q < kq; q++) {
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + q * 64));
+            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + q * 64 + 32));
+            SPRAT_I8_QROW(0) SPRAT_I8_QROW(1) SPRAT_I8_QROW(2)
+            SPRAT_I8_QROW(3) SPRAT_I8_QROW(4) SPRAT_I8_QROW(5)
+        }
+    #undef SPRAT_I8_QROW
+    #define SPRAT_I8_STORE(r)                                                            \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
+            _mm256_storeu_si256((__m256i*)(c + r * 16 + 8), c##r##1);                    \
+        }
+        SPRAT_I8_STORE(0) SPRAT_I8_STORE(1) SPRAT_I8_STORE(2)
+        SPRAT_I8_STORE(3) SPRAT_I8_STORE(4) SPRAT_I8_STORE(5)
+    #undef SPRAT_I8_STORE
+    }
+
+    __attribute__((target("avx2,fma,avxvnni")))
+    static void sprat_i8_tile_vnni(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq, int32_t* c, int mr) {
+        switch (mr) {
+        case 1: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 1); break;
+        case 2: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 2); break;
+        case 3: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 3); break;
+        case 4: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 4); break;
+        case 5: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 5); break;
+        default: sprat_i8_tile_vnni_t(a, lda, b, kq, c, 6); break;
+        }
+    }
+
+    static int sprat_i8_cpu_vnni(void) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avxvnni");
+    }
+    #else
+    static void sprat_i8_tile_vnni(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq, int32_t* c, int mr) {
+        (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr;
+    }
+    static int sprat_i8_cpu_vnni(void) { return 0; }
+    #endif
+
+    /* AMX (Intel's tile unit, amx-int8): one call multiplies a block of up to 32 rows x 32
+       columns: C tiles 0-3 (16 x 16 int32 each), A tiles 4-5 (16 rows x 64 bytes of K), B tiles
+       6-7 (16 k-quads x 16 columns x 4 bytes: the vnni path's panel layout, so a B tile is 16
+       consecutive quads of one panel). tdpbusd multiplies u8 A by s8 B into int32 exactly.
+       The block goes to c (32 x 32 int32); rows/columns past the block's are not stored. */
+    #if defined(__AVX2__) && defined(__GNUC__) && defined(__linux__)
+    #include <unistd.h>
+    #include <sys/syscall.h>
+    static int sprat_i8_amx_state = -1;
+    static int sprat_i8_cpu_amx(void) {
+        if (sprat_i8_amx_state < 0) {
+            __builtin_cpu_init();
+            /* NOTE: Linux hands out the tile state only on request (ARCH_REQ_XCOMP_PERM for
+               XFEATURE_XTILEDATA), once per process */
+            sprat_i8_amx_state = __builtin_cpu_supports("amx-tile")
+                && __builtin_cpu_supports("amx-int8")
+                && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        }
+        return sprat_i8_amx_state;
+    }
+    /* palette 1; tiles 0-7: 64 bytes per row (uint16 at 16 + 2t), 16 rows (byte 48 + t).
+       NOTE: a constant in memory: GCC dropped the stores of a stack copy that only
+       ldtilecfg reads (it does not see the instruction read the whole 64 bytes) */
+    static const unsigned char sprat_i8_amx_cfg[64] __attribute__((aligned(64))) = {
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0};
+    __attribute__((target("amx-tile,amx-int8")))
+    static void sprat_i8_amx_begin(void) { _tile_loadconfig(sprat_i8_amx_cfg); }
+    __attribute__((target("amx-tile,amx-int8")))
+    static void sprat_i8_amx_end(void) { _tile_release(); }
+    __attribute__((target("amx-tile,amx-int8")))
+    static void sprat_i8_amx_block(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq16, int32_t* c, int two_rows, int two_cols) {
+        const int8_t* b1 = b + kq16 * 64;  /* the next panel */
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (Py_ssize_t q = 0; q < kq16; q += 16) {
+            _tile_loadd(4, a + 4 * q, lda);
+            _tile_loadd(6, b + q * 64, 64);
+            _tile_dpbusd(0, 4, 6);
+            if (two_cols) {
+                _tile_loadd(7, b1 + q * 64, 64);
+                _tile_dpbusd(1, 4, 7);
+            }
+            if (two_rows) {
+                _tile_loadd(5, a + 16 * lda + 4 * q, lda);
+                _tile_dpbusd(2, 5, 6);
+                if (two_cols)
+                    _tile_dpbusd(3, 5, 7);
+            }
+        }
+        _tile_stored(0, c, 128);
+        if (two_cols)
+            _tile_stored(1, c + 16, 128);
+        if (two_rows) {
+            _tile_stored(2, c + 16 * 32, 128);
+            if (two_cols)
+                _tile_stored(3, c + 16 * 32 + 16, 128);
+        }
+    }
+    #else
+    static int sprat_i8_cpu_amx(void) { return 0; }
+    static void sprat_i8_amx_begin(void) {}
+    static void sprat_i8_amx_end(void) {}
+    static void sprat_i8_amx_block(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq16, int32_t* c, int two_rows, int two_cols) {
+        (void)a; (void)lda; (void)b; (void)kq16; (void)c; (void)two_rows; (void)two_cols;
+    }
+    #endif
+
+    /* The epilogue of one tile row: n <= 16 int32 sums t, first corrected for the zero points
+       when ct != NULL (the VNNI path multiplies raw operands: t += za * ct[j] - rs * zb[j],
+       ct[j] = K * zb[j] - colsum_b[j], rs = the row's sum of A, zb at zb_step), plus the int32
+       bias ib (may be NULL) -> kind 0: int32; kind 1: float32 float(t) * s (+ bias); kind 2: requantized,
+       rint(float(t) * s [/ qdiv]) + zp clamped to [lo, hi], stored as u8 (q_signed 0) or s8.
+       s, bias, ib point at the row's first column; s_step 0: one scale for every column. */
+    static void sprat_i8_finish(const int32_t* t, Py_ssize_t n, const int32_t* ct, int32_t za,
+                                int32_t rs, const int32_t* zb, int zb_step, int kind, void* y,
+                                const float* s, int s_step, const float* bias,
+                                const int32_t* ib, float qdiv, float zp, float lo, float hi,
+                                int q_signed) {
+        int32_t v[SPRAT_I8_NR];
+        float f[SPRAT_I8_NR];
+    #if defined(__AVX2__)
+        /* NOTE: a full row of 16 in AVX2 (the scalar loops below are not vectorised with a
+           variable n, and at AMX speed the epilogue was most of the time); the same
+           operations in the same order, so the same bits */
+        if (n == 16) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i*)t);
+            __m256i v1 = _mm256_loadu_si256((const __m256i*)(t + 8));
+            if (ct != NULL) {
+                __m256i vza = _mm256_set1_epi32(za), vrs = _mm256_set1_epi32(rs);
+                __m256i z0 = zb_step ? _mm256_loadu_si256((const __m256i*)zb)
+                                     : _mm256_set1_epi32(zb[0]);
+                __m256i z1 = zb_step ? _mm256_loadu_si256((const __m256i*)(zb + 8)) : z0;
+                v0 = _mm256_sub_epi32(_mm256_add_epi32(v0, _mm256_mullo_epi32(vza,
+                         _mm256_loadu_si256((const __m256i*)ct))), _mm256_mullo_epi32(vrs, z0));
+                v1 = _mm256_sub_epi32(_mm256_add_epi32(v1, _mm256_mullo_epi32(vza,
+                         _mm256_loadu_si256((const __m256i*)(ct + 8)))),
+                                      _mm256_mullo_epi32(vrs, z1));
+            }
+            if (ib != NULL) {
+                v0 = _mm256_add_epi32(v0, _mm256_loadu_si256((const __m256i*)ib));
+                v1 = _mm256_add_epi32(v1, _mm256_loadu_si256((const __m256i*)(ib + 8)));
+            }
+            if (kind == 0) {
+                _mm256_storeu_si256((__m256i*)y, v0);
+                _mm256_storeu_si256((__m256i*)((int32_t*)y + 8), v1);
+                return;
+            }
+            __m256 s0 = s_step ? _mm256_loadu_ps(s) : _mm256_set1_ps(s[0]);
+            __m256 s1 = s_step ? _mm256_loadu_ps(s + 8) : s0;
+            __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
+            __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
+            if (kind == 1) {
+                if (bias != NULL) {
+                    f0 = _mm256_add_ps(f0, _mm256_loadu_ps(bias));
+                    f1 = _mm256_add_ps(f1, _mm256_loadu_ps(bias + 8));
+                }
+                _mm256_storeu_ps((float*)y, f0);
+                _mm256_storeu_ps((float*)y + 8, f1);
+                return;
+            }
+            if (qdiv != 0.0f) {
+                __m256 d = _mm256_set1_ps(qdiv);
+                f0 = _mm256_div_ps(f0, d);
+                f1 = _mm256_div_ps(f1, d);
+            }
+            __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+            f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            f0 = _mm256_min_ps(_mm256_max_ps(f0, vlo), vhi);
+            f1 = _mm256_min_ps(_mm256_max_ps(f1, vlo), vhi);
+            _mm256_storeu_si256((__m256i*)v, _mm256_cvtps_epi32(f0));
+            _mm256_storeu_si256((__m256i*)(v + 8), _mm256_cvtps_epi32(f1));
+            if (q_signed)
+                for (int j = 0; j < 16; j++)
+                    ((int8_t*)y)[j] = (int8_t)v[j];
+            else
+                for (int j = 0; j < 16; j++)
+                    ((uint8_t*)y)[j] = (uint8_t)v[j];
+            return;
+        }
+    #endif
+        /* NOTE: uint32 arithmetic wraps (defined); the exact result fits int32 */
+        for (Py_ssize_t j = 0; j < n; j++)
+            v[j] = t[j];
+        if (ct != NULL)
+            for (Py_ssize_t j = 0; j < n; j++)
+                v[j] = (int32_t)((uint32_t)v[j] + (uint32_t)za * (uint32_t)ct[j]
+                                 - (uint32_t)rs * (uint32_t)zb[j * zb_step]);
+        if (ib != NULL)
+            for (Py_ssize_t j = 0; j < n; j++)
+                v[j] = (int32_t)((uint32_t)v[j] + (uint32_t)ib[j]);
+        if (kind == 0) {
+            memcpy(y, v, n * 4);
+            return;
+        }
+        for (Py_ssize_t j = 0; j < n; j++)
+            f[j] = (float)v[j] * s[j * s_step];
+        if (kind == 1) {
+            float* yf = (float*)y;
+            if (bias != NULL)
+                for (Py_ssize_t j = 0; j < n; j++)
+                    yf[j] = f[j] + bias[j];
+            else
+                memcpy(yf, f, n * 4);
+            return;
+        }
+        if (qdiv != 0.0f)
+            for (Py_ssize_t j = 0; j < n; j++)
+                f[j] = f[j] / qdiv;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            float r = rintf(f[j]) + zp;
+            f[j] = r < lo ? lo : (r > hi ? hi : r);
+        }
+        if (q_signed) {
+            int8_t* yq = (int8_t*)y;
+            for (Py_ssize_t j = 0; j < n; j++)
+                yq[j] = (int8_t)(int32_t)f[j];
+        } else {
+            uint8_t* yq = (uint8_t*)y;
+            for (Py_ssize_t j = 0; j < n; j++)
+                yq[j] = (uint8_t)(int32_t)f[j];
+        }
+    }
+
+    /* The epilogue of a block of rows x n sums (t, row pitch ldt) into Y's rows (y, pitch ldy
+       bytes): as sprat_i8_finish row by row, but 8 columns at a time across the rows, so the
+       per-column terms (ct, zb, s, bias, ib) are loaded once per block. za and rs: A's zero
+       point (step za_step) and row sums, per row of the block. */
+    static void sprat_i8_finish_block(const int32_t* t, Py_ssize_t ldt, Py_ssize_t rows,
+                                      Py_ssize_t n, const int32_t* ct, const int32_t* za,
+                                      int za_step, int za_add, const int32_t* rs,
+                                      const int32_t* zb, int kind, unsigned char* y,
+                                      Py_ssize_t ldy, const float* s, int s_step,
+                                      const float* bias, const int32_t* ib, float qdiv,
+                                      float zp, float lo, float hi, int q_signed) {
+        Py_ssize_t j = 0;
+        int esize = kind == 2 ? 1 : 4;
+    #if defined(__AVX2__)
+        const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        const __m256 vd = _mm256_set1_ps(qdiv);
+        for (; j + 8 <= n; j += 8) {
+            __m256i ctv = _mm256_setzero_si256(), zbv = ctv, ibv = ctv;
+            if (ct != NULL) {
+                ctv = _mm256_loadu_si256((const __m256i*)(ct + j));
+                zbv = _mm256_loadu_si256((const __m256i*)(zb + j));
+            }
+            if (ib != NULL)
+                ibv = _mm256_loadu_si256((const __m256i*)(ib + j));
+            __m256 sv = s_step ? _mm256_loadu_ps(s + j) : _mm256_set1_ps(s[0]);
+            __m256 bv = bias != NULL ? _mm256_loadu_ps(bias + j) : _mm256_setzero_ps();
+            for (Py_ssize_t r = 0; r < rows; r++) {
+                __m256i v = _mm256_loadu_si256((const __m256i*)(t + r * ldt + j));
+                if (ct != NULL)
+                    v = _mm256_sub_epi32(
+                        _mm256_add_epi32(v, _mm256_mullo_epi32(
+                            _mm256_set1_epi32(za[r * za_step] + za_add), ctv)),
+                        _mm256_mullo_epi32(_mm256_set1_epi32(rs[r]), zbv));
+                v = _mm256_add_epi32(v, ibv);
+                unsigned char* yr = y + r * ldy + j * esize;
+                if (kind == 0) {
+                    _mm256_storeu_si256((__m256i*)yr, v);
+                    continue;
+                }
+                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), sv);
+                if (kind == 1) {
+                    if (bias != NULL)
+                        f = _mm256_add_ps(f, bv);
+                    _mm256_storeu_ps((float*)yr, f);
+                    continue;
+                }
+                if (qdiv != 0.0f)
+                    f = _mm256_div_ps(f, vd);
+                f = _mm256_add_ps(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                  vz);
+                f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+                __m256i qi = _mm256_cvtps_epi32(f);
+                __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi),
+                                            _mm256_extracti128_si256(qi, 1));
+                /* NOTE: the values are already within [lo, hi]: the packs do not saturate */
+                w = q_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+                _mm_storel_epi64((__m128i*)yr, w);
+            }
+        }
+    #endif
+        if (j < n)
+            for (Py_ssize_t r = 0; r < rows; r++)
+                sprat_i8_finish(t + r * ldt + j, n - j, ct != NULL ? ct + j : NULL,
+                                za[r * za_step] + za_add, rs != NULL ? rs[r] : 0,
+                                zb != NULL ? zb + j : NULL, 1, kind, y + r * ldy + j * esize,
+                                s + j * s_step, s_step, bias != NULL ? bias + j : NULL,
+                                ib != NULL ? ib + j : NULL, qdiv, zp, lo, hi, q_signed);
+    }
+
+    /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
+    static void sprat_i8_minmax(const float* x, Py_ssize_t n, float* lo, float* hi) {
+        Py_ssize_t i = 0;
+        float mn = INFINITY, mx = -INFINITY;
+    #if defined(__AVX2__)
+        if (n >= 32) {
+            __m256 l0 = _mm256_set1_ps(INFINITY), l1 = l0, l2 = l0, l3 = l0;
+            __m256 h0 = _mm256_set1_ps(-INFINITY), h1 = h0, h2 = h0, h3 = h0;
+            for (; i + 32 <= n; i += 32) {
+                __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+                __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+                /* NOTE: _mm256_min_ps(x, l) returns l when x is NaN: NaN is skipped */
+                l0 = _mm256_min_ps(x0, l0); l1 = _mm256_min_ps(x1, l1);
+                l2 = _mm256_min_ps(x2, l2); l3 = _mm256_min_ps(x3, l3);
+                h0 = _mm256_max_ps(x0, h0); h1 = _mm256_max_ps(x1, h1);
+                h2 = _mm256_max_ps(x2, h2); h3 = _mm256_max_ps(x3, h3);
+            }
+            float lb[8], hb[8];
+            _mm256_storeu_ps(lb, _mm256_min_ps(_mm256_min_ps(l0, l1), _mm256_min_ps(l2, l3)));
+            _mm256_storeu_ps(hb, _mm256_max_ps(_mm256_max_ps(h0, h1), _mm256_max_ps(h2, h3)));
+            for (int k = 0; k < 8; k++) {
+                mn = lb[k] < mn ? lb[k] : mn;
+                mx = hb[k] > mx ? hb[k] : mx;
+            }
+        }
+    #endif
+        for (; i < n; i++) {
+            mn = x[i] < mn ? x[i] : mn;
+            mx = x[i] > mx ? x[i] : mx;
+        }
+        *lo = mn;
+        *hi = mx;
+    }
+
+    /* DynamicQuantizeLinear-11's parameters from the data's min and max (ONNX spec): the range
+       widened to include 0, scale = (hi - lo) / 255, zero point = saturate(rint(-lo / scale));
+       an all-zero range gives scale 1, zero point 0 (onnxruntime). Returns the zero point. */
+    static int sprat_i8_dql_params(float lo, float hi, float* scale) {
+        lo = lo < 0.0f ? lo : 0.0f;
+        hi = hi > 0.0f ? hi : 0.0f;
+        float s = (hi - lo) / 255.0f;
+        if (s == 0.0f) {
+            *scale = 1.0f;
+            return 0;
+        }
+        *scale = s;
+        float z = rintf(0.0f - lo / s);
+        return z < 0.0f ? 0 : (z > 255.0f ? 255 : (int)z);
+    }
+
+    /* y[:n] = saturate_u8(rint(x / scale) + zp); with a16 != NULL also a16[:n] = y - zp
+       (the widened operand of the GEMM that consumes y) */
+    static void sprat_i8_quantize(const float* x, Py_ssize_t n, float scale, int zp,
+                                  uint8_t* y, int16_t* a16) {
+        Py_ssize_t i = 0;
+        float z = (float)zp;
+    #if defined(__AVX2__)
+        const __m256 vs = _mm256_set1_ps(scale), vz = _mm256_set1_ps(z);
+        const __m256 v0 = _mm256_setzero_ps(), v255 = _mm256_set1_ps(255.0f);
+        const __m256i iz = _mm256_set1_epi32(zp);
+        for (; i + 8 <= n; i += 8) {
+            __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vs),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, vz), v0), v255);
+            __m256i qi = _mm256_cvtps_epi32(q);
+            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi),
+                                        _mm256_extracti128_si256(qi, 1));
+            _mm_storel_epi64((__m128i*)(y + i), _mm_packus_epi16(w, w));
+            if (a16 != NULL) {
+                __m256i d = _mm256_sub_epi32(qi, iz);
+                __m128i dw = _mm_packs_epi32(_mm256_castsi256_si128(d),
+                                             _mm256_extracti128_si256(d, 1));
+                _mm_storeu_si128((__m128i*)(a16 + i), dw);
+            }
+        }
+    #endif
+        for (; i < n; i++) {
+            float q = rintf(x[i] / scale) + z;
+            q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
+            y[i] = (uint8_t)(int32_t)q;
+            if (a16 != NULL)
+                a16[i] = (int16_t)((int32_t)q - zp);
+        }
+    }
+    #pragma GCC pop_options
+    """
+    int I8_MR "SPRAT_I8_MR"
+    int I8_NR "SPRAT_I8_NR"
+    void i8_tile "sprat_i8_tile_any" (const short* a, idx lda, const short* b, idx kp, int* c,
+                                      int mr) noexcept nogil
+    void i8_tile_vnni "sprat_i8_tile_vnni" (const unsigned char* a, idx lda, const signed char* b,
+                                            idx kq, int* c, int mr) noexcept nogil
+    int i8_cpu_vnni "sprat_i8_cpu_vnni" () noexcept nogil
+    int i8_cpu_amx "sprat_i8_cpu_amx" () noexcept nogil
+    void i8_amx_begin "sprat_i8_amx_begin" () noexcept nogil
+    void i8_amx_end "sprat_i8_amx_end" () noexcept nogil
+    void i8_amx_block "sprat_i8_amx_block" (const unsigned char* a, idx lda, const signed char* b,
+                                            idx kq16, int* c, int two_rows,
+                                            int two_cols) noexcept nogil
+    void i8_finish "sprat_i8_finish" (const int* t, idx n, const int* ct, int za, int rs,
+                                      const int* zb, int zb_step, int kind, void* y,
+                                      const float* s, int s_step, const float* bias,
+                                      const int* ib, float qdiv, float zp, float lo, float hi,
+                                      int q_signed) noexcept nogil
+    void i8_finish_block "sprat_i8_finish_block" (const int* t, idx ldt, idx rows, idx n,
+                                                  const int* ct, const int* za, int za_step,
+                                                  int za_add, const int* rs, const int* zb,
+                                                  int kind, unsigned char* y, idx ldy,
+                                                  const float* s, int s_step, const float* bias,
+                                                  const int* ib, float qdiv, float zp, float lo,
+                                                  float hi, int q_signed) noexcept nogil
+    void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
+    int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
+    void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
+                                          unsigned char* y, short* a16) noexcept nogil
+
+
+cdef enum:
+    I8_OUT_I32 = 0   # int32 sums (MatMulInteger)
+    I8_OUT_F32 = 1   # float(sum) * scale (+ bias) (MatMulIntegerToFloat, Cast + Mul)
+    I8_OUT_Q8 = 2    # requantized u8 / s8 (QLinearMatMul, QGemm with y_scale)
+    I8_MAX_K = 33025  # K * 255 * 255 < 2**31: the int32 sums are exact
+    # NOTE: packing A is a copy at memory speed (~5 us for 128 x 384): below this many bytes
+    # one thread packs it rather than paying a second parallel region per call
+    I8_PACK_PARALLEL = 1 << 18
+
+
+#: the output kinds of ``i8_gemm``, for the Python side
+I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8}
+#: the largest K the int32 sums hold exactly
+I8_K_LIMIT = I8_MAX_K
+
+
+cdef enum:
+    I8_INT16 = 0  # paths: int16 vpmaddwd (any AVX2 CPU; scalar in the baseline build)
+    I8_VNNI = 1   # AVX-VNNI vpdpbusd
+    I8_AMX = 2    # AMX tdpbusd
+
+
+#: the paths of ``i8_pack_b`` / ``i8_gemm``, for the Python side
+I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX}
+
+
+def i8_has_vnni() -> bool:
+    """Whether this build has the AVX-VNNI tile and this CPU runs it (the ``vnni`` path)."""
+    return bool(i8_cpu_vnni())
+
+
+def i8_has_amx() -> bool:
+    """Whether this build has the AMX block and this CPU and OS run it (the ``amx`` path; the
+    first call asks Linux for the tile state of the process)."""
+    return bool(i8_cpu_amx())
+
+
+cdef inline idx i8_kq(idx K, int path) noexcept nogil:
+    """k-quads of a packed B panel: ceil(K/4), rounded up to 16 (one B tile) for AMX."""
+    cdef idx kq = (K + 3) // 4
+    return (kq + 15) // 16 * 16 if path == I8_AMX else kq
+
+
+def i8_packed_b_bytes(idx K, idx N, int path) -> int:
+    """Bytes of a packed B of K rows and N columns: 16-column panels of ``ceil(K/2) * 64``
+    bytes (int16 path) or ``i8_kq * 64`` (vnni, amx)."""
+    cdef idx npan = (N + I8_NR - 1) // I8_NR
+    return npan * ((K + 1) // 2 if path == I8_INT16 else i8_kq(K, path)) * 64
+
+
+def i8_a_pitch(idx K, int path) -> int:
+    """Bytes per row of the A workspace of ``i8_gemm``: ``4 * ceil(K/2)``, for AMX K rounded
+    up to 64 (one A tile row)."""
+    return (K + 63) // 64 * 64 if path == I8_AMX else 4 * ((K + 1) // 2)
+
+
+def i8_a_rows(idx rows, int path) -> int:
+    """Rows of the A workspace for ``rows`` rows of A: AMX tiles read up to 31 rows past the
+    last (their products are dropped)."""
+    return rows + 32 if path == I8_AMX else rows
+
+
+def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx K, idx N,
+              bint trans, int path, unsigned char[::1] out, int[::1] bcol):
+    """Pack a weight for ``i8_gemm`` (once, at prepare; a conv packs its (K, N) weight matrix
+    the same way).
+
+    ``b``: the bytes of B (K, N) row-major, or of B^T (N, K) when ``trans`` (uint8, or int8
+    viewed as uint8 with ``b_signed``); ``zp``: B's zero point, 1 value or N (per column);
+    ``out``: ``i8_packed_b_bytes(K, N, path)`` bytes. The int16 path stores ``b - zp`` as
+    int16 in 16-column panels of k-pairs (``bcol`` unused, may be empty); the vnni and amx
+    paths store B as int8 (uint8 B shifted by -128) in 16-column panels of k-quads and
+    ``bcol`` (2N int32) receives the zero-point terms ``zb[j]`` then ``K * zb[j] - sum_k
+    b[k, j]`` (zb the shifted zero point). Raises ValueError when an operand is too short, K
+    exceeds ``I8_K_LIMIT`` or the path is unknown."""
+    cdef idx kp = (K + 1) // 2
+    cdef idx kq = i8_kq(K, path)
+    cdef idx npan = (N + I8_NR - 1) // I8_NR
+    cdef idx q, p, j, h, k, col
+    cdef int v, z, shift
+    cdef short* dst
+    cdef signed char* d8
+    if K > I8_MAX_K or K <= 0:
+        raise ValueError(f"i8_pack_b: K={K} must be in [1, {I8_MAX_K}]")
+    if path not in (I8_INT16, I8_VNNI, I8_AMX):
+        raise ValueError(f"i8_pack_b: unknown path {path}")
+    if (b.shape[0] < K * N or out.shape[0] < i8_packed_b_bytes(K, N, path)
+            or zp.shape[0] not in (1, N) or (path != I8_INT16 and bcol.shape[0] < 2 * N)):
+        raise ValueError("i8_pack_b: an operand is too short")
+    shift = 0 if b_signed else 128
+    with nogil:
+        if path != I8_INT16:
+            for col in range(N):
+                z = (zp[col] if zp.shape[0] > 1 else zp[0]) - shift
+                bcol[col] = z
+                bcol[N + col] = K * z
+            for q in range(npan):
+                for p in range(kq):
+                    d8 = <signed char*>&out[(q * kq + p) * 64]
+                    for j in range(I8_NR):
+                        col = q * I8_NR + j
+                        for h in range(4):
+                            k = 4 * p + h
+                            if col >= N or k >= K:
+                                d8[4 * j + h] = 0
+                                continue
+                            v = b[col * K + k] if trans else b[k * N + col]
+                            v = <signed char>v if b_signed else v - 128
+                            d8[4 * j + h] = <signed char>v
+                            bcol[N + col] -= v
+        else:
+            for q in range(npan):
+                for p in range(kp):
+                    dst = <short*>&out[(q * kp + p) * 64]
+                    for j in range(I8_NR):
+                        col = q * I8_NR + j
+                        for h in range(2):
+                            k = 2 * p + h
+                            if col >= N or k >= K:
+                                dst[2 * j + h] = 0
+                                continue
+                            v = b[col * K + k] if trans else b[k * N + col]
+                            if b_signed:
+                                v = <signed char>v
+                            z = zp[col] if zp.shape[0] > 1 else zp[0]
+                            dst[2 * j + h] = <short>(v - z)
+
+
+cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bint zp_rows,
+                       idx r0, idx r1, idx K, unsigned char* out, idx pitch, int path,
+                       int* rowsum) noexcept nogil:
+    """Rows [r0, r1) of A (K bytes each) into the A workspace (rows of ``pitch`` bytes): the
+    int16 path widens to ``a - zp`` (int16, the odd tail 0; ``zp_rows``: one zero point per
+    row, else ``zp[0]``), the vnni and amx paths copy u8 (int8 A shifted by +128), zero-pad
+    to a multiple of 4 and sum each row into ``rowsum`` (past that, AMX reads bytes that
+    meet B's zero quads)."""
+    cdef idx r, k, kend
+    cdef int z, acc
+    cdef short* o
+    cdef unsigned char* o8
+    cdef const unsigned char* ar
+    cdef const signed char* sr
+    for r in range(r0, r1):
+        ar = a + r * K
+        if path != I8_INT16:
+            o8 = out + r * pitch
+            acc = 0
+            if a_signed:
+                for k in range(K):
+                    o8[k] = ar[k] ^ 0x80
+                    acc += o8[k]
+            else:
+                memcpy(o8, ar, K)
+                for k in range(K):
+                    acc += ar[k]
+            kend = 4 * ((K + 3) // 4)
+            for k in range(K, kend):
+                o8[k] = 0
+            rowsum[r] = acc
+            continue
+        z = zp[r] if zp_rows else zp[0]
+        o = <short*>(out + r * pitch)
+        if a_signed:
+            sr = <const signed char*>ar
+            for k in range(K):
+                o[k] = <short>(sr[k] - z)
+        else:
+            for k in range(K):
+                o[k] = <short>(ar[k] - z)
+        if K % 2:
+            o[K] = 0
+
+
+cdef struct i8_gemm_t:
+    # one batched integer GEMM with its epilogue, as ``i8_gemm`` describes it
+    const unsigned char* a
+    const int* rowsum
+    const unsigned char* b
+    const int* bcol
+    int path
+    const int* za
+    int za_step, za_add
+    unsigned char* y
+    const idx* offs
+    idx nbatch, M, N, K, kp, kq, pitch, rb, cb, esize
+    int kind
+    const float* scale
+    int s_step
+    const float* bias
+    const int* ibias
+    float qdiv, zp, lo, hi
+    int q_signed
+    int act
+    float pa, pb
+
+
+cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
+                                idx yrow, idx j0, idx rows, idx n, idx yo) noexcept nogil:
+    """The epilogue of ``rows`` x ``n`` sums ``t`` (row pitch ``ldt``) of A's rows from
+    ``row`` (among all rows), columns j0.., into Y's rows from ``yrow`` of the batch at ``yo``."""
+    cdef bint raw = g.path != I8_INT16
+    i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL, g.za + row * g.za_step,
+                    g.za_step, g.za_add, g.rowsum + row if raw else NULL,
+                    g.bcol + j0 if raw else NULL, g.kind, g.y + (yo + yrow * g.N + j0) * g.esize,
+                    g.N * g.esize, g.scale + j0 * g.s_step, g.s_step,
+                    g.bias + j0 if g.bias != NULL else NULL,
+                    g.ibias + j0 if g.ibias != NULL else NULL, g.qdiv, g.zp, g.lo, g.hi,
+                    g.q_signed)
+    cdef idx r
+    if g.act != A_NONE and g.kind == I8_OUT_F32:
+        for r in range(rows):
+            act_inplace(<float*>(g.y) + yo + (yrow + r) * g.N + j0, n, g.act, g.pa, g.pb)
+
+
+cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
+    """Work items [lo, hi) of ``i8_gemm``: (batch, block of ``rb`` rows, block of ``cb``
+    columns); in a block, each 16-column panel of B (in L1/L2) meets every group of I8_MR
+    rows of A (the block's rows stay in L2), and each tile gets its epilogue at once. The
+    AMX path walks the item in blocks of 32 x 32 (four tiles)."""
+    cdef idx nrb = (g.M + g.rb - 1) // g.rb
+    cdef idx ncb = (g.N + g.cb - 1) // g.cb
+    cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, yo, a0
+    cdef int tile[6 * 16]
+    cdef int block[32 * 32]
+    cdef const unsigned char* bb
+    cdef const unsigned char* ar
+    if g.path == I8_AMX:
+        i8_amx_begin()
+    for it in range(lo, hi):
+        bi = it // (nrb * ncb)
+        rem = it - bi * nrb * ncb
+        m0 = (rem // ncb) * g.rb
+        n0 = (rem % ncb) * g.cb
+        m1 = min(g.M, m0 + g.rb)
+        n1 = min(g.N, n0 + g.cb)
+        a0 = g.offs[3 * bi]
+        bb = g.b + g.offs[3 * bi + 1]
+        yo = g.offs[3 * bi + 2]
+        j0 = n0
+        if g.path == I8_AMX:
+            while j0 < n1:
+                nr = min(<idx>32, n1 - j0)
+                i0 = m0
+                while i0 < m1:
+                    mr = min(<idx>32, m1 - i0)
+                    i8_amx_block(g.a + (a0 + i0) * g.pitch, g.pitch,
+                                 <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
+                                 block, mr > 16, nr > 16)
+                    i8_finish_rows(g, block, 32, a0 + i0, i0, j0, mr, nr, yo)
+                    i0 += mr
+                j0 += nr
+            continue
+        while j0 < n1:
+            nr = min(<idx>I8_NR, n1 - j0)
+            i0 = m0
+            while i0 < m1:
+                mr = min(<idx>I8_MR, m1 - i0)
+                ar = g.a + (a0 + i0) * g.pitch
+                if g.path == I8_VNNI:
+                    i8_tile_vnni(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
+                                 g.kq, tile, <int>mr)
+                else:
+                    i8_tile(<const short*>ar, g.pitch // 2,
+                            <const short*>(bb + (j0 // I8_NR) * g.kp * 64), g.kp, tile, <int>mr)
+                i8_finish_rows(g, tile, 16, a0 + i0, i0, j0, mr, nr, yo)
+                i0 += mr
+            j0 += nr
+    if g.path == I8_AMX:
+        i8_amx_end()
+
+
+def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_zp,
+            bint a_zp_rows, unsigned char[:, ::1] a_ws, int[::1] rowsum, bint a_packed,
+            const unsigned char[::1] b, const int[::1] bcol, int path, const idx[:, ::1] offs,
+            idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
+            const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
+            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0):
+    """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
+    com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
+
+    For each batch ``i`` (``offs[i] = (a_row, b_off, y_off)``: the first row of its A matrix
+    among A's rows, the byte offset of its packed B, the element offset of its Y):
+    ``acc (M, N) = (A_i - a_zp) @ (B_i - b_zp)`` in int32, exactly, then by ``kind``:
+    ``I8_OUT_I32``: Y = acc (+ ibias); ``I8_OUT_F32``: Y = float(acc (+ ibias)) * scale
+    (+ bias), float32; ``I8_OUT_Q8``: Y = saturate(rint(float(acc (+ ibias)) * scale
+    [/ qdiv]) + zp) to [lo, hi], int8 when ``q_signed`` else uint8 (``qdiv`` 0: no division).
+    A float32 output then gets the fused activation ``act`` (``ACT_CODES``, params pa, pb).
+
+    ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
+    ``a_zp`` its zero point (1 value, or one per row of ``a`` with ``a_zp_rows``); ``a_ws``
+    (``i8_a_rows(rows of A, path)`` rows of >= ``i8_a_pitch(K, path)`` bytes) receives the
+    packed rows, or holds them already when ``a_packed`` (int16 path only:
+    ``i8_dynamic_quantize`` wrote them); ``rowsum`` (rows of A int32, vnni and amx paths)
+    receives each row's sum. ``b``, ``bcol``: packed by ``i8_pack_b`` for the same ``path``
+    (B's zero point is in them). ``scale`` (1 or N floats), ``bias`` (0 or N floats),
+    ``ibias`` (0 or N int32, QGemm's C). ``y``: the output's bytes. Work items are (batch,
+    ``rb`` rows, ``cb`` columns; cb a multiple of 16, for AMX rb too), split over ``nt`` slots;
+    A is packed first (rows split over the slots). Raises ValueError when K exceeds
+    ``I8_K_LIMIT``, a block size is wrong, the path is not available on this CPU, or an
+    operand is too short."""
+    cdef i8_gemm_t g
+    cdef idx rows = a.shape[0] // K if K > 0 and not a_packed else a_ws.shape[0]
+    cdef int t
+    cdef unsigned char* pws
+    if M <= 0 or N <= 0:
+        return
+    if K > I8_MAX_K or K <= 0:
+        raise ValueError(f"i8_gemm: K={K} must be in [1, {I8_MAX_K}]")
+    if cb % I8_NR or rb <= 0 or (path == I8_AMX and rb % 16):
+        raise ValueError("i8_gemm: cb (and rb for AMX) must be positive multiples of 16")
+    if ((path == I8_VNNI and not i8_cpu_vnni()) or (path == I8_AMX and not i8_cpu_amx())
+            or path not in (I8_INT16, I8_VNNI, I8_AMX) or (a_packed and path != I8_INT16)):
+        raise ValueError(f"i8_gemm: path {path} is not available here (or A was packed)")
+    if (a_ws.shape[1] < i8_a_pitch(K, path) or a_ws.shape[0] < i8_a_rows(rows, path)
+            or a_zp.shape[0] < (rows if a_zp_rows else 1)
+            or (path != I8_INT16 and (rowsum.shape[0] < rows or bcol.shape[0] < 2 * N))
+            or b.shape[0] < i8_packed_b_bytes(K, N, path)
+            or y.shape[0] < offs.shape[0] * M * N * (1 if kind == I8_OUT_Q8 else 4)):
+        raise ValueError("i8_gemm: an operand or workspace is too short")
+    if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
+        raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
+    g.a, g.rowsum = &a_ws[0, 0], &rowsum[0] if rowsum.shape[0] else NULL
+    g.b, g.bcol, g.path = &b[0], &bcol[0] if bcol.shape[0] else NULL, path
+    g.y, g.offs = &y[0], &offs[0, 0]
+    g.nbatch, g.M, g.N, g.K = offs.shape[0], M, N, K
+    g.kp, g.kq, g.pitch, g.rb, g.cb = (K + 1) // 2, i8_kq(K, path), a_ws.shape[1], rb, cb
+    g.kind = kind
+    g.esize = 4 if kind != I8_OUT_Q8 else 1
+    g.scale = &scale[0]
+    g.s_step = 1 if scale.shape[0] > 1 else 0
+    g.bias = &bias[0] if bias.shape[0] else NULL
+    g.ibias = &ibias[0] if ibias.shape[0] else NULL
+    g.qdiv, g.zp, g.lo, g.hi, g.q_signed = qdiv, zp, lo, hi, q_signed
+    g.act, g.pa, g.pb = act, pa, pb
+    # NOTE: the vnni and amx paths correct for A's zero point in the epilogue, shifted as the
+    # data (int8 A is stored +128)
+    g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
+    g.za_add = 128 if a_signed and path != I8_INT16 else 0
+    cdef const i8_gemm_t* gp = &g
+    cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    pws = &a_ws[0, 0]
+    if nt <= 1:
+        with nogil:
+            if not a_packed:
+                i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws,
+                             a_ws.shape[1], path, g.rowsum)
+            i8_items(gp, 0, items)
+        return
+    if not a_packed and rows * K < I8_PACK_PARALLEL:
+        with nogil:
+            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws, a_ws.shape[1],
+                         path, g.rowsum)
+    elif not a_packed:
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, t * rows // nt,
+                         (t + 1) * rows // nt, K, pws, a_ws.shape[1], path, g.rowsum)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        i8_items(gp, t * items // nt, (t + 1) * items // nt)
+
+
+# ---- DynamicQuantizeLinear ------------------------------------------------------------------
+
+def i8_dynamic_quantize(const float[::1] x, unsigned char[::1] y, short[:, ::1] a16,
+                        bint widen, int nt, float[::1] part):
+    """DynamicQuantizeLinear-11 of ``x`` (n floats) into ``y`` (n uint8); returns
+    ``(scale, zero_point)`` (float, int). With ``widen``, ``a16`` (viewed flat, >= n int16)
+    also receives ``y - zero_point``: the widened A of an ``i8_gemm`` whose K is even (then
+    ``a_packed``). ``part``: 2 * nt floats of scratch (each slot's min and max). Raises
+    ValueError when an operand is too short."""
+    cdef idx n = x.shape[0]
+    cdef float lo, hi, scale
+    cdef int zp, t, k
+    cdef short* pa = NULL
+    if y.shape[0] < n or part.shape[0] < 2 * nt:
+        raise ValueError("i8_dynamic_quantize: y or part is too short")
+    if widen:
+        if a16.shape[0] * a16.shape[1] < n:
+            raise ValueError("i8_dynamic_quantize: a16 is too short")
+        pa = &a16[0, 0]
+    if n == 0:
+        return 1.0, 0
+    if nt <= 1 or n < 4096:
+        with nogil:
+            i8_minmax(&x[0], n, &lo, &hi)
+            zp = i8_dql_params(lo, hi, &scale)
+            i8_quantize(&x[0], n, scale, zp, &y[0], pa)
+        return scale, zp
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        i8_minmax(&x[t * n // nt], (t + 1) * n // nt - t * n // nt, &part[2 * t],
+                  &part[2 * t + 1])
+    lo, hi = part[0], part[1]
+    for k in range(1, nt):
+        lo = part[2 * k] if part[2 * k] < lo else lo
+        hi = part[2 * k + 1] if part[2 * k + 1] > hi else hi
+    zp = i8_dql_params(lo, hi, &scale)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        i8_quantize(&x[t * n // nt], (t + 1) * n // nt - t * n // nt, scale, zp,
+                    &y[t * n // nt], pa + t * n // nt if pa != NULL else NULL)
+    return scale, zp
+
+
+def i8_view(a):
+    """``a`` (a C-contiguous ndarray: uint8 1-D/2-D, int32, float32 or intp 1-D/2-D) as a
+    Cython typed memoryview object, which ``i8_gemm`` takes without a buffer request (as
+    ``conv_view`` for the conv entries: an argument tuple of these, built once per binding,
+    saves microseconds per call). Read-only arrays give read-only views. Raises ValueError
+    for another dtype, rank or layout."""
+    cdef unsigned char[::1] u8
+    cdef const unsigned char[::1] cu8
+    cdef unsigned char[:, ::1] u82
+    cdef int[::1] i32
+    cdef const int[::1] ci32
+    cdef float[::1] f32
+    cdef const float[::1] cf32
+    cdef const idx[:, ::1] offs
+    cdef str kind = a.dtype.kind
+    cdef int size = a.dtype.itemsize
+    if kind == 'u' and size == 1:
+        if a.ndim == 2:
+            u82 = a
+            return u82
+        if a.flags.writeable:
+            u8 = a
+            return u8
+        cu8 = a
+        return cu8
+    if kind == 'i' and size == 4 and a.ndim == 1:
+        if a.flags.writeable:
+            i32 = a
+            return i32
+        ci32 = a
+        return ci32
+    if kind == 'f' and size == 4:
+        if a.flags.writeable:
+            f32 = a
+            return f32
+        cf32 = a
+        return cf32
+    if kind == 'i' and size == sizeof(idx) and a.ndim == 2:
+        offs = a
+        return offs
+    raise ValueError(f"i8_view: unsupported array {a.dtype} {a.shape}")

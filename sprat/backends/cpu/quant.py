@@ -1,0 +1,487 @@
+"""Quantized matrix products on the exact integer GEMM (``compiled/int8.pxi``: ``i8_gemm``).
+
+- DynamicQuantizeLinear-11: min/max, then ``saturate(rint(x / scale) + zp)`` (compiled,
+  ``i8_dynamic_quantize``), the ONNX spec's formula to the bit (true division, half to even).
+- MatMulInteger-10: ``(A - a_zp) @ (B - b_zp)`` in int32, A (..., M, K), B (K, N).
+- QLinearMatMul-21: the same product requantized, ``saturate(rint(float(acc) * m) + y_zp)``
+  with ``m = float32(a_scale * b_scale) / y_scale`` (per-column for a per-column b_scale).
+- com.microsoft MatMulIntegerToFloat: ``float(acc) * float32(a_scale * b_scale) + bias``;
+  DynamicQuantizeMatMul: A quantized as DynamicQuantizeLinear (on the int16 path straight into
+  the GEMM's operand), then as MatMulIntegerToFloat; QGemm: ``float(acc + C) * (alpha * a_scale *
+  b_scale)``, float32, or quantized with ``rint(y / y_scale) + y_zp`` (onnxruntime's
+  ContribOperators.md and the reference kernels, ``reference/ops_contrib.py``).
+Every float step rounds as the reference kernel does (no FMA contraction): the results equal
+the reference backend's bit for bit (tests/ops/test_cpu_quant.py).
+
+What runs here: B a 2-D constant (the weights of every quantizer's output; packed once at
+prepare, shared by the sessions) or, for MatMulInteger / QLinearMatMul, a 2-D B computed at
+run time (packed on every call into a workspace); A's zero point and scale scalars (they may
+be computed at run time, as DynamicQuantizeLinear's are), MatMulInteger's per-row A zero
+point too; B's zero point per tensor or per column, constant (its scale too for the
+com.microsoft ops, whose bias and QGemm's C must be constant as well). K up to ``I8_K_LIMIT``
+(the int32 sums are exact). Everything else runs on the reference kernels.
+
+The GEMM's path (``PATH``): ``amx`` where the CPU and OS give AMX tiles, else ``vnni`` (AVX-VNNI),
+else ``int16`` (AVX2; scalar on the baseline build); all exact, so all give the same results.
+The quantize_dynamic pattern reaches these kernels as MatMulIntegerToFloat
+(``passes/fuse_quant.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
+from ._math import ACT, act_of
+from .compiled import kernels as ck
+
+_U8, _I8 = np.dtype(np.uint8), np.dtype(np.int8)
+_QTYPES = (_U8, _I8)
+_F32 = np.dtype(np.float32)
+_OUT = ck.I8_KINDS
+BLOCK_ROWS = 48  # rows per work item: 8 row groups of the 6-row micro-kernel; 48 rows of A
+# (int16, K <= 1536: 144 KiB) stay in L2 while the item's panels of B pass
+AMX_BLOCK_ROWS = 64  # AMX: two 32-row blocks (a multiple of 16, as its tiles need)
+BLOCK_COLS = 128  # columns per work item (8 panels), fewer when the items cannot fill the slots
+
+
+def _blocks(m: int, n: int, nt: int, amx: bool = False) -> tuple[int, int]:
+    """(rows, columns) of a work item: BLOCK_ROWS x BLOCK_COLS (AMX: AMX_BLOCK_ROWS rows, a
+    multiple of its 32-row blocks), the columns halved (down to one 16-column panel) until
+    there are at least two items per slot."""
+    rb, cb = max(1, min(m, BLOCK_ROWS)), BLOCK_COLS
+    if amx:
+        rb = AMX_BLOCK_ROWS
+    while cb > 16 and -(-m // rb) * -(-n // cb) < 2 * nt:
+        cb //= 2
+    return rb, cb
+
+
+def _vec_ok(info, n: int, const: bool = True) -> bool:
+    """A scale or zero point of one value or ``n`` values (per column), constant if asked."""
+    if info is None:
+        return True
+    size = int(np.prod(info.shape, dtype=np.int64))
+    if const and info.value is None:
+        return False
+    return size in (1, n) and (size == 1 or all(d == 1 for d in info.shape[:-1]))
+
+
+def _scalar_ok(info) -> bool:
+    return info is None or int(np.prod(info.shape, dtype=np.int64)) == 1
+
+
+def _plain(node) -> bool:
+    return not any(k.startswith("_") for k in node.attrs)
+
+
+def _act_only(node) -> bool:
+    """No fused attribute but an activation the compiled epilogue knows."""
+    extra = {k for k in node.attrs if k.startswith("_")} - {"_activation", "_act_params"}
+    return not extra and node.attrs.get("_activation") in ACT
+
+
+def _present(ins, k):
+    return ins[k] if k < len(ins) else None
+
+
+def _path() -> str:
+    """The integer GEMM's path on this CPU: ``amx`` (AMX tiles, tdpbusd), else ``vnni``
+    (AVX-VNNI vpdpbusd), else ``int16`` (vpmaddwd on AVX2, scalar in the baseline build);
+    ``SPRAT_I8=int16|vnni`` forces a slower one (tests run each). Raises ValueError for
+    another value of SPRAT_I8 or a path this CPU lacks."""
+    forced = os.environ.get("SPRAT_I8", "").strip().lower()
+    have = {"int16": True, "vnni": ck.i8_has_vnni(), "amx": ck.i8_has_vnni() and ck.i8_has_amx()}
+    if forced:
+        if forced not in have:
+            raise ValueError(f"SPRAT_I8={forced!r}: expected one of {sorted(have)} (or unset)")
+        if not have[forced]:
+            raise ValueError(f"SPRAT_I8={forced}, but this CPU (or build) lacks it")
+        return forced
+    return next(p for p in ("amx", "vnni", "int16") if have[p])
+
+
+#: the integer GEMM's path (``_path``) and its code for ``ck.i8_gemm``
+PATH = _path()
+_PATH = ck.I8_PATHS[PATH]
+
+
+def _zp32(zp) -> np.ndarray:
+    return (np.zeros(1, np.int32) if zp is None
+            else np.ascontiguousarray(np.asarray(zp).reshape(-1), np.int32))
+
+
+def pack_b(b: np.ndarray, zp, K: int, N: int, trans: bool = False, path: int = _PATH):
+    """``[packed bytes, bcol]``: B (K, N), or (N, K) when ``trans``, uint8/int8, with its zero
+    point (None, 1 or N values) packed for ``ck.i8_gemm`` (see ``compiled/int8.pxi``)."""
+    out = np.empty(ck.i8_packed_b_bytes(K, N, path), np.uint8)
+    bcol = np.empty(0 if path == ck.I8_PATHS["int16"] else 2 * N, np.int32)
+    ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), b.dtype == _I8,
+                 _zp32(zp), K, N, trans, path, out, bcol)
+    return [out, bcol]
+
+
+class _Int8Gemm(CpuKernel):
+    """The common part: B packed (at prepare when constant), A packed on every call, the
+    epilogue's parameters in small workspaces updated per run (A's zero point and scale are
+    run-time values in dynamically quantized models).
+
+    Workspaces: 0 A packed (rows, ``i8_a_pitch``) uint8, 1 A's zero point (rows) int32, 2 the
+    epilogue's scale (N) float32, 3 A's row sums (rows) int32, then (B not constant) 4 packed
+    B bytes and 5 its column terms."""
+
+    def _prepare_gemm(self, a, b, trans_b=False):
+        self.K = a.shape[-1]
+        self.N = b.shape[0] if trans_b else b.shape[1]
+        self.rows = int(np.prod(a.shape, dtype=np.int64)) // max(self.K, 1)
+        self.M = self.rows
+        self.a_signed = a.dtype == _I8
+        self.trans_b = trans_b
+        self.path = _PATH
+        self.raw = PATH != "int16"  # B and A stored as bytes, zero points in the epilogue
+        self.offs = np.zeros((1, 3), np.intp)
+        macs = self.rows * self.N * self.K
+        self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
+        self.rb, self.cb = _blocks(self.rows, self.N, self.nt, PATH == "amx")
+        self.b_packed = None
+        if b.value is not None:
+            bv, zp, K, N, tb, path = b.value, self._b_zp(), self.K, self.N, trans_b, self.path
+            self.b_packed = self.shared(f"i8_b_{PATH}", lambda: pack_b(bv, zp, K, N, tb, path))
+        self.empty_f = np.zeros(0, np.float32)
+        self.empty_i = np.zeros(0, np.int32)
+        rows = max(self.rows, 1)
+        spaces = [ws_of((ck.i8_a_rows(rows, self.path), ck.i8_a_pitch(self.K, self.path)),
+                        np.uint8),
+                  ws_of((rows,), np.int32), ws_of((max(self.N, 1),), np.float32),
+                  ws_of((rows,), np.int32)]
+        if self.b_packed is None:
+            spaces += [ws_of((ck.i8_packed_b_bytes(self.K, self.N, self.path),), np.uint8),
+                       ws_of((2 * self.N if self.raw else 1,), np.int32)]
+        self.workspaces = tuple(spaces)
+
+    def _b_zp(self):
+        return None
+
+    def _gemm(self, ws, a, kind, y, a_packed=False, bias=None, ibias=None, qdiv=0.0, zp=0.0,
+              lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1, a_zp_rows=None):
+        """One ``i8_gemm`` call; the caller has set A's zero point (``ws.buffers[1][0]``,
+        unless ``a_zp_rows``) and the scale (the first ``n_scale`` values of buffer 2); a B
+        that is not constant is packed here from ``b``, ``b_zp``."""
+        bufs = ws.buffers
+        # NOTE: the argument tuple is made once per binding of the arrays (and scalars) and
+        # kept in the workspace's memo: building it costs a few microseconds a call
+        act = self.act if kind == _OUT["float32"] else (0, 0.0, 0.0)
+        key = (id(a), id(y), id(bias), id(ibias), id(a_zp_rows), kind, a_packed, qdiv, zp, lo,
+               hi, q_signed, n_scale)
+        memo = ws.memo
+        if self.b_packed is not None and memo is not None and memo[0] == key:
+            ck.i8_gemm(*memo[2])
+            return
+        if self.b_packed is None:
+            packed, bcol = bufs[4], bufs[5]
+            ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), b.dtype == _I8,
+                         _zp32(b_zp), self.K, self.N, False, self.path, packed,
+                         bcol if self.raw else self.empty_i)
+        else:
+            packed, bcol = self.b_packed
+        a_bytes = self.empty_u8 if a_packed else a.reshape(-1).view(np.uint8)
+        za = bufs[1] if a_zp_rows is None else a_zp_rows
+        v = ck.i8_view
+        args = (self.nt, v(a_bytes), self.a_signed, v(za), a_zp_rows is not None, v(bufs[0]),
+                v(bufs[3]), a_packed, v(packed), v(bcol), self.path, v(self.offs), self.M,
+                self.N, self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)),
+                v(bufs[2][:n_scale]), v(self.empty_f if bias is None else bias),
+                v(self.empty_i if ibias is None else ibias), qdiv, zp, lo, hi, q_signed, *act)
+        if self.b_packed is not None:
+            ws.memo = (key, (a, y, bias, ibias), args)
+        ck.i8_gemm(*args)
+
+    empty_u8 = np.zeros(0, np.uint8)
+    #: the fused activation (code, a, b) of a float32 output (MatMulIntegerToFloat's
+    #: ``_activation``, ``passes/fuse.py``); none for the others
+    act = (0, 0.0, 0.0)
+
+
+def ws_of(shape, dtype):
+    """A workspace of ``shape`` (not per slot: the GEMM's slots share it)."""
+    from ..base import WorkspaceSpec
+
+    return WorkspaceSpec(tuple(int(s) for s in shape), np.dtype(dtype))
+
+
+class DynamicQuantizeLinearKernel(CpuKernel):
+    """DynamicQuantizeLinear-11 on float32 (y uint8, y_scale and y_zero_point scalars)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        return _plain(node) and ins[0] is not None and ins[0].dtype == _F32
+
+    def prepare(self, ins, outs):
+        n = int(np.prod(ins[0].shape, dtype=np.int64))
+        self.nt = self.threads if n >= PARALLEL_MIN_ELEMENTS else 1
+        self.workspaces = (scratch(1, 2 * self.nt),)
+        self.no_a16 = np.zeros((0, 0), np.int16)
+
+    def run(self, ins, outs, ws):
+        scale, zp = ck.i8_dynamic_quantize(ins[0].reshape(-1), outs[0].reshape(-1),
+                                           self.no_a16, False, self.nt, ws.buffers[0][0])
+        if len(outs) > 1:
+            outs[1][...] = scale
+        if len(outs) > 2:
+            outs[2][...] = zp
+
+
+class MatMulIntegerKernel(_Int8Gemm):
+    """MatMulInteger-10: A (..., M, K) uint8/int8 (zero point scalar or per row (M,)),
+    B (K, N) uint8/int8 (zero point scalar or per column, constant when B is) -> int32."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        a, b = ins[0], ins[1]
+        if not _plain(node) or a is None or b is None or a.dtype not in _QTYPES:
+            return False
+        if b.dtype not in _QTYPES or len(a.shape) < 1 or len(b.shape) != 2:
+            return False
+        K, N = b.shape
+        if a.shape[-1] != K or not 1 <= K <= ck.I8_K_LIMIT:
+            return False
+        a_zp, b_zp = _present(ins, 2), _present(ins, 3)
+        if a_zp is not None and a_zp.dtype != a.dtype or b_zp is not None and b_zp.dtype != b.dtype:
+            return False
+        m = a.shape[-2] if len(a.shape) > 1 else 1
+        a_zp_ok = _scalar_ok(a_zp) or (a_zp.value is not None and len(a_zp.shape) == 1
+                                       and a_zp.shape[0] == m and len(a.shape) > 1)
+        return a_zp_ok and _vec_ok(b_zp, N, const=b.value is not None)
+
+    def prepare(self, ins, outs):
+        self.bind_constants(ins, (2, 3))
+        self.a_zp_rows = None
+        a_zp = _present(ins, 2)
+        if a_zp is not None and a_zp.value is not None and a_zp.size > 1:
+            self._prepare_gemm(ins[0], ins[1])
+            # NOTE: tiled over the batch: the batch is folded into the rows
+            zp = a_zp.value.astype(np.int32).reshape(-1)
+            self.a_zp_rows = np.ascontiguousarray(np.tile(zp, self.rows // zp.size))
+            return
+        self._prepare_gemm(ins[0], ins[1])
+
+    def _b_zp(self):
+        return self.consts.get(3)
+
+    def run(self, ins, outs, ws):
+        a_zp, b_zp = _present(ins, 2), _present(ins, 3)
+        bufs = ws.buffers
+        bufs[2][0] = 1.0
+        if self.a_zp_rows is None:
+            bufs[1][0] = 0 if a_zp is None else a_zp.reshape(-1)[0]
+        self._gemm(ws, ins[0], _OUT["int32"], outs[0], b=ins[1], b_zp=b_zp,
+                   a_zp_rows=self.a_zp_rows)
+
+
+def _q_range(dtype) -> tuple[float, float]:
+    info = np.iinfo(dtype)
+    return float(info.min), float(info.max)
+
+
+class QLinearMatMulKernel(_Int8Gemm):
+    """QLinearMatMul-21: a (..., M, K), b (K, N) uint8/int8; a's scale and zero point
+    scalars, b's per tensor or per column (constant), y's scalars -> y (y_zero_point's dtype)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _plain(node) or len(ins) < 8 or any(i is None for i in ins[:8]):
+            return False
+        a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = ins[:8]
+        if a.dtype not in _QTYPES or b.dtype not in _QTYPES or y_zp.dtype not in _QTYPES:
+            return False
+        if len(a.shape) < 1 or len(b.shape) != 2 or a.shape[-1] != b.shape[0]:
+            return False
+        if not 1 <= b.shape[0] <= ck.I8_K_LIMIT or a_zp.dtype != a.dtype or b_zp.dtype != b.dtype:
+            return False
+        if any(s.dtype != _F32 for s in (a_s, b_s, y_s)):
+            return False
+        n = b.shape[1]
+        return (all(_scalar_ok(i) for i in (a_s, a_zp, y_s, y_zp))
+                and _vec_ok(b_s, n, const=False) and _vec_ok(b_zp, n, const=b.value is not None))
+
+    def prepare(self, ins, outs):
+        self.bind_constants(ins, (4, 5))
+        self._prepare_gemm(ins[0], ins[3])
+        self.lo, self.hi = _q_range(ins[7].dtype)
+        self.q_signed = ins[7].dtype == _I8
+        self.n_scale = self.N if int(np.prod(ins[4].shape, dtype=np.int64)) > 1 else 1
+
+    def _b_zp(self):
+        return self.consts.get(5)
+
+    def run(self, ins, outs, ws):
+        bufs = ws.buffers
+        bufs[1][0] = ins[2].reshape(-1)[0]
+        s = bufs[2][:self.n_scale]
+        # NOTE: float32(a_scale * b_scale) / y_scale, as the reference (and onnxruntime)
+        np.multiply(ins[1].reshape(-1)[0], self.arg(ins, 4).reshape(-1), out=s)
+        np.divide(s, ins[6].reshape(-1)[0], out=s)
+        self._gemm(ws, ins[0], _OUT["quantized"], outs[0], zp=float(ins[7].reshape(-1)[0]),
+                   lo=self.lo, hi=self.hi, q_signed=self.q_signed, b=ins[3], b_zp=ins[5],
+                   n_scale=self.n_scale)
+
+
+class MatMulIntegerToFloatKernel(_Int8Gemm):
+    """com.microsoft MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zp?, b_zp?, bias?):
+    A (..., M, K), B (K, N) constant uint8/int8 -> float32."""
+
+    A_SCALE, B_SCALE, A_ZP, B_ZP, BIAS = 2, 3, 4, 5, 6
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _act_only(node) or len(ins) < 4 or any(i is None for i in ins[:4]):
+            return False
+        a, b = ins[0], ins[1]
+        return cls._operands_ok(a, b, ins) and _scalar_ok(_present(ins, cls.A_ZP))
+
+    @classmethod
+    def _operands_ok(cls, a, b, ins) -> bool:
+        if b.dtype not in _QTYPES or b.value is None or len(b.shape) != 2 or len(a.shape) < 1:
+            return False
+        if a.shape[-1] != b.shape[0] or not 1 <= b.shape[0] <= ck.I8_K_LIMIT:
+            return False
+        n = b.shape[1]
+        a_s = None if cls.A_SCALE is None else _present(ins, cls.A_SCALE)
+        b_s = ins[cls.B_SCALE]
+        b_zp, bias = _present(ins, cls.B_ZP), _present(ins, cls.BIAS)
+        if (a_s is not None and a_s.dtype != _F32) or b_s.dtype != _F32:
+            return False
+        if b_zp is not None and b_zp.dtype != b.dtype:
+            return False
+        if bias is not None and (bias.dtype != _F32 or tuple(bias.shape) != (n,)
+                                 or bias.value is None):
+            return False
+        return _scalar_ok(a_s) and _vec_ok(b_s, n, const=False) and _vec_ok(b_zp, n)
+
+    def prepare(self, ins, outs):
+        self.act = act_of(self.node)
+        self.bind_constants(ins, (self.B_SCALE, self.B_ZP, self.BIAS))
+        self._prepare_gemm(ins[0], ins[1])
+        self.n_scale = self.N if int(np.prod(ins[self.B_SCALE].shape, dtype=np.int64)) > 1 else 1
+        bias = self.consts.get(self.BIAS)
+        self.bias_flat = None if bias is None else bias.reshape(-1)
+
+    def _b_zp(self):
+        return self.consts.get(self.B_ZP)
+
+    def _scale(self, ws, ins, a_scale):
+        s = ws.buffers[2][:self.n_scale]
+        np.multiply(a_scale, self.arg(ins, self.B_SCALE).reshape(-1), out=s)
+
+    def _bias(self, ins):
+        """The bias (constant, bound at prepare) as a flat array, the same object every run."""
+        return self.bias_flat
+
+    def run(self, ins, outs, ws):
+        a_zp = _present(ins, self.A_ZP)
+        ws.buffers[1][0] = 0 if a_zp is None else a_zp.reshape(-1)[0]
+        self._scale(ws, ins, ins[self.A_SCALE].reshape(-1)[0])
+        self._gemm(ws, ins[0], _OUT["float32"], outs[0], bias=self._bias(ins),
+                   n_scale=self.n_scale)
+
+
+class DynamicQuantizeMatMulKernel(MatMulIntegerToFloatKernel):
+    """com.microsoft DynamicQuantizeMatMul(A, B, b_scale, b_zp?, bias?): A float32
+    (..., M, K) quantized as DynamicQuantizeLinear, B (K, N) constant -> float32."""
+
+    A_SCALE, B_SCALE, A_ZP, B_ZP, BIAS = None, 2, None, 3, 4
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if not _plain(node) or len(ins) < 3 or any(i is None for i in ins[:3]):
+            return False
+        return ins[0].dtype == _F32 and cls._operands_ok(ins[0], ins[1], ins)
+
+    def prepare(self, ins, outs):
+        super().prepare(ins, outs)
+        # NOTE: the u8 copy of A and the slots' min/max; on the int16 path with an even K the
+        # quantizer writes the GEMM's int16 operand itself (its rows have no padding column)
+        self.workspaces += (ws_of((self.rows * self.K,), np.uint8), scratch(1, 2 * self.nt))
+        self.direct = not self.raw and self.K % 2 == 0
+
+    def run(self, ins, outs, ws):
+        bufs = ws.buffers
+        a = ins[0].reshape(-1)
+        even = self.direct
+        scale, zp = ck.i8_dynamic_quantize(a, bufs[-2], bufs[0].view(np.int16), even, self.nt,
+                                           bufs[-1][0])
+        bufs[1][0] = zp
+        self._scale(ws, ins, np.float32(scale))
+        self._gemm(ws, bufs[-2], _OUT["float32"], outs[0], a_packed=even, bias=self._bias(ins),
+                   n_scale=self.n_scale)
+
+
+class QGemmKernel(_Int8Gemm):
+    """com.microsoft QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?), transA
+    0: A (M, K), B constant (K, N) or (N, K) with transB, C int32 (N,) / (1, N) / scalar,
+    constant -> float32, or quantized to y_zp's dtype (uint8 without y_zp)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or node.attrs.get("transA", 0):
+            return False
+        if len(ins) < 6 or any(ins[k] is None for k in range(6)):
+            return False
+        a, a_s, a_zp, b, b_s, b_zp = ins[:6]
+        if a.dtype not in _QTYPES or b.dtype not in _QTYPES or b.value is None:
+            return False
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            return False
+        tb = bool(node.attrs.get("transB", 0))
+        k, n = (b.shape[1], b.shape[0]) if tb else tuple(b.shape)
+        if a.shape[1] != k or not 1 <= k <= ck.I8_K_LIMIT:
+            return False
+        if a_s.dtype != _F32 or b_s.dtype != _F32 or a_zp.dtype != a.dtype or b_zp.dtype != b.dtype:
+            return False
+        c, y_s, y_zp = _present(ins, 6), _present(ins, 7), _present(ins, 8)
+        if c is not None and (c.dtype != np.int32 or c.value is None
+                              or int(np.prod(c.shape, dtype=np.int64)) not in (1, n)
+                              or any(d != 1 for d in c.shape[:-1])):
+            return False
+        if y_s is not None and (y_s.dtype != _F32 or not _scalar_ok(y_s)):
+            return False
+        if y_zp is not None and (y_s is None or y_zp.dtype not in _QTYPES or not _scalar_ok(y_zp)):
+            return False
+        return (_scalar_ok(a_s) and _scalar_ok(a_zp) and _vec_ok(b_s, n, const=False)
+                and _vec_ok(b_zp, n))
+
+    def prepare(self, ins, outs):
+        self.bind_constants(ins, (4, 5, 6))
+        self._prepare_gemm(ins[0], ins[3], trans_b=bool(self.node.attrs.get("transB", 0)))
+        self.alpha = np.float32(self.node.attrs.get("alpha", 1.0))
+        self.n_scale = self.N if int(np.prod(ins[4].shape, dtype=np.int64)) > 1 else 1
+        c = self.consts.get(6)
+        self.ibias = None if c is None else np.ascontiguousarray(
+            np.broadcast_to(c.reshape(-1), (self.N,)), np.int32)
+        y_s, y_zp = _present(ins, 7), _present(ins, 8)
+        self.quantized = y_s is not None
+        dt = y_zp.dtype if y_zp is not None else _U8
+        self.lo, self.hi = _q_range(dt)
+        self.q_signed = dt == _I8
+
+    def _b_zp(self):
+        return self.consts.get(5)
+
+    def run(self, ins, outs, ws):
+        bufs = ws.buffers
+        bufs[1][0] = ins[2].reshape(-1)[0]
+        s = bufs[2][:self.n_scale]
+        # NOTE: (alpha * a_scale) * b_scale in float32, the reference's order
+        np.multiply(self.alpha * ins[1].reshape(-1)[0], self.arg(ins, 4).reshape(-1), out=s)
+        if not self.quantized:
+            self._gemm(ws, ins[0], _OUT["float32"], outs[0], ibias=self.ibias,
+                       n_scale=self.n_scale)
+            return
+        y_zp = _present(ins, 8)
+        self._gemm(ws, ins[0], _OUT["quantized"], outs[0], ibias=self.ibias,
+                   qdiv=float(ins[7].reshape(-1)[0]),
+                   zp=0.0 if y_zp is None else float(y_zp.reshape(-1)[0]), lo=self.lo,
+                   hi=self.hi, q_signed=self.q_signed, n_scale=self.n_scale)
+

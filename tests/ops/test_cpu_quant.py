@@ -1,0 +1,248 @@
+"""The cpu backend's quantized matrix-product kernels (``cpu/quant.py`` on the exact integer GEMM
+of ``compiled/int8.pxi``) against the reference kernels, one node at a time, at 1 and 2 threads
+(and on the baseline build: ``test_cpu_paths.py`` runs this file with ``SPRAT_CPU=baseline``).
+
+The integer sums are exact and every float step rounds as the reference does, so every output
+must equal the reference's bit for bit (int32, uint8/int8 and float32 alike).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from opcheck import make_node, run_cpu
+
+from sprat.backends.cpu import CpuBackend, quant
+from sprat.backends.cpu.compiled import kernels
+from sprat.backends.reference import evaluate
+
+THREADS = (1, 2)
+RNG = np.random.default_rng(14)
+U8, I8 = np.uint8, np.int8
+
+
+def q(shape, dtype, rng=RNG):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def exact(op, inputs, attrs=None, consts=(), domain="", threads=THREADS, outputs=1):
+    """The fast kernel's outputs equal the reference kernel's exactly, at each thread count."""
+    node, infos = make_node(op, inputs, attrs, consts)
+    first = len(inputs)
+    node = dataclasses.replace(node, domain=domain, outputs=list(range(first, first + outputs)))
+    want = evaluate(node, [None if a is None else a.copy() for a in inputs])
+    for nt in threads:
+        got = run_cpu(node, infos, inputs, nt)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+            np.testing.assert_array_equal(g, w, err_msg=f"{op} threads={nt}")
+
+
+def refused(op, inputs, attrs=None, consts=(), domain="") -> bool:
+    node, infos = make_node(op, inputs, attrs, consts)
+    node = dataclasses.replace(node, domain=domain)
+    return not CpuBackend(1).has_fast_kernel(node, infos)
+
+
+# (A shape, K, N): M = 1, K odd and below/above a k-pair, N below/above a 16-column panel,
+# batch dims folded into rows, rows beyond one 48-row block, 1-D A
+SHAPES = [((1, 7), 7, 5), ((7, 33), 33, 17), ((13, 100), 100, 45), ((2, 3, 13, 64), 64, 40),
+          ((1, 384), 384, 1536), ((130, 96), 96, 70), ((33,), 33, 16), ((5, 1), 1, 3)]
+DTYPES = [(U8, U8), (U8, I8), (I8, I8), (I8, U8)]
+
+
+@pytest.mark.parametrize("shape,k,n", SHAPES)
+@pytest.mark.parametrize("ta,tb", DTYPES)
+def test_matmul_integer(shape, k, n, ta, tb):
+    a, b = q(shape, ta), q((k, n), tb)
+    exact("MatMulInteger", [a, b, q((), ta), q((), tb)], consts=(1, 3))
+    exact("MatMulInteger", [a, b, q((1,), ta), q((n,), tb)], consts=(1, 3))  # per column
+
+
+@pytest.mark.parametrize("ta,tb", DTYPES)
+def test_matmul_integer_extreme_values_are_exact(ta, tb):
+    """The largest products (|a - a_zp| = |b - b_zp| = 255) over a long K: vpmaddubsw would
+    saturate here, the int16 scheme does not."""
+    k = 3000
+    lo_a, hi_a = np.iinfo(ta).min, np.iinfo(ta).max
+    lo_b, hi_b = np.iinfo(tb).min, np.iinfo(tb).max
+    a = np.full((9, k), hi_a, ta)
+    b = np.full((k, 20), lo_b, tb)
+    b[:, ::2] = hi_b
+    exact("MatMulInteger", [a, b, np.array(lo_a, ta), np.array(hi_b, tb)], consts=(1, 3))
+    exact("MatMulInteger", [a, b, np.array(lo_a, ta), np.array(lo_b, tb)], consts=(1, 3))
+
+
+@pytest.mark.parametrize("ta", [U8, I8])
+def test_matmul_integer_large_a_is_packed_by_every_slot(ta):
+    """An A of more than I8_PACK_PARALLEL bytes is packed by the slots in parallel."""
+    a, b = q((2, 150, 1000), ta), q((1000, 37), I8)
+    exact("MatMulInteger", [a, b, q((), ta), q((37,), I8)], consts=(1, 3))
+    exact("MatMulInteger", [a, b, q((150,), ta), q((), I8)], consts=(1, 2, 3))
+
+
+def test_matmul_integer_without_zero_points_runtime_b_and_per_row_a():
+    a, b = q((4, 6, 50), U8), q((50, 21), I8)
+    exact("MatMulInteger", [a, b], consts=(1,))
+    exact("MatMulInteger", [a, b, q((), U8), q((21,), I8)], consts=())  # B computed at run time
+    exact("MatMulInteger", [a, b, q((6,), U8), q((), I8)], consts=(1, 2, 3))  # per-row A zp
+
+
+def test_matmul_integer_refusals():
+    a, b = q((4, 8), U8), q((8, 5), I8)
+    ms = "com.microsoft"
+    sa, sb, bias = np.array(0.1, np.float32), np.array(0.2, np.float32), np.ones(5, np.float32)
+    assert not refused("MatMulIntegerToFloat", [a, b, sa, sb, None, None, bias], consts=(1, 3, 6),
+                       domain=ms)
+    assert refused("MatMulIntegerToFloat", [a, b, sa, sb, None, None, bias], consts=(1, 3),
+                   domain=ms)  # a bias computed at run time: reference
+    assert refused("MatMulInteger", [a, q((2, 8, 5), I8)])  # batched B: reference
+    assert refused("MatMulInteger", [a, b, q((4,), U8), None], consts=(1,))  # runtime per-row zp
+    big = q((2, kernels.I8_K_LIMIT + 1), U8)
+    assert refused("MatMulInteger", [big, q((kernels.I8_K_LIMIT + 1, 3), U8)], consts=(1,))
+
+
+@pytest.mark.parametrize("n", [1, 100, 4095, 5000, 300_000])
+def test_dynamic_quantize_linear(n):
+    x = RNG.standard_normal(n).astype(np.float32) * 3
+    for v in (x, np.abs(x) + 1, -np.abs(x), np.zeros(n, np.float32)):
+        # any sign, all positive (zero point 0), all negative (255), all zero (scale 1)
+        exact("DynamicQuantizeLinear", [v], outputs=3)
+    exact("DynamicQuantizeLinear", [x], outputs=1)
+
+
+def test_dynamic_quantize_linear_ties_round_half_to_even():
+    # x / scale lands exactly on .5 for these: rint, not round-half-away
+    x = np.array([-1.0, 0.5, 1.5, 2.5, 3.5, 254.0 - 1.0], np.float32) / np.float32(1.0)
+    x = np.concatenate([x, np.arange(-255, 256, dtype=np.float32) * np.float32(0.5)])
+    exact("DynamicQuantizeLinear", [x.reshape(1, -1)], outputs=3)
+
+
+@pytest.mark.parametrize("shape,k,n", SHAPES[:6])
+@pytest.mark.parametrize("ta,tb,ty", [(U8, I8, U8), (U8, U8, U8), (I8, I8, I8), (U8, I8, I8)])
+def test_qlinear_matmul(shape, k, n, ta, tb, ty):
+    a, b = q(shape, ta), q((k, n), tb)
+    sa = np.array(0.02, np.float32)
+    sy = np.array(0.37 * k ** 0.5, np.float32)
+    for sb, zb in ((np.array(0.013, np.float32), q((), tb)),
+                   (RNG.uniform(0.005, 0.02, n).astype(np.float32), q((n,), tb))):
+        exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb, sy, q((), ty)], consts=(3, 4, 5))
+
+
+@pytest.mark.parametrize("shape,k,n", SHAPES[:6])
+@pytest.mark.parametrize("ta,tb", DTYPES)
+def test_matmul_integer_to_float(shape, k, n, ta, tb):
+    a, b = q(shape, ta), q((k, n), tb)
+    sa = np.array(0.0123, np.float32)
+    sb = RNG.uniform(0.001, 0.01, n).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    ms = "com.microsoft"
+    exact("MatMulIntegerToFloat", [a, b, sa, sb, q((), ta), q((n,), tb), bias], consts=(1, 3, 5, 6),
+          domain=ms)
+    exact("MatMulIntegerToFloat", [a, b, sa, sb[:1]], consts=(1, 3), domain=ms)
+
+
+@pytest.mark.parametrize("act,params", [("Gelu", []), ("Relu", []), ("Clip", [0.0, 6.0])])
+def test_matmul_integer_to_float_with_a_fused_activation(act, params):
+    """The activation after the float epilogue: the cpu backend's vectorised activations
+    against NumPy's, within the cpu kernels' tolerance (1e-4 of max |y|)."""
+    a, b = q((70, 96), U8), q((96, 40), I8)
+    sa, sb = np.array(0.0123, np.float32), RNG.uniform(0.001, 0.01, 40).astype(np.float32)
+    bias = RNG.standard_normal(40).astype(np.float32)
+    attrs = {"_activation": act, "_act_params": params}
+    inputs = [a, b, sa, sb, np.array(7, np.uint8), q((40,), I8), bias]
+    node, infos = make_node("MatMulIntegerToFloat", inputs, attrs, (1, 3, 5, 6))
+    node = dataclasses.replace(node, domain="com.microsoft")
+    want = evaluate(node, [x.copy() for x in inputs])[0]
+    for nt in THREADS:
+        got = run_cpu(node, infos, inputs, nt)[0]
+        assert np.abs(got - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("shape,k,n", SHAPES[:6])
+@pytest.mark.parametrize("tb", [U8, I8])
+def test_dynamic_quantize_matmul(shape, k, n, tb):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    b = q((k, n), tb)
+    sb = RNG.uniform(0.001, 0.01, n).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    ms = "com.microsoft"
+    exact("DynamicQuantizeMatMul", [a, b, sb, q((n,), tb), bias], consts=(1, 2, 3, 4), domain=ms)
+    exact("DynamicQuantizeMatMul", [a, b, sb[:1]], consts=(1, 2), domain=ms)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (7, 33, 17), (64, 320, 100)])
+@pytest.mark.parametrize("ta,tb", [(U8, I8), (U8, U8), (I8, I8)])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_qgemm(m, k, n, ta, tb, trans_b):
+    a = q((m, k), ta)
+    b = q((n, k) if trans_b else (k, n), tb)
+    sa, sb = np.array(0.021, np.float32), RNG.uniform(0.001, 0.01, n).astype(np.float32)
+    c = RNG.integers(-5000, 5000, n).astype(np.int32)
+    attrs = {"transB": trans_b, "alpha": 0.75}
+    ms = "com.microsoft"
+    head = [a, sa, q((), ta), b, sb, q((n,), tb)]
+    exact("QGemm", head + [c], attrs, consts=(3, 4, 5, 6), domain=ms)  # float32 out
+    exact("QGemm", head + [c, np.array(0.05 * k ** 0.5, np.float32), q((), ta)], attrs,
+          consts=(3, 4, 5, 6), domain=ms)
+    exact("QGemm", head + [None, np.array(0.05 * k ** 0.5, np.float32)], attrs,
+          consts=(3, 4, 5), domain=ms)  # no C, uint8 out without y_zero_point
+
+
+def test_packed_b_layout_and_errors():
+    """``i8_pack_b`` (the API a conv kernel packs its weights with) and ``i8_gemm`` raise on
+    bad operands instead of reading out of bounds."""
+    k, n = 5, 18
+    b = q((k, n), I8)
+    bytes_ = b.reshape(-1).view(np.uint8)
+    zp = np.array([3], np.int32)
+    out = np.empty(kernels.i8_packed_b_bytes(k, n, False), np.uint8)
+    assert out.size == 2 * 3 * 64
+    kernels.i8_pack_b(bytes_, True, zp, k, n, False, False, out, np.zeros(0, np.int32))
+    panel = out.view(np.int16)[:3 * 32].reshape(3, 16, 2)  # k-pairs x 16 columns x (k, k+1)
+    want = b.astype(np.int16) - 3
+    np.testing.assert_array_equal(panel[:, :, 0], want[0::2, :16])
+    np.testing.assert_array_equal(panel[:2, :, 1], want[1::2, :16])
+    assert not panel[2, :, 1].any()  # the odd k past K is 0
+    out8 = np.empty(kernels.i8_packed_b_bytes(k, n, True), np.uint8)
+    bcol = np.empty(2 * n, np.int32)
+    kernels.i8_pack_b(bytes_, True, zp, k, n, False, True, out8, bcol)
+    quads = out8.view(np.int8)[:2 * 64].reshape(2, 16, 4)  # k-quads x 16 columns x 4 k
+    np.testing.assert_array_equal(quads[0].T, b[:4, :16])
+    np.testing.assert_array_equal(quads[1, :, 0], b[4, :16])
+    assert not quads[1, :, 1:].any()
+    np.testing.assert_array_equal(bcol[:n], 3)
+    np.testing.assert_array_equal(bcol[n:], k * 3 - b.astype(np.int32).sum(0))
+    with pytest.raises(ValueError):
+        kernels.i8_pack_b(bytes_, True, zp, k, n, False, False, out[:-1], bcol)
+    with pytest.raises(ValueError):  # the A workspace's rows are too short for K = 5
+        kernels.i8_gemm(1, np.zeros(10, np.uint8), False, np.zeros(1, np.int32), False,
+                        np.zeros((2, 4), np.uint8), np.zeros(2, np.int32), False, out,
+                        np.zeros(0, np.int32), False, np.zeros((1, 3), np.intp), 2, n, k, 2, 16,
+                        0, np.zeros(2 * n * 4, np.uint8), np.ones(1, np.float32),
+                        np.zeros(0, np.float32), np.zeros(0, np.int32), 0.0, 0.0, 0.0, 0.0,
+                        False)
+
+
+@pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
+def test_every_integer_path_this_cpu_has_passes_these_tests():
+    """This file again with SPRAT_I8 forcing each slower path the CPU has (the default run
+    took the fastest: ``quant.PATH``; the baseline build's scalar path runs from
+    ``test_cpu_paths.py``)."""
+    have = [p for p, ok in (("int16", True), ("vnni", kernels.i8_has_vnni())) if ok]
+    for path in have:
+        if path == quant.PATH:
+            continue
+        env = dict(os.environ, SPRAT_I8=path)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__]
+        proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout
