@@ -14,6 +14,8 @@ from .linalg import GemmKernel, MatMulKernel
 from .norm import BatchNormKernel, LayerNormKernel, SoftmaxKernel
 from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
+from .qconv import QConvKernel
+from .qlinear import QuantizeKernel
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
 from .rnn import LSTMKernel
@@ -37,6 +39,11 @@ KERNELS: dict = {
     "GlobalMaxPool": ReduceKernel,
     "Resize": ResizeKernel,
     "Upsample": ResizeKernel,
+    # quantized convolution (integer-exact through the float32 conv kernels)
+    "QLinearConv": QConvKernel,
+    "ConvInteger": QConvKernel,
+    "QuantizeLinear": QuantizeKernel,
+    "DequantizeLinear": QuantizeKernel,
     # contractions
     "Gemm": GemmKernel,
     "MatMul": MatMulKernel,

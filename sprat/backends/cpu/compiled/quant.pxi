@@ -1,0 +1,204 @@
+# Quantized convolution through the float32 conv kernels, exactly (``qconv.py`` picks the
+# parts and packs the weights): the quantized input is widened to float32 ``x - x_zero_point``
+# (``qconv_unpack``), one or more float32 convs compute integer-valued partial sums (exact while
+# every partial sum stays within 2^24: ``qconv.py`` splits the input channels into parts until
+# it does), and ``qconv_requant`` adds the parts as int32 with the int32 bias and requantises
+# as the spec's reference does: ``saturate(round_half_even(float32(acc) * multiplier) + zp)``.
+#
+# NOTE: the int8 GEMM (``int8.pxi``, another piece of work) can replace the float32 partial
+# sums: the epilogue takes int32-exact values either way.
+
+from libc.math cimport nearbyintf
+
+
+cdef void _qunpack_rows(const unsigned char* x, bint signed_, float zp, idx p0, idx p1, idx C,
+                        idx c0, idx cs, float* y) noexcept nogil:
+    """``y[p, :cs] = x[p, c0:c0+cs] - zp`` for pixels ``p0 .. p1`` (x bytes as uint8 or int8)."""
+    cdef idx p, c
+    cdef const unsigned char* xr
+    cdef const signed char* sr
+    cdef float* yr
+    for p in range(p0, p1):
+        yr = y + p * cs
+        if signed_:
+            sr = <const signed char*>(x + p * C + c0)
+            for c in range(cs):
+                yr[c] = <float>sr[c] - zp
+        else:
+            xr = x + p * C + c0
+            for c in range(cs):
+                yr[c] = <float>xr[c] - zp
+
+
+def qconv_unpack(int nt, const unsigned char[::1] x, bint signed_, float zp, idx P, idx C,
+                 idx c0, idx cs, float[::1] y):
+    """``y (P, cs) = float32(x[:, c0:c0+cs]) - zp`` for ``x`` (P, C) the bytes of a uint8
+    (``signed_`` False) or int8 map in NHWC: the conv input of one part, exact (|x - zp| <= 510).
+    Raises ValueError on short operands."""
+    if x.shape[0] < P * C or y.shape[0] < P * cs or c0 < 0 or c0 + cs > C:
+        raise ValueError("qconv_unpack: operands too short or channel range out of bounds")
+    cdef const unsigned char* px = &x[0] if P * C > 0 else NULL
+    cdef float* py = &y[0] if P * cs > 0 else NULL
+    cdef int t
+    if P * C == 0:
+        return
+    if nt <= 1:
+        with nogil:
+            _qunpack_rows(px, signed_, zp, 0, P, C, c0, cs, py)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qunpack_rows(px, signed_, zp, t * P // nt, (t + 1) * P // nt, C, c0, cs, py)
+
+
+cdef void _qrequant_rows(const float* acc, idx lda, int S, idx p0, idx p1, idx M,
+                         const int* bias, const float* mult, float zp, float lo, float hi,
+                         int kind, unsigned char* y8, int* y32, int* t) noexcept nogil:
+    """Rows ``p0 .. p1`` of the epilogue (see ``qconv_requant``); ``t`` scratch of M ints."""
+    cdef idx p, m, o
+    cdef int s
+    cdef float v
+    cdef const float* a
+    for p in range(p0, p1):
+        o = p * M
+        a = acc + o
+        for m in range(M):
+            t[m] = bias[m] + <int>a[m]
+        for s in range(1, S):
+            a = acc + s * lda + o
+            for m in range(M):
+                t[m] = t[m] + <int>a[m]
+        if kind == 2:
+            for m in range(M):
+                y32[o + m] = t[m]
+        elif kind == 1:
+            for m in range(M):
+                v = nearbyintf(<float>t[m] * mult[m]) + zp
+                v = fmin32(fmax32(v, lo), hi)
+                (<signed char*>y8)[o + m] = <signed char><int>v
+        else:
+            for m in range(M):
+                v = nearbyintf(<float>t[m] * mult[m]) + zp
+                v = fmin32(fmax32(v, lo), hi)
+                y8[o + m] = <unsigned char><int>v
+
+
+def qconv_requant(int nt, const float[:, ::1] acc, int S, idx P, idx M, const int[::1] bias,
+                  const float[::1] mult, float zp, float lo, float hi, int kind,
+                  unsigned char[::1] y8, int[::1] y32, int[:, ::1] scratch):
+    """The epilogue of a quantized conv over ``P`` pixels of ``M`` channels (NHWC):
+    ``t = bias[m] + sum_s int32(acc[s, p*M + m])`` (``S`` parts, each integer-valued), then
+    ``kind`` 2: ``y32 = t`` (ConvInteger); 0 / 1: ``y8`` (the bytes of a uint8 / int8 map) =
+    ``clamp(round_half_even(float32(t) * mult[m]) + zp, lo, hi)`` (QLinearConv, ONNX
+    QLinearConv-10 as onnxruntime requantises; ``lo``/``hi`` the type's range narrowed by a fused
+    clamp). ``scratch`` (nt, >= M) int32. Raises ValueError on short operands."""
+    if (acc.shape[0] < S or acc.shape[1] < P * M or bias.shape[0] < M or mult.shape[0] < M
+            or scratch.shape[0] < max(nt, 1) or scratch.shape[1] < M
+            or (kind == 2 and y32.shape[0] < P * M) or (kind != 2 and y8.shape[0] < P * M)):
+        raise ValueError("qconv_requant: operands too short")
+    if P * M == 0:
+        return
+    cdef const float* pa = &acc[0, 0]
+    cdef idx lda = acc.shape[1]
+    cdef const int* pb = &bias[0]
+    cdef const float* pm = &mult[0]
+    cdef unsigned char* p8 = &y8[0] if kind != 2 else NULL
+    cdef int* p32 = &y32[0] if kind == 2 else NULL
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _qrequant_rows(pa, lda, S, 0, P, M, pb, pm, zp, lo, hi, kind, p8, p32,
+                           &scratch[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qrequant_rows(pa, lda, S, t * P // nt, (t + 1) * P // nt, M, pb, pm, zp, lo, hi, kind,
+                       p8, p32, &scratch[t, 0])
+
+
+# ---- QuantizeLinear / DequantizeLinear, per tensor ------------------------------------------
+
+cdef extern from *:
+    """
+    #include <math.h>
+    /* NOTE: x / s must stay a division (the spec's and the reference's): the build allows
+       -freciprocal-math, which may turn a division by a loop invariant into a multiply by its
+       reciprocal (off by an ulp, so off by one after rounding at a .5 boundary) */
+    __attribute__((optimize("no-reciprocal-math")))
+    static void sprat_quantize8(const float *x, unsigned char *y, Py_ssize_t n, float s,
+                                float zp, float lo, float hi, int is_signed) {
+        Py_ssize_t i;
+        if (is_signed) {
+            signed char *ys = (signed char *)y;
+            for (i = 0; i < n; i++) {
+                float v = nearbyintf(x[i] / s) + zp;
+                v = v < lo ? lo : v;
+                v = v > hi ? hi : v;
+                ys[i] = (signed char)(int)v;
+            }
+        } else {
+            for (i = 0; i < n; i++) {
+                float v = nearbyintf(x[i] / s) + zp;
+                v = v < lo ? lo : v;
+                v = v > hi ? hi : v;
+                y[i] = (unsigned char)(int)v;
+            }
+        }
+    }
+    """
+    void sprat_quantize8(const float* x, unsigned char* y, idx n, float s, float zp, float lo,
+                         float hi, int is_signed) nogil
+
+
+cdef void _dequantize8(const unsigned char* x, bint signed_, float* y, idx n, float zp,
+                       float s) noexcept nogil:
+    cdef idx i
+    cdef const signed char* xs = <const signed char*>x
+    if signed_:
+        for i in range(n):
+            y[i] = (<float>xs[i] - zp) * s
+    else:
+        for i in range(n):
+            y[i] = (<float>x[i] - zp) * s
+
+
+def quantize8(int nt, const float[::1] x, unsigned char[::1] y, idx n, float s, float zp,
+              bint signed_):
+    """QuantizeLinear per tensor: ``y = saturate(round_half_even(x / s) + zp)`` for ``n``
+    values, ``y`` the bytes of a uint8 (``signed_`` False) or int8 tensor (ONNX
+    QuantizeLinear-21). Raises ValueError on short operands."""
+    if x.shape[0] < n or y.shape[0] < n:
+        raise ValueError("quantize8: operands too short")
+    if n == 0:
+        return
+    cdef float lo = -128.0 if signed_ else 0.0
+    cdef float hi = 127.0 if signed_ else 255.0
+    cdef const float* px = &x[0]
+    cdef unsigned char* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            sprat_quantize8(px, py, n, s, zp, lo, hi, signed_)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        sprat_quantize8(px + t * n // nt, py + t * n // nt, (t + 1) * n // nt - t * n // nt, s,
+                        zp, lo, hi, signed_)
+
+
+def dequantize8(int nt, const unsigned char[::1] x, float[::1] y, idx n, float zp, float s,
+                bint signed_):
+    """DequantizeLinear per tensor: ``y = (x - zp) * s`` (float32) for ``n`` values, ``x`` the
+    bytes of a uint8 (``signed_`` False) or int8 tensor (ONNX DequantizeLinear-21). Raises
+    ValueError on short operands."""
+    if x.shape[0] < n or y.shape[0] < n:
+        raise ValueError("dequantize8: operands too short")
+    if n == 0:
+        return
+    cdef const unsigned char* px = &x[0]
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _dequantize8(px, signed_, py, n, zp, s)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _dequantize8(px + t * n // nt, signed_, py + t * n // nt,
+                     (t + 1) * n // nt - t * n // nt, zp, s)
