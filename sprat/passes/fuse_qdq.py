@@ -43,9 +43,9 @@ def _dq_params(g: Graph, dq, per_channel: int | None = None):
     zp = _const(g, zp_idx)
     if scale is None or scale.dtype != np.float32 or (zp_idx != MISSING and zp is None):
         return None
-    if scale.size != 1:
-        if per_channel is None or scale.size != per_channel or int(dq.attrs.get("axis", 1)) != 0:
-            return None
+    if scale.size != 1 and (per_channel is None or scale.size != per_channel
+                            or int(dq.attrs.get("axis", 1)) != 0):
+        return None
     if zp is not None and zp.size != scale.size:
         return None
     return dq.inputs[0], scale, zp
@@ -96,10 +96,10 @@ def fuse_qdq(g: Graph) -> Graph:
         if xp is None or wq is None or wq.dtype not in _Q8 or wq.ndim < 3:
             continue
         wp = _dq_params(g, w_dq, wq.shape[0])
-        x_q, sx, zx = xp
+        x_q, sx, _ = xp
         if wp is None or g.values[x_q].dtype not in _Q8 or sx.size != 1:
             continue
-        _, sw, zw = wp
+        _, sw, _ = wp
         nxt = single_consumer(g, consumers, conv.outputs[0])
         act = None
         if nxt is not None and nxt.op_type in ("Relu", "Clip"):

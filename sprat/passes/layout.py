@@ -16,7 +16,8 @@ from ..ir.graph import Graph
 # input 3, QLinearConv's w), "kernel"
 # (len(kernel_shape)), or "input" (rank of input 0 from shape inference)
 LAYOUT_OPS = {
-    "Conv": "weight", "ConvTranspose": "weight", "ConvInteger": "weight", "QLinearConv": "qweight",
+    "Conv": "weight", "ConvTranspose": "weight", "ConvInteger": "weight",
+    "QLinearConv": "qweight",
     "MaxPool": "kernel", "AveragePool": "kernel",
     "GlobalAveragePool": "input", "GlobalMaxPool": "input",
     "BatchNormalization": "input", "Resize": "input", "LRN": "input",

@@ -65,9 +65,9 @@ def _sink(g: Graph) -> bool:
     new_nodes = []
     for n in g.nodes:
         new_nodes.append(n)
-        if n.op_type not in UNARY and n.op_type not in BINARY and n.op_type not in AXIS_OPS:
-            if n.op_type not in QUANT or not _per_tensor(g, n):
-                continue
+        if (n.op_type not in UNARY and n.op_type not in BINARY and n.op_type not in AXIS_OPS
+                and (n.op_type not in QUANT or not _per_tensor(g, n))):
+            continue
         if (len(n.outputs) != 1 and n.op_type != "Split") or any(
                 k.startswith("_") for k in n.attrs):
             continue
