@@ -24,11 +24,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import sprat  # noqa: E402
-from bench.run import ort_session, timed_blocks  # noqa: E402
-from sprat.testing.families import build  # noqa: E402
+import sprat
+from bench.run import ort_session, timed_blocks
+from sprat.testing.families import build
 
 FORMATS = ("qdq", "qop")
 
@@ -94,9 +94,9 @@ def main(argv=None) -> int:
                 oq, of = ort_session(dst, nt), ort_session(src, nt)
                 got = sess.run(None, feeds)[0]
                 fast = oq.run(None, feeds)[0]
-                t = timed_blocks({"sprat": lambda: sess.run(None, feeds),
-                                  "ortq": lambda: oq.run(None, feeds),
-                                  "ortf": lambda: of.run(None, feeds)}, args.runs)
+                t = timed_blocks({k: (lambda r=r, f=feeds: r.run(None, f))
+                                  for k, r in (("sprat", sess), ("ortq", oq), ("ortf", of))},
+                                 args.runs)
                 s, q, f = (t[k] * 1e3 for k in ("sprat", "ortq", "ortf"))
                 print(f"| {name} {fmt} | {nt} | {s:.2f} | {q:.2f} | {s / q:.2f} | {f:.2f} | "
                       f"{s / f:.2f} | {np.abs(got - spec).max() / scale:.1e} | "

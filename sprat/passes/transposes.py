@@ -24,11 +24,12 @@ UNARY = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Neg", "Sqrt", "Recipro
 BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less",
           "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod"}
 # ops with an ``axis`` attribute that only needs remapping
-AXIS_OPS = {"Concat", "Split"}
+AXIS_OPS = {"Concat", "Split", "QLinearLookup"}
 # elementwise when their scale and zero point are per-tensor (``_per_tensor``)
 QUANT = {"QuantizeLinear", "DequantizeLinear", "QLinearAdd", "QLinearMul"}
 # inputs beyond these positions are not tensors to transpose (Clip min/max are scalars)
-_DATA_INPUTS = {"Clip": 1, "Cast": 1, "Split": 1, "QuantizeLinear": 1, "DequantizeLinear": 1}
+_DATA_INPUTS = {"Clip": 1, "Cast": 1, "Split": 1, "QuantizeLinear": 1, "DequantizeLinear": 1,
+                "QLinearLookup": 1}
 
 
 def optimize_transposes(g: Graph) -> Graph:

@@ -169,3 +169,33 @@ def test_quantize_linear_refusals():
     assert cpu_refuses("QuantizeLinear", [x, np.asarray(np.float32(0.1)),
                                           np.asarray(np.uint16(3))], {}, (1, 2))
     assert cpu_refuses("QuantizeLinear", [x, np.asarray(np.float32(0.1))], {}, ())
+
+
+@pytest.mark.parametrize("xdt,tdt", [(_U8, _U8), (_S8, _S8), (_U8, _S8)])
+@pytest.mark.parametrize("shape,axis,rows", [((2, 5, 6, 7), 3, 7), ((1, 300, 40), 1, 300),
+                                             ((3, 4, 5), 1, 1), ((600, 17), 1, 17)])
+def test_qlinear_lookup(xdt, tdt, shape, axis, rows):
+    x = _q(shape, xdt, 0)
+    table = _q((rows, 256), tdt, 1)
+    check_cpu("QLinearLookup", [x, table], {"axis": axis}, (1,), rtol=0)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dt", [_U8, _S8])
+def test_qlinear_add_and_mul(op, dt):
+    from sprat.backends.cpu import CpuBackend
+    from sprat.backends.reference import evaluate
+    from opcheck import make_node, run_cpu
+
+    a, b = _q((2, 300, 7, 9), dt, 0), _q((2, 300, 7, 9), dt, 1)
+    ins = [a, np.float32(0.031), np.asarray(_q((), dt, 2)), b, np.float32(0.017),
+           np.asarray(_q((), dt, 3)), np.float32(0.043 if op == "QLinearAdd" else 0.0011),
+           np.asarray(_q((), dt, 4))]
+    ins = [np.asarray(v) for v in ins]
+    node, infos = make_node(op, ins, {}, (1, 2, 4, 5, 6, 7))
+    node.domain = "com.microsoft"
+    want = evaluate(node, ins)[0]
+    for nt in (1, 2):
+        np.testing.assert_array_equal(run_cpu(node, infos, ins, nt)[0], want)
+    node.domain = ""  # NOTE: not an ONNX op: the cpu backend only takes the contrib op
+    assert not CpuBackend(1).has_fast_kernel(node, infos)

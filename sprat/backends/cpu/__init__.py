@@ -59,7 +59,7 @@ class CpuBackend(Backend):
     def has_fast_kernel(self, node: Node, ins: list[TensorInfo | None]) -> bool:
         """Whether a fast kernel handles this exact node (attrs, dtypes, shapes)."""
         cls = KERNELS.get(node.op_type)
-        if cls is None or node.domain not in ("", "ai.onnx"):
+        if cls is None or node.domain not in cls.domains:
             return False
         # NOTE: empty constants (e.g. Reduce axes=[]) are parameters, not data
         if not cls.empty_ok and any(i is not None and i.size == 0 and i.value is None

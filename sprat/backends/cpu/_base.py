@@ -32,6 +32,8 @@ class CpuKernel(Kernel):
     memory = "normal"
     #: whether the kernel handles zero-size inputs (most do not: the reference backend does)
     empty_ok = False
+    #: the op domains the kernel implements (an op type means another op in another domain)
+    domains = ("", "ai.onnx")
 
     def __init__(self, node, threads: int = 1, packs: PackCache | None = None):
         super().__init__(node)

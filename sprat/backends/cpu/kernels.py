@@ -15,7 +15,7 @@ from .norm import BatchNormKernel, LayerNormKernel, SoftmaxKernel
 from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
 from .qconv import QConvKernel
-from .qlinear import QuantizeKernel
+from .qlinear import LookupKernel, QLinearBinaryKernel, QuantizeKernel
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
 from .rnn import LSTMKernel
@@ -44,6 +44,9 @@ KERNELS: dict = {
     "ConvInteger": QConvKernel,
     "QuantizeLinear": QuantizeKernel,
     "DequantizeLinear": QuantizeKernel,
+    "QLinearLookup": LookupKernel,
+    "QLinearAdd": QLinearBinaryKernel,  # com.microsoft (the kernel's ``domains``)
+    "QLinearMul": QLinearBinaryKernel,
     # contractions
     "Gemm": GemmKernel,
     "MatMul": MatMulKernel,

@@ -67,3 +67,75 @@ class QuantizeKernel(CpuKernel):
         else:
             ck.dequantize8(self.nt, x.reshape(-1).view(np.uint8), y.reshape(-1), self.n,
                            self.zp, self.scale, self.signed)
+
+
+class LookupKernel(CpuKernel):
+    """QLinearLookup (``passes.fuse_qdq``): uint8/int8 X through a constant per-channel table
+    (C, 256) or (1, 256) along ``axis``; any layout."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) != 2:
+            return False
+        x, table = ins
+        return (x is not None and table is not None and table.value is not None
+                and x.dtype in _Q8 and table.dtype in _Q8)
+
+    def prepare(self, ins, outs):
+        x, table = ins
+        shape = tuple(x.shape)
+        axis = int(self.node.attrs.get("axis", 1)) % len(shape)
+        self.outer = int(np.prod(shape[:axis]))
+        self.c = shape[axis]
+        self.inner = int(np.prod(shape[axis + 1:]))
+        self.table = np.ascontiguousarray(table.value).reshape(-1).view(np.uint8)
+        n = self.outer * self.c * self.inner
+        self.nt = self.threads if n >= PARALLEL_MIN_ELEMENTS else 1
+        self.signed = x.dtype == np.int8
+
+    def run(self, ins, outs, ws):
+        ck.qlinear_lookup(self.nt, ins[0].reshape(-1).view(np.uint8),
+                          outs[0].reshape(-1).view(np.uint8), self.table, self.outer, self.c,
+                          self.inner, self.signed)
+
+
+class QLinearBinaryKernel(CpuKernel):
+    """com.microsoft QLinearAdd / QLinearMul of two same-shaped uint8 (or int8) tensors with
+    constant per-tensor scales and zero points, the output of the same type (onnxruntime's
+    contrib ops; the reference's float32 operations, so equal bit for bit)."""
+
+    domains = ("com.microsoft",)
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) not in (7, 8):
+            return False
+        a, sa, za, b, sb, zb, sc = ins[:7]
+        zc = ins[7] if len(ins) > 7 else None
+        if a is None or b is None or a.dtype not in _Q8 or b.dtype != a.dtype:
+            return False
+        if tuple(a.shape) != tuple(b.shape):
+            return False
+        for s in (sa, sb, sc):
+            if _scalar(s) is None or s.dtype != np.float32:
+                return False
+        return all(z is None or (_scalar(z) is not None and z.dtype == a.dtype)
+                   for z in (za, zb, zc))
+
+    def prepare(self, ins, outs):
+        a, sa, za, b, sb, zb, sc = ins[:7]
+        zc = ins[7] if len(ins) > 7 else None
+
+        def f(info):
+            return 0.0 if info is None else float(np.float32(_scalar(info)))
+
+        self.params = (f(za), f(sa), f(zb), f(sb), f(sc), f(zc))
+        self.n = int(np.prod(a.shape))
+        self.nt = self.threads if self.n >= PARALLEL_MIN_ELEMENTS else 1
+        self.signed = a.dtype == np.int8
+        self.mul = self.node.op_type == "QLinearMul"
+
+    def run(self, ins, outs, ws):
+        ck.qlinear_binary(self.nt, self.mul, ins[0].reshape(-1).view(np.uint8),
+                          ins[3].reshape(-1).view(np.uint8), outs[0].reshape(-1).view(np.uint8),
+                          self.n, self.signed, *self.params)

@@ -202,3 +202,97 @@ def dequantize8(int nt, const unsigned char[::1] x, float[::1] y, idx n, float z
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _dequantize8(px + t * n // nt, signed_, py + t * n // nt,
                      (t + 1) * n // nt - t * n // nt, zp, s)
+
+
+# ---- QLinearLookup: a per-channel table over the 256 values of a uint8/int8 tensor -----------
+
+cdef void _lookup_rows(const unsigned char* x, unsigned char* y, const unsigned char* table,
+                       idx tstride, idx o0, idx o1, idx C, idx inner,
+                       unsigned char flip) noexcept nogil:
+    cdef idx o, c, i, base
+    cdef const unsigned char* tc
+    for o in range(o0, o1):
+        for c in range(C):
+            tc = table + c * tstride
+            base = (o * C + c) * inner
+            for i in range(inner):
+                y[base + i] = tc[x[base + i] ^ flip]
+
+
+def qlinear_lookup(int nt, const unsigned char[::1] x, unsigned char[::1] y,
+                   const unsigned char[::1] table, idx outer, idx C, idx inner, bint signed_):
+    """``y[o, c, i] = table[c, x[o, c, i] - min]`` over an (outer, C, inner) view of the bytes
+    of a uint8 (``signed_`` False) or int8 tensor; ``table`` (C, 256), or (1, 256) for every
+    channel. Raises ValueError on short operands."""
+    cdef idx n = outer * C * inner
+    cdef idx tstride = 256 if table.shape[0] >= C * 256 and C > 1 else 0
+    if x.shape[0] < n or y.shape[0] < n or table.shape[0] < 256:
+        raise ValueError("qlinear_lookup: operands too short")
+    if n == 0:
+        return
+    cdef const unsigned char* px = &x[0]
+    cdef unsigned char* py = &y[0]
+    cdef const unsigned char* pt = &table[0]
+    cdef unsigned char flip = 0x80 if signed_ else 0
+    cdef int t
+    if nt <= 1 or outer < nt:
+        with nogil:
+            _lookup_rows(px, py, pt, tstride, 0, outer, C, inner, flip)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _lookup_rows(px, py, pt, tstride, t * outer // nt, (t + 1) * outer // nt, C, inner, flip)
+
+
+# ---- QLinearAdd / QLinearMul (com.microsoft), same shapes ------------------------------------
+
+cdef extern from *:
+    """
+    /* NOTE: the reference's float32 operations one by one: no fused multiply-add (the build
+       allows contraction) and a true division by the output scale */
+    __attribute__((optimize("no-reciprocal-math", "fp-contract=off", "no-associative-math")))
+    static void sprat_qlinear_binary(const unsigned char *a, const unsigned char *b,
+                                     unsigned char *y, Py_ssize_t n, int mul, int is_signed,
+                                     float za, float sa, float zb, float sb, float sc, float zc) {
+        Py_ssize_t i;
+        float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        const signed char *as = (const signed char *)a, *bs = (const signed char *)b;
+        for (i = 0; i < n; i++) {
+            float u = ((is_signed ? (float)as[i] : (float)a[i]) - za) * sa;
+            float w = ((is_signed ? (float)bs[i] : (float)b[i]) - zb) * sb;
+            float v = nearbyintf((mul ? u * w : u + w) / sc) + zc;
+            v = v < lo ? lo : v;
+            v = v > hi ? hi : v;
+            if (is_signed) ((signed char *)y)[i] = (signed char)(int)v;
+            else y[i] = (unsigned char)(int)v;
+        }
+    }
+    """
+    void sprat_qlinear_binary(const unsigned char* a, const unsigned char* b, unsigned char* y,
+                              idx n, int mul, int is_signed, float za, float sa, float zb,
+                              float sb, float sc, float zc) nogil
+
+
+def qlinear_binary(int nt, bint mul, const unsigned char[::1] a, const unsigned char[::1] b,
+                   unsigned char[::1] y, idx n, bint signed_, float za, float sa, float zb,
+                   float sb, float sc, float zc):
+    """com.microsoft QLinearAdd (``mul`` False) / QLinearMul of two same-shaped uint8 or int8
+    (``signed_``) tensors of ``n`` values: ``y = saturate(round_half_even(((a - za) * sa
+    (+|*) (b - zb) * sb) / sc) + zc)`` in float32, each operation rounded as written
+    (onnxruntime's contrib-op definition; ``ops_contrib``). Raises ValueError on short
+    operands."""
+    if a.shape[0] < n or b.shape[0] < n or y.shape[0] < n:
+        raise ValueError("qlinear_binary: operands too short")
+    if n == 0:
+        return
+    cdef const unsigned char* pa = &a[0]
+    cdef const unsigned char* pb = &b[0]
+    cdef unsigned char* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            sprat_qlinear_binary(pa, pb, py, n, mul, signed_, za, sa, zb, sb, sc, zc)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        sprat_qlinear_binary(pa + t * n // nt, pb + t * n // nt, py + t * n // nt,
+                             (t + 1) * n // nt - t * n // nt, mul, signed_, za, sa, zb, sb, sc,
+                             zc)
