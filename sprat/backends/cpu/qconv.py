@@ -41,6 +41,8 @@ from .conv import ConvKernel
 
 #: float32 sums of integers are exact while every partial sum stays within this magnitude
 EXACT_LIMIT = 1 << 24
+#: floats of one fused 1x1 block (widened input and sums): 256 KiB, half this machine's L2
+FUSED_BLOCK_FLOATS = 1 << 16
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
@@ -182,6 +184,21 @@ class QConvKernel(CpuKernel):
         cs = max(c1 - c0 for c0, c1 in self.parts)
         big = max(self.p_in * self.c, self.p_out * self.m) >= PARALLEL_MIN_ELEMENTS
         self.nt = self.threads if big else 1
+        k = self.inner[0]
+        # NOTE: a one-part 1x1 conv runs in one pass (``qconv_pointwise``): per block of pixels
+        # widen, GEMM and requantise while the block is in L2, instead of three passes over
+        # float32 maps in memory (MobileNetV2's expansions: 112x112x96 floats each way)
+        self.fused = (len(self.parts) == 1 and k.algo == "pointwise" and k.group == 1
+                      and not k.w_stored)
+        if self.fused:
+            nt = k.nt
+            blk = max(16, FUSED_BLOCK_FLOATS // (self.c + self.m))
+            nblocks = max(nt, -(-self.p_out // blk))
+            nblocks = -(-nblocks // nt) * nt
+            self.blk, self.nt = -(-self.p_out // nblocks), nt
+            self.workspaces = (scratch(nt, self.blk * self.c), scratch(nt, self.blk * self.m),
+                               scratch(nt, self.m, np.int32))
+            return
         self.workspaces = (scratch(1, self.p_in * cs),
                            scratch(len(self.parts), self.p_out * self.m),
                            scratch(self.nt, self.m, np.int32),
@@ -196,6 +213,14 @@ class QConvKernel(CpuKernel):
     def _calls(self, x, y, bufs):
         xf, acc, iscratch = bufs[0], bufs[1], bufs[2]
         xb = x.reshape(-1).view(np.uint8)
+        empty8, empty32 = np.zeros(0, np.uint8), np.zeros(0, np.int32)
+        y8 = y.reshape(-1).view(np.uint8) if self.kind != 2 else empty8
+        y32 = y.reshape(-1) if self.kind == 2 else empty32
+        if self.fused:
+            return [(ck.qconv_pointwise, (self.nt, xb, self.signed, self.xz, self.inner[0].w,
+                                          self.p_out, self.c, self.m, self.blk, self.bias,
+                                          self.mult, self.yz, self.lo, self.hi, self.kind, y8,
+                                          y32, xf, acc, iscratch))]
         calls = []
         at = 3
         for s, ((c0, c1), k) in enumerate(zip(self.parts, self.inner)):
@@ -206,9 +231,6 @@ class QConvKernel(CpuKernel):
             kb = bufs[at:at + self.spans[s]]
             at += self.spans[s]
             calls.append(k._args_for(xin, acc[s], None, kb))
-        empty8, empty32 = np.zeros(0, np.uint8), np.zeros(0, np.int32)
-        y8 = y.reshape(-1).view(np.uint8) if self.kind != 2 else empty8
-        y32 = y.reshape(-1) if self.kind == 2 else empty32
         calls.append((ck.qconv_requant, (self.nt, acc, len(self.parts), self.p_out, self.m,
                                          self.bias, self.mult, self.yz, self.lo, self.hi,
                                          self.kind, y8, y32, iscratch)))

@@ -296,3 +296,57 @@ def qlinear_binary(int nt, bint mul, const unsigned char[::1] a, const unsigned 
         sprat_qlinear_binary(pa + t * n // nt, pb + t * n // nt, py + t * n // nt,
                              (t + 1) * n // nt - t * n // nt, mul, signed_, za, sa, zb, sb, sc,
                              zc)
+
+
+# ---- QLinearConv 1x1 in one pass: blocks of pixels widened, multiplied, requantised ----------
+
+cdef void _qpointwise_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
+                           const float* w, idx P, idx C, idx M, idx blk, const int* bias,
+                           const float* mult, float zp, float lo, float hi, int kind,
+                           unsigned char* y8, int* y32, float* xb, float* acc,
+                           int* scr) noexcept nogil:
+    cdef idx nb = (P + blk - 1) // blk
+    cdef idx bi, p0, rows
+    for bi in range(t * nb // nt, (t + 1) * nb // nt):
+        p0 = bi * blk
+        rows = min(blk, P - p0)
+        _qunpack_rows(x + p0 * C, signed_, xz, 0, rows, C, 0, C, xb)
+        sgemm(False, False, rows, M, C, 1.0, xb, C, w, M, 0.0, acc, M)
+        _qrequant_rows(acc, 0, 1, 0, rows, M, bias, mult, zp, lo, hi, kind,
+                       y8 + p0 * M if kind != 2 else NULL, y32 + p0 * M if kind == 2 else NULL,
+                       scr)
+
+
+def qconv_pointwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
+                    const float[::1] w, idx P, idx C, idx M, idx blk, const int[::1] bias,
+                    const float[::1] mult, float zp, float lo, float hi, int kind,
+                    unsigned char[::1] y8, int[::1] y32, float[:, ::1] xbuf,
+                    float[:, ::1] abuf, int[:, ::1] scratch):
+    """A 1x1, stride-1, one-group quantized conv of ``x`` (P, C) (bytes of uint8/int8 NHWC)
+    in one pass: per block of ``blk`` pixels, ``x - xz`` widened into ``xbuf``, one float32
+    GEMM with ``w`` (C, M) (the integer weights minus their zero points) into ``abuf`` (exact:
+    the caller checks the 2^24 bound, see ``qconv.py``) and the epilogue of ``qconv_requant``
+    into ``y8`` / ``y32``, while the block is in cache. Workspaces (nt, ...): ``xbuf`` blk*C,
+    ``abuf`` blk*M floats, ``scratch`` M ints. Raises ValueError on short operands."""
+    if (x.shape[0] < P * C or w.shape[0] < C * M or bias.shape[0] < M or mult.shape[0] < M
+            or xbuf.shape[0] < nt or xbuf.shape[1] < blk * C or abuf.shape[0] < nt
+            or abuf.shape[1] < blk * M or scratch.shape[0] < nt or scratch.shape[1] < M
+            or (kind == 2 and y32.shape[0] < P * M) or (kind != 2 and y8.shape[0] < P * M)):
+        raise ValueError("qconv_pointwise: operands too short")
+    if P * M == 0:
+        return
+    cdef const unsigned char* px = &x[0]
+    cdef const float* pw = &w[0]
+    cdef const int* pb = &bias[0]
+    cdef const float* pm = &mult[0]
+    cdef unsigned char* p8 = &y8[0] if kind != 2 else NULL
+    cdef int* p32 = &y32[0] if kind == 2 else NULL
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _qpointwise_slot(0, 1, px, signed_, xz, pw, P, C, M, blk, pb, pm, zp, lo, hi, kind,
+                             p8, p32, &xbuf[0, 0], &abuf[0, 0], &scratch[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qpointwise_slot(t, nt, px, signed_, xz, pw, P, C, M, blk, pb, pm, zp, lo, hi, kind,
+                         p8, p32, &xbuf[t, 0], &abuf[t, 0], &scratch[t, 0])
