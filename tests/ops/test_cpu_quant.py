@@ -71,12 +71,16 @@ def test_qlinear_conv_per_tensor_without_bias_and_one_d():
 
 
 @pytest.mark.parametrize("c,group", [(32, 32), (16, 4)])
-def test_qlinear_conv_groups(c, group):
-    """Depthwise (group == C == M) and a grouped conv."""
-    ins, consts = _qlinear_inputs(1, 10, 10, c, c, 3, group=group)
-    for strides in ([1, 1], [2, 2]):
+@pytest.mark.parametrize("xdt", [_U8, _S8])
+def test_qlinear_conv_groups(c, group, xdt):
+    """Depthwise (group == C == M: the direct kernel) and a grouped conv."""
+    ins, consts = _qlinear_inputs(2, 10, 11, c, c, 3, group=group, xdt=xdt)
+    for strides in ([1, 1], [2, 2], [1, 2]):
         check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "group": group,
                                        "pads": [1, 1, 1, 1], "strides": strides}, consts, rtol=0)
+    ins, consts = _qlinear_inputs(1, 12, 12, c, c, 5, group=group, xdt=xdt, per_channel=False)
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [5, 5], "group": group,
+                                   "pads": [4, 3, 2, 4], "dilations": [2, 1]}, consts, rtol=0)
 
 
 def test_qlinear_conv_fused_clip():

@@ -18,6 +18,10 @@ per-channel w_scale, as onnxruntime computes it). Here:
 3. the epilogue (``qconv_requant``) adds the parts as int32 with the int32 bias and
    requantises as above, or (ConvInteger) writes the int32 sums.
 
+Two shapes skip the float32 maps (one part only): a 1x1 stride-1 conv runs in one pass
+(``qconv_pointwise``: per block of pixels widen, GEMM, requantise while the block is in L2),
+a depthwise conv sums its taps straight from the quantized input (``qconv_depthwise``).
+
 So the results equal the spec's exactly, for every input. A conv that cannot be split so
 (a kernel of more than ~500 taps per channel, or a grouped, not depthwise, conv that would need
 two parts) runs on the reference kernels. ``_activation="Clip"`` (integer bounds, fused by
@@ -190,6 +194,14 @@ class QConvKernel(CpuKernel):
         # float32 maps in memory (MobileNetV2's expansions: 112x112x96 floats each way)
         self.fused = (len(self.parts) == 1 and k.algo == "pointwise" and k.group == 1
                       and not k.w_stored)
+        # NOTE: depthwise convs sum their taps directly from the quantized input
+        # (``qconv_depthwise``), each output row requantised while in cache
+        self.direct_dw = len(self.parts) == 1 and k.algo == "depthwise"
+        if self.direct_dw:
+            self.nt = k.nt
+            ow = k.geom[6]
+            self.workspaces = (scratch(self.nt, ow * self.m), scratch(self.nt, self.m, np.int32))
+            return
         if self.fused:
             nt = k.nt
             blk = max(16, FUSED_BLOCK_FLOATS // (self.c + self.m))
@@ -211,11 +223,18 @@ class QConvKernel(CpuKernel):
             fn(*args)
 
     def _calls(self, x, y, bufs):
-        xf, acc, iscratch = bufs[0], bufs[1], bufs[2]
         xb = x.reshape(-1).view(np.uint8)
         empty8, empty32 = np.zeros(0, np.uint8), np.zeros(0, np.int32)
         y8 = y.reshape(-1).view(np.uint8) if self.kind != 2 else empty8
         y32 = y.reshape(-1) if self.kind == 2 else empty32
+        if self.direct_dw:
+            k = self.inner[0]
+            n, h, w, c, _, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = k.geom
+            return [(ck.qconv_depthwise, (self.nt, xb, self.signed, self.xz, k.w, n, h, w, c, oh,
+                                          ow, kh, kw, sh, sw, dh, dw, ph, pw, self.bias,
+                                          self.mult, self.yz, self.lo, self.hi, self.kind, y8,
+                                          y32, bufs[0], bufs[1]))]
+        xf, acc, iscratch = bufs[0], bufs[1], bufs[2]
         if self.fused:
             return [(ck.qconv_pointwise, (self.nt, xb, self.signed, self.xz, self.inner[0].w,
                                           self.p_out, self.c, self.m, self.blk, self.bias,

@@ -350,3 +350,81 @@ def qconv_pointwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _qpointwise_slot(t, nt, px, signed_, xz, pw, P, C, M, blk, pb, pm, zp, lo, hi, kind,
                          p8, p32, &xbuf[t, 0], &abuf[t, 0], &scratch[t, 0])
+
+
+# ---- QLinearConv depthwise, direct: taps summed per output row, then requantised -------------
+
+cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
+                    const float* w, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
+                    idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, const int* bias,
+                    const float* mult, float zp, float lo, float hi, int kind,
+                    unsigned char* y8, int* y32, float* acc, int* scr) noexcept nogil:
+    cdef idx nr = N * OH
+    cdef idx r, n, oh, i, j, ow, iw, ih, c, o
+    cdef float* a
+    cdef const float* wt
+    cdef const unsigned char* xr
+    cdef const signed char* sr
+    for r in range(t * nr // nt, (t + 1) * nr // nt):
+        n = r // OH
+        oh = r - n * OH
+        memset(acc, 0, OW * C * sizeof(float))
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            if ih < 0 or ih >= H:
+                continue
+            for j in range(kw):
+                wt = w + (i * kw + j) * C
+                for ow in range(OW):
+                    iw = ow * sw - pw + j * dw
+                    if iw < 0 or iw >= W:
+                        continue
+                    a = acc + ow * C
+                    if signed_:
+                        sr = <const signed char*>(x + ((n * H + ih) * W + iw) * C)
+                        for c in range(C):
+                            a[c] = a[c] + (<float>sr[c] - xz) * wt[c]
+                    else:
+                        xr = x + ((n * H + ih) * W + iw) * C
+                        for c in range(C):
+                            a[c] = a[c] + (<float>xr[c] - xz) * wt[c]
+        o = r * OW * C
+        _qrequant_rows(acc, 0, 1, 0, OW, C, bias, mult, zp, lo, hi, kind,
+                       y8 + o if kind != 2 else NULL, y32 + o if kind == 2 else NULL, scr)
+
+
+def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
+                    const float[::1] w, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh,
+                    idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
+                    const int[::1] bias, const float[::1] mult, float zp, float lo, float hi,
+                    int kind, unsigned char[::1] y8, int[::1] y32, float[:, ::1] abuf,
+                    int[:, ::1] scratch):
+    """A depthwise (group == C == M) quantized conv of ``x`` (N, H, W, C) (bytes of uint8/int8
+    NHWC) into ``y`` (N, OH, OW, C), directly: per output row the taps ``(x - xz) * w`` are
+    summed in float32 (exact: the caller checks the 2^24 bound), ``w`` (kh, kw, C) the integer
+    weights minus their zero points; then the epilogue of ``qconv_requant``. Output rows split
+    over ``nt`` slots; workspaces (nt, ...): ``abuf`` OW*C floats, ``scratch`` C ints. Raises
+    ValueError on short operands."""
+    if (x.shape[0] < N * H * W * C or w.shape[0] < kh * kw * C or bias.shape[0] < C
+            or mult.shape[0] < C or abuf.shape[0] < nt or abuf.shape[1] < OW * C
+            or scratch.shape[0] < nt or scratch.shape[1] < C
+            or (kind == 2 and y32.shape[0] < N * OH * OW * C)
+            or (kind != 2 and y8.shape[0] < N * OH * OW * C)):
+        raise ValueError("qconv_depthwise: operands too short")
+    if N * OH * OW * C == 0:
+        return
+    cdef const unsigned char* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const int* pb = &bias[0]
+    cdef const float* pm = &mult[0]
+    cdef unsigned char* p8 = &y8[0] if kind != 2 else NULL
+    cdef int* p32 = &y32[0] if kind == 2 else NULL
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _qdw_slot(0, 1, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
+                      pw, pb, pm, zp, lo, hi, kind, p8, p32, &abuf[0, 0], &scratch[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qdw_slot(t, nt, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
+                  pw, pb, pm, zp, lo, hi, kind, p8, p32, &abuf[t, 0], &scratch[t, 0])
