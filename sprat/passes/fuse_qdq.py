@@ -248,6 +248,7 @@ def _channel_op(g: Graph, node, x: int, rank: int) -> bool:
 def _infos(g: Graph) -> dict:
     """``{value: TensorInfo}`` of every value whose shape follows from the graph inputs'
     shapes, symbolic dims taken as 1 (enough for ranks and constant-sized dims)."""
+    from ..errors import SpratError
     from ..ir.shapes.control import constant_infos, infer_step
     from ..ir.tensorinfo import TensorInfo
 
@@ -260,7 +261,7 @@ def _infos(g: Graph) -> dict:
     for node in g.nodes:
         try:
             infer_step(node, known)
-        except Exception:  # NOTE: an op shape inference cannot follow here: stop there
+        except SpratError:  # NOTE: a shape that needs data (or an unknown op): stop there
             break
     return known
 

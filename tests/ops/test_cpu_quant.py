@@ -187,9 +187,10 @@ def test_qlinear_lookup(xdt, tdt, shape, axis, rows):
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 @pytest.mark.parametrize("dt", [_U8, _S8])
 def test_qlinear_add_and_mul(op, dt):
+    from opcheck import make_node, run_cpu
+
     from sprat.backends.cpu import CpuBackend
     from sprat.backends.reference import evaluate
-    from opcheck import make_node, run_cpu
 
     a, b = _q((2, 300, 7, 9), dt, 0), _q((2, 300, 7, 9), dt, 1)
     ins = [a, np.float32(0.031), np.asarray(_q((), dt, 2)), b, np.float32(0.017),

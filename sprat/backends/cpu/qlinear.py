@@ -123,7 +123,7 @@ class QLinearBinaryKernel(CpuKernel):
                    for z in (za, zb, zc))
 
     def prepare(self, ins, outs):
-        a, sa, za, b, sb, zb, sc = ins[:7]
+        a, sa, za, _, sb, zb, sc = ins[:7]
         zc = ins[7] if len(ins) > 7 else None
 
         def f(info):
