@@ -211,6 +211,15 @@ cdef void _lookup_rows(const unsigned char* x, unsigned char* y, const unsigned 
                        unsigned char flip) noexcept nogil:
     cdef idx o, c, i, base
     cdef const unsigned char* tc
+    cdef const unsigned char* xo
+    cdef unsigned char* yo
+    if inner == 1:  # NOTE: channels last (NHWC): one table row per element of a pixel
+        for o in range(o0, o1):
+            xo = x + o * C
+            yo = y + o * C
+            for c in range(C):
+                yo[c] = table[c * tstride + (xo[c] ^ flip)]
+        return
     for o in range(o0, o1):
         for c in range(C):
             tc = table + c * tstride
