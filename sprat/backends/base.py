@@ -77,6 +77,9 @@ class Kernel:
     view_of: int | None = None
     #: the scratch ``run`` needs, set by ``prepare`` (placed in the arena by the planner)
     workspaces: tuple[WorkspaceSpec, ...] = ()
+    #: positions of constant inputs ``prepare`` copied into packed arrays and ``run`` never
+    #: reads: the planner gives back their mapped pages (``sprat.memory.pages``)
+    packed: tuple[int, ...] = ()
 
     def __init__(self, node: Node):
         self.node = node

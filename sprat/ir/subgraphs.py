@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .graph import Graph, Node
+import numpy as np
+
+from .graph import MISSING, Graph, Node, Value
+from .tensorinfo import TensorInfo
 
 CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
 
@@ -44,3 +47,37 @@ def subgraphs(node: Node) -> Iterator[Graph]:
 
 def has_subgraphs(node: Node) -> bool:
     return next(subgraphs(node), None) is not None
+
+
+def inline_decided(g: Graph, k: int, known: dict) -> bool:
+    """If ``g.nodes[k]`` is an If whose condition ``known`` holds (``{value: TensorInfo}``,
+    e.g. folded from shapes: ``If(Shape(x)[1] == 1)``, as PyTorch's exporter writes), replace
+    it in place by its taken branch's nodes and return True. The branch's values are appended
+    to ``g.values`` under the If's name, its constants added to ``known``, and each If output
+    becomes an Identity of the branch output (a view: no copy once planned). ``g`` must be a
+    graph the caller owns (``build_plan`` plans a copy)."""
+    node = g.nodes[k]
+    if node.op_type != "If" or node.domain not in ("", "ai.onnx") or not node.inputs:
+        return False
+    cond = known.get(node.inputs[0])
+    branches = (node.attrs.get("then_branch"), node.attrs.get("else_branch"))
+    if any(not isinstance(b, Graph) or len(b.inputs) != len(node.inputs) - 1
+           or len(b.outputs) != len(node.outputs) for b in branches):
+        return False  # NOTE: malformed: the If kernel names the problem
+    if cond is None or cond.value is None or np.size(cond.value) != 1:
+        return False
+    branch = branches[0] if bool(np.asarray(cond.value).reshape(-1)[0]) else branches[1]
+    remap = dict(zip(branch.inputs, node.inputs[1:]))
+    remap[MISSING] = MISSING
+    for j, v in enumerate(branch.values):
+        if j not in remap:
+            remap[j] = len(g.values)
+            g.values.append(Value(f"{node.name}/{v.name}", v.dtype, v.shape, v.data))
+            if v.data is not None:
+                known[remap[j]] = TensorInfo(tuple(v.data.shape), v.data.dtype, v.data)
+    body = [Node(n.op_type, f"{node.name}/{n.name}", [remap[i] for i in n.inputs],
+                 [remap[o] for o in n.outputs], n.attrs, n.domain) for n in branch.nodes]
+    body += [Node("Identity", f"{node.name}/output_{j}", [remap[src]], [dst])
+             for j, (dst, src) in enumerate(zip(node.outputs, branch.outputs)) if dst != MISSING]
+    g.nodes[k:k + 1] = body
+    return True

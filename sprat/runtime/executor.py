@@ -58,17 +58,17 @@ def _entered(state, before, after, observed):
 
 
 def run_plain(state: RunState, env: dict | None = None) -> None:
-    """Every prepared step, then the dynamic tail if the plan has one. ``env``: the arrays of
-    the graph inputs by value index (default: the state's own input arrays)."""
+    """Every prepared step (but views with nothing to do, ``RunState.hot``), then the dynamic
+    tail if the plan has one. ``env``: the arrays of the graph inputs by value index (default:
+    the state's own input arrays)."""
     i = 0
-    calls = state.calls
     try:
-        for i, (run, ins, outs, ws) in enumerate(calls):
+        for i, (run, ins, outs, ws) in enumerate(state.hot):
             run(ins, outs, ws)
     except SpratError:
         raise
     except Exception as e:
-        raise _error(state.plan.steps[i].info, e) from e
+        raise _error(state.plan.steps[state.hot_index[i]].info, e) from e
     if state.plan.dynamic is not None:
         for step in tail_steps(state, env):
             _run_step(*step)

@@ -318,7 +318,9 @@ class Session:
     def _values_changed(self, feeds: dict) -> bool:
         for name, planned in self._value_inputs.items():
             a = feeds.get(name)
-            if a is not None and (a.shape != planned.shape or not (a == planned).all()):
+            # NOTE: bytes compare: a few small integer arrays, checked on every run
+            if a is not None and (a.shape != planned.shape or a.dtype != planned.dtype
+                                  or a.tobytes() != planned.tobytes()):
                 return True
         return False
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -31,7 +31,9 @@ from ..ir.flops import node_flops
 from ..ir.graph import MISSING, Graph, Node, contiguous
 from ..ir.shapes import DataDependentShape
 from ..ir.shapes.control import constant_infos, infer_step
+from ..ir.subgraphs import has_subgraphs, inline_decided
 from ..ir.tensorinfo import TensorInfo
+from ..memory import pages
 from ..memory.lifetimes import lifetimes
 from ..memory.planner import ALIGN, plan_memory
 from .assign import assign
@@ -191,6 +193,9 @@ def build_plan(graph: Graph, shapes: Mapping[str, tuple], backends: Sequence[Bac
             dt = v.dtype if v.dtype is not None else np.dtype(np.float32)
         known[i] = TensorInfo(tuple(shapes[v.name]), np.dtype(dt),
                               None if values is None else values.get(v.name))
+    if any(has_subgraphs(n) for n in graph.nodes):
+        # NOTE: the builder inlines the branches the shapes decide (``infer_nodes``) into a copy
+        graph = replace(graph, values=list(graph.values), nodes=list(graph.nodes))
     builder = _Builder(graph, tuple(backends), backup, split, exclusive,
                        MappingProxyType({k: tuple(s) for k, s in shapes.items()}))
     return builder.segment(0, known, frozenset())
@@ -228,10 +233,19 @@ class _Builder:
 
     def infer_nodes(self, start: int, known: dict):
         """Shapes of the nodes from ``start`` on, folding what is known, into ``known``.
-        Returns ``(pending steps, index of the first dynamic node or None)``."""
+        Returns ``(pending steps, index of the first dynamic node or None)``. Before the
+        first dynamic node, a control-flow node whose path the known values decide is replaced
+        by that path's nodes (``sprat.ir.subgraphs.inline_decided``)."""
         pending = []  # (node, ins infos, outs infos)
-        for k in range(start, len(self.graph.nodes)):
+        k = start - 1
+        while k + 1 < len(self.graph.nodes):
+            k += 1
             node = self.graph.nodes[k]
+            # NOTE: only the first segment inlines: its shapes and values are fixed, while the
+            # segments after a dynamic node share this graph across their shapes
+            if start == 0 and inline_decided(self.graph, k, known):
+                k -= 1
+                continue
             try:
                 step = infer_step(node, known)
             except DataDependentShape:
@@ -254,6 +268,9 @@ class _Builder:
             raise
         except Exception as e:
             raise KernelError(node.name, node.op_type, f"prepare failed: {e}") from e
+        if kernel.packed:
+            # NOTE: right after each kernel packs, so the peak holds one weight twice, not all
+            pages.release(ins[k].value for k in kernel.packed if ins[k] is not None)
         return kernel
 
     def read_from(self, start: int) -> set[int]:

@@ -118,6 +118,31 @@ def test_constant_folding_leaves_control_flow_alone():
     check_model(m, {"x": randn(3, seed=2)})
 
 
+def test_if_decided_by_shapes_runs_inline():
+    # PyTorch's exporter writes ``If(Shape(x)[0] == 1, Squeeze(x), x)``: the plan for known
+    # shapes runs the taken branch's nodes as its own steps (no nested plan, no If kernel),
+    # and a resize to other shapes takes the other branch
+    then_b = _graph([N("Squeeze", ["x", "ax"], ["t"])], "then", {}, {"t": (F32, None)},
+                    [_const("ax", np.array([0], np.int64))])
+    else_b = _graph([N("Identity", ["x"], ["e"])], "else", {}, {"e": (F32, None)})
+    m = _model([N("Shape", ["x"], ["s"]),
+                N("Gather", ["s", "zero"], ["d"]),
+                N("Equal", ["d", "one"], ["c"]),
+                N("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b),
+                N("Relu", ["y"], ["z"])],
+               {"x": (F32, ["A", 3])}, {"z": (F32, None)},
+               [_const("zero", np.array(0, np.int64)), _const("one", np.array(1, np.int64))])
+    feeds, feeds2 = {"x": randn(1, 3)}, {"x": randn(4, 3, seed=3)}
+    check_model(m, feeds, resize_feeds=feeds2)
+    sess = _session(m)
+    for f, shape in ((feeds, (3,)), (feeds2, (4, 3))):
+        z = sess.run(f)["z"]
+        assert z.shape == shape
+        np.testing.assert_array_equal(z, np.maximum(f["x"].reshape(shape), 0))
+        ops = [s.node.op_type for s in sess.plan.steps]
+        assert "If" not in ops and "Relu" in ops, ops
+
+
 # ---- Loop --------------------------------------------------------------------------------------
 
 def _loop_body(with_scan=True):

@@ -167,6 +167,24 @@ def test_compiled_conv_checks_operand_sizes():
         ck.conv_transpose(2, x, w, b, none, False, y, 1, 2, 2, 8, 6, 2, 2, 2, acc, 0, 0.0, 0.0)
 
 
+@pytest.mark.parametrize("m,c", [(1, 1), (24, 24), (70, 3), (129, 65), (256, 32)])
+def test_winograd_weight_transform(m, c):
+    # the compiled transform against G w G^T in float64 (Lavin & Gray's G, ``WINOGRAD_G``), at
+    # 1 and 2 slots and with more slots than input channels; M spans partial blocks of 64
+    from sprat.backends.cpu import conv
+
+    w = randn(m, c, 3, 3)
+    g = conv.WINOGRAD_G
+    want = np.einsum("ik,mckl,jl->ijcm", g, w.astype(np.float64), g).reshape(-1)
+    for nt in (1, 2, 3):
+        got = conv.winograd_weights(w, nt)
+        assert got.dtype == np.float32 and got.shape == (36 * c * m,)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="shorter"):
+        compiled.kernels.conv_winograd_weights(1, w.reshape(-1)[:-1], m, c, got,
+                                               np.empty((1, 63 * 64)))
+
+
 @pytest.mark.parametrize("xs,ws,attrs", [
     ((1, 6, 5, 7), (6, 4, 2, 2), {"strides": [2, 2]}),
     ((2, 3, 4, 3), (3, 5, 3, 3), {"strides": [3, 3]}),
@@ -492,6 +510,23 @@ def test_layernorm(shape, axis):
           {"axis": axis, "epsilon": 1e-5})
     check("LayerNormalization", [x, randn(*norm, seed=2)], {"axis": axis})
     check("LayerNormalization", [x, randn(d, seed=2)[:1].reshape(1)], {"axis": axis})
+
+
+@pytest.mark.parametrize("size,beta,c", [(5, 0.75, 96), (3, 0.5, 7), (4, 1.3, 16), (1, 0.75, 5),
+                                         (9, 0.75, 4)])
+def test_lrn(size, beta, c):
+    # NHWC (the layout pass's), against the reference's NHWC evaluation; even sizes have an
+    # asymmetric window, sizes past C a clipped one; 96 channels x 27 x 27 runs on two slots
+    hw = 27 if c == 96 else 5
+    x = nhwc(randn(2, c, hw, hw, scale=3.0))
+    check("LRN", [x], {**fused(), "size": size, "alpha": 1e-3, "beta": beta, "bias": 2.0})
+
+
+def test_lrn_refusals():
+    x = randn(1, 4, 3, 3)
+    assert refuses("LRN", [x], {"size": 3})  # NCHW: the layout pass gives it NHWC first
+    assert refuses("LRN", [nhwc(x).astype(np.float64)], {**fused(), "size": 3})
+    assert refuses("LRN", [nhwc(x)], {**fused("Relu"), "size": 3})
 
 
 def test_batchnorm():

@@ -313,12 +313,15 @@ def test_registered_op(op, inputs, attrs, kw):
 def test_registry_covered():
     from test_ops_contrib import TESTED as CONTRIB_TESTED
     from test_ops_extra import NEWER_THAN_ORT_CASES, PIPELINE_CASES
+    from test_ops_tflite import TESTED as TFLITE_TESTED
 
     from sprat.backends.reference import load_ops
 
     covered = {p.values[0] for p in REGISTRY_CASES}
     # the ops of test_ops_extra.py and test_ops_contrib.py run through the whole pipeline there
     covered |= {c[0] for c in (*PIPELINE_CASES, *NEWER_THAN_ORT_CASES)} | CONTRIB_TESTED
+    # the Tfl* ops run through the pipeline against LiteRT in tests/models/test_tflite*.py
+    covered |= TFLITE_TESTED
     # sprat-internal ops, made by passes (no ONNX op to build a case from): their whole-pipeline
     # cases are the passes' tests (QLinearLookup: tests/unit/test_fuse_qdq.py)
     covered |= {"QLinearLookup"}

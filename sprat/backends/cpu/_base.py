@@ -77,13 +77,28 @@ class CpuKernel(Kernel):
         """Keep C-contiguous arrays of the constant inputs among positions ``which``; ``arg``
         then returns them instead of the arrays given to run (the compiled entries take
         read-only weights as they are: their inputs are ``const`` memoryviews)."""
-        self.consts = {k: np.ascontiguousarray(ins[k].value) for k in which
+        self.consts = {k: own_if_small(ins[k].value) for k in which
                        if k < len(ins) and ins[k] is not None and ins[k].value is not None}
 
     def arg(self, ins, k):
         """Input ``k`` for run: the bound constant when there is one, else ``ins[k]``."""
         c = self.consts.get(k)
         return ins[k] if c is None else c
+
+
+# NOTE: below this size a constant a kernel reads at run (a bias, a scale) is copied out of the
+# file's mapping: the page cache maps files in folios of up to 2 MiB, so reading 384 bytes of
+# bias maps the whole folio around it again, packed weights whose pages were given back
+# included (ddddocr det: +10 MiB of resident file pages during the first run)
+SMALL_CONSTANT_BYTES = 1 << 16
+
+
+def own_if_small(a: np.ndarray) -> np.ndarray:
+    """``a`` C-contiguous; a copy of its own when it is smaller than ``SMALL_CONSTANT_BYTES``
+    and views other memory (see the note above)."""
+    if a.nbytes < SMALL_CONSTANT_BYTES and a.base is not None:
+        return np.array(a, order="C", copy=True)
+    return np.ascontiguousarray(a)
 
 
 def scratch(nt: int, size: int, dtype=np.float32, zeroed: bool = False) -> WorkspaceSpec:

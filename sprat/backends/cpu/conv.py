@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.shapes.nn import conv_geometry
-from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
+from ._base import PARALLEL_MIN_MACS, CpuKernel, own_if_small, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
 from .compiled import kernels as ck
@@ -55,17 +55,18 @@ WINOGRAD_G = np.array([[1 / 4, 0, 0],
                        [0, 0, 1]], np.float64)
 
 
-def winograd_weights(w: np.ndarray) -> np.ndarray:
-    """``w`` (M, C, 3, 3) -> ``U`` flat (36, C, M) float32, ``U[p] = (G w G^T)[p]``
-    (computed in float64)."""
-    # NOTE: two 2-D GEMMs over all M*C kernels at once: a three-operand einsum loops naively
-    # and stacked 6x3 matmuls pay per matrix (111 / 85 ms of ddddocr det's prepare)
+def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
+    """``w`` (M, C, 3, 3) float32 -> ``U`` flat (36, C, M) float32, ``U[p] = (G w G^T)[p]``
+    (computed in float64, compiled: ``ck.conv_winograd_weights``, split over ``nt`` slots)."""
+    # NOTE: compiled, it is ~1 ms per million weights; NumPy's two float64 GEMMs with K = 3 and
+    # the strided (36, C, M) copy took 63 of NudeNet's 160 ms prepare and ~100 ms of ddddocr
+    # det's, the largest part of their cold start
     m, c = w.shape[:2]
-    n = m * c
-    t = w.astype(np.float64).reshape(n, 3, 3).transpose(1, 0, 2).reshape(3, n * 3)
-    gw = (WINOGRAD_G @ t).reshape(6 * n, 3)  # [i*n + k, l] = (G w_k)[i, l]
-    u = (gw @ WINOGRAD_G.T).reshape(6, m, c, 6)  # [i, m, c, j] = (G w G^T)[i, j]
-    return np.ascontiguousarray(u.transpose(0, 3, 2, 1), np.float32).ravel()
+    u = np.empty(36 * c * m, np.float32)
+    scratch_ = np.empty((nt, ck.WINOGRAD_WEIGHTS_SCRATCH), np.float64)
+    ck.conv_winograd_weights(nt, np.ascontiguousarray(w, np.float32).reshape(-1), m, c, u,
+                             scratch_)
+    return u
 
 
 def depthwise_segment(c: int) -> int:
@@ -136,7 +137,7 @@ class ConvKernel(CpuKernel):
         self.group = group
         self.bias = self.shared("bias", lambda: (
             np.zeros(m, np.float32) if bias is None
-            else np.ascontiguousarray(bias.value, np.float32).reshape(m)))
+            else own_if_small(np.asarray(bias.value, np.float32).reshape(m))))
         self.act = act_of(node)
         self.has_res = res is not None
         self.empty = empty_f32()
@@ -173,7 +174,7 @@ class ConvKernel(CpuKernel):
               and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
               and (nt > 1 or n * (-(-oh // 4)) * (-(-ow // 4)) >= WINOGRAD_MIN_TILES)):
             self.algo = "winograd"
-            self.w = self.shared("winograd", lambda: winograd_weights(wv))  # (36, C, M)
+            self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36, C, M)
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
             tb = max(8, min(WINOGRAD_TILES, WINOGRAD_BLOCK_BYTES // (144 * (c + m))))
             # NOTE: a 10x10 map has 9 tiles: split between two threads they make short GEMMs
@@ -207,6 +208,8 @@ class ConvKernel(CpuKernel):
             self.workspaces = (scratch(nt, self.rows * ow * kh * kw * cg),)
         if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
+        # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
+        self.packed = () if np.may_share_memory(self.w, w.value) else (1,)
 
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]

@@ -61,6 +61,7 @@ class ConvTransposeKernel(CpuKernel):
         m, kh, kw = wv.shape[1:]
         self.w = self.shared("w", lambda: np.ascontiguousarray(
             wv.transpose(0, 2, 3, 1)).ravel())  # (C, kh, kw, M)
+        self.packed = () if np.may_share_memory(self.w, ins[1].value) else (1,)
         bias = ins[2] if n_in > 2 else None
         self.bias = np.tile(np.zeros(m, np.float32) if bias is None  # (kw, M): one scatter run
                             else np.ascontiguousarray(bias.value, np.float32).reshape(m), kw)

@@ -11,14 +11,14 @@ from .conv import ConvKernel
 from .convtranspose import ConvTransposeKernel
 from .elementwise import BinaryKernel, UnaryKernel
 from .linalg import GemmKernel, MatMulKernel
-from .norm import BatchNormKernel, LayerNormKernel, SoftmaxKernel
+from .norm import BatchNormKernel, LayerNormKernel, LRNKernel, SoftmaxKernel
 from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
 from .qconv import QConvKernel
 from .qlinear import LookupKernel, QLinearBinaryKernel, QuantizeKernel
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
-from .rnn import LSTMKernel
+from .rnn import GRUKernel, LSTMKernel
 from .tensor import (
                      CastKernel,
                      ConcatKernel,
@@ -53,9 +53,11 @@ KERNELS: dict = {
     "Attention": AttentionKernel,
     # recurrent
     "LSTM": LSTMKernel,
+    "GRU": GRUKernel,
     # normalisation
     "BatchNormalization": BatchNormKernel,
     "LayerNormalization": LayerNormKernel,
+    "LRN": LRNKernel,
     "Softmax": SoftmaxKernel,
     "LogSoftmax": SoftmaxKernel,
     # reductions

@@ -96,6 +96,7 @@ class _Gemmish(CpuKernel):
         """Switch to the fp16-weight path: ``make_kn()`` gives B as (K, N) float32; ``bias``
         is None or N float32 values added to every row."""
         packed = self.shared("w_f16", lambda: to_f16(make_kn()))
+        self.packed = (1,)
         self.w16 = np.ascontiguousarray(packed).reshape(-1)
         self.has_bias16 = bias is not None
         self.bias16 = (np.zeros(self.N, np.float32) if bias is None
@@ -202,6 +203,7 @@ class GemmKernel(_Gemmish):
             b_const = self.consts[1]
             packed = self.shared("b_packed", lambda: transposed(b_const))
             self.consts[1], self.tb, self.ldb = packed, False, packed.shape[1]
+            self.packed = (1,)
 
 
 class MatMulKernel(_Gemmish):

@@ -8,13 +8,15 @@
 - BatchNormalization-15, training_mode 0, constant statistics: folded at prepare into a per
   channel ``y = x * s + t`` (NCHW, or NHWC with ``_layout="NHWC"``), with fused residual and
   activation.
+- LRN-13 in NHWC (``lrn_nhwc`` in ``compiled/data.pxi``): per pixel, prefix sums of the squares
+  over the channels in double, then ``x * (bias + alpha / size * window sum) ^ -beta``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
 from .compiled import kernels as ck
@@ -155,3 +157,31 @@ class BatchNormKernel(CpuKernel):
         res = self.empty if r is None else r.reshape(-1)
         return ck.channel_affine, (x.reshape(-1), y.reshape(-1), o, c, i, self.s, self.b, res,
                                    self.has_res, code, pa, pb, self.nt)
+
+
+class LRNKernel(CpuKernel):
+    """LRN-13 of float32 NHWC data (``_layout="NHWC"``: channels last, the window runs along
+    the contiguous axis); attrs alpha, beta, bias, size."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        a = node.attrs
+        x = ins[0] if ins else None
+        return (a.get("_layout") == "NHWC" and not a.get("_residual")
+                and a.get("_activation") is None and x is not None
+                and x.dtype == np.float32 and len(x.shape) >= 2 and int(a.get("size", 0)) >= 1)
+
+    def prepare(self, ins, outs):
+        a = self.node.attrs
+        shape = ins[0].shape
+        self.c = int(shape[-1])
+        self.rows = int(np.prod(shape[:-1], dtype=np.int64))
+        self.size = int(a["size"])
+        self.params = (float(a.get("bias", 1.0)), float(a.get("alpha", 1e-4)),
+                       float(a.get("beta", 0.75)))
+        self.nt = self.threads if self.rows * self.c >= PARALLEL_MIN_ELEMENTS else 1
+        self.workspaces = (scratch(self.nt, self.c + 1, np.float64),)
+
+    def run(self, ins, outs, ws):
+        ck.lrn_nhwc(self.nt, ins[0].reshape(-1), outs[0].reshape(-1), self.rows, self.c,
+                    self.size, *self.params, ws.buffers[0])

@@ -1,13 +1,14 @@
-"""LSTM (ONNX LSTM-14) on the cpu backend: one GEMM for the input projection of every time
-step, then per step one small GEMV for the recurrence and one fused pass for the gates; the
-whole LSTM (projection, states, recurrence, outputs) is one compiled call (``lstm`` in
-``compiled/dense.pxi``, no Python per step), and the two directions of a bidirectional LSTM run
-on two threads when the session has them.
+"""LSTM and GRU (ONNX LSTM-14, GRU-14) on the cpu backend: one GEMM for the input projection of
+every time step, then per step one small GEMV for the recurrence and one fused pass for the
+gates; the whole op (projection, states, recurrence, outputs) is one compiled call (``lstm`` in
+``compiled/dense.pxi``, ``gru`` in ``compiled/rnn.pxi``, no Python per step), and the two
+directions of a bidirectional op run on two threads when the session has them.
 
 Handles what exported models use: forward, reverse and bidirectional directions, optional
-bias, initial_h and initial_c, layout 0, default activations (Sigmoid, Tanh, Tanh), no clip,
-no peepholes, input_forget 0, and ``sequence_lens`` absent or all equal to the sequence length.
-Other LSTMs run on the reference backend.
+bias and initial states, layout 0, default activations (LSTM: Sigmoid, Tanh, Tanh; GRU:
+Sigmoid, Tanh), no clip, and ``sequence_lens`` absent or all equal to the sequence length;
+LSTM without peepholes and with input_forget 0; GRU with either ``linear_before_reset``.
+Others run on the reference backend.
 """
 
 from __future__ import annotations
@@ -20,6 +21,27 @@ from ._epilogue import empty_f32
 from .compiled import kernels as ck
 
 _DEFAULT_ACTS = (["Sigmoid", "Tanh", "Tanh"], ["Sigmoid", "Tanh", "Tanh"] * 2)
+_GRU_ACTS = (["Sigmoid", "Tanh"], ["Sigmoid", "Tanh"] * 2)
+
+
+def _plain_recurrence(node, ins, acts) -> bool:
+    """The attributes and inputs both kernels handle (see the module docstring)."""
+    a = node.attrs
+    if any(k.startswith("_") for k in a) or a.get("layout", 0) != 0:
+        return False
+    if a.get("clip") is not None:
+        return False
+    if a.get("activations") is not None and list(a["activations"]) not in acts:
+        return False
+    x, w, r = ins[0], ins[1], ins[2]
+    if x is None or x.dtype != np.float32 or w.value is None or r.value is None:
+        return False
+    b = ins[3] if len(ins) > 3 else None
+    if b is not None and b.value is None:
+        return False
+    seq_lens = ins[4] if len(ins) > 4 else None
+    return seq_lens is None or (seq_lens.value is not None
+                                and not np.any(seq_lens.value != x.shape[0]))
 
 
 class LSTMKernel(CpuKernel):
@@ -28,23 +50,8 @@ class LSTMKernel(CpuKernel):
 
     @classmethod
     def supports(cls, node, ins) -> bool:
-        a = node.attrs
-        if any(k.startswith("_") for k in a) or a.get("layout", 0) != 0:
-            return False
-        if a.get("clip") is not None or a.get("input_forget", 0) != 0:
-            return False
-        acts = a.get("activations")
-        if acts is not None and list(acts) not in _DEFAULT_ACTS:
-            return False
-        x, w, r = ins[0], ins[1], ins[2]
-        if x.dtype != np.float32 or w.value is None or r.value is None:
-            return False
-        b = ins[3] if len(ins) > 3 else None
-        if b is not None and b.value is None:
-            return False
-        seq_lens = ins[4] if len(ins) > 4 else None
-        if seq_lens is not None and (seq_lens.value is None
-                                     or np.any(seq_lens.value != x.shape[0])):
+        if node.attrs.get("input_forget", 0) != 0 or not _plain_recurrence(node, ins,
+                                                                            _DEFAULT_ACTS):
             return False
         peep = ins[7] if len(ins) > 7 else None
         return peep is None
@@ -70,6 +77,7 @@ class LSTMKernel(CpuKernel):
             self.r = self.shared("rt_all", lambda: np.stack([
                 np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1)
                 for d in range(self.dirs)]))
+            self.packed = (1, 2)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = np.zeros((self.dirs, four_h), np.float32)
@@ -103,3 +111,56 @@ class LSTMKernel(CpuKernel):
         return ck.lstm, (x.reshape(-1), self.w, self.r_trans, self.r, self.r_trans, self.bias,
                          *flat, *buffers, self.reverse, self.seq, self.batch, self.n_in,
                          self.hidden, self.par)
+
+
+class GRUKernel(CpuKernel):
+    """ONNX GRU: X [seq, batch, input], W [dirs, 3H, input], R [dirs, 3H, H], B [dirs, 6H],
+    initial_h [dirs, batch, H]; outputs Y [seq, dirs, batch, H] and Y_h [dirs, batch, H]."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        return _plain_recurrence(node, ins, _GRU_ACTS)
+
+    def prepare(self, ins, outs):
+        x, w, r = ins[0], ins[1].value, ins[2].value
+        self.dirs, three_h, _ = w.shape
+        hid = self.hidden = three_h // 3
+        self.seq, self.batch, self.n_in = x.shape
+        direction = self.node.attrs.get("direction", "forward")
+        self.reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
+        self.lbr = bool(self.node.attrs.get("linear_before_reset", 0))
+        self.w = self.shared("wt_all", lambda: np.stack([
+            np.ascontiguousarray(w[d].T, dtype=np.float32).reshape(-1)
+            for d in range(self.dirs)]))
+        self.r = self.shared("rt_all", lambda: np.stack([
+            np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1)
+            for d in range(self.dirs)]))
+        self.packed = (1, 2)
+        b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
+        b = np.zeros((self.dirs, 2 * three_h), np.float32) if b is None else b
+        # NOTE: z and r take both biases at the projection; Rbh sits inside r * (...) with
+        # linear_before_reset and is added after the recurrence product without
+        self.bias = np.ascontiguousarray(np.concatenate(
+            [b[:, :2 * hid] + b[:, three_h:three_h + 2 * hid], b[:, 2 * hid:three_h]], axis=1),
+            np.float32)
+        self.rbh = np.ascontiguousarray(b[:, three_h + 2 * hid:], np.float32)
+        self.has_h0 = len(ins) > 5 and ins[5] is not None
+        d, nb, seq = self.dirs, self.batch, self.seq
+        f32 = np.dtype(np.float32)
+        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, rh, h
+            (d, seq * nb * three_h), (d, nb * three_h), (d, nb * hid), (d, nb * hid)))
+        self.empty = empty_f32()
+        self.par = d == 2 and self.threads >= 2 and seq * three_h * hid >= (1 << 18)
+
+    def run(self, ins, outs, ws):
+        x = ins[0]
+        h0 = ins[5] if self.has_h0 else None
+        self.bound_call(ws, (x, h0, *outs), lambda: self._call(x, h0, outs, ws.buffers))
+
+    def _call(self, x, h0, outs, buffers):
+        wanted = [outs[k] if k < len(outs) and outs[k] is not None and outs[k].size else None
+                  for k in range(2)]
+        flat = [self.empty if a is None else a.reshape(-1) for a in [h0] + wanted]
+        return ck.gru, (x.reshape(-1), self.w, self.r, self.bias, self.rbh, *flat, *buffers,
+                        self.reverse, self.seq, self.batch, self.n_in, self.hidden, self.lbr,
+                        self.par)

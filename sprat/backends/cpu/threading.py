@@ -19,16 +19,47 @@ from __future__ import annotations
 
 _blas_libs = None
 
+# NOTE: threadpoolctl's controllers look their C functions up on every call (a ctypes
+# attribute lookup, ~3 us each: three per run, a tenth of a small model's run); OpenBLAS's
+# get/set functions are bound once instead (its usual builds; others go through threadpoolctl)
+_OPENBLAS_AFFIXES = [(p, s) for p in ("", "scipy_") for s in ("", "64_", "_64")]
 
-def _blas():
-    """threadpoolctl's controllers of the loaded BLAS libraries (found once)."""
+
+class _Threads:
+    """``get()`` / ``set(n)`` of one BLAS library's thread count."""
+
+    __slots__ = ("get", "set", "_keep")
+
+    def __init__(self, lib):
+        self.get, self.set, self._keep = lib.get_num_threads, lib.set_num_threads, None
+        if lib.internal_api != "openblas" or getattr(lib, "threading_layer", "") == "openmp":
+            return
+        import ctypes
+
+        try:
+            dll = ctypes.CDLL(lib.filepath)
+        except OSError:
+            return
+        for pre, suf in _OPENBLAS_AFFIXES:
+            get = getattr(dll, f"{pre}openblas_get_num_threads{suf}", None)
+            put = getattr(dll, f"{pre}openblas_set_num_threads{suf}", None)
+            if get is not None and put is not None:
+                get.restype, get.argtypes = ctypes.c_int, []
+                put.restype, put.argtypes = None, [ctypes.c_int]
+                self.get, self.set, self._keep = get, put, dll
+                return
+
+
+def _blas() -> list[_Threads]:
+    """The thread controls of the loaded BLAS libraries (found once, with threadpoolctl)."""
     global _blas_libs
     if _blas_libs is None:
         from threadpoolctl import ThreadpoolController
 
         from . import compiled  # noqa: F401  (NOTE: load the BLAS the kernels call first)
 
-        _blas_libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        _blas_libs = [_Threads(lib) for lib in
+                      ThreadpoolController().select(user_api="blas").lib_controllers]
     return _blas_libs
 
 
@@ -36,25 +67,31 @@ def _hold_blas_to_one() -> list[int]:
     """Set every BLAS to one thread; returns the previous counts (for ``_restore_blas``)."""
     previous = []
     for lib in _blas():
-        n = lib.get_num_threads()
+        n = lib.get()
         previous.append(n)
         if n != 1:
-            lib.set_num_threads(1)
+            lib.set(1)
     return previous
 
 
 def _restore_blas(previous: list[int]) -> None:
     for lib, n in zip(_blas(), previous):
         if n != 1:
-            lib.set_num_threads(n)
+            lib.set(n)
+
+
+_max_threads = None
 
 
 def max_threads() -> int:
     """Largest number of work slots: OpenMP's thread limit (OMP_NUM_THREADS, default: the
     CPUs this process may run on)."""
-    from .compiled import kernels
+    global _max_threads
+    if _max_threads is None:  # NOTE: once: ``limits`` asks on every run
+        from .compiled import kernels
 
-    return kernels.max_threads()
+        _max_threads = kernels.max_threads
+    return _max_threads()
 
 
 def clamp(num_threads: int) -> int:

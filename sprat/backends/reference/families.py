@@ -12,11 +12,12 @@ from . import (
     ops_rnn,
     ops_sample,
     ops_tensor,
+    ops_tflite,
 )
 
 OPS: dict = {}
 for _family in (ops_elementwise, ops_tensor, ops_reduce, ops_nn, ops_rnn, ops_attention,
-                ops_loss, ops_quant, ops_sample, ops_extra, ops_contrib):
+                ops_loss, ops_quant, ops_sample, ops_extra, ops_contrib, ops_tflite):
     _dup = OPS.keys() & _family.OPS.keys()
     assert not _dup, f"op types registered twice: {_dup}"
     OPS.update(_family.OPS)

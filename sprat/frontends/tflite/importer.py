@@ -5,9 +5,11 @@ float16 constant), sparse (``DENSIFY``) or int8 with per-tensor/per-channel scal
 weights): those weight ops are evaluated here, at convert time, and become float32 constants.
 Activations stay NHWC exactly as the file declares them: conv-family nodes are emitted with
 ``_layout="NHWC"`` (see ``sprat.ir.fused``), weights are re-laid out to the ONNX layouts, and
-every other op is mapped onto the ONNX op with the same meaning (``ops.py``). Every op the model
-uses that sprat lacks is reported at once in an ``UnsupportedOpError``; models with quantized
-(integer) activations are refused with a ``ConvertError``.
+every other op is mapped onto the ONNX op with the same meaning (``ops.py``). Full-integer models
+(int8/uint8 activations) are translated op by op with TFLite's integer semantics (``qops.py``):
+an op whose runtime inputs or outputs are quantized integers takes its translator from
+``qops.QOPS``. Every op the model uses that sprat lacks is reported at once in an
+``UnsupportedOpError`` (a quantized one as ``"OP (int8)"``, int16 activations among them).
 """
 
 from __future__ import annotations
@@ -106,19 +108,23 @@ def import_model(model) -> Graph:
     """Translate a TFLite model (path, bytes, or ``reader.Model``) into a sprat Graph.
 
     Inputs and outputs keep the file's names, shapes and NHWC layout. Raises ModelFormatError
-    (corrupt file), UnsupportedOpError (every missing op at once), ConvertError (quantized
-    activations, malformed operators).
+    (corrupt file), UnsupportedOpError (every missing op at once), ConvertError (malformed
+    operators, quantization parameters TFLite's kernels would refuse).
     """
-    from . import ops
+    from . import ops, qops
 
     model = load(model)
     missing: dict[str, list[str]] = {}
+    translators = []
     for op in model.operators:
-        if op.op not in ops.OPS:
-            missing.setdefault(op.op, []).append(_op_name(model, op))
+        kind = quantized_kind(model, op)
+        table = ops.OPS if kind is None else qops.QOPS if kind in ("int8", "uint8") else {}
+        if op.op not in table:
+            key = op.op if kind is None else f"{op.op} ({kind})"
+            missing.setdefault(key, []).append(_op_name(model, op))
+        translators.append(table.get(op.op))
     if missing:
         raise UnsupportedOpError(missing)
-    _refuse_quantized(model)
 
     g = Graph()
     g.metadata.update({
@@ -128,6 +134,7 @@ def import_model(model) -> Graph:
         "sprat_version": __version__,
     })
     b = Builder(model, g)
+    _dequantize_hybrid_weights(model, b)
     for t in model.inputs:
         if model.tensors[t].data is not None:
             raise ConvertError(f"graph input {model.tensors[t].name!r} has constant data")
@@ -136,10 +143,10 @@ def import_model(model) -> Graph:
         # NOTE: create the outputs' values before any generated name can take their names
         if t not in model.inputs and model.tensors[t].data is None:
             b.value(t)
-    for op in model.operators:
+    for op, translate in zip(model.operators, translators):
         name = _op_name(model, op)
         try:
-            ops.OPS[op.op](b, op, name)
+            translate(b, op, name)
         except (ConvertError, ModelFormatError):
             raise
         except (struct.error, UnicodeDecodeError, AttributeError) as e:
@@ -183,30 +190,56 @@ def fold_weight_op(b: Builder, op, name: str) -> bool:
     if data.dtype == np.float16 or src.scale is None:
         b.consts[t_out] = data.astype(out.dtype)
         return True
+    b.consts[t_out] = dequantized(src, data).astype(out.dtype)
+    return True
+
+
+def dequantized(src, data: np.ndarray) -> np.ndarray:
+    """``(data - zero_point) * scale`` in float32, per tensor or along ``src.quant_axis``."""
     scale, zp = src.scale, src.zero_point
     if scale.size > 1:
         axis = src.quant_axis
         bshape = [1] * data.ndim
         bshape[axis] = scale.size
         scale, zp = scale.reshape(bshape), zp.reshape(bshape)
-    b.consts[t_out] = ((data.astype(np.float32) - zp.astype(np.float32)) * scale).astype(out.dtype)
-    return True
+    return (data.astype(np.float32) - zp.astype(np.float32)) * scale
 
 
-def _refuse_quantized(model: Model) -> None:
-    """ConvertError when a runtime tensor is an integer tensor with quantization parameters."""
-    const_out = set()
+def _dequantize_hybrid_weights(model: Model, b: Builder) -> None:
+    """Dynamic-range ("hybrid") models feed int8 constant weights with scales straight into
+    float CONV_2D / FULLY_CONNECTED / ...: those weights become float32 constants here.
+
+    NOTE: TFLite's hybrid kernels also quantize the float input on the fly (per batch row) and
+    multiply in int8; sprat multiplies the dequantized weights in float32, the value those
+    kernels approximate, so outputs differ from LiteRT's by that input quantization error."""
+    quantized_use = {t for op in model.operators if quantized_kind(model, op) is not None
+                     for t in op.inputs}
     for op in model.operators:
-        if op.op in ("DEQUANTIZE", "DENSIFY") and model.tensors[op.inputs[0]].data is not None:
-            const_out.update(op.outputs)
-    bad = [t.name for k, t in enumerate(model.tensors)
-           if t.data is None and k not in const_out and t.scale is not None
-           and t.dtype.kind in "iu"]
-    if bad:
-        shown = ", ".join(repr(n) for n in bad[:5])
-        raise ConvertError(f"quantized TFLite models (integer activations) are not supported: "
-                           f"{len(bad)} quantized tensor(s) such as {shown}; convert a float "
-                           "model (float32, or float16 / dynamic-range int8 weights)")
+        if quantized_kind(model, op) is not None or op.op in ("DEQUANTIZE", "DENSIFY"):
+            continue
+        for t in op.inputs:
+            ten = model.tensors[t] if t >= 0 else None
+            if ten is None or ten.scale is None or ten.dtype.kind not in "iu" or \
+                    t not in b.consts or ten.dtype.itemsize > 1:
+                continue
+            if t in quantized_use:
+                raise ConvertError(f"tensor {ten.name!r} is read both by quantized operators and "
+                                   f"by the float operator {op.op} (operator {op.index})")
+            b.consts[t] = dequantized(ten, b.consts[t])
+
+
+def quantized_kind(model: Model, op) -> str | None:
+    """``"int8"``/``"uint8"``/``"int16"`` when one of the operator's runtime (non-constant)
+    inputs or outputs is an integer tensor with quantization parameters, else None (a float op,
+    or integer indices/shapes)."""
+    for t in (*op.inputs, *op.outputs):
+        if t < 0:
+            continue
+        ten = model.tensors[t]
+        if ten.data is None and ten.scale is not None and ten.dtype.kind in "iu" \
+                and ten.dtype.itemsize <= 2:
+            return str(ten.dtype)
+    return None
 
 
 def _op_name(model: Model, op) -> str:

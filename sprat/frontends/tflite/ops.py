@@ -150,15 +150,12 @@ def depthwise_conv_2d(b, op, name):
     _emit(b, "Conv", ins, _out(b, op), attrs, name, o.FusedActivationFunction())
 
 
-def _transpose_conv(b, op, name, x_t: int, w_k: int, bias_t: int, out_hw, strides, same: bool,
-                    fused: int):
-    xs = b.tensor(x_t).shape
-    if len(xs) != 4:
-        raise ConvertError(f"operator {name!r}: expected an NHWC input, got {list(xs)}")
-    w, ws = _weights(b, op, w_k, (3, 0, 1, 2), name)  # OHWI -> [I, O, kh, kw]
+def transpose_conv_attrs(in_hw, ws, out_hw, strides, same: bool) -> dict:
+    """ConvTranspose attributes (NHWC) of a TFLite transpose conv from input size ``in_hw`` to
+    ``out_hw`` with ONNX weights of shape ``ws`` ([I, O, kh, kw])."""
     kernel = [int(ws[2]), int(ws[3])]
     begin, end, out_pad = [], [], []
-    for n_in, n_out, k, s in zip(xs[1:3], out_hw, kernel, strides):
+    for n_in, n_out, k, s in zip(in_hw, out_hw, kernel, strides):
         # NOTE: TFLite pads as for a conv from the output size back to the input (tflite
         # kernels/transpose_conv.cc, ComputePaddingHeightWidth with in/out swapped).
         pb = max((-(-n_out // s) - 1) * s + k - n_out, 0) // 2 if same else 0
@@ -170,6 +167,16 @@ def _transpose_conv(b, op, name, x_t: int, w_k: int, bias_t: int, out_hw, stride
              "_layout": "NHWC"}
     if any(out_pad):
         attrs["output_padding"] = out_pad
+    return attrs
+
+
+def _transpose_conv(b, op, name, x_t: int, w_k: int, bias_t: int, out_hw, strides, same: bool,
+                    fused: int):
+    xs = b.tensor(x_t).shape
+    if len(xs) != 4:
+        raise ConvertError(f"operator {name!r}: expected an NHWC input, got {list(xs)}")
+    w, ws = _weights(b, op, w_k, (3, 0, 1, 2), name)  # OHWI -> [I, O, kh, kw]
+    attrs = transpose_conv_attrs(xs[1:3], ws, out_hw, strides, same)
     ins = [b.value(x_t), w]
     if bias_t != MISSING:
         ins.append(b.value(bias_t))
@@ -407,6 +414,14 @@ def reshape(b, op, name):
            [_out(b, op)], None, name)
 
 
+def shape(b, op, name):
+    """SHAPE: ONNX Shape (int64), cast to the declared output type (int32 by default)."""
+    y = _out(b, op)
+    s = b.tmp(f"{name}/int64", like=y, dtype=np.dtype(np.int64))
+    b.node("Shape", [b.value(op.inputs[0])], [s], None, f"{name}/shape")
+    b.node("Cast", [s], [y], {"to": to_code(b.tensor(op.outputs[0]).dtype)}, name)
+
+
 def concatenation(b, op, name):
     o = op.options
     _emit(b, "Concat", [b.value(t) for t in op.inputs], _out(b, op), {"axis": o.Axis()}, name,
@@ -574,6 +589,7 @@ OPS = {
     "SQUEEZE": reshape,
     "EXPAND_DIMS": reshape,
     "CONCATENATION": concatenation,
+    "SHAPE": shape,
     "TRANSPOSE": transpose,
     "SLICE": slice_,
     "STRIDED_SLICE": strided_slice,

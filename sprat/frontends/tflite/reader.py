@@ -114,7 +114,7 @@ def _read(buf: bytes, what: list) -> Model:
     codes = []
     for i in range(_check_len(m.OperatorCodesLength(), buf, "operator_codes")):
         oc = m.OperatorCodes(i)
-        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        code = max(_raw_builtin_code(oc), oc.DeprecatedBuiltinCode())
         if code == _CUSTOM:
             custom = oc.CustomCode()
             codes.append("CUSTOM:" + (custom.decode("utf-8", "replace") if custom else "?"))
@@ -149,6 +149,19 @@ def _read(buf: bytes, what: list) -> Model:
             custom = op.CustomOptionsAsNumpy().tobytes()
         model.operators.append(Operator(j, name, ins, outs, _options(op), custom))
     return model
+
+
+def _raw_builtin_code(oc) -> int:
+    """OperatorCode.builtin_code as stored (field 3, int32; 0 when absent).
+
+    NOTE: the ``tflite`` package's ``BuiltinCode()`` returns deprecated_builtin_code whenever
+    builtin_code < 127, which reads QUANTIZE (114) written with deprecated_builtin_code 0 (as
+    ai-edge-quantizer writes it) as ADD. TFLite itself takes the max of the two fields
+    (schema_utils.cc GetBuiltinCode), as ``_read`` does with this raw value."""
+    import flatbuffers
+
+    o = oc._tab.Offset(10)
+    return oc._tab.Get(flatbuffers.number_types.Int32Flags, o + oc._tab.Pos) if o else 0
 
 
 def _ints(arr) -> list:

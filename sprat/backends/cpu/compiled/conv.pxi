@@ -778,6 +778,93 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
                            code, a, b)
 
 
+cdef enum:
+    WG_MB = 64  # kernels (output channels) transformed together: the loops over them vectorise
+
+WINOGRAD_WEIGHTS_SCRATCH = 63 * WG_MB  # float64 scratch per slot of conv_winograd_weights
+
+
+cdef void _wg_g(const double* w0, const double* w1, const double* w2, double* o0, double* o1,
+                double* o2, double* o3, double* o4, double* o5, idx n) noexcept nogil:
+    """o = G (w0, w1, w2) for ``n`` kernels at once, G the 6x3 weight transform of F(4,3)
+    (``conv.py``'s ``WINOGRAD_G``): rows (1/4, 0, 0), -(1, 1, 1)/6, -(1, -1, 1)/6,
+    (1/24, 1/12, 1/6), (1/24, -1/12, 1/6), (0, 0, 1)."""
+    cdef idx j
+    cdef double s, e, h
+    for j in range(n):
+        s = w0[j] + w2[j]
+        e = w0[j] * (1.0 / 24.0) + w2[j] * (1.0 / 6.0)
+        h = w1[j] * (1.0 / 12.0)
+        o0[j] = w0[j] * 0.25
+        o1[j] = -(s + w1[j]) / 6.0
+        o2[j] = -(s - w1[j]) / 6.0
+        o3[j] = e + h
+        o4[j] = e - h
+        o5[j] = w2[j]
+
+
+cdef void _wg_weights_block(const float* w, idx M, idx C, idx c, idx m0, idx mb, float* u,
+                            double* buf) noexcept nogil:
+    """Kernels ``(m0 .. m0+mb, c)`` of ``w`` (M, C, 3, 3) -> ``u[p, c, m]`` (36, C, M), in
+    double. ``buf``: 63 * WG_MB doubles (9 taps, 18 of G w, 36 of G w G^T)."""
+    cdef double* g = buf
+    cdef double* t = buf + 9 * WG_MB
+    cdef double* v = buf + 27 * WG_MB
+    cdef idx j, k, l, i, p
+    cdef const float* src
+    cdef float* dst
+    for j in range(mb):
+        src = w + ((m0 + j) * C + c) * 9
+        for k in range(9):
+            g[k * WG_MB + j] = src[k]
+    for l in range(3):  # columns of w: t[i][l] = (G w)[i, l]
+        _wg_g(g + l * WG_MB, g + (3 + l) * WG_MB, g + (6 + l) * WG_MB, t + l * WG_MB,
+              t + (3 + l) * WG_MB, t + (6 + l) * WG_MB, t + (9 + l) * WG_MB,
+              t + (12 + l) * WG_MB, t + (15 + l) * WG_MB, mb)
+    for i in range(6):  # rows of G w: v[i][j] = (G w G^T)[i, j]
+        k = i * 3 * WG_MB
+        l = i * 6 * WG_MB
+        _wg_g(t + k, t + k + WG_MB, t + k + 2 * WG_MB, v + l, v + l + WG_MB,
+              v + l + 2 * WG_MB, v + l + 3 * WG_MB, v + l + 4 * WG_MB, v + l + 5 * WG_MB, mb)
+    for p in range(36):
+        dst = u + (p * C + c) * M + m0
+        for j in range(mb):
+            dst[j] = <float>v[p * WG_MB + j]
+
+
+cdef void _wg_weights_slot(idx t, idx nt, const float* w, idx M, idx C, float* u,
+                           double* buf) noexcept nogil:
+    """Slot ``t`` of ``nt`` of ``conv_winograd_weights``: input channels
+    ``[t*C//nt, (t+1)*C//nt)``."""
+    cdef idx c, m0
+    for c in range(t * C // nt, (t + 1) * C // nt):
+        m0 = 0
+        while m0 < M:
+            _wg_weights_block(w, M, C, c, m0, min(<idx>WG_MB, M - m0), u, buf)
+            m0 = m0 + WG_MB
+
+
+def conv_winograd_weights(int nt, const float[::1] w, idx M, idx C, float[::1] u,
+                          double[:, ::1] buf):
+    """The F(4,3) weight transform: ``w`` (M, C, 3, 3) float32 -> ``u`` (36, C, M) float32,
+    ``u[p, c, m] = (G w[m, c] G^T)[p // 6, p % 6]`` computed in double (Lavin & Gray 2016,
+    §4), split over ``nt`` slots by input channel; ``buf`` (nt, ``WINOGRAD_WEIGHTS_SCRATCH``)
+    float64 scratch. Raises ValueError on short operands."""
+    if w.shape[0] < M * C * 9 or u.shape[0] < 36 * C * M:
+        raise ValueError(f"conv_winograd_weights: operands shorter than M={M}, C={C} need")
+    if buf.shape[0] < nt or buf.shape[1] < 63 * WG_MB:
+        raise ValueError("conv_winograd_weights: scratch smaller than (nt, 63 * 64)")
+    cdef const float* pw = &w[0]
+    cdef float* pu = &u[0]
+    cdef int t
+    if nt == 1:
+        with nogil:
+            _wg_weights_slot(0, 1, pw, M, C, pu, &buf[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _wg_weights_slot(t, nt, pw, M, C, pu, &buf[t, 0])
+
+
 # ---- ConvTranspose, kernel == stride (non-overlapping upsampling) ------------------------------
 
 cdef void _convt_scatter(const float* acc, float* y, const float* bias, const float* res,

@@ -2,6 +2,7 @@
 # copies (depth/space) and tiled transposes. NHWC where a layout applies: the innermost loop runs
 # over the channels of one pixel, contiguous, and vectorises.
 
+from libc.math cimport pow as c_pow, sqrt
 from libc.stdint cimport int64_t
 
 cdef enum:
@@ -389,3 +390,56 @@ def swap_tiles(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx total
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _swap_tiles(px, py, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
+
+
+# ---- LRN across channels, NHWC ------------------------------------------------------------------
+
+
+cdef void _lrn_rows(const float* x, float* y, idx r0, idx r1, idx C, idx lo, idx hi, double k,
+                    double a, double beta, double* ps) noexcept nogil:
+    """Pixels ``[r0, r1)`` of C channels each: ``y = x * (k + a * sum_window(x^2))^-beta``,
+    the window ``[c - lo, c + hi]`` clipped to the channels, summed from prefix sums of the
+    squares in ``ps`` (C + 1 doubles)."""
+    cdef idx r, c, c0, c1
+    cdef const float* xr
+    cdef float* yr
+    cdef double d, v
+    for r in range(r0, r1):
+        xr = x + r * C
+        yr = y + r * C
+        ps[0] = 0.0
+        for c in range(C):
+            v = xr[c]
+            ps[c + 1] = ps[c] + v * v
+        for c in range(C):
+            c0 = c - lo if c >= lo else 0
+            c1 = c + hi + 1 if c + hi + 1 < C else C
+            d = k + a * (ps[c1] - ps[c0])
+            if beta == 0.75:  # AlexNet's and GoogLeNet's: two square roots, no pow
+                v = sqrt(d)
+                yr[c] = <float>(xr[c] / (v * sqrt(v)))
+            else:
+                yr[c] = <float>(xr[c] * c_pow(d, -beta))
+
+
+def lrn_nhwc(int nt, const float[::1] x, float[::1] y, idx rows, idx C, idx size, double bias,
+             double alpha, double beta, double[:, ::1] scratch):
+    """LRN-13 across the last (channel) axis of ``rows`` pixels of ``C`` channels, in double:
+    ``y = x / (bias + alpha / size * sum(x^2 over [c - (size-1)//2, c + size-1 - (size-1)//2]))
+    ^ beta``. ``scratch`` (nt, >= C + 1) float64. Raises ValueError on short operands."""
+    if x.shape[0] < rows * C or y.shape[0] < rows * C or scratch.shape[0] < nt \
+            or scratch.shape[1] < C + 1:
+        raise ValueError("lrn_nhwc: operand or workspace too short for its shape")
+    cdef idx lo = (size - 1) // 2
+    cdef idx hi = size - 1 - lo
+    cdef double a = alpha / size
+    cdef const float* px = &x[0]
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _lrn_rows(px, py, 0, rows, C, lo, hi, bias, a, beta, &scratch[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _lrn_rows(px, py, t * rows // nt, (t + 1) * rows // nt, C, lo, hi, bias, a, beta,
+                  &scratch[t, 0])
