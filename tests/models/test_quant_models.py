@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from opcheck import qdq_convs_within_one_lsb
 
 import sprat
 from sprat.check import check
@@ -104,38 +105,15 @@ def test_qoperator_mobilenet_v2_convs_run_on_the_cpu_kernels(qoperator_mobilenet
 def test_qdq_resnet18_convs_are_fused_and_within_one_lsb_of_the_spec(qdq_resnet18):
     """Every DQ -> Conv -> Q of the QDQ ResNet-18 becomes one QLinearConv on the cpu kernels.
     Fed the spec's own quantized input (onnxruntime with graph optimizations off), each fused
-    conv's quantized output is within 1 LSB of the spec's: the fused op requantises the exact
-    integer sum with ``x_scale * w_scale / y_scale`` where the QDQ graph sums dequantized
-    float32 products and divides by ``y_scale`` (``passes.fuse_qdq``); the two roundings part
-    only near a .5 boundary. Through the whole net those 1-LSB steps propagate (measured: up to
-    6 LSB on later intermediates at 224x224), so the comparison is per conv."""
-    import onnx.utils
-
+    conv's quantized output is within 1 LSB of the spec's (``opcheck.qdq_convs_within_one_lsb``:
+    the fused op requantises the exact integer sum with ``x_scale * w_scale / y_scale`` where
+    the QDQ graph sums dequantized float32 products and divides by ``y_scale``; the two
+    roundings part only near a .5 boundary). Through the whole net those 1-LSB steps propagate
+    (measured: up to 6 LSB on later intermediates at 224x224), so the comparison is per conv."""
     path, feeds = qdq_resnet18
-    model = onnx.shape_inference.infer_shapes(onnx.load(path))
-    producers = {o: n for n in model.graph.node for o in n.output}
-    consumers = collections.defaultdict(list)
-    for n in model.graph.node:
-        for i in n.input:
-            consumers[i].append(n)
-    full = onnx.load(path)
-    names = [o for n in full.graph.node for o in n.output]
-    del full.graph.output[:]
-    full.graph.output.extend(onnx.ValueInfoProto(name=o) for o in names)
-    spec = dict(zip(names, _ort(full.SerializeToString(), feeds, optimized=False)))
-    convs = [n for n in model.graph.node if n.op_type == "Conv"]
-    assert len(convs) == 20
-    steps = collections.Counter()
-    for conv in convs:
-        x_q = producers[conv.input[0]].input[0]
-        (q,) = consumers[conv.output[0]]
-        assert q.op_type == "QuantizeLinear"
-        sub = onnx.utils.Extractor(model).extract_model([x_q], [q.output[0]])
-        got = sprat.InferenceSession(sub.SerializeToString()).run(None, {x_q: spec[x_q]})[0]
-        want = spec[q.output[0]]
-        diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
-        assert diff.max() <= 1, (conv.name, diff.max())
-        steps["equal" if diff.max() == 0 else "1 LSB"] += 1
+    steps = qdq_convs_within_one_lsb(path, feeds)
+    convs = [n for n in onnx.load(path).graph.node if n.op_type == "Conv"]
+    assert sum(steps.values()) == len(convs) == 20
     sess = sprat.InferenceSession(str(path))
     got = sess.run(None, feeds)[0]
     backends = sess.session.info()["backends"]
@@ -147,4 +125,3 @@ def test_qdq_resnet18_convs_are_fused_and_within_one_lsb_of_the_spec(qdq_resnet1
     print(f"QDQ ResNet-18: per conv {dict(steps)}; output max |sprat - spec| / max|spec| = "
           f"{np.abs(got - want).max() / scale:.2e}, onnxruntime's fast path "
           f"{np.abs(ort_fast - want).max() / scale:.2e}")
-    assert steps["equal"] + steps["1 LSB"] == 20
