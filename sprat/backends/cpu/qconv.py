@@ -170,6 +170,8 @@ class QConvKernel(CpuKernel):
         self.m = y.shape[-1]
         attrs = {k: v for k, v in node.attrs.items() if k in _CONV_ATTRS}
         attrs["_layout"] = "NHWC"
+        # NOTE: run never reads the quantized weight (packed as float32 by the inner kernels)
+        self.packed = (3 if node.op_type == "QLinearConv" else 1,)
         self.inner = []
         spans = []
         for s, (c0, c1) in enumerate(self.parts):
