@@ -18,12 +18,14 @@ uint8/int8 per tensor or per output channel (axis 0); the bias constant int32 wi
 and scale ``x_scale * w_scale`` (what quantizers emit; relative 1e-6); the conv's output and
 activation read only by the next node and no graph output.
 
-Result of the conv fusion (NOTE): QLinearConv requantises the exact integer sum with the
-float32 multiplier ``x_scale * w_scale / y_scale``; the QDQ graph computes the conv in float32
-on dequantized values and divides by ``y_scale``. The two differ by float32 rounding only, so
-a quantized value can land one step (1 LSB) away where the exact result is within rounding of
-a .5 boundary; never more in practice (``tests/models/test_quant_models.py`` measures it on
-ResNet-18, per conv on the spec's own inputs).
+Result of the conv fusion (NOTE): QLinearConv requantises the integer sum with the float32
+multiplier ``x_scale * w_scale / y_scale``; the QDQ graph computes the conv in float32 on
+dequantized values and divides by ``y_scale``. The two differ by float32 rounding only, so a
+quantized value can land one step (1 LSB) away where the exact result is within rounding of a
+.5 boundary; never more in practice (``tests/models/test_quant_models.py`` measures it on
+ResNet-18, per conv on the spec's own inputs). The fused node carries ``_qdq=True``: its spec
+is the float graph, so a kernel may sum in float32 with rounding (the cpu kernel's Winograd
+F(4,3) for 3x3 convs, as the unfused float conv would run) within that 1 LSB.
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ def fuse_qdq(g: Graph) -> Graph:
         if bias != MISSING:
             ins.append(bias)
         attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
+        attrs["_qdq"] = True  # NOTE: its spec is the float QDQ graph (sprat.ir.fused)
         out = nxt.outputs[0]
         info = np.iinfo(zy.dtype)
         if bounds is not None and (bounds[0] > info.min or bounds[1] < info.max):

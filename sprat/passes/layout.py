@@ -28,7 +28,8 @@ LAYOUT_OPS = {
 def _rank(g: Graph, node) -> int | None:
     """Rank of the node's data input when it is 3 (1-D op) or 4 (2-D op), else None."""
     how = LAYOUT_OPS.get(node.op_type)
-    if how is None or any(k.startswith("_") for k in node.attrs):
+    # NOTE: ``_qdq`` (fuse_qdq's mark) says what the node stands for, not a layout or fusion
+    if how is None or any(k.startswith("_") and k != "_qdq" for k in node.attrs):
         return None
     if how in ("weight", "qweight"):
         w = g.values[node.inputs[3 if how == "qweight" else 1]]

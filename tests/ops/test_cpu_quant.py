@@ -204,3 +204,29 @@ def test_qlinear_add_and_mul(op, dt):
         np.testing.assert_array_equal(run_cpu(node, infos, ins, nt)[0], want)
     node.domain = ""  # NOTE: not an ONNX op: the cpu backend only takes the contrib op
     assert not CpuBackend(1).has_fast_kernel(node, infos)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qdq_conv_may_run_by_winograd_within_one_lsb(threads):
+    """A QLinearConv made from a QDQ float conv (``_qdq``) runs a 3x3 stride-1 conv by
+    Winograd F(4,3), as the float conv would: within 1 LSB of the exact QLinearConv (the
+    reference), and equal on most values; the same node without ``_qdq`` stays exact."""
+    from opcheck import make_node, run_cpu
+
+    from sprat.backends.cpu import CpuBackend
+    from sprat.backends.reference import evaluate
+    from sprat.ir.shapes import infer
+    from sprat.ir.tensorinfo import TensorInfo
+
+    ins, consts = _qlinear_inputs(1, 24, 24, 64, 64, 3)
+    ins[4] = np.full(64, 0.004, np.float32)  # outputs spread over the range, few saturated
+    attrs = {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    node, infos = make_node("QLinearConv", ins, {**attrs, "_qdq": True}, consts)
+    want = evaluate(node, ins)[0]
+    kernel = CpuBackend(threads).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in infer(node, infos)])
+    assert [k.algo for k in kernel.inner] == ["winograd"]
+    got = run_cpu(node, infos, ins, threads)[0]
+    diff = np.abs(got.astype(int) - want.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.99
+    check_cpu("QLinearConv", ins, attrs, consts, rtol=0, threads=(threads,))

@@ -22,7 +22,11 @@ Two shapes skip the float32 maps (one part only): a 1x1 stride-1 conv runs in on
 (``qconv_pointwise``: per block of pixels widen, GEMM, requantise while the block is in L2),
 a depthwise conv sums its taps straight from the quantized input (``qconv_depthwise``).
 
-So the results equal the spec's exactly, for every input. A conv that cannot be split so
+So the results equal the spec's exactly, for every input. A QLinearConv that ``fuse_qdq`` made
+from a QDQ float conv (``_qdq=True``: its spec is the float graph, see ``sprat.ir.fused``) may
+instead run a 3x3 stride-1 conv by Winograd F(4,3) in one part, as the unfused float conv
+would: its sums are then float32 approximations, rounded to integers in the epilogue, and the
+quantized results within 1 LSB of the float graph's. A conv that cannot be split so
 (a kernel of more than ~500 taps per channel, or a grouped, not depthwise, conv that would need
 two parts) runs on the reference kernels. ``_activation="Clip"`` (integer bounds, fused by
 ``passes.fuse_qdq`` from a QDQ Relu/Clip) narrows the saturation range.
@@ -75,6 +79,17 @@ def exact_parts(w: np.ndarray, amax: int, limit: int = EXACT_LIMIT) -> list[tupl
     return parts
 
 
+def _winograd_shape(w: np.ndarray, attrs: dict) -> bool:
+    """Whether ``conv.ConvKernel`` may run this conv by Winograd F(4,3): 3x3, stride 1, no
+    dilation, one group, enough channels (the map size is checked at its prepare)."""
+    from .conv import WINOGRAD_MIN_CHANNELS
+
+    return (w.ndim == 4 and w.shape[2:] == (3, 3) and int(attrs.get("group", 1)) == 1
+            and all(int(v) == 1 for v in attrs.get("strides", [1, 1]))
+            and all(int(v) == 1 for v in attrs.get("dilations", [1, 1]))
+            and min(w.shape[0], w.shape[1]) >= WINOGRAD_MIN_CHANNELS)
+
+
 def _const(info, size=None):
     """The constant value of an input (flattened), or None (absent, not constant, wrong size)."""
     if info is None or info.value is None:
@@ -110,6 +125,9 @@ def _plan(node, ins):
     info = np.iinfo(x.dtype)
     amax = max(xzi - info.min, info.max - xzi)
     parts = exact_parts(wi, amax)
+    if node.attrs.get("_qdq") and _winograd_shape(wi, node.attrs):
+        # NOTE: the float QDQ graph's semantics (sprat.ir.fused): one part, Winograd allowed
+        parts = [(0, c)]
     if parts is None or (group > 1 and len(parts) > 1):
         return None
     if group > 1:  # NOTE: one part: all of x's channels (the weights' are per group)
@@ -182,7 +200,9 @@ class QConvKernel(CpuKernel):
             kin = [TensorInfo(tuple(x.shape[:-1]) + (c1 - c0,), np.dtype(np.float32)),
                    TensorInfo(wf.shape, np.dtype(np.float32), wf)]
             k = ConvKernel(fake, self.threads, self.packs)
-            k.precision, k.memory, k.winograd = self.precision, self.memory, False
+            k.precision, k.memory = self.precision, self.memory
+            # NOTE: Winograd's transforms round: only for a QDQ conv (float semantics)
+            k.winograd = bool(node.attrs.get("_qdq")) and _winograd_shape(plan["w"], attrs)
             k.prepare(kin, [TensorInfo(tuple(y.shape), np.dtype(np.float32))])
             self.inner.append(k)
             spans.append(len(k.workspaces))

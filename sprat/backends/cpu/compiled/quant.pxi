@@ -61,12 +61,14 @@ cdef void _qrequant_rows(const float* acc, idx lda, int S, idx p0, idx p1, idx M
     for p in range(p0, p1):
         o = p * M
         a = acc + o
+        # NOTE: rounded, not truncated: exact sums are integers already; a Winograd sum
+        # (``_qdq`` convs, float semantics) is the nearest integer's approximation
         for m in range(M):
-            t[m] = bias[m] + <int>a[m]
+            t[m] = bias[m] + <int>nearbyintf(a[m])
         for s in range(1, S):
             a = acc + s * lda + o
             for m in range(M):
-                t[m] = t[m] + <int>a[m]
+                t[m] = t[m] + <int>nearbyintf(a[m])
         if kind == 2:
             for m in range(M):
                 y32[o + m] = t[m]
