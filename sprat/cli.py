@@ -63,6 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="source model (.onnx)")
     c.add_argument("-o", "--output", help="output .sprat path (default: MODEL with .sprat suffix)")
     c.add_argument("--external-data", metavar="FILE", help="write the weights to FILE instead")
+    c.add_argument("--weights", choices=["fp16", "int8"],
+                   help="store contraction weights compressed (MNN --fp16 / --weightQuantBits 8; "
+                        "docs/weights.md) and print their accuracy against float32")
+    c.add_argument("--weight-block", type=int, metavar="N",
+                   help="int8: one scale per N weights along the reduction axis (default 64; "
+                        "0 = one per output channel)")
+    c.add_argument("--inputs", metavar="DIR|GLOB",
+                   help="with --weights: .npy/.npz inputs for the accuracy report, as sprat batch "
+                        "reads them (default: 2 random inputs)")
+    _add_shape_arg(c)
     c.set_defaults(func=cmd_convert)
 
     r = sub.add_parser("run", help="run a model on .npy inputs")
@@ -269,15 +279,87 @@ def cmd_convert(args) -> int:
         bar.set_postfix_str(name, refresh=False)
         bar.update(1)
 
+    if args.weights is None:
+        if args.weight_block is not None or args.inputs is not None or args.shape:
+            raise InputError("--weight-block, --inputs and --shape go with --weights")
+    elif args.weight_block is not None and (args.weights != "int8" or args.weight_block < 0):
+        raise InputError("--weight-block N (N >= 0) goes with --weights int8")
     t0 = time.perf_counter()
     try:
-        data = sprat.convert(src, dst, external_data=args.external_data, progress=stage_done)
+        if args.weights is None:
+            data = sprat.convert(src, dst, external_data=args.external_data,
+                                 progress=stage_done)
+        else:
+            from .converter import compress_weights, convert_graph
+            from .format import write_model
+
+            graph = convert_graph(src, progress=stage_done)
+            small, summary = compress_weights(graph, args.weights, args.weight_block)
+            data = write_model(small, dst, external_data=args.external_data)
+            stage_done("write")
     finally:
         bar.close()
     dt = time.perf_counter() - t0
     extra = f" + weights in {args.external_data}" if args.external_data is not None else ""
     print(f"wrote {dst} ({_fmt_bytes(len(data))}{extra}) in {dt:.2f} s")
+    if args.weights is not None:
+        _weights_report(graph, small, summary, args)
     return EXIT_OK
+
+
+def _weights_report(graph, small, summary, args) -> None:
+    """Print what --weights stored and each output's accuracy against float32 (MNN's
+    MNNConvert prints the same two measures)."""
+    from .weights import accuracy
+
+    kind = summary.mode if summary.mode == "fp16" else (
+        f"int8, block {summary.block or 'per output channel'}")
+    print(f"weights: {summary.compressed} tensors as {kind}: "
+          f"{_fmt_bytes(summary.fp32_bytes)} -> {_fmt_bytes(summary.stored_bytes)}"
+          + (f"; kept float32: {', '.join(f'{k} ({v})' for k, v in summary.kept.items())}"
+             if summary.kept else ""))
+    import sprat
+
+    session = sprat.Interpreter.from_graph(graph).create_session()
+    try:
+        if args.inputs is not None:
+            feeds, what = _report_inputs(args.inputs, session), f"inputs from {args.inputs}"
+        else:
+            shapes = _parse_shapes(args.shape, session)
+            feeds = [random_feeds(session, shapes, seed) for seed in (0, 1)]
+            what = "2 random inputs (standard normal)"
+        result = accuracy(graph, small, feeds)
+    except SpratError as e:
+        print(f"sprat: accuracy not measured: {e} (give --shape or --inputs)", file=sys.stderr)
+        return
+    width = max(len("output"), *(len(n) for n in result))
+    print(f"accuracy against float32 on {what}, worst of {len(feeds)}:")
+    print(f"  {'output':<{width}}  {'cosine':>9}  {'rel L2':>9}  {'max |diff|':>10}")
+    for name, a in result.items():
+        print(f"  {name:<{width}}  {a.cosine:9.6f}  {a.rel_l2:9.2e}  {a.max_abs:10.3g}")
+
+
+def _report_inputs(spec: str, session) -> list[dict[str, np.ndarray]]:
+    """One feed dict per .npy/.npz file of ``spec`` (a folder or glob, as ``sprat batch``); an
+    array one dim short of the model's rank gets a batch dim of 1."""
+    from .batch.inputs import Decoder, find_inputs
+
+    kind, files = find_inputs(spec)
+    if kind != "arrays":
+        raise InputError(f"--inputs {spec!r} holds {kind}; the accuracy report reads .npy/.npz "
+                         f"files (preprocess images into arrays first)")
+    specs = {s.name: ((), s.dtype) for s in session.inputs}
+    decoder = Decoder(kind, specs)
+    feeds = []
+    for path in files:
+        feed, arrays = {}, decoder.read_file(path)
+        for s in session.inputs:
+            x = arrays[s.name]
+            if s.shape is not None and x.ndim == len(s.shape) - 1:
+                x = x[None]
+            feed[s.name] = np.ascontiguousarray(x, dtype=s.dtype)
+        feeds.append(feed)
+    return feeds
 
 
 def cmd_run(args) -> int:

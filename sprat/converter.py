@@ -74,7 +74,8 @@ def _import_tflite(src) -> Graph:
 
 
 def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | None = None,
-            biz_code: str | None = None, progress: Callable[[str], None] | None = None) -> bytes:
+            biz_code: str | None = None, progress: Callable[[str], None] | None = None,
+            weights: str | None = None, weight_block: int | None = None) -> bytes:
     """Convert an ONNX or TFLite model to the ``.sprat`` format.
 
     Args:
@@ -84,15 +85,33 @@ def convert(src, dst: str | os.PathLike | None = None, *, external_data: str | N
         biz_code: free-form tag stored in the file's metadata (MNN's ``bizCode``).
         progress: called with each stage's name when it is done: ``"import"``, every pass of
             ``stages()``, then ``"write"`` (``sprat convert`` draws its progress bar with it).
+        weights: ``"fp16"`` or ``"int8"`` stores the weights compressed (``sprat.weights``:
+            about 1/2 or 1/4 of the float32 bytes; expanded to float32 when loaded); None keeps
+            them float32.
+        weight_block: int8 only: block length along the reduction axis (default
+            ``sprat.weights.DEFAULT_BLOCK``; 0 = one scale per output channel).
     Returns: the ``.sprat`` bytes (without the weights when ``external_data`` is given).
-    Raises: ModelFormatError, UnsupportedOpError, ConvertError (see ``convert_graph``).
+    Raises: ModelFormatError, UnsupportedOpError, ConvertError (see ``convert_graph``);
+        ValueError for an unknown ``weights`` mode or a bad ``weight_block``.
     """
     from .format import write_model
 
     g = convert_graph(src, progress=progress)
+    if weights is not None or weight_block is not None:
+        g = compress_weights(g, weights, weight_block)[0]
     if biz_code is not None:
         g.metadata["biz_code"] = str(biz_code)
     data = write_model(g, dst, external_data=external_data)
     if progress is not None:
         progress("write")
     return data
+
+
+def compress_weights(g: Graph, weights: str | None, weight_block: int | None = None):
+    """``sprat.weights.compress`` with the converter's argument checks: ``(graph, Summary)``.
+    Raises ValueError for an unknown mode, or a ``weight_block`` without ``weights="int8"``."""
+    from . import weights as w
+
+    if weights is None or (weight_block is not None and weights != "int8"):
+        raise ValueError(f"weight_block applies to weights='int8' only (got weights={weights!r})")
+    return w.compress(g, weights, w.DEFAULT_BLOCK if weight_block is None else weight_block)

@@ -30,9 +30,13 @@ class ScheduleConfig:
             (a GEMV: 1.4-2x faster, ``bench/precision.py``), or any number of rows when ``memory="low"`` too
             (slower, smaller). Conv, ConvTranspose, RNNs and all other ops stay fp32. Outputs
             are within 1e-2 of fp32 relative to the largest output (README, "precision").
+            Compressed weights (``sprat convert --weights``) are float32 once loaded whatever
+            the precision: an fp16 file's GEMM weights are float16 values already (``"low"``
+            rounds nothing twice); an int8 file's are rounded once more (docs/weights.md).
         memory: ``"normal"`` or ``"low"`` (MNN ``Memory_Low``): no packed fp32 weight copies
             where a kernel can use the stored weight (Gemm ``transB``, LSTM/GRU), at some speed;
-            conv kernels still pack.
+            conv kernels still pack. Compressed weights are expanded to float32 in both modes
+            (no kernel computes from fp16/int8 weights; docs/weights.md).
         resize: ``"direct"`` (``Session.resize`` prepares at once) or ``"defer"`` (it prepares
             on the next run), MNN's ``Session_Resize_Direct`` / ``Session_Resize_Defer``.
         profiling: time every op of each run (``Session.info()["op_times_ms"]``); costs a

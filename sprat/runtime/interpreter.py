@@ -23,8 +23,12 @@ class Interpreter:
     def __init__(self, graph: Graph, buffer=None, path: str | None = None, pack_store=None):
         """``pack_store``: the compiled cache's PackStore of the entry ``graph`` came from
         (``sprat.runtime.cache.load_or_convert``): its packed weights are read, and new ones
-        written, through it."""
-        self._graph = graph
+        written, through it. Compressed weights (``sprat convert --weights``) are expanded to
+        float32 here, once, into a temporary file it maps (``sprat.weights.expand``;
+        ModelFormatError when corrupt)."""
+        from ..weights import expand
+
+        self._graph = graph if graph is None else expand(graph, spill=True)
         self._buffer = buffer
         self.path = path
         self._packs = PackCache()

@@ -126,9 +126,9 @@ cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, con
             if wt:
                 sgemm(False, True, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * mg * cg,
                       cg, 0.0, y + p0 * M + g * mg, M)
-            else:
-                sgemm(False, False, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * cg * mg,
-                      mg, 0.0, y + p0 * M + g * mg, M)
+            else:  # NOTE: one to three pixels (a squeeze-excite 1x1 on a 1x1 map) as GEMVs
+                dense_gemm_nn(rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * cg * mg, mg,
+                              y + p0 * M + g * mg, M)
         rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code, a, b)
 
 
@@ -312,8 +312,10 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
                                 _im2col_taps(d, x + (n * H + ih) * W * C + g * cg, W, C,
                                              ow * sw - pw, kw, dw, cg)
                             d += run
-            sgemm(False, False, rows * OW, mg, kk, 1.0, col, kk, w + g * kk * mg, mg, 0.0,
-                  y + y0 + g * mg, M)
+            # NOTE: a block of one to three pixels (a 1-D conv over a few frames) runs as
+            # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
+            dense_gemm_nn(rows * OW, mg, kk, 1.0, col, kk, w + g * kk * mg, mg,
+                          y + y0 + g * mg, M)
         rows_inplace(y + y0, rows * OW, M, bias, nbias, conv_at(res, y0), has_res, code, a, b)
 
 
