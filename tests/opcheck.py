@@ -501,3 +501,51 @@ def cpu_refuses(op, inputs, attrs=None, consts=()) -> bool:
 
     node, infos = make_node(op, inputs, attrs, consts)
     return not CpuBackend(1).has_fast_kernel(node, infos)
+
+
+def qdq_convs_within_one_lsb(path, feeds: Mapping[str, np.ndarray]) -> dict:
+    """Check every ``DequantizeLinear -> Conv [-> Relu|Clip] -> QuantizeLinear`` of the QDQ
+    model at ``path`` on its own: the subgraph from the quantized input to the quantized output,
+    fed the spec's value of that input (onnxruntime, graph optimizations off), runs in sprat as
+    one fused QLinearConv on the cpu kernels (``passes.fuse_qdq``) and gives every quantized
+    value within 1 LSB of the spec's. (The fused op requantises the exact integer sum; the QDQ
+    graph rounds float32 products and sums: the two part only near a .5 boundary. Chained
+    through a net those 1-LSB steps propagate, so a whole net's output is no bound.)
+    Returns ``{"equal": n, "1 LSB": n}`` over the convs."""
+    import collections
+
+    import onnx.utils
+    import onnxruntime as ort
+
+    import sprat
+
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+    producers = {o: n for n in model.graph.node for o in n.output}
+    consumers = collections.defaultdict(list)
+    for n in model.graph.node:
+        for i in n.input:
+            consumers[i].append(n)
+    full = onnx.ModelProto()
+    full.CopyFrom(model)
+    names = [o for n in full.graph.node for o in n.output]
+    del full.graph.output[:]
+    full.graph.output.extend(onnx.ValueInfoProto(name=o) for o in names)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    spec = dict(zip(names, ort.InferenceSession(full.SerializeToString(), so, providers=[
+        "CPUExecutionProvider"]).run(None, dict(feeds))))
+    steps = collections.Counter()
+    for conv in (n for n in model.graph.node if n.op_type == "Conv"):
+        x_q = producers[conv.input[0]].input[0]
+        (nxt,) = consumers[conv.output[0]]
+        if nxt.op_type in ("Relu", "Clip"):
+            (nxt,) = consumers[nxt.output[0]]
+        assert nxt.op_type == "QuantizeLinear", (conv.name, nxt.op_type)
+        sub = onnx.utils.Extractor(model).extract_model([x_q], [nxt.output[0]])
+        sess = sprat.InferenceSession(sub.SerializeToString())
+        got = sess.run(None, {x_q: spec[x_q]})[0]
+        assert set(sess.session.info()["backends"].values()) == {"cpu"}, conv.name
+        diff = int(np.abs(got.astype(np.int32) - spec[nxt.output[0]].astype(np.int32)).max())
+        assert diff <= 1, (conv.name, diff)
+        steps["equal" if diff == 0 else "1 LSB"] += 1
+    return dict(steps)

@@ -15,6 +15,10 @@ These let a pass fuse work into a node without inventing a new op type, and let 
   ``0.5 * x * (1 + erf(x / sqrt(2)))``, BERT's) with
   ``_act_params`` (list of floats: Clip min,max; HardSigmoid alpha,beta; LeakyRelu alpha) applied
   last to the first output.
+- ``_qdq=True`` (QLinearConv made by ``passes.fuse_qdq`` from DequantizeLinear -> Conv ->
+  QuantizeLinear): the node's spec is that float graph, so a backend may accumulate in float32
+  with rounding (results within 1 LSB of the float graph's, as QLinearConv's integer ones are);
+  the reference backend computes QLinearConv exactly.
 """
 
 from __future__ import annotations

@@ -11,13 +11,16 @@ from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fuse_gelu, fuse_matmul_bias
+from .fuse_qdq import fuse_lookup, fuse_qdq
 from .fuse_quant import fuse_integer_matmul
 from .layout import to_nhwc
 from .transposes import optimize_transposes
 
 DEFAULT_PIPELINE = [
     ("drop_identity", drop_identity),
+    ("fuse_qdq", fuse_qdq),  # NOTE: before fold_constants, which dequantizes the weights
     ("fold_constants", fold_constants),
+    ("fuse_lookup", fuse_lookup),  # NOTE: after fold_constants: BN parameters are DQ(constant)
     ("fold_batchnorm", fold_batchnorm),
     ("fold_conv_affine", fold_conv_affine),
     ("fuse_hardswish", fuse_hardswish),

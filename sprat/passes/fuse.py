@@ -18,7 +18,8 @@ import numpy as np
 from ..ir.graph import MISSING, Graph
 from .util import DEAD, drop_dead, remove_dead, replace_uses, single_consumer
 
-ACT_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul",
+# NOTE: QLinearConv takes the integer Clip ``fuse_qdq`` leaves after it
+ACT_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "QLinearConv",
                  "MatMulIntegerToFloat"}
 ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu"}
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 from ..ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW, permute_shape
 from ..ir.graph import Graph
 
-# op type -> how to tell it is 2-D (rank-4 input): "weight" (rank of input 1), "kernel"
+# op type -> how to tell it is 2-D (rank-4 input): "weight" (rank of input 1; "qweight":
+# input 3, QLinearConv's w), "kernel"
 # (len(kernel_shape)), or "input" (rank of input 0 from shape inference)
 LAYOUT_OPS = {
-    "Conv": "weight", "ConvTranspose": "weight",
+    "Conv": "weight", "ConvTranspose": "weight", "ConvInteger": "weight",
+    "QLinearConv": "qweight",
     "MaxPool": "kernel", "AveragePool": "kernel",
     "GlobalAveragePool": "input", "GlobalMaxPool": "input",
     "BatchNormalization": "input", "Resize": "input", "LRN": "input",
@@ -26,10 +28,11 @@ LAYOUT_OPS = {
 def _rank(g: Graph, node) -> int | None:
     """Rank of the node's data input when it is 3 (1-D op) or 4 (2-D op), else None."""
     how = LAYOUT_OPS.get(node.op_type)
-    if how is None or any(k.startswith("_") for k in node.attrs):
+    # NOTE: ``_qdq`` (fuse_qdq's mark) says what the node stands for, not a layout or fusion
+    if how is None or any(k.startswith("_") and k != "_qdq" for k in node.attrs):
         return None
-    if how == "weight":
-        w = g.values[node.inputs[1]]
+    if how in ("weight", "qweight"):
+        w = g.values[node.inputs[3 if how == "qweight" else 1]]
         rank = w.data.ndim if w.data is not None else (len(w.shape) if w.shape else 0)
     elif how == "kernel":
         rank = len(node.attrs.get("kernel_shape", ())) + 2 if len(node.outputs) == 1 else 0

@@ -24,9 +24,12 @@ UNARY = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Neg", "Sqrt", "Recipro
 BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less",
           "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod"}
 # ops with an ``axis`` attribute that only needs remapping
-AXIS_OPS = {"Concat", "Split"}
+AXIS_OPS = {"Concat", "Split", "QLinearLookup"}
+# elementwise when their scale and zero point are per-tensor (``_per_tensor``)
+QUANT = {"QuantizeLinear", "DequantizeLinear", "QLinearAdd", "QLinearMul"}
 # inputs beyond these positions are not tensors to transpose (Clip min/max are scalars)
-_DATA_INPUTS = {"Clip": 1, "Cast": 1, "Split": 1}
+_DATA_INPUTS = {"Clip": 1, "Cast": 1, "Split": 1, "QuantizeLinear": 1, "DequantizeLinear": 1,
+                "QLinearLookup": 1}
 
 
 def optimize_transposes(g: Graph) -> Graph:
@@ -41,6 +44,18 @@ def optimize_transposes(g: Graph) -> Graph:
     return remove_dead(g)
 
 
+def _per_tensor(g: Graph, n) -> bool:
+    """Whether a quantization op's scales and zero points are all constant scalars."""
+    if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        if int(n.attrs.get("block_size", 0)):
+            return False
+        params = n.inputs[1:]
+    else:  # QLinearAdd / QLinearMul: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)
+        params = [i for k, i in enumerate(n.inputs) if k not in (0, 3)]
+    return all(i == MISSING or (g.values[i].data is not None and g.values[i].data.size == 1)
+               for i in params)
+
+
 def _perm_of(node):
     return tuple(node.attrs.get("perm", ()))
 
@@ -51,7 +66,8 @@ def _sink(g: Graph) -> bool:
     new_nodes = []
     for n in g.nodes:
         new_nodes.append(n)
-        if n.op_type not in UNARY and n.op_type not in BINARY and n.op_type not in AXIS_OPS:
+        if (n.op_type not in UNARY and n.op_type not in BINARY and n.op_type not in AXIS_OPS
+                and (n.op_type not in QUANT or not _per_tensor(g, n))):
             continue
         if (len(n.outputs) != 1 and n.op_type != "Split") or any(
                 k.startswith("_") for k in n.attrs):

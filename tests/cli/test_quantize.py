@@ -9,6 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
+from opcheck import qdq_convs_within_one_lsb
 
 import sprat
 from sprat.cli import main
@@ -84,13 +85,17 @@ def test_static_model_runs_as_the_spec_says(resnet, method):
     (err,) = report.outputs
     assert err.cosine > 0.999 and err.rel_l2 < 0.05, report.format()
     feeds = rows[-1]
+    # NOTE: sprat runs each DQ -> Conv [-> Relu] -> Q as one QLinearConv (passes.fuse_qdq), as
+    # onnxruntime's own fast path does: each quantized value within 1 LSB of the spec's, checked
+    # conv by conv on the spec's own inputs. The classifier's output is no bound: 1-LSB steps
+    # propagate through 20 convs (measured on this model, 3 methods x 6 inputs, in LSB of the
+    # output's quantization: fused up to 1.78, onnxruntime's fast path the same, sprat's earlier
+    # unfused float path up to 2.05 -- the 1 LSB once asserted here held for this input only)
+    assert qdq_convs_within_one_lsb(onnx_out, feeds)
+    got = [sprat.InferenceSession(str(path)).run(None, feeds)[0] for path in (out, onnx_out)]
+    np.testing.assert_array_equal(got[0], got[1])
     want = _spec(onnx_out).run(None, feeds)[0]
-    # NOTE: the output is the classifier's fp32 output; one LSB of its quantization (the scale
-    # of the QuantizeLinear after it) bounds what a flipped rounding upstream may change
-    lsb = float(_inits(q)[f"{q.graph.output[0].name}_scale"])
-    for path in (out, onnx_out):
-        got = sprat.InferenceSession(str(path)).run(None, feeds)[0]
-        np.testing.assert_allclose(got, want, rtol=0, atol=lsb)
+    assert np.abs(got[0] - want).max() <= 0.05 * np.abs(want).max()
 
 
 def test_percentile_and_entropy_ranges():

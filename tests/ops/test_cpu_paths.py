@@ -60,7 +60,8 @@ def test_the_best_build_for_this_cpu_runs_and_info_says_so():
 def test_forced_baseline_build_passes_the_cpu_kernel_tests():
     """Every fast kernel against the reference kernel, on the baseline build (SPRAT_CPU)."""
     files = [str(ROOT / "tests" / "ops" / f) for f in
-             ("test_cpu_kernels.py", "test_cpu_pad.py", "test_cpu_rnn.py", "test_cpu_quant.py")]
+             ("test_cpu_kernels.py", "test_cpu_pad.py", "test_cpu_rnn.py", "test_cpu_quant.py",
+              "test_cpu_qconv.py")]
     code = ("import sys; from sprat.backends.cpu.compiled import VARIANT; "
             "assert VARIANT == 'baseline', VARIANT; import pytest; "
             "sys.exit(pytest.main(['-q', '-x', '-p', 'no:cacheprovider', *sys.argv[1:]]))")

@@ -92,6 +92,10 @@ def _split_inputs(node, ins):
 class ConvKernel(CpuKernel):
     """NHWC Conv; see the module docstring for the algorithms."""
 
+    #: whether prepare may pick Winograd; ``qconv`` turns it off: its transforms round, so
+    #: integer-valued operands do not give integer-exact sums
+    winograd = True
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if node.attrs.get("_layout") != "NHWC" or node.attrs.get("_activation") not in ACT:
@@ -171,7 +175,7 @@ class ConvKernel(CpuKernel):
             self.blk = -(-p // nblocks)
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
               and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
-              and oh >= 4 and ow >= 4 and self.memory != "low"
+              and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
               and (nt > 1 or n * (-(-oh // 4)) * (-(-ow // 4)) >= WINOGRAD_MIN_TILES)):
             self.algo = "winograd"
             self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36, C, M)

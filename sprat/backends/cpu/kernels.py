@@ -14,25 +14,27 @@ from .linalg import GemmKernel, MatMulKernel
 from .norm import BatchNormKernel, LayerNormKernel, LRNKernel, SoftmaxKernel
 from .pad import DepthSpaceKernel, PadKernel
 from .pool import PoolKernel
+from .qconv import QConvKernel
+from .qlinear import LookupKernel, QLinearBinaryKernel, QuantizeKernel
 from .quant import (
-                    DynamicQuantizeLinearKernel,
-                    DynamicQuantizeMatMulKernel,
-                    MatMulIntegerKernel,
-                    MatMulIntegerToFloatKernel,
-                    QGemmKernel,
-                    QLinearMatMulKernel,
+    DynamicQuantizeLinearKernel,
+    DynamicQuantizeMatMulKernel,
+    MatMulIntegerKernel,
+    MatMulIntegerToFloatKernel,
+    QGemmKernel,
+    QLinearMatMulKernel,
 )
 from .reduce import ReduceKernel
 from .resize import ResizeKernel
 from .rnn import GRUKernel, LSTMKernel
 from .tensor import (
-                     CastKernel,
-                     ConcatKernel,
-                     CopyKernel,
-                     GatherKernel,
-                     SliceKernel,
-                     SplitKernel,
-                     TransposeKernel,
+    CastKernel,
+    ConcatKernel,
+    CopyKernel,
+    GatherKernel,
+    SliceKernel,
+    SplitKernel,
+    TransposeKernel,
 )
 
 KERNELS: dict = {
@@ -45,6 +47,12 @@ KERNELS: dict = {
     "GlobalMaxPool": ReduceKernel,
     "Resize": ResizeKernel,
     "Upsample": ResizeKernel,
+    # quantized convolution (integer-exact through the float32 conv kernels)
+    "QLinearConv": QConvKernel,
+    "ConvInteger": QConvKernel,
+    "QuantizeLinear": QuantizeKernel,
+    "DequantizeLinear": QuantizeKernel,
+    "QLinearLookup": LookupKernel,
     # contractions
     "Gemm": GemmKernel,
     "MatMul": MatMulKernel,
@@ -115,6 +123,8 @@ MS_KERNELS: dict = {
     "MatMulIntegerToFloat": MatMulIntegerToFloatKernel,
     "DynamicQuantizeMatMul": DynamicQuantizeMatMulKernel,
     "QGemm": QGemmKernel,
+    "QLinearAdd": QLinearBinaryKernel,
+    "QLinearMul": QLinearBinaryKernel,
 }
 
 #: the kernel tables by node domain

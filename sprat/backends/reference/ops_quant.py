@@ -163,7 +163,20 @@ def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_
     return _requantize(acc, np.asarray(mult, np.float32), np.asarray(y_zero_point).reshape(()))
 
 
+def qlinear_lookup(X, table, axis=1):
+    """QLinearLookup (sprat-internal, made by ``passes.fuse_qdq`` from DequantizeLinear ->
+    per-channel float ops -> QuantizeLinear): ``Y[..., c, ...] = table[c, X - min(X's type)]``
+    along ``axis`` (table (C, 256), or (1, 256) for every channel)."""
+    axis = axis % X.ndim
+    idx = X.astype(np.int64) - np.iinfo(X.dtype).min
+    rows = np.arange(X.shape[axis]).reshape((-1,) + (1,) * (X.ndim - axis - 1))
+    if table.shape[0] == 1:
+        rows = np.zeros_like(rows)
+    return table[rows, idx]
+
+
 OPS = {
+    "QLinearLookup": qlinear_lookup,
     "QuantizeLinear": quantize_linear,
     "DequantizeLinear": dequantize_linear,
     "DynamicQuantizeLinear": dynamic_quantize_linear,

@@ -201,7 +201,25 @@ def qlinear_conv(ins, **attrs):
     return [(shape, dt)]
 
 
+def qlinear_lookup(ins, axis=1):
+    """QLinearLookup (sprat-internal, made by ``passes.fuse_qdq``): X (*S) uint8/int8, table
+    (C, 256) uint8/int8 with C 1 or X.shape[axis] -> Y (*S), the table's dtype."""
+    op = "QLinearLookup"
+    x, table = ins[0], ins[1]
+    _check_qtype(op, x.dtype, QUANT_TYPES[:2])
+    _check_qtype(op, table.dtype, QUANT_TYPES[:2])
+    r = len(x.shape)
+    if not -r <= axis < r:
+        raise ShapeError(f"{op}: axis {axis} out of range for rank {r}")
+    rows = (1, x.shape[axis % r])
+    if len(table.shape) != 2 or table.shape[1] != 256 or table.shape[0] not in rows:
+        raise ShapeError(f"{op}: table shape {tuple(table.shape)}, expected (1, 256) or "
+                         f"({rows[1]}, 256) for input {tuple(x.shape)}, axis {axis}")
+    return [(tuple(x.shape), np.dtype(table.dtype))]
+
+
 SHAPES = {
+    "QLinearLookup": qlinear_lookup,
     "QuantizeLinear": quantize_linear,
     "DequantizeLinear": dequantize_linear,
     "DynamicQuantizeLinear": dynamic_quantize_linear,

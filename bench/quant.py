@@ -1,0 +1,108 @@
+"""Quantized CNNs, side by side: sprat against onnxruntime on the same quantized model, and
+against onnxruntime's fp32 time on the original model (issue 14's speed targets: <= 1.0x
+onnxruntime's quantized time, <= 0.8x its fp32 time).
+
+    python bench/quant.py [--models resnet18,mobilenet_v2] [--threads 1,2] [--runs N]
+
+Models: ``sprat.testing.families`` at full size (224x224), quantized by onnxruntime's own
+``quantize_static`` as ``tests/models/test_quant_models.py`` does (4 seeded random calibration
+batches): ``qdq`` = QDQ, per-channel s8 weights, u8 activations; ``qop`` = QOperator,
+per-tensor weights, reduce_range. Timing: ``run.timed_blocks`` (alternating blocks, best
+block median). ``err``: max |sprat - spec| / max|spec| of the output against onnxruntime with
+graph optimizations disabled (the spec), beside the same for onnxruntime's own fast path.
+Run it under the shared lock: ``flock /tmp/sprat-bench.lock python bench/quant.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np
+
+import sprat
+from bench.run import ort_session, timed_blocks
+from sprat.testing.families import build
+
+FORMATS = ("qdq", "qop")
+
+
+def quantize(name: str, fmt: str, workdir: pathlib.Path):
+    """(fp32 path, quantized path, feeds) of family model ``name`` quantized as ``fmt``."""
+    import onnx
+    from onnxruntime import quantization as q
+
+    model, feeds = build(name)
+    src = workdir / f"{name}.onnx"
+    onnx.save(model, src)
+
+    class Calibration(q.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.batches = iter([{"x": rng.standard_normal(feeds["x"].shape).astype(np.float32)}
+                                 for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    dst = workdir / f"{name}.{fmt}.onnx"
+    if fmt == "qdq":
+        q.quantize_static(str(src), str(dst), Calibration(), quant_format=q.QuantFormat.QDQ,
+                          per_channel=True, activation_type=q.QuantType.QUInt8,
+                          weight_type=q.QuantType.QInt8)
+    else:
+        q.quantize_static(str(src), str(dst), Calibration(),
+                          quant_format=q.QuantFormat.QOperator, per_channel=False,
+                          reduce_range=True, weight_type=q.QuantType.QInt8)
+    return src, dst, feeds
+
+
+def spec_output(path, feeds):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet18:qdq,mobilenet_v2:qop",
+                    help="name:format list (formats: qdq, qop)")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=30)
+    args = ap.parse_args(argv)
+    threads = [int(t) for t in args.threads.split(",")]
+    print("| model | threads | sprat ms | ort quant ms | sprat/ort quant | ort fp32 ms | "
+          "sprat/ort fp32 | err sprat | err ort fast |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        for item in args.models.split(","):
+            name, fmt = item.split(":")
+            src, dst, feeds = quantize(name, fmt, pathlib.Path(d))
+            spec = spec_output(dst, feeds)
+            scale = float(np.abs(spec).max()) or 1.0
+            for nt in threads:
+                sess = sprat.InferenceSession(str(dst), sprat.ScheduleConfig(num_threads=nt))
+                oq, of = ort_session(dst, nt), ort_session(src, nt)
+                got = sess.run(None, feeds)[0]
+                fast = oq.run(None, feeds)[0]
+                t = timed_blocks({k: (lambda r=r, f=feeds: r.run(None, f))
+                                  for k, r in (("sprat", sess), ("ortq", oq), ("ortf", of))},
+                                 args.runs)
+                s, q, f = (t[k] * 1e3 for k in ("sprat", "ortq", "ortf"))
+                print(f"| {name} {fmt} | {nt} | {s:.2f} | {q:.2f} | {s / q:.2f} | {f:.2f} | "
+                      f"{s / f:.2f} | {np.abs(got - spec).max() / scale:.1e} | "
+                      f"{np.abs(fast - spec).max() / scale:.1e} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

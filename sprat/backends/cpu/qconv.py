@@ -1,0 +1,278 @@
+"""QLinearConv and ConvInteger in NHWC, integer-exact through the float32 conv kernels.
+
+The spec (ONNX QLinearConv-10, ConvInteger-10) accumulates ``sum (x - x_zp) * (w - w_zp)``
+exactly in int32, then QLinearConv requantises: ``y = saturate(round_half_even(float32(acc + B)
+* (x_scale * w_scale / y_scale)) + y_zp)`` (the multiplier in float32, per output channel for a
+per-channel w_scale, as onnxruntime computes it). Here:
+
+1. ``x - x_zp`` is widened to float32 (``compiled/quant.pxi``: ``qconv_unpack``), the weights
+   ``w - w_zp`` are packed once at prepare as float32 by the fp32 conv kernel
+   (``conv.ConvKernel``: pointwise, depthwise, shift-GEMM or im2col; never Winograd, whose
+   transforms round);
+2. every product of two integers below 2^8 in magnitude is exact in float32, and so is every
+   partial sum while its magnitude stays within 2^24. At prepare the input channels are split
+   into *parts* such that ``max|x - x_zp| * max_m sum_{k in part} |w[m, k] - w_zp[m]|``
+   <= 2^24 for each part (``exact_parts``): whatever order the GEMM adds in, each part's sums
+   are then the exact integers. Most convs are one part; ResNet-18's 3x3 convs at 256 and 512
+   channels need two or three (each a float32 conv over a slice of the input channels);
+3. the epilogue (``qconv_requant``) adds the parts as int32 with the int32 bias and
+   requantises as above, or (ConvInteger) writes the int32 sums.
+
+Two shapes skip the float32 maps (one part only): a 1x1 stride-1 conv runs in one pass
+(``qconv_pointwise``: per block of pixels widen, GEMM, requantise while the block is in L2),
+a depthwise conv sums its taps straight from the quantized input (``qconv_depthwise``).
+
+So the results equal the spec's exactly, for every input. A QLinearConv that ``fuse_qdq`` made
+from a QDQ float conv (``_qdq=True``: its spec is the float graph, see ``sprat.ir.fused``) may
+instead run a 3x3 stride-1 conv by Winograd F(4,3) in one part, as the unfused float conv
+would: its sums are then float32 approximations, rounded to integers in the epilogue, and the
+quantized results within 1 LSB of the float graph's. A conv that cannot be split so
+(a kernel of more than ~500 taps per channel, or a grouped, not depthwise, conv that would need
+two parts) runs on the reference kernels. ``_activation="Clip"`` (integer bounds, fused by
+``passes.fuse_qdq`` from a QDQ Relu/Clip) narrows the saturation range.
+
+NOTE: an int8 GEMM (u8 x s8 through vpmaddubsw/vpmaddwd) can replace step 2: the epilogue takes
+int32-exact partial sums either way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.graph import Node
+from ...ir.tensorinfo import TensorInfo
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
+from .compiled import kernels as ck
+from .conv import ConvKernel
+
+#: float32 sums of integers are exact while every partial sum stays within this magnitude
+EXACT_LIMIT = 1 << 24
+#: floats of one fused 1x1 block (widened input and sums): 256 KiB, half this machine's L2
+FUSED_BLOCK_FLOATS = 1 << 16
+_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
+_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def exact_parts(w: np.ndarray, amax: int, limit: int = EXACT_LIMIT) -> list[tuple[int, int]] | None:
+    """Input-channel ranges ``[(c0, c1), ...]`` splitting the integer weights ``w`` (M, Cg,
+    *K) (zero points already subtracted) so that ``amax * max_m sum_{c in part, taps}
+    |w[m, c, ...]| <= limit``: with inputs bounded by ``amax`` in magnitude every partial sum of
+    a part's products is then an integer within ``limit``. None when one channel alone exceeds
+    the limit."""
+    per = np.abs(w.astype(np.int64)).reshape(w.shape[0], w.shape[1], -1).sum(axis=2)  # (M, Cg)
+    parts, c0 = [], 0
+    run = np.zeros(w.shape[0], np.int64)
+    for c in range(w.shape[1]):
+        nxt = run + per[:, c]
+        if amax * int(nxt.max(initial=0)) <= limit:
+            run = nxt
+            continue
+        if c == c0:
+            return None
+        parts.append((c0, c))
+        c0, run = c, per[:, c].copy()
+        if amax * int(run.max(initial=0)) > limit:
+            return None
+    parts.append((c0, w.shape[1]))
+    return parts
+
+
+def _winograd_shape(w: np.ndarray, attrs: dict) -> bool:
+    """Whether ``conv.ConvKernel`` may run this conv by Winograd F(4,3): 3x3, stride 1, no
+    dilation, one group, enough channels (the map size is checked at its prepare)."""
+    from .conv import WINOGRAD_MIN_CHANNELS
+
+    return (w.ndim == 4 and w.shape[2:] == (3, 3) and int(attrs.get("group", 1)) == 1
+            and all(int(v) == 1 for v in attrs.get("strides", [1, 1]))
+            and all(int(v) == 1 for v in attrs.get("dilations", [1, 1]))
+            and min(w.shape[0], w.shape[1]) >= WINOGRAD_MIN_CHANNELS)
+
+
+def _const(info, size=None):
+    """The constant value of an input (flattened), or None (absent, not constant, wrong size)."""
+    if info is None or info.value is None:
+        return None
+    v = np.asarray(info.value).reshape(-1)
+    return v if size is None or v.size in size else None
+
+
+def _plan(node, ins):
+    """What the kernel needs from a QLinearConv / ConvInteger node, or None when it cannot run
+    it exactly: dict(x, w (int64, zero point subtracted), xz, parts, mult, yz, ydt, bias)."""
+    ins = list(ins) + [None] * 9
+    if node.op_type == "QLinearConv":
+        x, xs, xz, w, ws, wz, ys, yz, b = ins[:9]
+    else:
+        x, w, xz, wz = ins[:4]
+        xs = ws = ys = yz = b = None
+    if x is None or w is None or w.value is None or x.dtype not in _Q8 or w.dtype not in _Q8:
+        return None
+    if len(x.shape) not in (3, 4) or len(w.value.shape) != len(x.shape):
+        return None
+    m = w.value.shape[0]
+    group = int(node.attrs.get("group", 1))
+    c = x.shape[-1]
+    if group < 1 or c % group or m % group or w.value.shape[1] * group != c:
+        return None
+    xzv = _const(xz, (1,)) if xz is not None else np.zeros(1, x.dtype)
+    wzv = _const(wz, (1, m)) if wz is not None else np.zeros(1, w.dtype)
+    if xzv is None or wzv is None:
+        return None
+    xzi = int(xzv[0])
+    wi = w.value.astype(np.int64) - wzv.astype(np.int64).reshape((-1,) + (1,) * (w.value.ndim - 1))
+    info = np.iinfo(x.dtype)
+    amax = max(xzi - info.min, info.max - xzi)
+    parts = exact_parts(wi, amax)
+    if node.attrs.get("_qdq") and _winograd_shape(wi, node.attrs):
+        # NOTE: the float QDQ graph's semantics (sprat.ir.fused): one part, Winograd allowed
+        parts = [(0, c)]
+    if parts is None or (group > 1 and len(parts) > 1):
+        return None
+    if group > 1:  # NOTE: one part: all of x's channels (the weights' are per group)
+        parts = [(0, c)]
+    plan = {"w": wi, "xz": xzi, "parts": parts, "bias": np.zeros(m, np.int32)}
+    if node.op_type == "ConvInteger":
+        plan.update(kind=2, mult=np.zeros(m, np.float32), yz=0.0, lo=0.0, hi=0.0)
+        return plan
+    xsv, wsv, ysv, yzv = _const(xs, (1,)), _const(ws, (1, m)), _const(ys, (1,)), _const(yz, (1,))
+    if xsv is None or wsv is None or ysv is None or yzv is None or yz.dtype not in _Q8:
+        return None
+    if b is not None:
+        bv = _const(b, (m,))
+        if bv is None or b.dtype != np.int32:
+            return None
+        plan["bias"] = np.ascontiguousarray(bv, np.int32)
+    # NOTE: the same float32 operations as the reference (ops_quant.qlinear_conv)
+    mult = (np.asarray(xsv, np.float32).reshape(()) * np.asarray(wsv, np.float32)
+            / np.asarray(ysv, np.float32).reshape(()))
+    yinfo = np.iinfo(yz.dtype)
+    lo, hi = float(yinfo.min), float(yinfo.max)
+    act = node.attrs.get("_activation")
+    if act == "Clip":
+        clo, chi = node.attrs.get("_act_params", (-math.inf, math.inf))
+        lo, hi = max(lo, math.ceil(clo)), min(hi, math.floor(chi))
+    elif act is not None:
+        return None
+    plan.update(kind=1 if yz.dtype == np.int8 else 0,
+                mult=np.ascontiguousarray(np.broadcast_to(mult, (m,)), np.float32),
+                yz=float(np.float32(yzv[0])), lo=lo, hi=hi)
+    return plan
+
+
+class QConvKernel(CpuKernel):
+    """QLinearConv / ConvInteger in NHWC (``_layout="NHWC"``), exact: see the module
+    docstring. Inputs as the ONNX spec (x uint8/int8 (N, H, W, C) or (N, W, C), w constant
+    uint8/int8 (M, C/group, kH[, kW]), scales and zero points constant, per-tensor or (w) per
+    output channel, B constant int32 (M)); output uint8/int8 (QLinearConv, y_zero_point's
+    type) or int32 (ConvInteger)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if node.attrs.get("_layout") != "NHWC" or node.attrs.get("_residual"):
+            return False
+        return _plan(node, ins) is not None
+
+    def prepare(self, ins, outs):
+        node = self.node
+        plan = _plan(node, ins)
+        x, y = ins[0], outs[0]
+        self.kind, self.parts = plan["kind"], plan["parts"]
+        self.xz, self.signed = float(plan["xz"]), x.dtype == np.int8
+        self.bias, self.mult = plan["bias"], plan["mult"]
+        self.yz, self.lo, self.hi = plan["yz"], plan["lo"], plan["hi"]
+        self.p_in = int(np.prod(x.shape[:-1]))
+        self.c = x.shape[-1]
+        self.p_out = int(np.prod(y.shape[:-1]))
+        self.m = y.shape[-1]
+        attrs = {k: v for k, v in node.attrs.items() if k in _CONV_ATTRS}
+        attrs["_layout"] = "NHWC"
+        # NOTE: run never reads the quantized weight (packed as float32 by the inner kernels)
+        self.packed = (3 if node.op_type == "QLinearConv" else 1,)
+        self.inner = []
+        spans = []
+        for s, (c0, c1) in enumerate(self.parts):
+            fake = Node("Conv", f"{node.name}/part{s}", [], [], dict(attrs))
+            wi = plan["w"] if len(self.parts) == 1 else plan["w"][:, c0:c1]
+            wf = self.shared(f"wf{s}", lambda wi=wi: np.ascontiguousarray(wi, np.float32)) \
+                if self.memory == "low" else np.ascontiguousarray(wi, np.float32)
+            kin = [TensorInfo(tuple(x.shape[:-1]) + (c1 - c0,), np.dtype(np.float32)),
+                   TensorInfo(wf.shape, np.dtype(np.float32), wf)]
+            k = ConvKernel(fake, self.threads, self.packs)
+            k.precision, k.memory = self.precision, self.memory
+            # NOTE: Winograd's transforms round: only for a QDQ conv (float semantics)
+            k.winograd = bool(node.attrs.get("_qdq")) and _winograd_shape(plan["w"], attrs)
+            k.prepare(kin, [TensorInfo(tuple(y.shape), np.dtype(np.float32))])
+            self.inner.append(k)
+            spans.append(len(k.workspaces))
+        self.spans = spans
+        cs = max(c1 - c0 for c0, c1 in self.parts)
+        big = max(self.p_in * self.c, self.p_out * self.m) >= PARALLEL_MIN_ELEMENTS
+        self.nt = self.threads if big else 1
+        k = self.inner[0]
+        # NOTE: a one-part 1x1 conv runs in one pass (``qconv_pointwise``): per block of pixels
+        # widen, GEMM and requantise while the block is in L2, instead of three passes over
+        # float32 maps in memory (MobileNetV2's expansions: 112x112x96 floats each way)
+        self.fused = (len(self.parts) == 1 and k.algo == "pointwise" and k.group == 1
+                      and not k.w_stored)
+        # NOTE: depthwise convs sum their taps directly from the quantized input
+        # (``qconv_depthwise``), each output row requantised while in cache
+        self.direct_dw = len(self.parts) == 1 and k.algo == "depthwise"
+        if self.direct_dw:
+            self.nt = k.nt
+            ow = k.geom[6]
+            self.workspaces = (scratch(self.nt, ow * self.m), scratch(self.nt, self.m, np.int32))
+            return
+        if self.fused:
+            nt = k.nt
+            blk = max(16, FUSED_BLOCK_FLOATS // (self.c + self.m))
+            nblocks = max(nt, -(-self.p_out // blk))
+            nblocks = -(-nblocks // nt) * nt
+            self.blk, self.nt = -(-self.p_out // nblocks), nt
+            self.workspaces = (scratch(nt, self.blk * self.c), scratch(nt, self.blk * self.m),
+                               scratch(nt, self.m, np.int32))
+            return
+        self.workspaces = (scratch(1, self.p_in * cs),
+                           scratch(len(self.parts), self.p_out * self.m),
+                           scratch(self.nt, self.m, np.int32),
+                           *(w for k in self.inner for w in k.workspaces))
+
+    def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
+        calls = self.binding(ws, (x, y), lambda: self._calls(x, y, ws.buffers))
+        for fn, args in calls:
+            fn(*args)
+
+    def _calls(self, x, y, bufs):
+        xb = x.reshape(-1).view(np.uint8)
+        empty8, empty32 = np.zeros(0, np.uint8), np.zeros(0, np.int32)
+        y8 = y.reshape(-1).view(np.uint8) if self.kind != 2 else empty8
+        y32 = y.reshape(-1) if self.kind == 2 else empty32
+        if self.direct_dw:
+            k = self.inner[0]
+            n, h, w, c, _, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = k.geom
+            return [(ck.qconv_depthwise, (self.nt, xb, self.signed, self.xz, k.w, n, h, w, c, oh,
+                                          ow, kh, kw, sh, sw, dh, dw, ph, pw, self.bias,
+                                          self.mult, self.yz, self.lo, self.hi, self.kind, y8,
+                                          y32, bufs[0], bufs[1]))]
+        xf, acc, iscratch = bufs[0], bufs[1], bufs[2]
+        if self.fused:
+            return [(ck.qconv_pointwise, (self.nt, xb, self.signed, self.xz, self.inner[0].w,
+                                          self.p_out, self.c, self.m, self.blk, self.bias,
+                                          self.mult, self.yz, self.lo, self.hi, self.kind, y8,
+                                          y32, xf, acc, iscratch))]
+        calls = []
+        at = 3
+        for s, ((c0, c1), k) in enumerate(zip(self.parts, self.inner)):
+            cs = c1 - c0
+            xin = xf[0, :self.p_in * cs]
+            calls.append((ck.qconv_unpack, (self.nt, xb, self.signed, self.xz, self.p_in,
+                                            self.c, c0, cs, xin)))
+            kb = bufs[at:at + self.spans[s]]
+            at += self.spans[s]
+            calls.append(k._args_for(xin, acc[s], None, kb))
+        calls.append((ck.qconv_requant, (self.nt, acc, len(self.parts), self.p_out, self.m,
+                                         self.bias, self.mult, self.yz, self.lo, self.hi,
+                                         self.kind, y8, y32, iscratch)))
+        return calls

@@ -1,0 +1,139 @@
+"""QuantizeLinear and DequantizeLinear per tensor (uint8/int8 <-> float32), compiled.
+
+ONNX QuantizeLinear-21: ``y = saturate(round_half_even(x / y_scale) + y_zero_point)``;
+DequantizeLinear-21: ``y = (x - x_zero_point) * x_scale``; the same float32 operations as the
+reference kernels (``ops_quant``), so the results are equal bit for bit. Per-axis and blocked
+scales, other types and ``saturate=0`` run on the reference kernels. The ops are elementwise:
+any layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from .compiled import kernels as ck
+
+_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _scalar(info):
+    if info is None or info.value is None or np.asarray(info.value).size != 1:
+        return None
+    return np.asarray(info.value).reshape(())
+
+
+class QuantizeKernel(CpuKernel):
+    """QuantizeLinear / DequantizeLinear with a constant per-tensor scale and zero point:
+    float32 x -> uint8/int8 y, or uint8/int8 x -> float32 y (the scale float32)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or int(node.attrs.get("block_size", 0)):
+            return False
+        ins = list(ins) + [None, None]
+        x, s, z = ins[:3]
+        sv = _scalar(s)
+        if x is None or sv is None or s.dtype != np.float32:
+            return False
+        if z is not None and _scalar(z) is None:
+            return False
+        if node.op_type == "QuantizeLinear":
+            out = z.dtype if z is not None else None
+            if out is None:
+                code = int(node.attrs.get("output_dtype", 0))
+                out = np.dtype(np.uint8) if code in (0, 2) else (
+                    np.dtype(np.int8) if code == 3 else None)
+            return (x.dtype == np.float32 and out in _Q8
+                    and int(node.attrs.get("saturate", 1)) == 1)
+        return x.dtype in _Q8 and int(node.attrs.get("output_dtype", 0)) in (0, 1)
+
+    def prepare(self, ins, outs):
+        ins = list(ins) + [None, None]
+        x, s, z = ins[:3]
+        self.scale = float(np.float32(_scalar(s)))
+        self.zp = 0.0 if z is None else float(_scalar(z))
+        self.n = int(np.prod(x.shape))
+        self.nt = self.threads if self.n >= PARALLEL_MIN_ELEMENTS else 1
+        self.quantize = self.node.op_type == "QuantizeLinear"
+        dt = outs[0].dtype if self.quantize else x.dtype
+        self.signed = dt == np.int8
+
+    def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
+        if self.quantize:
+            ck.quantize8(self.nt, x.reshape(-1), y.reshape(-1).view(np.uint8), self.n,
+                         self.scale, self.zp, self.signed)
+        else:
+            ck.dequantize8(self.nt, x.reshape(-1).view(np.uint8), y.reshape(-1), self.n,
+                           self.zp, self.scale, self.signed)
+
+
+class LookupKernel(CpuKernel):
+    """QLinearLookup (``passes.fuse_qdq``): uint8/int8 X through a constant per-channel table
+    (C, 256) or (1, 256) along ``axis``; any layout."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) != 2:
+            return False
+        x, table = ins
+        return (x is not None and table is not None and table.value is not None
+                and x.dtype in _Q8 and table.dtype in _Q8)
+
+    def prepare(self, ins, outs):
+        x, table = ins
+        shape = tuple(x.shape)
+        axis = int(self.node.attrs.get("axis", 1)) % len(shape)
+        self.outer = int(np.prod(shape[:axis]))
+        self.c = shape[axis]
+        self.inner = int(np.prod(shape[axis + 1:]))
+        self.table = np.ascontiguousarray(table.value).reshape(-1).view(np.uint8)
+        n = self.outer * self.c * self.inner
+        self.nt = self.threads if n >= PARALLEL_MIN_ELEMENTS else 1
+        self.signed = x.dtype == np.int8
+
+    def run(self, ins, outs, ws):
+        ck.qlinear_lookup(self.nt, ins[0].reshape(-1).view(np.uint8),
+                          outs[0].reshape(-1).view(np.uint8), self.table, self.outer, self.c,
+                          self.inner, self.signed)
+
+
+class QLinearBinaryKernel(CpuKernel):
+    """com.microsoft QLinearAdd / QLinearMul of two same-shaped uint8 (or int8) tensors with
+    constant per-tensor scales and zero points, the output of the same type (onnxruntime's
+    contrib ops; the reference's float32 operations, so equal bit for bit)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) not in (7, 8):
+            return False
+        a, sa, za, b, sb, zb, sc = ins[:7]
+        zc = ins[7] if len(ins) > 7 else None
+        if a is None or b is None or a.dtype not in _Q8 or b.dtype != a.dtype:
+            return False
+        if tuple(a.shape) != tuple(b.shape):
+            return False
+        for s in (sa, sb, sc):
+            if _scalar(s) is None or s.dtype != np.float32:
+                return False
+        return all(z is None or (_scalar(z) is not None and z.dtype == a.dtype)
+                   for z in (za, zb, zc))
+
+    def prepare(self, ins, outs):
+        a, sa, za, _, sb, zb, sc = ins[:7]
+        zc = ins[7] if len(ins) > 7 else None
+
+        def f(info):
+            return 0.0 if info is None else float(np.float32(_scalar(info)))
+
+        self.params = (f(za), f(sa), f(zb), f(sb), f(sc), f(zc))
+        self.n = int(np.prod(a.shape))
+        self.nt = self.threads if self.n >= PARALLEL_MIN_ELEMENTS else 1
+        self.signed = a.dtype == np.int8
+        self.mul = self.node.op_type == "QLinearMul"
+
+    def run(self, ins, outs, ws):
+        ck.qlinear_binary(self.nt, self.mul, ins[0].reshape(-1).view(np.uint8),
+                          ins[3].reshape(-1).view(np.uint8), outs[0].reshape(-1).view(np.uint8),
+                          self.n, self.signed, *self.params)

@@ -1,0 +1,347 @@
+"""Fuse QDQ patterns into quantized ops (onnxruntime's QDQ fusions), at convert time.
+
+1. ``fuse_qdq``: ``DequantizeLinear(x_q) -> Conv(·, DequantizeLinear(w_q)[,
+   DequantizeLinear(b_q)]) [-> Relu | Clip] -> QuantizeLinear`` becomes ``QLinearConv(x_q,
+   x_scale, x_zp, w_q, w_scale, w_zp, y_scale, y_zp[, b_q])`` followed, for an activation that
+   is not already implied by the output's saturation, by ``Clip`` on the quantized output with
+   the quantized bounds (the quantization is monotonic, so ``Q(clip(v, lo, hi)) ==
+   clip(Q(v), Q(lo), Q(hi))`` exactly); ``fuse_activation`` then folds that Clip into the
+   QLinearConv. And ``DequantizeLinear(a), DequantizeLinear(b) -> Add|Mul -> QuantizeLinear``
+   becomes com.microsoft ``QLinearAdd|QLinearMul``, whose definition is exactly that chain.
+2. ``fuse_lookup``: ``DequantizeLinear -> per-channel elementwise float ops (BatchNormalization,
+   Clip, Relu, Mul by a per-channel constant, ...) -> QuantizeLinear`` becomes
+   ``QLinearLookup(x_q, table)`` (sprat-internal: a (C, 256) table of the chain's results,
+   computed by the reference kernels, so equal to the unfused chain bit for bit).
+
+Conv conditions: activations uint8/int8 with per-tensor scale and zero point; weights constant
+uint8/int8 per tensor or per output channel (axis 0); the bias constant int32 with zero point 0
+and scale ``x_scale * w_scale`` (what quantizers emit; relative 1e-6); the conv's output and
+activation read only by the next node and no graph output.
+
+Result of the conv fusion (NOTE): QLinearConv requantises the integer sum with the float32
+multiplier ``x_scale * w_scale / y_scale``; the QDQ graph computes the conv in float32 on
+dequantized values and divides by ``y_scale``. The two differ by float32 rounding only, so a
+quantized value can land one step (1 LSB) away where the exact result is within rounding of a
+.5 boundary; never more in practice (``tests/models/test_quant_models.py`` measures it on
+ResNet-18, per conv on the spec's own inputs). The fused node carries ``_qdq=True``: its spec
+is the float graph, so a kernel may sum in float32 with rounding (the cpu kernel's Winograd
+F(4,3) for 3x3 convs, as the unfused float conv would run) within that 1 LSB.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import MISSING, Graph
+from .util import DEAD, remove_dead, single_consumer
+
+_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _const(g: Graph, idx: int):
+    return None if idx == MISSING else g.values[idx].data
+
+
+def _dq_params(g: Graph, dq, per_channel: int | None = None):
+    """(q input, scale, zero point) of a DequantizeLinear with constant parameters: scale
+    scalar, or (``per_channel``,) on axis 0; None otherwise."""
+    if dq is None or dq.op_type != "DequantizeLinear" or int(dq.attrs.get("block_size", 0)):
+        return None
+    scale = _const(g, dq.inputs[1])
+    zp_idx = dq.inputs[2] if len(dq.inputs) > 2 else MISSING
+    zp = _const(g, zp_idx)
+    if scale is None or scale.dtype != np.float32 or (zp_idx != MISSING and zp is None):
+        return None
+    if scale.size != 1 and (per_channel is None or scale.size != per_channel
+                            or int(dq.attrs.get("axis", 1)) != 0):
+        return None
+    if zp is not None and zp.size != scale.size:
+        return None
+    return dq.inputs[0], scale, zp
+
+
+def _q_params(g: Graph, q):
+    """(scale, zero point) of a per-tensor uint8/int8 QuantizeLinear, or None."""
+    if (q is None or q.op_type != "QuantizeLinear" or int(q.attrs.get("block_size", 0))
+            or int(q.attrs.get("saturate", 1)) != 1 or len(q.inputs) < 3):
+        return None
+    scale, zp = _const(g, q.inputs[1]), _const(g, q.inputs[2])
+    if scale is None or zp is None or scale.size != 1 or zp.size != 1 or zp.dtype not in _Q8:
+        return None
+    return scale, zp
+
+
+def _quantized_bounds(g: Graph, act, scale, zp):
+    """Clip bounds of ``act`` (Relu or constant Clip) mapped through the quantization, or
+    None when the activation is not one of those; ``(lo, hi)`` as zp's type."""
+    info = np.iinfo(zp.dtype)
+    if act.op_type == "Relu":
+        lo, hi = 0.0, None
+    else:
+        bounds = []
+        for k in (1, 2):
+            i = act.inputs[k] if len(act.inputs) > k else MISSING
+            v = _const(g, i)
+            if i != MISSING and (v is None or v.size != 1):
+                return None
+            bounds.append(None if i == MISSING else float(v.reshape(())))
+        lo, hi = bounds
+
+    def q(v):
+        r = np.rint(np.float32(v) / np.float32(scale.reshape(()))) + np.float32(zp.reshape(()))
+        return int(np.clip(r, info.min, info.max))
+
+    return (info.min if lo is None else q(lo)), (info.max if hi is None else q(hi))
+
+
+def _qtype(g: Graph, x: int, zp):
+    """The dtype of the quantized value ``x``: recorded, else its zero point's (the spec ties
+    them), else None."""
+    dt = g.values[x].dtype
+    return dt if dt is not None else (None if zp is None else zp.dtype)
+
+
+def fuse_qdq(g: Graph) -> Graph:
+    consumers, producers = g.consumers(), g.producers()
+    for conv in list(g.nodes):
+        if conv.op_type != "Conv" or len(conv.outputs) != 1 or len(conv.inputs) < 2:
+            continue
+        xp = _dq_params(g, producers.get(conv.inputs[0]))
+        w_dq = producers.get(conv.inputs[1])
+        wq = _const(g, w_dq.inputs[0]) if w_dq is not None and w_dq.inputs else None
+        if xp is None or wq is None or wq.dtype not in _Q8 or wq.ndim < 3:
+            continue
+        wp = _dq_params(g, w_dq, wq.shape[0])
+        x_q, sx, zx = xp
+        if wp is None or _qtype(g, x_q, zx) not in _Q8 or sx.size != 1:
+            continue
+        _, sw, _ = wp
+        nxt = single_consumer(g, consumers, conv.outputs[0])
+        act = None
+        if nxt is not None and nxt.op_type in ("Relu", "Clip"):
+            act, nxt = nxt, single_consumer(g, consumers, nxt.outputs[0])
+        qp = _q_params(g, nxt)
+        if qp is None:
+            continue
+        sy, zy = qp
+        bias = MISSING
+        if len(conv.inputs) > 2 and conv.inputs[2] != MISSING:
+            bp = _dq_params(g, producers.get(conv.inputs[2]), wq.shape[0])
+            bq = _const(g, bp[0]) if bp is not None else None
+            if bq is None or bq.dtype != np.int32 or (bp[2] is not None and np.any(bp[2])):
+                continue
+            want = np.float32(sx.reshape(())) * sw.astype(np.float32).reshape(-1)
+            if not np.allclose(np.broadcast_to(bp[1].reshape(-1), want.shape), want,
+                               rtol=1e-6, atol=0):
+                continue
+            bias = bp[0]
+        bounds = None
+        if act is not None:
+            bounds = _quantized_bounds(g, act, sy, zy)
+            if bounds is None:
+                continue
+        zx_idx = producers[conv.inputs[0]].inputs[2] if len(
+            producers[conv.inputs[0]].inputs) > 2 else MISSING
+        if zx_idx == MISSING:
+            zx_idx = g.add_const(f"{conv.name}/x_zero_point",
+                                 np.zeros((), g.values[x_q].dtype))
+        zw_idx = w_dq.inputs[2] if len(w_dq.inputs) > 2 else MISSING
+        if zw_idx == MISSING:
+            zw_idx = g.add_const(f"{conv.name}/w_zero_point", np.zeros((), wq.dtype))
+        ins = [x_q, producers[conv.inputs[0]].inputs[1], zx_idx, w_dq.inputs[0],
+               w_dq.inputs[1], zw_idx, nxt.inputs[1], nxt.inputs[2]]
+        if bias != MISSING:
+            ins.append(bias)
+        attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
+        attrs["_qdq"] = True  # NOTE: its spec is the float QDQ graph (sprat.ir.fused)
+        out = nxt.outputs[0]
+        info = np.iinfo(zy.dtype)
+        if bounds is not None and (bounds[0] > info.min or bounds[1] < info.max):
+            mid = g.add_value(g.unique_name(f"{g.values[out].name}/unclipped"), zy.dtype,
+                              g.values[out].shape)
+            lo = g.add_const(f"{conv.name}/qmin", np.asarray(bounds[0], zy.dtype))
+            hi = g.add_const(f"{conv.name}/qmax", np.asarray(bounds[1], zy.dtype))
+            act.op_type, act.inputs, act.outputs, act.attrs = "Clip", [mid, lo, hi], [out], {}
+            out = mid
+        elif act is not None:
+            act.op_type = DEAD
+        conv.op_type, conv.inputs, conv.outputs, conv.attrs = "QLinearConv", ins, [out], attrs
+        if act is not None and act.op_type == "Clip":
+            # NOTE: the Clip must run after the QLinearConv: it takes the Q node's place
+            g.nodes.remove(act)
+            g.nodes.insert(g.nodes.index(conv) + 1, act)
+        nxt.op_type = DEAD
+        consumers, producers = g.consumers(), g.producers()
+    g.nodes = [n for n in g.nodes if n.op_type != DEAD]
+    _fuse_add(g)
+    return remove_dead(g)
+
+
+def _fuse_add(g: Graph) -> None:
+    """``DequantizeLinear(a), DequantizeLinear(b) -> Add|Mul -> QuantizeLinear`` (per-tensor,
+    one quantized type) becomes com.microsoft ``QLinearAdd|QLinearMul(a, a_scale, a_zp, b,
+    b_scale, b_zp, y_scale, y_zp)``, whose definition is that chain's float32 operations:
+    equal bit for bit."""
+    consumers, producers = g.consumers(), g.producers()
+    for op in list(g.nodes):
+        if op.op_type not in ("Add", "Mul") or len(op.inputs) != 2 or op.attrs:
+            continue
+        q = single_consumer(g, consumers, op.outputs[0])
+        qp = _q_params(g, q)
+        dqs = [producers.get(i) for i in op.inputs]
+        ps = [_dq_params(g, d) for d in dqs]
+        if qp is None or any(p is None or p[1].size != 1 for p in ps):
+            continue
+        types = {_qtype(g, p[0], p[2]) for p in ps} | {qp[1].dtype}
+        if len(types) != 1 or types.pop() not in _Q8:
+            continue
+        ins = []
+        for d in dqs:
+            zp = d.inputs[2] if len(d.inputs) > 2 else MISSING
+            if zp == MISSING:
+                zp = g.add_const(f"{op.name}/zero_point", np.zeros((), qp[1].dtype))
+            ins += [d.inputs[0], d.inputs[1], zp]
+        op.op_type = "QLinearAdd" if op.op_type == "Add" else "QLinearMul"
+        op.domain = "com.microsoft"
+        op.inputs = ins + [q.inputs[1], q.inputs[2]]
+        op.outputs = [q.outputs[0]]
+        q.op_type = DEAD
+        consumers, producers = g.consumers(), g.producers()
+    g.nodes = [n for n in g.nodes if n.op_type != DEAD]
+
+
+# ---- DequantizeLinear -> per-channel float ops -> QuantizeLinear as one table ----------------
+
+_UNARY = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Abs",
+          "Neg", "Identity", "Elu", "Softplus"}
+_BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min", "PRelu"}
+
+
+def _per_channel_const(g: Graph, idx: int, rank: int) -> bool:
+    """Whether input ``idx`` is a constant that broadcasts per channel (axis 1) or per tensor
+    against a rank-``rank`` value."""
+    d = _const(g, idx)
+    if d is None or d.ndim > rank:
+        return False
+    shape = (1,) * (rank - d.ndim) + d.shape
+    return all(s == 1 for k, s in enumerate(shape) if k != 1)
+
+
+def _channel_op(g: Graph, node, x: int, rank: int) -> bool:
+    """Whether ``node`` maps its input ``x`` channel by channel, element by element (its
+    other inputs constant per channel): a table over x's 256 values then gives its result."""
+    if len(node.outputs) != 1 or any(k.startswith("_") for k in node.attrs):
+        return False
+    rest = [i for i in node.inputs[1:] if i != MISSING]
+    if node.inputs[0] != x:
+        if node.op_type not in ("Add", "Mul", "Max", "Min") or x not in node.inputs[1:]:
+            return False
+        rest = [i for i in node.inputs if i != x]
+    if node.op_type in _UNARY:
+        return node.op_type != "Clip" or all(_const(g, i) is not None and _const(g, i).size == 1
+                                             for i in rest)
+    if node.op_type in _BINARY:
+        return len(rest) == 1 and _per_channel_const(g, rest[0], rank)
+    if node.op_type == "BatchNormalization":
+        return (int(node.attrs.get("training_mode", 0)) == 0 and rank >= 2 and len(rest) == 4
+                and all(_const(g, i) is not None for i in rest))
+    return False
+
+
+def _infos(g: Graph) -> dict:
+    """``{value: TensorInfo}`` of every value whose shape follows from the graph inputs'
+    shapes, symbolic dims taken as 1 (enough for ranks and constant-sized dims)."""
+    from ..errors import SpratError
+    from ..ir.shapes.control import constant_infos, infer_step
+    from ..ir.tensorinfo import TensorInfo
+
+    known = constant_infos(g)
+    for i in g.inputs:
+        v = g.values[i]
+        if v.shape is None or v.dtype is None:
+            return known
+        known[i] = TensorInfo(tuple(d if isinstance(d, int) else 1 for d in v.shape), v.dtype)
+    for node in g.nodes:
+        try:
+            infer_step(node, known)
+        except SpratError:  # NOTE: a shape that needs data (or an unknown op): stop there
+            break
+    return known
+
+
+def _table(g: Graph, chain, x_q: int, channels: int, rank: int, dt) -> np.ndarray:
+    """(channels, 256) table of the chain ``DQ, ops..., Q`` evaluated by the reference kernels
+    on every value of x_q's type in every channel; (1, 256) when the rows agree."""
+    from ..backends.reference import evaluate
+
+    vals = np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
+    v = np.ascontiguousarray(np.broadcast_to(vals.reshape((256, 1) + (1,) * (rank - 2)),
+                                             (256, channels) + (1,) * (rank - 2)))
+    cur = x_q
+    for node in chain:
+        ins = [v if i == cur else (None if i == MISSING else g.values[i].data)
+               for i in node.inputs]
+        v = evaluate(node, ins)[0]
+        cur = node.outputs[0]
+    table = np.ascontiguousarray(v.reshape(256, channels).T)
+    return table[:1].copy() if (table == table[:1]).all() else table
+
+
+def fuse_lookup(g: Graph) -> Graph:
+    """``DequantizeLinear(x_q) -> [per-channel elementwise float ops] -> QuantizeLinear``
+    (per-tensor scales, uint8/int8, the ops e.g. a BatchNormalization and a Clip between two
+    quantized convs) becomes ``QLinearLookup(x_q, table)``: the table holds the chain's result
+    for each of the 256 values of x_q in each channel, computed by the reference kernels, so
+    the result equals the unfused chain's bit for bit. Runs after ``fold_constants`` (the
+    ops' parameters are often DequantizeLinear of constants) and before ``layout``."""
+    consumers, producers = g.consumers(), g.producers()
+    infos = None
+    for q in list(g.nodes):
+        if q.op_type != "QuantizeLinear" or _q_params(g, q) is None:
+            continue
+        chain, v = [q], q.inputs[0]
+        while True:
+            p = producers.get(v)
+            if p is None or single_consumer(g, consumers, v) is not chain[-1]:
+                chain = None
+                break
+            if p.op_type == "DequantizeLinear":
+                break
+            chain.append(p)
+            live = [i for i in p.inputs if i != MISSING and g.values[i].data is None]
+            if len(live) != 1:
+                chain = None
+                break
+            v = live[0]
+        if chain is None:
+            continue
+        dq = producers[v]
+        xp = _dq_params(g, dq)
+        if infos is None:
+            infos = _infos(g)
+        info = infos.get(dq.inputs[0]) if xp is not None else None
+        if (info is None or _qtype(g, xp[0], xp[2]) not in _Q8 or len(info.shape) < 2
+                or xp[1].size != 1):
+            continue
+        rank, channels = len(info.shape), int(info.shape[1])
+        ops = chain[1:][::-1]
+        x = v
+        ok = True
+        for node in ops:
+            if not _channel_op(g, node, x, rank):
+                ok = False
+                break
+            x = node.outputs[0]
+        # NOTE: the channel count was inferred with symbolic dims as 1: the constants say
+        # whether that holds (a per-channel constant of another size: not fused)
+        if not ok or any(_const(g, i) is not None and _const(g, i).size not in (1, channels)
+                         for node in ops for i in node.inputs[1:]):
+            continue
+        table = _table(g, [dq, *ops, q], xp[0], channels, rank, _qtype(g, xp[0], xp[2]))
+        t = g.add_const(f"{q.name}/table", table)
+        q.op_type, q.inputs, q.attrs = "QLinearLookup", [xp[0], t], {"axis": 1}
+        for node in ops:
+            node.op_type = DEAD
+        consumers, producers = g.consumers(), g.producers()
+    g.nodes = [n for n in g.nodes if n.op_type != DEAD]
+    return remove_dead(g)

@@ -1,0 +1,232 @@
+"""The quantized conv and Quantize/DequantizeLinear cpu kernels (``cpu/qconv.py``,
+``cpu/qlinear.py``) against the reference kernels, bit for bit, at 1 and 2 threads (and on the
+baseline build: ``test_cpu_paths.py`` runs this file with ``SPRAT_CPU=baseline``).
+
+QLinearConv / ConvInteger run through the float32 conv kernels, exact while each partial sum
+stays within 2^24 (``exact_parts`` splits the input channels until it does); the worst-case
+cases below need two or more parts and would not be exact as one float32 GEMM."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from opcheck import check_cpu, cpu_refuses, fused
+
+from sprat.backends.cpu.qconv import EXACT_LIMIT, exact_parts
+
+_U8, _S8 = np.uint8, np.int8
+
+
+def _q(shape, dtype, seed, lo=None, hi=None):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    return rng.integers(info.min if lo is None else lo, (info.max if hi is None else hi) + 1,
+                        shape).astype(dtype)
+
+
+def _qlinear_inputs(n, h, w, c, m, k, group=1, xdt=_U8, wdt=_S8, per_channel=True,
+                    bias=True, seed=0, dims=2):
+    """(inputs, consts) of an NHWC QLinearConv: x (N, H, W, C), w (M, C/group, k, k)."""
+    rng = np.random.default_rng(seed)
+    xs = (n, w, c) if dims == 1 else (n, h, w, c)
+    x = _q(xs, xdt, seed)
+    wt = _q((m, c // group) + (k,) * dims, wdt, seed + 1)
+    wscale = (rng.random(m if per_channel else 1) * 0.02 + 0.001).astype(np.float32)
+    wzp = np.zeros(m if per_channel else 1, wdt) if wdt == _S8 else _q(
+        m if per_channel else 1, wdt, seed + 2, 100, 150)
+    ins = [x, np.float32(0.05), np.asarray(_q((), xdt, seed + 3)), wt, wscale, wzp,
+           np.float32(3.7), np.asarray(_q((), xdt, seed + 4))]
+    if bias:
+        ins.append(rng.integers(-20000, 20000, m).astype(np.int32))
+    return [np.asarray(a) for a in ins], tuple(range(1, len(ins)))
+
+
+CASES = [  # (n, h, w, c, m, k, attrs)
+    (1, 9, 11, 16, 24, 1, {}),  # pointwise
+    (2, 10, 10, 8, 16, 3, {"pads": [1, 1, 1, 1]}),  # shift-GEMM
+    (1, 9, 9, 160, 32, 3, {"pads": [1, 1, 1, 1]}),  # im2col (>= 128 channels)
+    (1, 12, 13, 8, 12, 3, {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    (1, 15, 15, 3, 16, 7, {"strides": [2, 2], "pads": [3, 3, 3, 3]}),  # a stem
+    (1, 8, 8, 6, 8, 3, {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    (1, 7, 7, 8, 8, 1, {"strides": [2, 2]}),  # strided 1x1
+]
+
+
+@pytest.mark.parametrize("n,h,w,c,m,k,attrs", CASES)
+@pytest.mark.parametrize("xdt,wdt", [(_U8, _S8), (_S8, _S8), (_U8, _U8)])
+def test_qlinear_conv(n, h, w, c, m, k, attrs, xdt, wdt):
+    ins, consts = _qlinear_inputs(n, h, w, c, m, k, xdt=xdt, wdt=wdt)
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [k, k], **attrs}, consts, rtol=0)
+
+
+def test_qlinear_conv_per_tensor_without_bias_and_one_d():
+    ins, consts = _qlinear_inputs(1, 1, 20, 8, 8, 3, per_channel=False, bias=False)
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+              consts, rtol=0)
+    ins, consts = _qlinear_inputs(2, 1, 30, 8, 12, 5, dims=1)
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [5], "pads": [2, 2]}, consts,
+              rtol=0)
+
+
+@pytest.mark.parametrize("c,group", [(32, 32), (16, 4)])
+@pytest.mark.parametrize("xdt", [_U8, _S8])
+def test_qlinear_conv_groups(c, group, xdt):
+    """Depthwise (group == C == M: the direct kernel) and a grouped conv."""
+    ins, consts = _qlinear_inputs(2, 10, 11, c, c, 3, group=group, xdt=xdt)
+    for strides in ([1, 1], [2, 2], [1, 2]):
+        check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "group": group,
+                                       "pads": [1, 1, 1, 1], "strides": strides}, consts, rtol=0)
+    ins, consts = _qlinear_inputs(1, 12, 12, c, c, 5, group=group, xdt=xdt, per_channel=False)
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [5, 5], "group": group,
+                                   "pads": [4, 3, 2, 4], "dilations": [2, 1]}, consts, rtol=0)
+
+
+def test_qlinear_conv_fused_clip():
+    """A QDQ Relu/Clip (``passes.fuse_qdq``) is a clamp of the quantized output."""
+    ins, consts = _qlinear_inputs(1, 8, 8, 16, 16, 3)
+    check_cpu("QLinearConv", ins, {**fused("Clip", (40, 200)), "kernel_shape": [3, 3],
+                                   "pads": [1, 1, 1, 1]}, consts, rtol=0)
+
+
+@pytest.mark.parametrize("c,k", [(512, 3), (256, 3), (300, 1)])
+def test_qlinear_conv_worst_case_needs_parts_and_stays_exact(c, k):
+    """Inputs at the extreme of their range and weights at +-127 with one sign per output
+    channel: every sum is ``K * 255 * 127`` in magnitude, far beyond 2^24 (a single float32
+    GEMM would round). The kernel splits the input channels into parts that stay within
+    2^24 each and adds them as int32: the result equals the int64 reference exactly."""
+    m = 16
+    ins, consts = _qlinear_inputs(1, 6, 6, c, m, k)
+    ins[0] = np.full_like(ins[0], 255)
+    ins[2] = np.asarray(0, _U8)
+    sign = np.where(np.arange(m) % 2, 1, -1).reshape(-1, 1, 1, 1)
+    ins[3] = (np.full((m, c, k, k), 127) * sign).astype(_S8)
+    ins[5] = np.zeros(m, _S8)
+    ins[4] = np.full(m, 1e-6, np.float32)  # keep the outputs off saturation
+    parts = exact_parts(ins[3].astype(np.int64), 255)
+    assert len(parts) == -(-(c * k * k * 255 * 127) // EXACT_LIMIT) or len(parts) > 1
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [k, k], "pads": [k // 2] * 4},
+              consts, rtol=0)
+
+
+def test_exact_parts_bound():
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (64, 512, 3, 3))
+    parts = exact_parts(w, 255)
+    assert parts[0][0] == 0 and parts[-1][1] == 512
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(parts))
+    for c0, c1 in parts:
+        assert 255 * np.abs(w[:, c0:c1]).reshape(64, -1).sum(1).max() <= EXACT_LIMIT
+    # each part as large as it can be: one more channel breaks the bound
+    for c0, c1 in parts[:-1]:
+        assert 255 * np.abs(w[:, c0:c1 + 1]).reshape(64, -1).sum(1).max() > EXACT_LIMIT
+    assert exact_parts(w[:, :4], 255) == [(0, 4)]
+    assert exact_parts(np.full((2, 1, 40, 40), 127), 255) is None  # one channel too large
+
+
+@pytest.mark.parametrize("wdt", [_S8, _U8])
+def test_conv_integer(wdt):
+    x = _q((2, 9, 9, 24), _U8, 0)
+    w = _q((16, 24, 3, 3), wdt, 1)
+    ins = [x, w, np.asarray(_q((), _U8, 2)), np.asarray(_q((16,), wdt, 3))]
+    check_cpu("ConvInteger", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+              (1, 2, 3), rtol=0)
+    check_cpu("ConvInteger", ins[:2], {**fused(), "kernel_shape": [3, 3]}, (1,), rtol=0)
+
+
+def test_qconv_refusals():
+    ins, consts = _qlinear_inputs(1, 8, 8, 8, 8, 3)
+    attrs = {**fused(), "kernel_shape": [3, 3]}
+    assert cpu_refuses("QLinearConv", ins, {"kernel_shape": [3, 3]}, consts)  # NCHW
+    assert cpu_refuses("QLinearConv", ins, attrs, (1, 2, 4, 5, 6, 7, 8))  # w not constant
+    assert cpu_refuses("QLinearConv", ins, {**fused("Relu"), "kernel_shape": [3, 3]}, consts)
+    # a grouped conv whose sums would need two parts
+    big, bconsts = _qlinear_inputs(1, 4, 4, 1024, 4, 3, group=2)
+    big[3] = np.full_like(big[3], 127)
+    assert cpu_refuses("QLinearConv", big, {**attrs, "group": 2}, bconsts)
+
+
+def _boundary_floats(scale, seed=0):
+    rng = np.random.default_rng(seed)
+    k = rng.integers(-300, 300, 4096).astype(np.float32)
+    return np.concatenate([(rng.standard_normal(1 << 18) * 3).astype(np.float32),
+                           (k + np.float32(0.5)) * scale, k * scale,
+                           np.array([1e9, -1e9], np.float32)]).reshape(2, -1)
+
+
+@pytest.mark.parametrize("zp", [np.uint8(7), np.int8(-3), None])
+def test_quantize_and_dequantize_linear(zp):
+    s = np.float32(0.0173)
+    x = _boundary_floats(s)
+    ins = [x, np.asarray(s)] + ([] if zp is None else [np.asarray(zp)])
+    check_cpu("QuantizeLinear", ins, {}, (1, 2), rtol=0)
+    q = _q((3, 1000, 77), np.int8 if zp is not None and zp.dtype == np.int8 else np.uint8, 1)
+    ins = [q, np.asarray(s)] + ([] if zp is None else [np.asarray(zp)])
+    check_cpu("DequantizeLinear", ins, {}, (1, 2), rtol=0)
+
+
+def test_quantize_linear_refusals():
+    x = np.zeros((2, 3, 4), np.float32)
+    per_axis = [x, np.full(3, 0.1, np.float32), np.zeros(3, np.uint8)]
+    assert cpu_refuses("QuantizeLinear", per_axis, {"axis": 1}, (1, 2))
+    assert cpu_refuses("QuantizeLinear", [x, np.asarray(np.float32(0.1)),
+                                          np.asarray(np.uint16(3))], {}, (1, 2))
+    assert cpu_refuses("QuantizeLinear", [x, np.asarray(np.float32(0.1))], {}, ())
+
+
+@pytest.mark.parametrize("xdt,tdt", [(_U8, _U8), (_S8, _S8), (_U8, _S8)])
+@pytest.mark.parametrize("shape,axis,rows", [((2, 5, 6, 7), 3, 7), ((1, 300, 40), 1, 300),
+                                             ((3, 4, 5), 1, 1), ((600, 17), 1, 17)])
+def test_qlinear_lookup(xdt, tdt, shape, axis, rows):
+    x = _q(shape, xdt, 0)
+    table = _q((rows, 256), tdt, 1)
+    check_cpu("QLinearLookup", [x, table], {"axis": axis}, (1,), rtol=0)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dt", [_U8, _S8])
+def test_qlinear_add_and_mul(op, dt):
+    from opcheck import make_node, run_cpu
+
+    from sprat.backends.cpu import CpuBackend
+    from sprat.backends.reference import evaluate
+
+    a, b = _q((2, 300, 7, 9), dt, 0), _q((2, 300, 7, 9), dt, 1)
+    ins = [a, np.float32(0.031), np.asarray(_q((), dt, 2)), b, np.float32(0.017),
+           np.asarray(_q((), dt, 3)), np.float32(0.043 if op == "QLinearAdd" else 0.0011),
+           np.asarray(_q((), dt, 4))]
+    ins = [np.asarray(v) for v in ins]
+    node, infos = make_node(op, ins, {}, (1, 2, 4, 5, 6, 7))
+    node.domain = "com.microsoft"
+    want = evaluate(node, ins)[0]
+    for nt in (1, 2):
+        np.testing.assert_array_equal(run_cpu(node, infos, ins, nt)[0], want)
+    node.domain = ""  # NOTE: not an ONNX op: the cpu backend only takes the contrib op
+    assert not CpuBackend(1).has_fast_kernel(node, infos)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qdq_conv_may_run_by_winograd_within_one_lsb(threads):
+    """A QLinearConv made from a QDQ float conv (``_qdq``) runs a 3x3 stride-1 conv by
+    Winograd F(4,3), as the float conv would: within 1 LSB of the exact QLinearConv (the
+    reference), and equal on most values; the same node without ``_qdq`` stays exact."""
+    from opcheck import make_node, run_cpu
+
+    from sprat.backends.cpu import CpuBackend
+    from sprat.backends.reference import evaluate
+    from sprat.ir.shapes import infer
+    from sprat.ir.tensorinfo import TensorInfo
+
+    ins, consts = _qlinear_inputs(1, 24, 24, 64, 64, 3)
+    ins[4] = np.full(64, 0.004, np.float32)  # outputs spread over the range, few saturated
+    attrs = {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    node, infos = make_node("QLinearConv", ins, {**attrs, "_qdq": True}, consts)
+    want = evaluate(node, ins)[0]
+    kernel = CpuBackend(threads).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in infer(node, infos)])
+    assert [k.algo for k in kernel.inner] == ["winograd"]
+    got = run_cpu(node, infos, ins, threads)[0]
+    diff = np.abs(got.astype(int) - want.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.99
+    check_cpu("QLinearConv", ins, attrs, consts, rtol=0, threads=(threads,))

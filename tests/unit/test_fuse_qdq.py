@@ -1,0 +1,163 @@
+"""``passes.fuse_qdq``: QDQ patterns into one quantized op (QLinearConv, QLinearLookup,
+QLinearAdd), checked on small QDQ graphs against the same graph unfused (sprat's reference
+backend with no passes) and against onnxruntime with graph optimizations off (the spec)."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import sprat
+
+
+def _init(name, arr):
+    return nh.from_array(np.asarray(arr), name)
+
+
+def _model(nodes, inits, out="y"):
+    g = h.make_graph(nodes, "qdq", [h.make_tensor_value_info("x", T.UINT8, [1, 16, 9, 9])],
+                     [h.make_tensor_value_info(out, T.UINT8, None)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+
+
+def _qdq_conv(act: str | None, y_zp: int):
+    """DQ(x) -> Conv(DQ(w) per channel, DQ(b)) [-> act] -> Q."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (8, 16, 3, 3)).astype(np.int8)
+    ws = (rng.random(8) * 0.01 + 0.002).astype(np.float32)
+    xs = np.float32(0.02)
+    inits = [_init("xs", xs), _init("xz", np.uint8(3)), _init("w", w), _init("ws", ws),
+             _init("wz", np.zeros(8, np.int8)), _init("b", rng.integers(-500, 500, 8)
+                                                       .astype(np.int32)),
+             _init("bs", xs * ws), _init("ys", np.float32(0.15)), _init("yz", np.uint8(y_zp)),
+             _init("lo", np.float32(-1.0)), _init("hi", np.float32(6.0))]
+    nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             h.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             h.make_node("DequantizeLinear", ["b", "bs"], ["bf"], axis=0),
+             h.make_node("Conv", ["xf", "wf", "bf"], ["c"], pads=[1, 1, 1, 1])]
+    last = "c"
+    if act == "Relu":
+        nodes.append(h.make_node("Relu", ["c"], ["a"]))
+        last = "a"
+    elif act == "Clip":
+        nodes.append(h.make_node("Clip", ["c", "lo", "hi"], ["a"]))
+        last = "a"
+    nodes.append(h.make_node("QuantizeLinear", [last, "ys", "yz"], ["y"]))
+    return _model(nodes, inits)
+
+
+def _x():
+    return {"x": np.random.default_rng(1).integers(0, 256, (1, 16, 9, 9)).astype(np.uint8)}
+
+
+def _spec(model, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _sprat(model, feeds, optimized=True):
+    so = ort.SessionOptions()
+    if not optimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = sprat.InferenceSession(model.SerializeToString(), sess_options=so)
+    return sess.run(None, feeds)[0], sess.session.info()["backends"]
+
+
+def _nodes(model):
+    from sprat.frontends.onnx.importer import import_model
+    from sprat.passes import optimize
+
+    return optimize(import_model(model)).nodes
+
+
+def _ops(model) -> collections.Counter:
+    return collections.Counter(n.op_type for n in _nodes(model))
+
+
+def test_qdq_conv_with_bias_and_activation_becomes_one_qlinear_conv():
+    feeds = _x()
+    for act, y_zp in ((None, 128), ("Relu", 0), ("Relu", 100), ("Clip", 20)):
+        model = _qdq_conv(act, y_zp)
+        ops = _ops(model)
+        assert ops["QLinearConv"] == 1 and not ops["Conv"] and not ops["QuantizeLinear"], ops
+        # the activation is a clamp of the quantized output, fused into the QLinearConv; a
+        # Relu the output's saturation already implies (zero point 0) leaves nothing behind
+        (conv,) = [n for n in _nodes(model) if n.op_type == "QLinearConv"]
+        clamped = act == "Clip" or (act == "Relu" and y_zp > 0)
+        assert not ops["Relu"] and not ops["Clip"], ops
+        assert (conv.attrs.get("_activation") == "Clip") == clamped, (act, conv.attrs)
+        got, backends = _sprat(model, feeds)
+        assert set(backends.values()) == {"cpu"}, backends
+        want = _spec(model, feeds)
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, act
+        if act is not None:
+            info = np.iinfo(np.uint8)
+            q_lo = max(info.min, y_zp + (0 if act == "Relu" else round(-1.0 / 0.15)))
+            assert got.min() >= q_lo
+
+
+def test_channel_ops_between_dq_and_q_become_a_table_equal_to_the_unfused_chain():
+    rng = np.random.default_rng(2)
+    c = 16
+    inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
+             _init("s", (rng.random(c) + 0.5).astype(np.float32)),
+             _init("bb", rng.standard_normal(c).astype(np.float32)),
+             _init("m", rng.standard_normal(c).astype(np.float32)),
+             _init("v", (rng.random(c) + 0.5).astype(np.float32)),
+             _init("k", rng.standard_normal((c, 1, 1)).astype(np.float32)),
+             _init("lo", np.float32(0.0)), _init("hi", np.float32(6.0)),
+             _init("ys", np.float32(0.03)), _init("yz", np.uint8(0))]
+    nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f"]),
+             h.make_node("BatchNormalization", ["f", "s", "bb", "m", "v"], ["n"]),
+             h.make_node("Mul", ["k", "n"], ["mk"]),
+             h.make_node("Clip", ["mk", "lo", "hi"], ["r"]),
+             h.make_node("QuantizeLinear", ["r", "ys", "yz"], ["y"])]
+    model = _model(nodes, inits)
+    ops = _ops(model)
+    assert ops == {"QLinearLookup": 1}, ops
+    feeds = _x()
+    got, backends = _sprat(model, feeds)
+    assert set(backends.values()) == {"cpu"}
+    unfused, _ = _sprat(model, feeds, optimized=False)
+    np.testing.assert_array_equal(got, unfused)
+    assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1
+
+
+def test_dq_add_q_becomes_qlinear_add_equal_to_the_unfused_chain():
+    inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
+             _init("s2", np.float32(0.021)), _init("z2", np.uint8(7)),
+             _init("ys", np.float32(0.07)), _init("yz", np.uint8(60))]
+    nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["a"]),
+             h.make_node("QuantizeLinear", ["a", "s2", "z2"], ["x2"]),
+             h.make_node("DequantizeLinear", ["x2", "s2", "z2"], ["b"]),
+             h.make_node("Add", ["a", "b"], ["s"]),
+             h.make_node("QuantizeLinear", ["s", "ys", "yz"], ["y"])]
+    model = _model(nodes, inits)
+    ops = _ops(model)
+    assert ops["QLinearAdd"] == 1 and not ops["Add"], ops
+    feeds = _x()
+    got, backends = _sprat(model, feeds)
+    assert set(backends.values()) == {"cpu"}
+    unfused, _ = _sprat(model, feeds, optimized=False)
+    np.testing.assert_array_equal(got, unfused)
+    np.testing.assert_array_equal(got, _spec(model, feeds))
+
+
+def test_per_axis_activations_are_not_fused():
+    model = _qdq_conv(None, 128)
+    # the activation's DequantizeLinear per channel: not a QLinearConv input
+    for init in model.graph.initializer:
+        if init.name in ("xs", "xz"):
+            arr = nh.to_array(init)
+            init.CopyFrom(_init(init.name, np.full(16, arr, arr.dtype)))
+    model.graph.node[0].attribute.append(h.make_attribute("axis", 1))
+    assert _ops(model)["QLinearConv"] == 0
+    got, _ = _sprat(model, _x())
+    assert np.abs(got.astype(int) - _spec(model, _x()).astype(int)).max() <= 1
