@@ -1,13 +1,17 @@
-"""Quantized CNNs, side by side: sprat against onnxruntime on the same quantized model, and
+"""Quantized models, side by side: sprat against onnxruntime on the same quantized model, and
 against onnxruntime's fp32 time on the original model (issue 14's speed targets: <= 1.0x
-onnxruntime's quantized time, <= 0.8x its fp32 time).
+onnxruntime's quantized time, <= 0.8x its fp32 time for the CNNs).
 
-    python bench/quant.py [--models resnet18,mobilenet_v2] [--threads 1,2] [--runs N]
+    python bench/quant.py [--models resnet18:qdq,mobilenet_v2:qop,bert_minilm:dyn]
+                          [--threads 1,2] [--runs N]
 
-Models: ``sprat.testing.families`` at full size (224x224), quantized by onnxruntime's own
-``quantize_static`` as ``tests/models/test_quant_models.py`` does (4 seeded random calibration
-batches): ``qdq`` = QDQ, per-channel s8 weights, u8 activations; ``qop`` = QOperator,
-per-tensor weights, reduce_range. Timing: ``run.timed_blocks`` (alternating blocks, best
+Models: ``sprat.testing.families`` at full size (224x224 images, 128 tokens), quantized by
+onnxruntime's own quantizer as ``tests/models/test_quant_models.py`` does: ``qdq`` =
+``quantize_static`` QDQ, per-channel s8 weights, u8 activations (4 seeded random calibration
+batches); ``qop`` = QOperator, per-tensor weights, reduce_range; ``dyn`` = ``quantize_dynamic``
+with QInt8 weights (DynamicQuantizeLinear + MatMulInteger + Cast/Mul). The integer GEMM's path
+is printed (``sprat.backends.cpu.quant.PATH``: amx, vnni or int16; ``SPRAT_I8`` forces one).
+Timing: ``run.timed_blocks`` (alternating blocks, best
 block median). ``err``: max |sprat - spec| / max|spec| of the output against onnxruntime with
 graph optimizations disabled (the spec), beside the same for onnxruntime's own fast path.
 Run it under the shared lock: ``flock /tmp/sprat-bench.lock python bench/quant.py``.
@@ -30,7 +34,7 @@ import sprat
 from bench.run import ort_session, timed_blocks
 from sprat.testing.families import build
 
-FORMATS = ("qdq", "qop")
+FORMATS = ("qdq", "qop", "dyn")
 
 
 def quantize(name: str, fmt: str, workdir: pathlib.Path):
@@ -45,14 +49,16 @@ def quantize(name: str, fmt: str, workdir: pathlib.Path):
     class Calibration(q.CalibrationDataReader):
         def __init__(self):
             rng = np.random.default_rng(0)
-            self.batches = iter([{"x": rng.standard_normal(feeds["x"].shape).astype(np.float32)}
-                                 for _ in range(4)])
+            self.batches = iter([{k: rng.standard_normal(v.shape).astype(np.float32)
+                                  for k, v in feeds.items()} for _ in range(4)])
 
         def get_next(self):
             return next(self.batches, None)
 
     dst = workdir / f"{name}.{fmt}.onnx"
-    if fmt == "qdq":
+    if fmt == "dyn":
+        q.quantize_dynamic(str(src), str(dst), weight_type=q.QuantType.QInt8)
+    elif fmt == "qdq":
         q.quantize_static(str(src), str(dst), Calibration(), quant_format=q.QuantFormat.QDQ,
                           per_channel=True, activation_type=q.QuantType.QUInt8,
                           weight_type=q.QuantType.QInt8)
@@ -74,12 +80,15 @@ def spec_output(path, feeds):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="resnet18:qdq,mobilenet_v2:qop",
-                    help="name:format list (formats: qdq, qop)")
+    ap.add_argument("--models", default="resnet18:qdq,mobilenet_v2:qop,bert_minilm:dyn",
+                    help="name:format list (formats: qdq, qop, dyn)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
+    from sprat.backends.cpu.quant import PATH
+
+    print(f"integer GEMM path: {PATH}\n")
     print("| model | threads | sprat ms | ort quant ms | sprat/ort quant | ort fp32 ms | "
           "sprat/ort fp32 | err sprat | err ort fast |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
