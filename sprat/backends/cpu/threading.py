@@ -19,10 +19,12 @@ from __future__ import annotations
 
 _blas_libs = None
 
-# NOTE: threadpoolctl's controllers look their C functions up on every call (a ctypes
-# attribute lookup, ~3 us each: three per run, a tenth of a small model's run); OpenBLAS's
-# get/set functions are bound once instead (its usual builds; others go through threadpoolctl)
-_OPENBLAS_AFFIXES = [(p, s) for p in ("", "scipy_") for s in ("", "64_", "_64")]
+# NOTE: the BLAS the kernels call is held through its own get/set functions, bound once with
+# ctypes: threadpoolctl's controllers look their C functions up on every call (~3 us each, three
+# per run, a tenth of a small model's run), and importing threadpoolctl and scanning the
+# process's libraries cost 7 ms of every cold start. threadpoolctl remains the way for a BLAS
+# that is not OpenBLAS with its own thread pool (MKL, OpenBLAS on OpenMP, ...).
+_OPENBLAS_AFFIXES = [(p, s) for p in ("scipy_", "") for s in ("64_", "", "_64")]
 
 
 class _Threads:
@@ -30,36 +32,49 @@ class _Threads:
 
     __slots__ = ("get", "set", "_keep")
 
-    def __init__(self, lib):
-        self.get, self.set, self._keep = lib.get_num_threads, lib.set_num_threads, None
-        if lib.internal_api != "openblas" or getattr(lib, "threading_layer", "") == "openmp":
-            return
-        import ctypes
+    def __init__(self, get, set_, keep=None):
+        self.get, self.set, self._keep = get, set_, keep
 
-        try:
-            dll = ctypes.CDLL(lib.filepath)
-        except OSError:
-            return
-        for pre, suf in _OPENBLAS_AFFIXES:
-            get = getattr(dll, f"{pre}openblas_get_num_threads{suf}", None)
-            put = getattr(dll, f"{pre}openblas_set_num_threads{suf}", None)
-            if get is not None and put is not None:
-                get.restype, get.argtypes = ctypes.c_int, []
-                put.restype, put.argtypes = None, [ctypes.c_int]
-                self.get, self.set, self._keep = get, put, dll
-                return
+
+def _openblas(path: str) -> _Threads | None:
+    """OpenBLAS's own thread functions in the library at ``path`` (the wheels' affixes), or None
+    when it has none or runs on OpenMP (``openblas_get_parallel() == 2``)."""
+    import ctypes
+
+    try:
+        dll = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for pre, suf in _OPENBLAS_AFFIXES:
+        get = getattr(dll, f"{pre}openblas_get_num_threads{suf}", None)
+        put = getattr(dll, f"{pre}openblas_set_num_threads{suf}", None)
+        if get is None or put is None:
+            continue
+        par = getattr(dll, f"{pre}openblas_get_parallel{suf}", None)
+        if par is not None:
+            par.restype, par.argtypes = ctypes.c_int, []
+            if par() == 2:
+                return None
+        get.restype, get.argtypes = ctypes.c_int, []
+        put.restype, put.argtypes = None, [ctypes.c_int]
+        return _Threads(get, put, dll)
+    return None
 
 
 def _blas() -> list[_Threads]:
-    """The thread controls of the loaded BLAS libraries (found once, with threadpoolctl)."""
+    """The thread controls of the BLAS the kernels call (found once)."""
     global _blas_libs
     if _blas_libs is None:
-        from threadpoolctl import ThreadpoolController
+        from . import compiled  # NOTE: load and bind the BLAS the kernels call first
 
-        from . import compiled  # noqa: F401  (NOTE: load the BLAS the kernels call first)
+        direct = _openblas(compiled.BLAS_LIBRARY) if compiled.BLAS_LIBRARY else None
+        if direct is not None:
+            _blas_libs = [direct]
+        else:
+            from threadpoolctl import ThreadpoolController
 
-        _blas_libs = [_Threads(lib) for lib in
-                      ThreadpoolController().select(user_api="blas").lib_controllers]
+            _blas_libs = [_Threads(lib.get_num_threads, lib.set_num_threads) for lib in
+                          ThreadpoolController().select(user_api="blas").lib_controllers]
     return _blas_libs
 
 

@@ -40,17 +40,18 @@ kernels = _pick()
 VARIANT: str = kernels.VARIANT
 
 
-def _bind_blas() -> str:
+def _bind_blas() -> tuple[str, str | None]:
     from ..blas import find_sgemm
 
     found = find_sgemm()
     if found is None:
         kernels.bind_blas(0, False)
-        return "portable"
-    address, ilp64, _ = found
+        return "portable", None
+    address, ilp64, path = found
     kernels.bind_blas(address, ilp64)
-    return "ilp64" if ilp64 else "lp64"
+    return ("ilp64" if ilp64 else "lp64"), path
 
 
-#: which GEMM the kernels call: "ilp64" / "lp64" (NumPy's BLAS) or "portable" (none found)
-BLAS: str = _bind_blas()
+#: which GEMM the kernels call: "ilp64" / "lp64" (NumPy's BLAS) or "portable" (none found), and
+#: the path of that BLAS library (None for "portable")
+BLAS, BLAS_LIBRARY = _bind_blas()
