@@ -28,11 +28,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import numpy as np
+import numpy as np  # noqa: E402
 
-import sprat
-from bench.run import ort_session, timed_blocks
-from sprat.testing.families import build
+import sprat  # noqa: E402
+from bench.run import ort_session, timed_blocks  # noqa: E402
+from sprat.testing.families import build  # noqa: E402
 
 FORMATS = ("qdq", "qop", "dyn")
 

@@ -5,8 +5,8 @@ Bounds (cosine similarity of each output to the float32 model's, worst over the 
 measured values with a margin, not a tolerance widened until green: PP-OCR text-direction
 classifier, 8 drawn text lines: fp16 0.9999999999, int8 (block 64) 0.99999998; PP-OCRv4
 recogniser (40 x 6625 softmax per line): fp16 0.999991, int8 0.9913, with the per-timestep
-argmax equal on >= 97.5 % of the timesteps of each line. MediaPipe's TFLite files store float16 weights, so
-``fp16`` gives them back exactly: outputs bit-identical to the float32 conversion.
+argmax equal on >= 97.5 % of the timesteps of each line. MediaPipe's TFLite files store float16
+weights, so ``fp16`` gives them back exactly: outputs bit-identical to the float32 conversion.
 """
 
 from __future__ import annotations

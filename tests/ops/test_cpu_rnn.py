@@ -79,11 +79,11 @@ def test_lstm_refuses_what_it_does_not_implement():
     assert not CpuBackend().has_fast_kernel(node, short)
 
 
-def _gru_case(direction, init, bias, lbr, seed=0, S=7, B=3, I=5, H=4, scale=1.0):
+def _gru_case(direction, init, bias, lbr, seed=0, S=7, B=3, n_in=5, H=4, scale=1.0):
     rng = np.random.default_rng(seed)
     dirs = 2 if direction == "bidirectional" else 1
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-    arrs = [f(S, B, I), f(dirs, 3 * H, I) * scale, f(dirs, 3 * H, H) * scale,
+    arrs = [f(S, B, n_in), f(dirs, 3 * H, n_in) * scale, f(dirs, 3 * H, H) * scale,
             f(dirs, 6 * H) if bias else None, None, f(dirs, B, H) if init else None]
     node = Node("GRU", "gru", list(range(6)), [6, 7],
                 {"direction": direction, "hidden_size": H, "linear_before_reset": lbr})
@@ -122,7 +122,7 @@ def test_gru_matches_reference(direction, init, bias, lbr):
 def test_bidirectional_gru_on_two_threads(lbr):
     # the two directions on two threads; K and N past the few-row GEMV path; scaled weights
     # keep 40 steps contractive (see the LSTM case)
-    kernel = _run_gru(*_gru_case("bidirectional", True, True, lbr, S=40, B=2, I=16, H=64,
+    kernel = _run_gru(*_gru_case("bidirectional", True, True, lbr, S=40, B=2, n_in=16, H=64,
                                  scale=0.2), threads=2)
     assert kernel.par
 
@@ -137,13 +137,13 @@ def test_gru_refuses_what_it_does_not_implement():
     from sprat.backends.cpu.compiled import kernels as ck
 
     # the compiled entry checks its operands against the shape it is given
-    S, B, I, H = 7, 3, 5, 4
-    x, w, r = (np.zeros(n, np.float32) for n in (S * B * I - 1, 3 * H * I, 3 * H * H))
+    S, B, n_in, H = 7, 3, 5, 4
+    x, w, r = (np.zeros(n, np.float32) for n in (S * B * n_in - 1, 3 * H * n_in, 3 * H * H))
     none = np.zeros(0, np.float32)
     scratch = [np.zeros((1, n), np.float32) for n in (S * B * 3 * H, B * 3 * H, B * H, B * H)]
     args = (w[None], r[None], np.zeros((1, 3 * H), np.float32), np.zeros((1, H), np.float32),
-            none, np.zeros(S * B * H, np.float32), none, *scratch, [False], S, B, I, H, True,
+            none, np.zeros(S * B * H, np.float32), none, *scratch, [False], S, B, n_in, H, True,
             False)
-    ck.gru(np.zeros(S * B * I, np.float32), *args)
+    ck.gru(np.zeros(S * B * n_in, np.float32), *args)
     with pytest.raises(ValueError, match="too short"):
         ck.gru(x, *args)

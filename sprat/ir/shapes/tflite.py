@@ -75,7 +75,8 @@ def tfl_rescale(ins, axis=-1, to=3, **_):
 
 
 def tfl_binary(ins, **_):
-    """TflAdd / TflSub / TflMul / TflPrelu(a, b) int8/uint8 of one dtype -> the broadcast shape, a's dtype."""
+    """TflAdd / TflSub / TflMul / TflPrelu(a, b) int8/uint8 of one dtype -> the broadcast shape,
+    a's dtype."""
     a, b = ins[0], ins[1]
     dt = _q8("TflAdd/TflMul", a)
     if np.dtype(b.dtype) != dt:
