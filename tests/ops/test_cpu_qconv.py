@@ -195,6 +195,26 @@ def test_one_group_convs_take_the_integer_gemm():
     check_cpu("QLinearConv", big, attrs, bconsts, rtol=0)
 
 
+def test_i8_im2col_errors():
+    from sprat.backends.cpu import quant
+    from sprat.backends.cpu.compiled import kernels
+
+    path = kernels.I8_PATHS[quant.PATH]
+    x = np.zeros(4 * 4 * 8, np.uint8)
+    pitch = kernels.i8_a_pitch(9 * 8, path)
+    ws, rs = np.zeros((kernels.i8_a_rows(16, path), pitch), np.uint8), np.zeros(48, np.int32)
+    kernels.i8_im2col(1, x, False, 3, 1, 4, 4, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path, ws, rs)
+    with pytest.raises(ValueError, match="too short"):  # a map of 2 rows, not 4
+        kernels.i8_im2col(1, x[:64], False, 3, 1, 4, 4, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path,
+                          ws, rs)
+    with pytest.raises(ValueError, match="too short"):  # rows of 8 bytes for K = 72
+        kernels.i8_im2col(1, x, False, 3, 1, 4, 4, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path,
+                          ws[:, :8].copy(), rs)
+    with pytest.raises(ValueError, match="K="):
+        kernels.i8_im2col(1, x, False, 3, 1, 4, 4, 4000, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path,
+                          ws, rs)
+
+
 @pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
 def test_every_integer_path_this_cpu_has_passes_these_tests():
     """This file again with SPRAT_I8 forcing each slower integer GEMM path the CPU has (as
