@@ -2,21 +2,50 @@
 ``cpu/qlinear.py``) against the reference kernels, bit for bit, at 1 and 2 threads (and on the
 baseline build: ``test_cpu_paths.py`` runs this file with ``SPRAT_CPU=baseline``).
 
-QLinearConv / ConvInteger run through the float32 conv kernels, exact while each partial sum
-stays within 2^24 (``exact_parts`` splits the input channels until it does); the worst-case
-cases below need two or more parts and would not be exact as one float32 GEMM."""
+One-group QLinearConv / ConvInteger run on the exact integer GEMM (``i8_gemm``: the NHWC input
+itself for a 1x1 stride-1 conv, else its byte im2col); each such case also runs on the float32
+path (``qconv.I8_CONV`` off: the grouped convs' path), exact while each partial sum stays within
+2^24 (``exact_parts`` splits the input channels until it does); the worst-case cases below need
+two or more parts there and would not be exact as one float32 GEMM. The integer GEMM's slower
+paths (SPRAT_I8=int16, vnni) run this file again in a subprocess."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from opcheck import check_cpu, cpu_refuses, fused
 
+from sprat.backends.cpu import qconv
 from sprat.backends.cpu.qconv import EXACT_LIMIT, exact_parts
 
 _U8, _S8 = np.uint8, np.int8
+
+
+@pytest.fixture(params=["i8", "float"])
+def conv_path(request, monkeypatch):
+    """Each one-group case on the integer GEMM and on the float32 path."""
+    monkeypatch.setattr(qconv, "I8_CONV", request.param == "i8" and qconv.I8_CONV)
+    return request.param
+
+
+def _kernel(op, ins, attrs, consts, threads=1):
+    """The prepared cpu kernel of ``op``."""
+    from opcheck import make_node
+
+    from sprat.backends.cpu import CpuBackend
+    from sprat.ir.shapes import infer
+    from sprat.ir.tensorinfo import TensorInfo
+
+    node, infos = make_node(op, ins, attrs, consts)
+    kernel = CpuBackend(threads).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in infer(node, infos)])
+    return kernel
 
 
 def _q(shape, dtype, seed, lo=None, hi=None):
@@ -51,17 +80,21 @@ CASES = [  # (n, h, w, c, m, k, attrs)
     (1, 15, 15, 3, 16, 7, {"strides": [2, 2], "pads": [3, 3, 3, 3]}),  # a stem
     (1, 8, 8, 6, 8, 3, {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     (1, 7, 7, 8, 8, 1, {"strides": [2, 2]}),  # strided 1x1
+    # integer GEMM: several row and column blocks (AMX 32 x 32), ragged edges, 2 slots
+    (2, 23, 21, 67, 83, 1, {}),
+    (1, 29, 27, 45, 50, 3, {"pads": [1, 2, 0, 1]}),
+    (1, 16, 16, 130, 36, 3, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
 
 @pytest.mark.parametrize("n,h,w,c,m,k,attrs", CASES)
 @pytest.mark.parametrize("xdt,wdt", [(_U8, _S8), (_S8, _S8), (_U8, _U8)])
-def test_qlinear_conv(n, h, w, c, m, k, attrs, xdt, wdt):
+def test_qlinear_conv(n, h, w, c, m, k, attrs, xdt, wdt, conv_path):
     ins, consts = _qlinear_inputs(n, h, w, c, m, k, xdt=xdt, wdt=wdt)
     check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [k, k], **attrs}, consts, rtol=0)
 
 
-def test_qlinear_conv_per_tensor_without_bias_and_one_d():
+def test_qlinear_conv_per_tensor_without_bias_and_one_d(conv_path):
     ins, consts = _qlinear_inputs(1, 1, 20, 8, 8, 3, per_channel=False, bias=False)
     check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
               consts, rtol=0)
@@ -83,7 +116,7 @@ def test_qlinear_conv_groups(c, group, xdt):
                                    "pads": [4, 3, 2, 4], "dilations": [2, 1]}, consts, rtol=0)
 
 
-def test_qlinear_conv_fused_clip():
+def test_qlinear_conv_fused_clip(conv_path):
     """A QDQ Relu/Clip (``passes.fuse_qdq``) is a clamp of the quantized output."""
     ins, consts = _qlinear_inputs(1, 8, 8, 16, 16, 3)
     check_cpu("QLinearConv", ins, {**fused("Clip", (40, 200)), "kernel_shape": [3, 3],
@@ -91,7 +124,7 @@ def test_qlinear_conv_fused_clip():
 
 
 @pytest.mark.parametrize("c,k", [(512, 3), (256, 3), (300, 1)])
-def test_qlinear_conv_worst_case_needs_parts_and_stays_exact(c, k):
+def test_qlinear_conv_worst_case_needs_parts_and_stays_exact(c, k, conv_path):
     """Inputs at the extreme of their range and weights at +-127 with one sign per output
     channel: every sum is ``K * 255 * 127`` in magnitude, far beyond 2^24 (a single float32
     GEMM would round). The kernel splits the input channels into parts that stay within
@@ -126,13 +159,80 @@ def test_exact_parts_bound():
 
 
 @pytest.mark.parametrize("wdt", [_S8, _U8])
-def test_conv_integer(wdt):
+def test_conv_integer(wdt, conv_path):
     x = _q((2, 9, 9, 24), _U8, 0)
     w = _q((16, 24, 3, 3), wdt, 1)
     ins = [x, w, np.asarray(_q((), _U8, 2)), np.asarray(_q((16,), wdt, 3))]
     check_cpu("ConvInteger", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
               (1, 2, 3), rtol=0)
     check_cpu("ConvInteger", ins[:2], {**fused(), "kernel_shape": [3, 3]}, (1,), rtol=0)
+    ins = [_q((1, 20, 20, 40), _S8, 4), _q((24, 40, 1, 1), _S8, 5), np.asarray(np.int8(-5))]
+    check_cpu("ConvInteger", ins, {**fused(), "kernel_shape": [1, 1]}, (1, 2), rtol=0)
+
+
+def test_one_group_convs_take_the_integer_gemm():
+    """1x1 stride-1 convs multiply the input itself, other one-group convs its byte im2col
+    (also one that ``exact_parts`` cannot split: more than 2^24 / (255 * 127) taps per
+    channel); grouped and depthwise convs stay on the float32 path."""
+    if not qconv.I8_CONV:
+        pytest.skip("SPRAT_QCONV=float")
+    ins, consts = _qlinear_inputs(1, 9, 11, 16, 24, 1)
+    k = _kernel("QLinearConv", ins, {**fused(), "kernel_shape": [1, 1]}, consts)
+    assert k.i8 and k.pointwise
+    ins, consts = _qlinear_inputs(1, 9, 11, 16, 24, 3)
+    k = _kernel("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3]}, consts)
+    assert k.i8 and not k.pointwise
+    ins, consts = _qlinear_inputs(1, 9, 9, 16, 16, 3, group=16)
+    k = _kernel("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "group": 16}, consts)
+    assert not k.i8 and k.direct_dw
+    big, bconsts = _qlinear_inputs(1, 24, 24, 1, 4, 24)
+    big[0] = np.full_like(big[0], 255)
+    big[2] = np.asarray(0, _U8)
+    big[3] = np.full_like(big[3], 127)
+    assert exact_parts(big[3].astype(np.int64), 255) is None
+    attrs = {**fused(), "kernel_shape": [24, 24]}
+    assert _kernel("QLinearConv", big, attrs, bconsts).i8
+    check_cpu("QLinearConv", big, attrs, bconsts, rtol=0)
+
+
+def test_i8_im2col_errors():
+    from sprat.backends.cpu import quant
+    from sprat.backends.cpu.compiled import kernels
+
+    path = kernels.I8_PATHS[quant.PATH]
+    x = np.zeros(4 * 4 * 8, np.uint8)
+    pitch = kernels.i8_a_pitch(9 * 8, path)
+    ws, rs = np.zeros((kernels.i8_a_rows(16, path), pitch), np.uint8), np.zeros(48, np.int32)
+    kernels.i8_im2col(1, x, False, 3, 1, 4, 4, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path, ws, rs)
+    with pytest.raises(ValueError, match="too short"):  # a map of 2 rows, not 4
+        kernels.i8_im2col(1, x[:64], False, 3, 1, 4, 4, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path,
+                          ws, rs)
+    with pytest.raises(ValueError, match="too short"):  # rows of 8 bytes for K = 72
+        kernels.i8_im2col(1, x, False, 3, 1, 4, 4, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path,
+                          ws[:, :8].copy(), rs)
+    with pytest.raises(ValueError, match="K="):
+        kernels.i8_im2col(1, x, False, 3, 1, 4, 4, 4000, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, path,
+                          ws, rs)
+
+
+@pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
+def test_every_integer_path_this_cpu_has_passes_these_tests():
+    """This file again with SPRAT_I8 forcing each slower integer GEMM path the CPU has (as
+    test_cpu_quant.py; the baseline build's scalar path runs from ``test_cpu_paths.py``)."""
+    from sprat.backends.cpu import quant
+    from sprat.backends.cpu.compiled import kernels
+
+    have = [p for p, ok in (("int16", True), ("vnni", kernels.i8_has_vnni())) if ok]
+    for path in have:
+        if path == quant.PATH:
+            continue
+        env = dict(os.environ, SPRAT_I8=path)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
+               "-k", "conv and not float"]
+        proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout
 
 
 def test_qconv_refusals():
@@ -207,10 +307,12 @@ def test_qlinear_add_and_mul(op, dt):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_qdq_conv_may_run_by_winograd_within_one_lsb(threads):
-    """A QLinearConv made from a QDQ float conv (``_qdq``) runs a 3x3 stride-1 conv by
-    Winograd F(4,3), as the float conv would: within 1 LSB of the exact QLinearConv (the
-    reference), and equal on most values; the same node without ``_qdq`` stays exact."""
+def test_qdq_conv_may_run_by_winograd_within_one_lsb(threads, monkeypatch):
+    """On the float32 path, a QLinearConv made from a QDQ float conv (``_qdq``) runs a 3x3
+    stride-1 conv by Winograd F(4,3), as the float conv would: within 1 LSB of the exact
+    QLinearConv (the reference), and equal on most values; the same node without ``_qdq``
+    stays exact. (The integer GEMM is exact for both.)"""
+    monkeypatch.setattr(qconv, "I8_CONV", False)
     from opcheck import make_node, run_cpu
 
     from sprat.backends.cpu import CpuBackend

@@ -1,9 +1,20 @@
-"""QLinearConv and ConvInteger in NHWC, integer-exact through the float32 conv kernels.
+"""QLinearConv and ConvInteger in NHWC, integer-exact: on the int8 GEMM, or through the
+float32 conv kernels.
 
 The spec (ONNX QLinearConv-10, ConvInteger-10) accumulates ``sum (x - x_zp) * (w - w_zp)``
 exactly in int32, then QLinearConv requantises: ``y = saturate(round_half_even(float32(acc + B)
 * (x_scale * w_scale / y_scale)) + y_zp)`` (the multiplier in float32, per output channel for a
-per-channel w_scale, as onnxruntime computes it). Here:
+per-channel w_scale, as onnxruntime computes it).
+
+A one-group conv (K = kh * kw * C within ``I8_K_LIMIT``) runs on the exact integer GEMM
+(``compiled/int8.pxi``: ``i8_gemm``, the path of ``quant.PATH``: AMX, AVX-VNNI or int16), its
+weight ``(M, kh, kw, C)`` packed once at prepare with its zero points: A is the NHWC input itself
+for a 1x1 stride-1 unpadded conv (rows of C bytes), else its byte im2col (``i8_im2col``: rows of
+kh*kw*C bytes, a tap outside the map reading x's zero point); the GEMM's ``quantized`` epilogue is
+the requantisation above (``mult`` per column, the int32 bias, y's zero point, saturation, a fused
+clamp), the ``int32`` one ConvInteger's. Exact for every input (a QDQ conv's sums too: its results
+within 1 LSB of the float graph's, never by Winograd). ``SPRAT_QCONV=float`` (or ``I8_CONV =
+False``) keeps them on the float32 path below, which grouped and depthwise convs take:
 
 1. ``x - x_zp`` is widened to float32 (``compiled/quant.pxi``: ``qconv_unpack``), the weights
    ``w - w_zp`` are packed once at prepare as float32 by the fp32 conv kernel
@@ -22,28 +33,26 @@ Two shapes skip the float32 maps (one part only): a 1x1 stride-1 conv runs in on
 (``qconv_pointwise``: per block of pixels widen, GEMM, requantise while the block is in L2),
 a depthwise conv sums its taps straight from the quantized input (``qconv_depthwise``).
 
-So the results equal the spec's exactly, for every input. A QLinearConv that ``fuse_qdq`` made
+So the float32 path's results equal the spec's exactly too. A QLinearConv that ``fuse_qdq`` made
 from a QDQ float conv (``_qdq=True``: its spec is the float graph, see ``sprat.ir.fused``) may
-instead run a 3x3 stride-1 conv by Winograd F(4,3) in one part, as the unfused float conv
-would: its sums are then float32 approximations, rounded to integers in the epilogue, and the
-quantized results within 1 LSB of the float graph's. A conv that cannot be split so
-(a kernel of more than ~500 taps per channel, or a grouped, not depthwise, conv that would need
-two parts) runs on the reference kernels. ``_activation="Clip"`` (integer bounds, fused by
+instead run a 3x3 stride-1 conv by Winograd F(4,3) in one part, as the unfused float conv would:
+its sums are then float32 approximations, rounded to integers in the epilogue, and the quantized
+results within 1 LSB of the float graph's. A conv that neither path runs exactly (a grouped, not
+depthwise, conv that would need two parts, or a one-group conv beyond ``I8_K_LIMIT`` taps that
+cannot be split) runs on the reference kernels. ``_activation="Clip"`` (integer bounds, fused by
 ``passes.fuse_qdq`` from a QDQ Relu/Clip) narrows the saturation range.
-
-NOTE: an int8 GEMM (u8 x s8 through vpmaddubsw/vpmaddwd) can replace step 2: the epilogue takes
-int32-exact partial sums either way.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from ...ir.graph import Node
 from ...ir.tensorinfo import TensorInfo
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
+from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
 from .compiled import kernels as ck
 from .conv import ConvKernel
 
@@ -52,6 +61,9 @@ EXACT_LIMIT = 1 << 24
 #: floats of one fused 1x1 block (widened input and sums): 256 KiB, half this machine's L2
 FUSED_BLOCK_FLOATS = 1 << 16
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
+#: one-group convs run on the exact integer GEMM (``SPRAT_QCONV=float`` keeps the float32 path:
+#: the comparison in tests/ops/test_cpu_qconv.py)
+I8_CONV = os.environ.get("SPRAT_QCONV", "").strip().lower() != "float"
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
@@ -124,15 +136,18 @@ def _plan(node, ins):
     wi = w.value.astype(np.int64) - wzv.astype(np.int64).reshape((-1,) + (1,) * (w.value.ndim - 1))
     info = np.iinfo(x.dtype)
     amax = max(xzi - info.min, info.max - xzi)
+    # NOTE: one group and K = taps * C within the int32-exact bound: the integer GEMM
+    i8 = group == 1 and int(np.prod(w.value.shape[1:])) <= ck.I8_K_LIMIT
     parts = exact_parts(wi, amax)
     if node.attrs.get("_qdq") and _winograd_shape(wi, node.attrs):
         # NOTE: the float QDQ graph's semantics (sprat.ir.fused): one part, Winograd allowed
         parts = [(0, c)]
-    if parts is None or (group > 1 and len(parts) > 1):
+    if not i8 and (parts is None or (group > 1 and len(parts) > 1)):
         return None
-    if group > 1:  # NOTE: one part: all of x's channels (the weights' are per group)
+    if group > 1 or parts is None:  # NOTE: one part: all of x's channels (per group: the weights)
         parts = [(0, c)]
-    plan = {"w": wi, "xz": xzi, "parts": parts, "bias": np.zeros(m, np.int32)}
+    plan = {"w": wi, "xz": xzi, "parts": parts, "bias": np.zeros(m, np.int32), "i8": i8,
+            "wq": w.value, "wz": wzv}
     if node.op_type == "ConvInteger":
         plan.update(kind=2, mult=np.zeros(m, np.float32), yz=0.0, lo=0.0, hi=0.0)
         return plan
@@ -188,8 +203,14 @@ class QConvKernel(CpuKernel):
         self.m = y.shape[-1]
         attrs = {k: v for k, v in node.attrs.items() if k in _CONV_ATTRS}
         attrs["_layout"] = "NHWC"
-        # NOTE: run never reads the quantized weight (packed as float32 by the inner kernels)
+        # NOTE: run never reads the quantized weight (packed by the integer GEMM or as float32
+        # by the inner kernels)
         self.packed = (3 if node.op_type == "QLinearConv" else 1,)
+        self.i8 = plan["i8"] and I8_CONV
+        self.direct_dw = self.fused = False
+        if self.i8:
+            self._prepare_i8(plan, x, y, attrs)
+            return
         self.inner = []
         spans = []
         for s, (c0, c1) in enumerate(self.parts):
@@ -238,6 +259,67 @@ class QConvKernel(CpuKernel):
                            scratch(self.nt, self.m, np.int32),
                            *(w for k in self.inner for w in k.workspaces))
 
+    def _prepare_i8(self, plan, x, y, attrs):
+        """The integer GEMM (``compiled/int8.pxi``): ``y (P, M) = (A - x_zp) @ (W - w_zp)^T``
+        with A the NHWC input itself (1x1, stride 1, no pad: rows of C bytes) or its byte
+        im2col (``i8_im2col``: rows of kh*kw*C bytes, padding reads the zero point), W packed
+        once from (M, kh, kw, C); the epilogue requantises as ``qconv_requant``."""
+        from ...ir.shapes.nn import conv_geometry
+        from .quant import _PATH, PATH, _blocks, pack_b, ws_of
+
+        wq, wz, m = plan["wq"], plan["wz"], self.m
+        one_d = wq.ndim == 3
+        xs = (x.shape[0], 1) + tuple(x.shape[1:]) if one_d else tuple(x.shape)
+        ys = (y.shape[0], 1) + tuple(y.shape[1:]) if one_d else tuple(y.shape)
+        kern = list(wq.shape[2:])
+        _, pb, _, strides, dil = conv_geometry(
+            xs[2:3] if one_d else xs[1:3], kern, attrs.get("strides"), attrs.get("dilations"),
+            attrs.get("pads"), attrs.get("auto_pad", "NOTSET"))
+        if one_d:
+            kern, strides, dil, pb = [1] + kern, [1] + strides, [1] + dil, [0] + pb
+        n, h, w, c = xs
+        oh, ow = ys[1], ys[2]
+        kh, kw = kern
+        self.geom = (n, h, w, c, oh, ow, kh, kw, strides[0], strides[1], dil[0], dil[1],
+                     pb[0], pb[1])
+        self.K = K = kh * kw * c
+        self.pointwise = (kh == kw == 1 and all(int(v) == 1 for v in strides)
+                          and not any(pb) and (oh, ow) == (h, w))
+        self.b_packed = self.shared(f"i8_b_{PATH}", lambda: pack_b(
+            np.ascontiguousarray(np.moveaxis(wq, 1, -1)).reshape(m, K), wz, K, m, trans=True))
+        rows = self.p_out
+        self.nt = self.threads if rows * m * K >= PARALLEL_MIN_MACS else 1
+        self.rb, self.cb = _blocks(rows, m, self.nt, PATH == "amx")
+        self.a_zp = np.array([plan["xz"]], np.int32)
+        self.offs = np.zeros((1, 3), np.intp)
+        self.scale = self.mult if self.kind != 2 else np.ones(1, np.float32)
+        self.workspaces = (ws_of((ck.i8_a_rows(rows, _PATH), ck.i8_a_pitch(K, _PATH)), np.uint8),
+                           ws_of((ck.i8_a_rows(rows, _PATH),), np.int32))
+
+    def _calls_i8(self, x, y, bufs):
+        from .quant import _OUT, _PATH
+
+        v = ck.i8_view
+        xb = x.reshape(-1).view(np.uint8)
+        a_ws, rowsum = bufs[0], bufs[1]
+        kind = _OUT["int32"] if self.kind == 2 else _OUT["quantized"]
+        ibias = self.bias if self.kind != 2 else np.zeros(0, np.int32)
+        packed, bcol = self.b_packed
+        calls = []
+        if not self.pointwise:
+            n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
+            calls.append((ck.i8_im2col, (self.nt, xb, self.signed, int(self.a_zp[0]), n, h, w,
+                                         c, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, _PATH, a_ws,
+                                         rowsum)))
+        a = np.zeros(0, np.uint8) if not self.pointwise else xb
+        args = (self.nt, v(a), self.signed, v(self.a_zp), False, v(a_ws), v(rowsum),
+                not self.pointwise, v(packed), v(bcol), _PATH, v(self.offs), self.p_out, self.m,
+                self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)), v(self.scale),
+                v(np.zeros(0, np.float32)), v(ibias), 0.0, self.yz, self.lo, self.hi,
+                self.kind == 1)
+        calls.append((ck.i8_gemm, args))
+        return calls
+
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         calls = self.binding(ws, (x, y), lambda: self._calls(x, y, ws.buffers))
@@ -245,6 +327,8 @@ class QConvKernel(CpuKernel):
             fn(*args)
 
     def _calls(self, x, y, bufs):
+        if self.i8:
+            return self._calls_i8(x, y, bufs)
         xb = x.reshape(-1).view(np.uint8)
         empty8, empty32 = np.zeros(0, np.uint8), np.zeros(0, np.int32)
         y8 = y.reshape(-1).view(np.uint8) if self.kind != 2 else empty8

@@ -740,6 +740,105 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
             o[K] = 0
 
 
+cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, idx r1, idx H,
+                         idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
+                         idx dw, idx ph, idx pw, unsigned char* out, idx pitch, int path,
+                         int* rowsum) noexcept nogil:
+    """Rows [r0, r1) of the byte im2col of an NHWC map ``x`` (N, H, W, C), packed as
+    ``i8_pack_rows`` packs A: row ``r`` (output pixel ``(n, oy, ox)``) holds the taps
+    ``(i, j)`` in order, C channels each, a tap outside the map reading the zero point (so it
+    adds nothing)."""
+    cdef idx r, n, rem, oy, ox, i, j, iy, ix, c, K = kh * kw * C, k
+    cdef int acc, padv
+    cdef bint raw = path != I8_INT16
+    cdef unsigned char* o8
+    cdef unsigned char* d
+    cdef short* o
+    cdef short* d16
+    cdef const unsigned char* src
+    # NOTE: the raw paths store int8 A shifted by +128, its zero point too
+    padv = (zp + 128) if a_signed else zp
+    for r in range(r0, r1):
+        n = r // (OH * OW)
+        rem = r - n * OH * OW
+        oy = rem // OW
+        ox = rem - oy * OW
+        o8 = out + r * pitch
+        o = <short*>o8
+        acc = 0
+        for i in range(kh):
+            iy = oy * sh - ph + i * dh
+            for j in range(kw):
+                ix = ox * sw - pw + j * dw
+                k = (i * kw + j) * C
+                if iy < 0 or iy >= H or ix < 0 or ix >= W:
+                    if raw:
+                        memset(o8 + k, padv, C)
+                        acc += padv * <int>C
+                    else:
+                        memset(o + k, 0, C * sizeof(short))
+                    continue
+                src = x + ((n * H + iy) * W + ix) * C
+                if raw:
+                    d = o8 + k
+                    if a_signed:
+                        for c in range(C):
+                            d[c] = src[c] ^ 0x80
+                            acc += d[c]
+                    else:
+                        memcpy(d, src, C)
+                        for c in range(C):
+                            acc += src[c]
+                else:
+                    d16 = o + k
+                    if a_signed:
+                        for c in range(C):
+                            d16[c] = <short>((<const signed char*>src)[c] - zp)
+                    else:
+                        for c in range(C):
+                            d16[c] = <short>(src[c] - zp)
+        if raw:
+            for k in range(K, 4 * ((K + 3) // 4)):
+                o8[k] = 0
+            rowsum[r] = acc
+        elif K % 2:
+            o[K] = 0
+
+
+def i8_im2col(int nt, const unsigned char[::1] x, bint a_signed, int zp, idx N, idx H, idx W,
+              idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
+              idx pw, int path, unsigned char[:, ::1] a_ws, int[::1] rowsum):
+    """The A operand of a quantized conv's ``i8_gemm``, packed: the byte im2col of ``x`` (the
+    bytes of a uint8, or int8 with ``a_signed``, NHWC map (N, H, W, C); ``zp`` its zero point)
+    for a (kh, kw) kernel, strides (sh, sw), dilations (dh, dw), leading pads (ph, pw) and an
+    output of (N, OH, OW): ``N*OH*OW`` rows of K = kh*kw*C, taps outside the map equal to the
+    zero point, written into ``a_ws`` (``i8_a_rows`` x ``i8_a_pitch(K)``) with ``rowsum`` (same
+    rows; vnni and amx paths) as ``i8_gemm`` packs A; then ``i8_gemm(..., a_packed=True)``.
+    The weight is packed from (M, kh, kw, C). Rows split over ``nt`` slots. Raises ValueError
+    when an operand is too short or K exceeds ``I8_K_LIMIT``."""
+    cdef idx rows = N * OH * OW, K = kh * kw * C
+    cdef int t
+    if K > I8_MAX_K or K <= 0:
+        raise ValueError(f"i8_im2col: K={K} must be in [1, {I8_MAX_K}]")
+    if (x.shape[0] < N * H * W * C or a_ws.shape[0] < rows or a_ws.shape[1] < i8_a_pitch(K, path)
+            or (path != I8_INT16 and rowsum.shape[0] < rows)):
+        raise ValueError("i8_im2col: an operand or workspace is too short")
+    if rows == 0:
+        return
+    cdef const unsigned char* px = &x[0]
+    cdef unsigned char* po = &a_ws[0, 0]
+    cdef int* prs = &rowsum[0] if rowsum.shape[0] else NULL
+    cdef idx pitch = a_ws.shape[1]
+    if nt <= 1:
+        with nogil:
+            i8_im2col_rows(px, a_signed, zp, 0, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
+                           ph, pw, po, pitch, path, prs)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        i8_im2col_rows(px, a_signed, zp, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW,
+                       kh, kw, sh, sw, dh, dw, ph, pw, po, pitch, path, prs)
+
+
 cdef struct i8_gemm_t:
     # one batched integer GEMM with its epilogue, as ``i8_gemm`` describes it
     const unsigned char* a
@@ -858,18 +957,22 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
     ``a_zp`` its zero point (1 value, or one per row of ``a`` with ``a_zp_rows``); ``a_ws``
     (``i8_a_rows(rows of A, path)`` rows of >= ``i8_a_pitch(K, path)`` bytes) receives the
-    packed rows, or holds them already when ``a_packed`` (int16 path only:
-    ``i8_dynamic_quantize`` wrote them); ``rowsum`` (rows of A int32, vnni and amx paths)
-    receives each row's sum. ``b``, ``bcol``: packed by ``i8_pack_b`` for the same ``path``
-    (B's zero point is in them). ``scale`` (1 or N floats), ``bias`` (0 or N floats),
-    ``ibias`` (0 or N int32, QGemm's C). ``y``: the output's bytes. Work items are (batch,
-    ``rb`` rows, ``cb`` columns; cb a multiple of 16, for AMX rb too), split over ``nt`` slots;
-    A is packed first (rows split over the slots). Raises ValueError when K exceeds
+    packed rows, or holds them already when ``a_packed`` (``i8_dynamic_quantize`` wrote them,
+    int16 path, or ``i8_im2col``); ``rowsum`` (rows of A int32, vnni and amx paths) receives
+    each row's sum (holds them when ``a_packed``). ``b``, ``bcol``: packed by ``i8_pack_b``
+    for the same ``path`` (B's zero point is in them). ``scale`` (1 or N floats), ``bias`` (0
+    or N floats), ``ibias`` (0 or N int32, QGemm's C). ``y``: the output's bytes. Work items are
+    (batch, ``rb`` rows, ``cb`` columns; cb a multiple of 16, for AMX rb too), split over ``nt``
+    slots; A is packed first (rows split over the slots). Raises ValueError when K exceeds
     ``I8_K_LIMIT``, a block size is wrong, the path is not available on this CPU, or an
     operand is too short."""
     cdef i8_gemm_t g
-    cdef idx rows = a.shape[0] // K if K > 0 and not a_packed else a_ws.shape[0]
+    cdef idx rows = a.shape[0] // K if K > 0 and not a_packed else 0
+    cdef idx i
     cdef int t
+    if a_packed:  # NOTE: the rows the batches read
+        for i in range(offs.shape[0]):
+            rows = max(rows, offs[i, 0] + M)
     cdef unsigned char* pws
     if M <= 0 or N <= 0:
         return
@@ -878,8 +981,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     if cb % I8_NR or rb <= 0 or (path == I8_AMX and rb % 16):
         raise ValueError("i8_gemm: cb (and rb for AMX) must be positive multiples of 16")
     if ((path == I8_VNNI and not i8_cpu_vnni()) or (path == I8_AMX and not i8_cpu_amx())
-            or path not in (I8_INT16, I8_VNNI, I8_AMX) or (a_packed and path != I8_INT16)):
-        raise ValueError(f"i8_gemm: path {path} is not available here (or A was packed)")
+            or path not in (I8_INT16, I8_VNNI, I8_AMX)):
+        raise ValueError(f"i8_gemm: path {path} is not available here")
     if (a_ws.shape[1] < i8_a_pitch(K, path) or a_ws.shape[0] < i8_a_rows(rows, path)
             or a_zp.shape[0] < (rows if a_zp_rows else 1)
             or (path != I8_INT16 and (rowsum.shape[0] < rows or bcol.shape[0] < 2 * N))

@@ -4,9 +4,8 @@
 # every partial sum stays within 2^24: ``qconv.py`` splits the input channels into parts until
 # it does), and ``qconv_requant`` adds the parts as int32 with the int32 bias and requantises
 # as the spec's reference does: ``saturate(round_half_even(float32(acc) * multiplier) + zp)``.
-#
-# NOTE: the int8 GEMM (``int8.pxi``, another piece of work) can replace the float32 partial
-# sums: the epilogue takes int32-exact values either way.
+# One-group convs run on the int8 GEMM instead (``int8.pxi``: ``i8_im2col``, ``i8_gemm``);
+# grouped and depthwise convs take this path.
 
 from libc.math cimport nearbyintf
 
