@@ -16,6 +16,7 @@ own, once per signature of them (``Plan.next``, memoised) — and may split agai
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -198,7 +199,14 @@ def build_plan(graph: Graph, shapes: Mapping[str, tuple], backends: Sequence[Bac
         graph = replace(graph, values=list(graph.values), nodes=list(graph.nodes))
     builder = _Builder(graph, tuple(backends), backup, split, exclusive,
                        MappingProxyType({k: tuple(s) for k, s in shapes.items()}))
-    return builder.segment(0, known, frozenset())
+    # NOTE: planning runs in the backends' run contexts too: packing may call NumPy's BLAS,
+    # whose own worker threads, left at their default count, then spin on the second core for
+    # ~0.1 s and starve the first run's OpenMP worker (PP-OCR v2 cls at 2 threads: a first run
+    # of 15-20 ms instead of 2.5)
+    with contextlib.ExitStack() as stack:
+        for b in builder.contexts:
+            stack.enter_context(b.run_context())
+        return builder.segment(0, known, frozenset())
 
 
 def view_aliases(pending, kernels, sizes: dict, spans: dict, known) -> dict[int, int]:
