@@ -2,9 +2,9 @@
 
 A ``.sprat`` file's weights are read-only views into its mmap (``sprat.format``). A kernel that
 packs a weight at prepare (a transposed GEMM operand, Winograd-transformed conv weights, ...)
-reads it once and never again; its pages stay resident until the kernel reads them, so the
-process holds the weight twice, mapped and packed: 54 MB of the 152 MB peak of the ddddocr OCR
-model. ``release(arrays)`` tells the kernel the mapped pages are not needed now
+reads it once and never again, but the pages that read mapped stay resident, so the process
+holds the weight twice, mapped and packed: 54 MB of the 152 MB peak of the ddddocr OCR model.
+``release(arrays)`` tells the operating system those mapped pages are not needed now
 (``madvise(MADV_DONTNEED)``): for a read-only file mapping the data is unchanged and any later
 read (another session that does not pack, the reference backend) faults the pages back in
 from the page cache. MNN frees a weight's source buffer after packing it for the same reason.
