@@ -1,0 +1,154 @@
+"""Where sprat loses, by family and op kind: per-op times of sprat and onnxruntime on the models of
+the broad suite, summed by kind of op (issue 15, part 1).
+
+    python bench/profile.py [--models resnet18,mobilenet_v2,...] [--threads 1] [--runs 20]
+
+sprat: ``Session.run_with_callback`` (per-op times of an observed run, ``RunState.op_times``);
+onnxruntime: its own profiler (``enable_profiling``, the ``*_kernel_time`` events), default
+graph optimizations. Both measure each op with a clock around it, so their totals sit above the
+plain runs of ``bench/run.py``; compare kinds within a model, not the totals with other tables.
+
+Kinds: convolutions by shape (depthwise, 1x1, kxk stride 1, strided; a 1-D conv counts as 2-D
+with H = 1), then the op type. Default models: the conv families (see ``MODELS``). Fused nodes
+are counted under the conv they start from: sprat keeps the conv's name; onnxruntime names a
+fused node after the chain's last node, which is walked back through its single-input
+producers (BatchNormalization, activations) to the conv.
+Run it under the shared lock: ``flock /tmp/sprat-bench.lock python bench/profile.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import sprat  # noqa: E402
+from sprat.testing.families import build  # noqa: E402
+
+# NOTE: the conv families only: on the transformers both runtimes fuse attention into nodes named
+# after different original nodes (sprat's after a Reshape, onnxruntime's new names), so their
+# per-kind rows do not line up; their totals still compare
+MODELS = "resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,yolo_c2f_neck,conv1d_stack"
+CHAIN = {"BatchNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Mul",
+         "LeakyRelu", "Add"}
+
+
+def kinds(model) -> dict[str, str]:
+    """``{node name: kind}`` for every node of the ONNX ``model``."""
+    from onnx import numpy_helper
+
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    out = {}
+    for n in model.graph.node:
+        kind = n.op_type
+        if n.op_type == "Conv" and n.input[1] in inits:
+            w = inits[n.input[1]]
+            attrs = {a.name: a for a in n.attribute}
+            group = attrs["group"].i if "group" in attrs else 1
+            k = "x".join(str(d) for d in w.shape[2:])
+            strided = "strides" in attrs and any(s > 1 for s in attrs["strides"].ints)
+            if group > 1 and w.shape[1] == 1 and w.shape[0] == group:
+                kind = f"Conv depthwise {k}"
+            elif all(d == 1 for d in w.shape[2:]):
+                kind = "Conv 1x1" + (" strided" if strided else "")
+            else:
+                kind = f"Conv {k}" + (" strided" if strided else "")
+        out[n.name] = kind
+    return out
+
+
+def conv_of(model) -> dict[str, str]:
+    """``{node name: the conv its fused chain starts from}`` (itself when not in one)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    by_name = {n.name: n for n in model.graph.node}
+    out = {}
+    for name, n in by_name.items():
+        cur = n
+        while cur.op_type in CHAIN and cur.input and cur.input[0] in producer:
+            cur = producer[cur.input[0]]
+        out[name] = cur.name if cur.op_type == "Conv" else name
+    return out
+
+
+def sprat_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
+    """``{node name: ms per run}`` from sprat's observed runs."""
+    sess = sprat.Interpreter.from_buffer(sprat.convert(model)).create_session(
+        sprat.ScheduleConfig(num_threads=threads))
+    for _ in range(3):
+        sess.run(feeds)
+    total = None
+    for _ in range(runs):
+        sess.run_with_callback(feeds, after=lambda *a: True)
+        t = np.array(sess.state.op_times)
+        total = t if total is None else total + t
+    times: dict[str, float] = collections.defaultdict(float)
+    for step, t in zip(sess.plan.steps, total / runs * 1e3):
+        times[step.node.name] += t
+    return times
+
+
+def ort_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
+    """``{node name: ms per run}`` from onnxruntime's profiler."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.enable_profiling = True
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    for _ in range(3 + runs):
+        sess.run(None, feeds)
+    events = json.loads(pathlib.Path(sess.end_profiling()).read_text())
+    times: dict[str, float] = collections.defaultdict(float)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = e["name"][:-len("_kernel_time")]
+            for suffix in ("_nchwc", "_token_0"):
+                name = name.removesuffix(suffix)
+            times[name] += e["dur"] / 1e3 / (3 + runs)
+    return times
+
+
+def table(name: str, threads: int, runs: int) -> str:
+    model, feeds = build(name)
+    kind, head = kinds(model), conv_of(model)
+    rows: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for col, times in enumerate((sprat_times(model, feeds, threads, runs),
+                                 ort_times(model, feeds, threads, runs))):
+        for node, ms in times.items():
+            k = kind.get(head.get(node, node), "other (sprat-internal or unmatched)")
+            rows[k][col] += ms
+    total = [sum(r[i] for r in rows.values()) for i in (0, 1)]
+    lines = [f"**{name}**, {threads} thread(s): sprat {total[0]:.2f} ms, onnxruntime "
+             f"{total[1]:.2f} ms in ops", "",
+             "| kind | sprat ms | ort ms | sprat/ort | share of sprat |",
+             "|---|---:|---:|---:|---:|"]
+    for k, (s, o) in sorted(rows.items(), key=lambda kv: -kv[1][0]):
+        if s < 0.005 and o < 0.005:
+            continue
+        ratio = f"{s / o:.2f}" if o > 0.005 else "–"
+        lines.append(f"| {k} | {s:.2f} | {o:.2f} | {ratio} | {100 * s / total[0]:.0f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=MODELS)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args(argv)
+    for name in args.models.split(","):
+        print(table(name, args.threads, args.runs), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
