@@ -78,6 +78,11 @@ CONV_CASES = [
     ((2, 32, 7, 70), (32, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 1], "group": 32}),
     ((1, 6, 9, 5), (6, 1, 5, 5), {"pads": [2, 1, 2, 3], "strides": [3, 1], "group": 6}),
     ((1, 4, 8, 30), (4, 1, 5, 5), {"pads": [1, 4, 1, 4], "dilations": [1, 2], "group": 4}),
+    # 5x5 stride 1 over 32+ channels: summed in registers per pixel block (a partial last
+    # block of 40 channels overlaps the first; dilated; narrower than the kernel)
+    ((1, 40, 12, 13), (40, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 40}),
+    ((1, 48, 9, 11), (48, 1, 5, 5), {"pads": [4, 4, 4, 4], "dilations": [2, 2], "group": 48}),
+    ((2, 64, 3, 4), (64, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 64}),
     # im2col at stride 1 (from 128 channels)
     ((1, 128, 9, 7), (16, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
     # Winograd F(4,3): 3x3 s1 with >= 24 channels; ragged tiles, no padding, asymmetric pads
