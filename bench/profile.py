@@ -23,6 +23,7 @@ import collections
 import json
 import pathlib
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -102,11 +103,14 @@ def ort_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     so.enable_profiling = True
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    for _ in range(3 + runs):
-        sess.run(None, feeds)
-    events = json.loads(pathlib.Path(sess.end_profiling()).read_text())
+    with tempfile.TemporaryDirectory() as d:
+        # NOTE: onnxruntime writes its profile into the working directory unless told otherwise
+        so.profile_file_prefix = str(pathlib.Path(d) / "ort")
+        sess = ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        for _ in range(3 + runs):
+            sess.run(None, feeds)
+        events = json.loads(pathlib.Path(sess.end_profiling()).read_text())
     times: dict[str, float] = collections.defaultdict(float)
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
