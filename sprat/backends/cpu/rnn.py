@@ -44,6 +44,17 @@ def _plain_recurrence(node, ins, acts) -> bool:
                                 and not np.any(seq_lens.value != x.shape[0]))
 
 
+def _pack_transposed(kernel, w, r) -> tuple[np.ndarray, np.ndarray]:
+    """W^T and R^T of every direction, float32, one flat row each (shared per model); the
+    kernel declares W and R packed (``Kernel.packed``: their mapped pages are given back)."""
+    dirs = w.shape[0]
+    kernel.packed = (1, 2)
+    return (kernel.shared("wt_all", lambda: np.stack([
+                np.ascontiguousarray(w[d].T, dtype=np.float32).reshape(-1) for d in range(dirs)])),
+            kernel.shared("rt_all", lambda: np.stack([
+                np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1) for d in range(dirs)])))
+
+
 class LSTMKernel(CpuKernel):
     """ONNX LSTM: X [seq, batch, input], W [dirs, 4H, input], R [dirs, 4H, H], B [dirs, 8H];
     outputs Y [seq, dirs, batch, H], Y_h and Y_c [dirs, batch, H]."""
@@ -71,13 +82,7 @@ class LSTMKernel(CpuKernel):
             self.w = np.ascontiguousarray(w, np.float32).reshape(self.dirs, -1)
             self.r = np.ascontiguousarray(r, np.float32).reshape(self.dirs, -1)
         else:
-            self.w = self.shared("wt_all", lambda: np.stack([
-                np.ascontiguousarray(w[d].T, dtype=np.float32).reshape(-1)
-                for d in range(self.dirs)]))
-            self.r = self.shared("rt_all", lambda: np.stack([
-                np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1)
-                for d in range(self.dirs)]))
-            self.packed = (1, 2)
+            self.w, self.r = _pack_transposed(self, w, r)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = np.zeros((self.dirs, four_h), np.float32)
@@ -129,13 +134,7 @@ class GRUKernel(CpuKernel):
         direction = self.node.attrs.get("direction", "forward")
         self.reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
         self.lbr = bool(self.node.attrs.get("linear_before_reset", 0))
-        self.w = self.shared("wt_all", lambda: np.stack([
-            np.ascontiguousarray(w[d].T, dtype=np.float32).reshape(-1)
-            for d in range(self.dirs)]))
-        self.r = self.shared("rt_all", lambda: np.stack([
-            np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1)
-            for d in range(self.dirs)]))
-        self.packed = (1, 2)
+        self.w, self.r = _pack_transposed(self, w, r)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         b = np.zeros((self.dirs, 2 * three_h), np.float32) if b is None else b
         # NOTE: z and r take both biases at the projection; Rbh sits inside r * (...) with
