@@ -495,7 +495,9 @@ def split(b, op, name):
     b.node("Split", ins, [b.value(t) for t in op.outputs], attrs, name)
 
 
-def batch_matmul(b, op, name):
+def batch_matmul_inputs(b, op, name) -> list[int]:
+    """BATCH_MATMUL's two operands, each transposed in its last two axes when its ``adj_x`` /
+    ``adj_y`` option says so."""
     o = op.options
     ins = []
     for k, adj in ((0, o.AdjX()), (1, o.AdjY())):
@@ -507,7 +509,11 @@ def batch_matmul(b, op, name):
             b.node("Transpose", [x], [xt], {"perm": perm}, f"{name}/adj{k}")
             x = xt
         ins.append(x)
-    b.node("MatMul", ins, [_out(b, op)], None, name)
+    return ins
+
+
+def batch_matmul(b, op, name):
+    b.node("MatMul", batch_matmul_inputs(b, op, name), [_out(b, op)], None, name)
 
 
 def gather(b, op, name):

@@ -234,21 +234,11 @@ def fully_connected(b, op, name):
 def batch_matmul(b, op, name):
     """BATCH_MATMUL int8 (reference/batch_matmul.h, quantized): MatMulInteger of the zero-point
     centred operands (adj_x / adj_y as Transposes), requantized per tensor; no activation."""
-    o = op.options
     lt, rt, yt = _t(b, op, 0), _t(b, op, 1), _t(b, op, 0, out=True)
     if lt.dtype != np.int8 or rt.dtype != np.int8:
         raise ConvertError(f"operator {name!r}: quantized BATCH_MATMUL needs int8 operands, got "
                            f"{lt.dtype} and {rt.dtype}")
-    ins = []
-    for k, (t, adj) in enumerate(((lt, o.AdjX()), (rt, o.AdjY()))):
-        x = b.value(op.inputs[k])
-        if adj:
-            shape = b.g.values[x].shape
-            perm = list(range(len(shape) - 2)) + [len(shape) - 1, len(shape) - 2]
-            xt_ = b.tmp(f"{name}/adj{k}", like=x, shape=tuple(shape[p] for p in perm))
-            b.node("Transpose", [x], [xt_], {"perm": perm}, f"{name}/adj{k}")
-            x = xt_
-        ins.append(x)
+    ins = ops.batch_matmul_inputs(b, op, name)
     ins += [_zp_const(b, f"{name}/a_zero_point", lt), _zp_const(b, f"{name}/b_zero_point", rt)]
     y = b.value(op.outputs[0])
     acc = b.tmp(f"{name}/acc", like=y, dtype=np.dtype(np.int32))
