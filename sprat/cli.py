@@ -170,8 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--id-column", metavar="NAME",
                    help="Parquet inputs: the column of row ids (default: FILE#ROW)")
     _add_image_args(t)
-    t.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
-                   help="progress bar on stderr: auto (default) when stderr is a terminal")
+    _add_progress_arg(t)
     t.set_defaults(func=cmd_batch)
 
     q = sub.add_parser("quantize", help="post-training quantization of an fp32 ONNX model "
@@ -205,8 +204,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--verbose", action="store_true",
                    help="accuracy per quantized layer too, and the nodes kept in fp32")
     _add_image_args(q)
-    q.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
-                   help="progress bar on stderr: auto (default) when stderr is a terminal")
+    _add_progress_arg(q)
     q.set_defaults(func=cmd_quantize)
 
     m = sub.add_parser("demo", help="convert and run an ONNX test model bundled with onnx")
@@ -226,6 +224,16 @@ def _add_image_args(p: argparse.ArgumentParser) -> None:
                    help="images: per-channel std dividing (pixel/255 - mean) (default 1)")
     p.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw",
                    help="images: the model's input layout (default nchw)")
+
+
+def _add_progress_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
+                   help="progress bar on stderr: auto (default) when stderr is a terminal")
+
+
+def _progress_enabled(args) -> bool | None:
+    """``--progress`` as ``progress_bar``'s ``enabled`` (None: when stderr is a terminal)."""
+    return {"auto": None, "on": True, "off": False}[args.progress]
 
 
 def _image_options(args):
@@ -639,7 +647,7 @@ def cmd_batch(args) -> int:
 
     _require_file(pathlib.Path(args.model))
     image = _image_options(args)
-    progress = {"auto": None, "on": True, "off": False}[args.progress]
+    progress = _progress_enabled(args)
     result = run_job(args.model, args.inputs, args.output, workers=args.workers,
                      threads=args.threads, batch_size=args.batch_size, engine=args.engine,
                      address=args.address, on_error=args.on_error, image=image,
@@ -660,7 +668,7 @@ def cmd_quantize(args) -> int:
     _require_file(pathlib.Path(args.model))
     if not args.dynamic and not args.calibration:
         raise InputError("static quantization needs --calibration INPUTS (or use --dynamic)")
-    enabled = {"auto": None, "on": True, "off": False}[args.progress]
+    enabled = _progress_enabled(args)
     bar = None
 
     def progress(done: int, total: int) -> None:
