@@ -150,27 +150,34 @@ def quantize(model, output: str | os.PathLike | None = None, *,
                                f"with per_channel=False (--per-tensor)") from None
         log.info("converted the model from opset %d to %d for per-channel weights", opset,
                  PER_CHANNEL_OPSET)
-    fp32 = _Runner(src, [])
-    feeds = _calibration_feeds(calibration, fp32.session, image) if calibration is not None \
-        else []
     bad = [k for k in exclude if k not in {n.name for n in src.graph.node}]
     if bad:
         raise InputError(f"exclude names no node of the model: {bad}")
+    report = QuantizeReport(mode, method if mode == "static" else None)
+    if mode == "static":
+        src = fold_batchnorm(src)
+        plan = _static_plan(src, set(exclude), report)
+        watch = sorted(plan.tensors)
+    else:
+        watch = [n.output[0] for n in src.graph.node
+                 if n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx")]
+    # NOTE: the fp32 model is converted once, with every tensor calibration or the report reads
+    # as an output: it gives the input specs, the ranges and the reference of the report
+    fp32 = _Runner(src, watch)
+    feeds = _calibration_feeds(calibration, fp32.session, image) if calibration is not None \
+        else []
     n_eval = held_out if held_out is not None else (max(1, len(feeds) // 5)
                                                     if len(feeds) > 1 else 0)
     if n_eval < 0 or (len(feeds) and n_eval >= len(feeds) and mode == "static"):
         raise InputError(f"held_out={n_eval} leaves no calibration rows of {len(feeds)}")
     calib, evaluation = feeds[:len(feeds) - n_eval], feeds[len(feeds) - n_eval:]
-    report = QuantizeReport(mode, method if mode == "static" else None,
-                            calibration_rows=len(calib) if mode == "static" else 0)
+    report.calibration_rows = len(calib) if mode == "static" else 0
     if not evaluation:
         evaluation, report.held_out = calib, False
     report.evaluation_rows = len(evaluation)
     qmax = 63 if reduce_range else 127
     if mode == "static":
-        src = fold_batchnorm(src)
-        plan = _static_plan(src, set(exclude), report)
-        ranges = _calibrate(src, sorted(plan.tensors), calib, method, percentile, progress)
+        ranges = _calibrate(fp32, watch, calib, method, percentile, progress)
         dst = _static_model(src, plan, ranges, per_channel, qmax)
         probes = sorted(t for t in plan.tensors if t not in plan.graph_inputs)
     else:
@@ -178,7 +185,7 @@ def quantize(model, output: str | os.PathLike | None = None, *,
     if _valid(src):  # NOTE: a model the checker already refuses (e.g. outputs without
         onnx.checker.check_model(dst)  # shapes) cannot be checked after either
     if evaluation:
-        _accuracy(src, dst, probes, evaluation, report)
+        _accuracy(fp32, src, dst, probes, evaluation, report)
     if onnx_output is not None:
         onnx.save(dst, os.fspath(onnx_output))
     if output is not None:
@@ -265,7 +272,7 @@ def _calibration_feeds(calibration, session, image) -> list[dict[str, np.ndarray
                 raise InputError(f"calibration row {k} has inputs {sorted(f)}; the model "
                                  f"takes {sorted(names)}")
         return feeds
-    from .batch import _probe
+    from .batch import _columns, _probe
     from .batch.inputs import ERROR, ID, Decoder, ImageOptions, find_inputs, make_units, row_specs
 
     image = image if image is not None else ImageOptions()
@@ -275,9 +282,7 @@ def _calibration_feeds(calibration, session, image) -> list[dict[str, np.ndarray
     specs = row_specs(session.inputs, kind, image,
                       probe=lambda: _probe(names_only, units, kind, "fail"))
     decoder = Decoder(kind, specs, image)
-    cols = {k: np.array([u[k] for u in units], dtype=object if k in (ID, "path") else np.int64)
-            for k in units[0]}
-    rows = decoder(cols)
+    rows = decoder(_columns(units))
     bad = [f"{rid}: {err}" for rid, err in zip(rows[ID], rows[ERROR]) if err]
     if bad:
         raise InputError(f"{len(bad)} calibration row(s) cannot be used: " + "; ".join(bad[:5]))
@@ -399,13 +404,13 @@ def _bias_ok(node, inits) -> bool:
 
 
 # ---- static: calibration --------------------------------------------------------------------
-def _calibrate(model, tensors: list[str], feeds, method: str, percentile: float,
+def _calibrate(runner: _Runner, tensors: list[str], feeds, method: str, percentile: float,
                progress) -> dict[str, tuple[float, float]]:
-    """``{tensor: (lo, hi)}`` over the calibration ``feeds`` (a second pass of histograms for
-    the percentile and entropy methods)."""
+    """``{tensor: (lo, hi)}`` over the calibration ``feeds`` run by ``runner`` (the fp32 model
+    with ``tensors`` as outputs; a second pass of histograms for the percentile and entropy
+    methods)."""
     if not feeds:
         raise InputError("no calibration rows")
-    runner = _Runner(model, tensors)
     passes = 1 if method == "minmax" else 2
     total, done = passes * len(feeds), 0
     lo = dict.fromkeys(tensors, np.inf)
@@ -733,10 +738,11 @@ def _dynamic_refusal(node, inits, exclude) -> str | None:
 
 
 # ---- accuracy ---------------------------------------------------------------------------------
-def _accuracy(src, dst, probes: list[str], feeds, report: QuantizeReport) -> None:
+def _accuracy(f32: _Runner, src, dst, probes: list[str], feeds, report: QuantizeReport) -> None:
+    """Per output of ``src`` and per probe tensor: the quantized ``dst`` against the fp32 run
+    ``f32`` (which has the probes among its outputs) on ``feeds``, into ``report``."""
     outputs = [o.name for o in src.graph.output]
     probes = [p for p in probes if p not in outputs]
-    f32 = _Runner(src, probes)
     q = _Runner(dst, probes)
     got: dict[str, list] = {}
     want: dict[str, list] = {}
