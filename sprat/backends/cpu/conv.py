@@ -31,10 +31,10 @@ GEMM_ROWS = 384
 # NOTE: shift-GEMM makes kh*kw GEMMs with K = C; measured on 3x3 convs it beats im2col's one
 # GEMM with K = 9C only while C is small (16-64); from 128 channels im2col is as fast or faster.
 SHIFT_MAX_CHANNELS = 128
-# NOTE: an output of at most this many pixels runs as im2col + GEMVs (``dense_gemm_nn``): the
-# shift algorithm's kh*kw accumulating BLAS calls cost more than the product there (measured on
-# 3x3 / k3 convs with 1-3 output pixels, C 16-120: 0.55-0.9x the time)
-FEW_PIXELS = 3
+# NOTE: an output of at most ``ck.FEW_ROWS`` pixels runs as im2col + GEMVs (``dense_gemm_nn``,
+# which takes that many rows as GEMVs): the shift algorithm's kh*kw accumulating BLAS calls cost
+# more than the product there (measured on 3x3 / k3 convs with 1-3 output pixels, C 16-120:
+# 0.55-0.9x the time)
 # NOTE: Winograd F(4,3) does 36 multiplies per 4x4 tile and channel pair instead of 144, but
 # adds two transforms per tile; below ~24 channels the transforms and the short GEMMs (K = C)
 # cost more than they save. Its packed weights are 4x the model's (36 vs 9 per channel pair),
@@ -194,7 +194,7 @@ class ConvKernel(CpuKernel):
             self.workspaces = (scratch(nt, 36 * self.tb * c), scratch(nt, 36 * self.tb * m),
                                scratch(nt, 72 * c), scratch(nt, 40 * m))
         elif (sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS
-              and n * oh * ow > FEW_PIXELS):
+              and n * oh * ow > ck.FEW_ROWS):
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
                 wv.transpose(2, 3, 1, 0)).ravel())  # (kh, kw, C, M)

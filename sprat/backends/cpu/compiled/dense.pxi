@@ -356,6 +356,9 @@ cdef enum:
     # pass in 32-lane blocks
     DENSE_FEW_ROWS = 3
 
+#: rows up to which ``dense_gemm_nn`` runs GEMVs instead of BLAS (Python-visible)
+FEW_ROWS = DENSE_FEW_ROWS
+
 
 cdef void dense_gemm_nn(idx m, idx n, idx k, float alpha, const float* a, idx lda,
                         const float* b, idx ldb, float* c, idx ldc) noexcept nogil:
