@@ -279,8 +279,8 @@ def markdown_table(rows: list[Row]) -> str:
     for r in rows:
         lines.append(
             f"| {r.model} | {r.threads} | {r.sprat_ms:.2f} | {r.ort_ms:.2f} | {r.ratio:.2f} | "
-            f"{r.rel_err:.1e} | {r.convert_s:.2f} | {_f(r.sprat_cold_s, '.2f')} | "
-            f"{_f(r.ort_cold_s, '.2f')} | {_f(r.sprat_rss_mib, '.0f')} | "
+            f"{r.rel_err:.1e} | {r.convert_s:.2f} | {_f(r.sprat_cold_s, '.3f')} | "
+            f"{_f(r.ort_cold_s, '.3f')} | {_f(r.sprat_rss_mib, '.0f')} | "
             f"{_f(r.ort_rss_mib, '.0f')} |")
     lines.append("")
     for n in sorted({r.threads for r in rows}):

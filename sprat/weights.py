@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import ModelFormatError
+from .ir.fused import EXPAND, is_compressed
 from .ir.graph import MISSING, Graph, Value
 from .memory import pages
 
@@ -56,7 +57,7 @@ MODES = ("fp16", "int8")
 DEFAULT_BLOCK = 64
 MIN_ELEMENTS = 256  # smaller weights stay float32: ~1 KB each, about a node's own bytes
 QMAX = 127
-MARK = "_expand"
+MARK = EXPAND
 METADATA_KEY = "sprat_weights"
 _F16_MAX = float(np.finfo(np.float16).max)
 _F32 = np.dtype(np.float32)
@@ -234,11 +235,6 @@ def _int8_nodes(g: Graph, i: int, w: np.ndarray, flat: bool, axis: int, block: i
 
 
 # ---- loading -----------------------------------------------------------------------------------
-def is_compressed(graph: Graph) -> bool:
-    """Whether ``graph`` has compressed weights (nodes ``expand`` folds)."""
-    return any(n.attrs.get(MARK) for n in graph.nodes)
-
-
 def expand(graph: Graph, spill: bool = False) -> Graph:
     """``graph`` with its compressed weights folded into float32 constants (read-only arrays),
     each computed once; ``graph`` itself when it has none (it is never changed).

@@ -73,6 +73,14 @@ Regenerating the schema code (never edit ``_generated/sprat_fb/`` by hand), from
 
 from .reader import load_model, read_model
 from .version import FORMAT_VERSION, MAGIC
-from .writer import write_model
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "load_model", "read_model", "write_model"]
+
+
+def __getattr__(name: str):
+    # NOTE: the writer (and the flatbuffers package it builds with) is imported on first use:
+    # loading a model needs only the reader
+    if name == "write_model":
+        from .writer import write_model
+        return write_model
+    raise AttributeError(f"module 'sprat.format' has no attribute {name!r}")

@@ -18,7 +18,11 @@ from .. import dtypes
 from ..errors import ModelFormatError
 from ..ir.graph import Graph, Node, Value
 from . import _checked as C
-from ._fb import AttrKind, DataLocation
+
+# NOTE: the two enums straight from their generated modules: ``_fb`` imports every accessor
+# and the flatbuffers package, which the checked reader (``_checked``) does not use
+from ._generated.sprat_fb.AttrKind import AttrKind
+from ._generated.sprat_fb.DataLocation import DataLocation
 from .version import (
     ALIGNMENT,
     BYTE_ORDERS,

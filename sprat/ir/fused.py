@@ -19,14 +19,24 @@ These let a pass fuse work into a node without inventing a new op type, and let 
   QuantizeLinear): the node's spec is that float graph, so a backend may accumulate in float32
   with rounding (results within 1 LSB of the float graph's, as QLinearConv's integer ones are);
   the reference backend computes QLinearConv exactly.
+- ``_expand=True`` (``EXPAND``; Cast / DequantizeLinear / Reshape nodes made by
+  ``sprat convert --weights``): the node computes a compressed weight's float32 value; the
+  Interpreter folds these nodes into constants once at load (``sprat.weights.expand``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+EXPAND = "_expand"
+
 NCHW_TO_NHWC = {3: (0, 2, 1), 4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
 NHWC_TO_NCHW = {3: (0, 2, 1), 4: (0, 3, 1, 2), 5: (0, 4, 1, 2, 3)}
+
+
+def is_compressed(graph) -> bool:
+    """Whether ``graph`` has compressed weights (nodes marked ``EXPAND``)."""
+    return any(n.attrs.get(EXPAND) for n in graph.nodes)
 
 
 def split_attrs(attrs: dict) -> tuple[dict, dict]:

@@ -6,6 +6,7 @@ import os
 
 from ..backends.base import PackCache
 from ..errors import SpratError
+from ..ir.fused import is_compressed
 from ..ir.graph import Graph
 from ..schedule.plan import PlanCache
 from .config import ScheduleConfig
@@ -26,9 +27,11 @@ class Interpreter:
         written, through it. Compressed weights (``sprat convert --weights``) are expanded to
         float32 here, once, into a temporary file it maps (``sprat.weights.expand``;
         ModelFormatError when corrupt)."""
-        from ..weights import expand
+        if graph is not None and is_compressed(graph):
+            from ..weights import expand  # NOTE: imported only for compressed weights
 
-        self._graph = graph if graph is None else expand(graph, spill=True)
+            graph = expand(graph, spill=True)
+        self._graph = graph
         self._buffer = buffer
         self.path = path
         self._packs = PackCache()

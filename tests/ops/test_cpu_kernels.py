@@ -699,6 +699,17 @@ def test_every_kernel_op_has_a_reference():
     assert set(KERNELS) <= set(load_ops())
 
 
+def test_every_table_entry_names_a_kernel_class():
+    # NOTE: the table names classes imported at first use: a typo would surface only when a
+    # model first runs that op
+    from sprat.backends.cpu._base import CpuKernel
+    from sprat.backends.cpu.kernels import DOMAINS, resolve
+
+    for table in DOMAINS.values():
+        for op, name in table.items():
+            assert issubclass(resolve(name), CpuKernel), (op, name)
+
+
 @pytest.mark.parametrize("h,w_,threads,algo", [
     (14, 15, 1, "winograd"),  # 4x4 = 16 tiles
     (10, 11, 1, "shift"),  # 9 tiles: GEMMs are faster on one thread
@@ -795,3 +806,4 @@ def test_transposed_weight_packing_matches_numpy(shape):
     t = transposed(a)
     assert t.flags.c_contiguous and t.dtype == np.float32
     np.testing.assert_array_equal(t, a.T)
+

@@ -8,6 +8,7 @@ from onnx import helper as h
 
 import sprat
 from sprat.backends.cpu import KERNELS, act_of
+from sprat.backends.cpu.kernels import resolve
 from sprat.errors import KernelError
 from sprat.ir.graph import Node
 
@@ -29,7 +30,7 @@ def test_a_bug_in_supports_raises_naming_the_node(monkeypatch):
     def buggy(node, ins):
         return {}["missing"]  # a KeyError: a bug, not a deliberate "no"
 
-    monkeypatch.setattr(KERNELS["Relu"], "supports", staticmethod(buggy))
+    monkeypatch.setattr(resolve(KERNELS["Relu"]), "supports", staticmethod(buggy))
     # NOTE: a new Interpreter: a session of the first one would reuse its plan, made before
     fresh = sprat.Interpreter.from_buffer(sprat.convert(_relu_model()))
     with pytest.raises(KernelError, match=r"the_relu.*Relu.*supports\(\) failed: KeyError"):
@@ -38,7 +39,7 @@ def test_a_bug_in_supports_raises_naming_the_node(monkeypatch):
 
 def test_a_deliberate_no_falls_back_to_the_reference_kernel(monkeypatch):
     interp = sprat.Interpreter.from_buffer(sprat.convert(_relu_model()))
-    monkeypatch.setattr(KERNELS["Relu"], "supports", staticmethod(lambda node, ins: False))
+    monkeypatch.setattr(resolve(KERNELS["Relu"]), "supports", staticmethod(lambda node, ins: False))
     sess = interp.create_session()
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     assert np.array_equal(sess.run({"x": x})["y"], np.maximum(x, 0))
