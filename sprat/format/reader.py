@@ -69,7 +69,7 @@ class _Decoder:
 
     # ---- tensors --------------------------------------------------------------------------
     def tensor(self, t: C.Table, allow_no_data: bool = True) -> Value:
-        where = t.where
+        where = t  # NOTE: formatted as its path only in a message (``C.path``)
         name = t.string(_T_NAME, "name")
         code = t.scalar(_T_DTYPE, C.INT32, 0, "dtype")
         dtype = None
