@@ -37,8 +37,11 @@ from bench.run import bench_all, geomean, machine_info, rel_error, timed_blocks,
 from sprat import zoo  # noqa: E402
 
 HEADER = "## TFLite models: sprat versus ai-edge-litert"
+INT8_HEADER = "## Full-integer TFLite models: sprat versus ai-edge-litert"
 TFLITE_MODELS = tuple(k for k, m in {**zoo.MODELS, **zoo.EXTRA_MODELS}.items()
                       if m.format == "tflite")
+#: the full-integer (int8) TFLite models of the zoo (``--int8``; issue 14)
+INT8_MODELS = tuple(zoo.INT8_MODELS)
 
 
 @dataclass
@@ -120,11 +123,12 @@ def litert_version() -> str:
         return "unknown"
 
 
-def section(table: str, argv: list[str], runs: int) -> str:
+def section(table: str, argv: list[str], runs: int, int8: bool = False) -> str:
     cmd = "python bench/litert.py " + " ".join(argv)
     return (
-        f"{HEADER}\n\n"
-        "sprat versus ai-edge-litert on the MediaPipe TFLite models of the zoo, both in one "
+        f"{INT8_HEADER if int8 else HEADER}\n\n"
+        f"sprat versus ai-edge-litert on the "
+        f"{'full-integer (int8)' if int8 else 'MediaPipe'} TFLite models of the zoo, both in one "
         "process, measured in alternating blocks (`bench.run.timed_blocks`: the median call of "
         "a block, best block of each runtime); ratio = "
         "sprat / litert (lower is better). litert: `Interpreter(num_threads=N)` with its default "
@@ -134,13 +138,13 @@ def section(table: str, argv: list[str], runs: int) -> str:
         f"{machine_info()}, ai-edge-litert {litert_version()}\n\n{table}\n")
 
 
-def write_section(path: pathlib.Path, text: str) -> None:
-    """Replace the ``HEADER`` section of ``path`` with ``text`` (append it when absent), keeping
+def write_section(path: pathlib.Path, text: str, header: str = HEADER) -> None:
+    """Replace the ``header`` section of ``path`` with ``text`` (append it when absent), keeping
     every other section (bench/run.py rewrites only its head, above the first ``## ``)."""
     old = path.read_text() if path.exists() else ""
-    if HEADER in old:
-        start = old.index(HEADER)
-        nxt = old.find("\n## ", start + len(HEADER))
+    if header in old:
+        start = old.index(header)
+        nxt = old.find("\n## ", start + len(header))
         old = old[:start] + (old[nxt + 1:] if nxt >= 0 else "")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text((old.rstrip() + "\n\n" if old.strip() else "") + text)
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", help=f"comma-separated zoo keys (default: every TFLite model: "
                                     f"{', '.join(TFLITE_MODELS)})")
+    p.add_argument("--int8", action="store_true",
+                   help=f"the full-integer models instead: {', '.join(INT8_MODELS)}")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     p.add_argument("--runs", type=int, default=30, help="timed runs per setting (default 30)")
     p.add_argument("--write", metavar="FILE",
@@ -158,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
-    models = (list(TFLITE_MODELS) if args.models is None
+    known = INT8_MODELS if args.int8 else TFLITE_MODELS
+    models = (list(known) if args.models is None
               else [m.strip() for m in args.models.split(",") if m.strip()])
     for m in models:
-        if m not in TFLITE_MODELS:
-            p.error(f"{m!r} is not a TFLite zoo model; known: {', '.join(TFLITE_MODELS)}")
+        if m not in known:
+            p.error(f"{m!r} is not a{' full-integer' if args.int8 else ''} TFLite zoo model; "
+                    f"known: {', '.join(known)}")
     try:
         threads = [int(t) for t in args.threads.split(",") if t.strip()]
     except ValueError:
@@ -181,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     table = with_failures(markdown_table(rows) if rows else "No model ran.", failed)
     print(table)
     if args.write is not None:
-        write_section(pathlib.Path(args.write), section(table, argv, args.runs))
+        write_section(pathlib.Path(args.write), section(table, argv, args.runs, args.int8),
+                      INT8_HEADER if args.int8 else HEADER)
         log(f"wrote {args.write}")
     return 1 if failed else 0
 

@@ -209,7 +209,7 @@ INT8_MODELS: dict[str, ZooModel] = {m.key: m for m in (
           "input_1", (1, 5, 128, 1), "float32", -1.0, 1.0),
     _mltk("keyword_spotting_mobilenetv2", "siliconlabs",
           "f61fd6146f1d9f660422f0f4c1055fd08d76a757d17edf4f4d5ea71fe99031f3",
-          "input_1", (1, 59, 49, 1), "int8", -128, 127),
+          "input_2_int8", (1, 59, 49, 1), "int8", -128, 127),
 )}
 
 

@@ -86,6 +86,14 @@ KERNELS: dict = {
     "Pad": "pad.PadKernel",
     "DepthToSpace": "pad.DepthSpaceKernel",
     "SpaceToDepth": "pad.DepthSpaceKernel",
+    # TFLite's integer kernels (full-integer models; sprat-internal ops, see ir/shapes/tflite)
+    "TflRequantize": "tflite.TflRequantizeKernel",
+    "TflRescale": "tflite.TflRescaleKernel",
+    "TflAdd": "tflite.TflBinaryKernel",
+    "TflSub": "tflite.TflBinaryKernel",
+    "TflMul": "tflite.TflBinaryKernel",
+    "TflSoftmax": "tflite.TflSoftmaxKernel",
+    "TflQuantize": "tflite.TflQuantizeKernel",
     # quantized: the exact integer GEMM
     "DynamicQuantizeLinear": "quant.DynamicQuantizeLinearKernel",
     "MatMulInteger": "quant.MatMulIntegerKernel",

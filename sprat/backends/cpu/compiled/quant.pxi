@@ -125,19 +125,21 @@ cdef extern from *:
        reciprocal (off by an ulp, so off by one after rounding at a .5 boundary) */
     __attribute__((optimize("no-reciprocal-math")))
     static void sprat_quantize8(const float *x, unsigned char *y, Py_ssize_t n, float s,
-                                float zp, float lo, float hi, int is_signed) {
+                                float zp, float lo, float hi, int is_signed, int away) {
         Py_ssize_t i;
+        /* NOTE: ``away``: TFLite's AffineQuantize rounds half away from zero (roundf), ONNX
+           half to even (nearbyintf in the default rounding mode) */
         if (is_signed) {
             signed char *ys = (signed char *)y;
             for (i = 0; i < n; i++) {
-                float v = nearbyintf(x[i] / s) + zp;
+                float v = (away ? roundf(x[i] / s) : nearbyintf(x[i] / s)) + zp;
                 v = v < lo ? lo : v;
                 v = v > hi ? hi : v;
                 ys[i] = (signed char)(int)v;
             }
         } else {
             for (i = 0; i < n; i++) {
-                float v = nearbyintf(x[i] / s) + zp;
+                float v = (away ? roundf(x[i] / s) : nearbyintf(x[i] / s)) + zp;
                 v = v < lo ? lo : v;
                 v = v > hi ? hi : v;
                 y[i] = (unsigned char)(int)v;
@@ -146,7 +148,7 @@ cdef extern from *:
     }
     """
     void sprat_quantize8(const float* x, unsigned char* y, idx n, float s, float zp, float lo,
-                         float hi, int is_signed) nogil
+                         float hi, int is_signed, int away) nogil
 
 
 cdef void _dequantize8(const unsigned char* x, bint signed_, float* y, idx n, float zp,
@@ -162,10 +164,11 @@ cdef void _dequantize8(const unsigned char* x, bint signed_, float* y, idx n, fl
 
 
 def quantize8(int nt, const float[::1] x, unsigned char[::1] y, idx n, float s, float zp,
-              bint signed_):
+              bint signed_, bint away=False):
     """QuantizeLinear per tensor: ``y = saturate(round_half_even(x / s) + zp)`` for ``n``
     values, ``y`` the bytes of a uint8 (``signed_`` False) or int8 tensor (ONNX
-    QuantizeLinear-21). Raises ValueError on short operands."""
+    QuantizeLinear-21); ``away``: rounding half away from zero instead (TFLite's QUANTIZE,
+    reference/quantize.h AffineQuantize). Raises ValueError on short operands."""
     if x.shape[0] < n or y.shape[0] < n:
         raise ValueError("quantize8: operands too short")
     if n == 0:
@@ -177,11 +180,11 @@ def quantize8(int nt, const float[::1] x, unsigned char[::1] y, idx n, float s, 
     cdef int t
     if nt <= 1:
         with nogil:
-            sprat_quantize8(px, py, n, s, zp, lo, hi, signed_)
+            sprat_quantize8(px, py, n, s, zp, lo, hi, signed_, away)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         sprat_quantize8(px + t * n // nt, py + t * n // nt, (t + 1) * n // nt - t * n // nt, s,
-                        zp, lo, hi, signed_)
+                        zp, lo, hi, signed_, away)
 
 
 def dequantize8(int nt, const unsigned char[::1] x, float[::1] y, idx n, float zp, float s,

@@ -1,0 +1,215 @@
+"""TFLite's integer kernels (the ``Tfl*`` ops of full-integer models), compiled.
+
+The same fixed-point arithmetic as the reference kernels (``sprat.backends.reference.
+ops_tflite``, LiteRT's reference kernels bit for bit), in ``compiled/tflite.pxi``:
+
+- TflRequantize: int32 (a conv's or fully-connected's exact sums) or int8/uint8 -> int8/uint8,
+  per tensor or per channel along the last axis (or an axis with only size-1 axes after it);
+  TflRescale (the fully-connected's float requantisation) likewise from int32;
+- TflAdd / TflSub / TflMul: int8/uint8 of one dtype, equal shapes or one operand a scalar;
+- TflSoftmax: int8/uint8 over the last axis;
+- TflQuantize: float32 -> int8/uint8, rounding half away from zero (``ck.quantize8``).
+
+Anything else (int32 outputs, other broadcasts) runs on the reference kernels. The ops are
+elementwise or over the last axis: any layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...dtypes import CODE_TO_NUMPY
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
+from .compiled import kernels as ck
+
+_Q8 = (np.dtype(np.int8), np.dtype(np.uint8))
+_KIND = {np.dtype(np.int32): 0, np.dtype(np.int8): 1, np.dtype(np.uint8): 2}
+_I32 = np.int32
+
+# NOTE: the float elementwise kernels' threshold (not measured for these ops: the tensors of
+# the full-integer models in the zoo are all below it)
+PARALLEL_MIN = PARALLEL_MIN_ELEMENTS
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+def _slots(kernel: CpuKernel, n: int) -> int:
+    return kernel.threads if n >= PARALLEL_MIN else 1
+
+
+def _to(node) -> np.dtype | None:
+    dt = CODE_TO_NUMPY.get(int(node.attrs.get("to", 3)))
+    return None if dt is None else np.dtype(dt)
+
+
+def _params(info, size: int, dtype=_I32) -> np.ndarray | None:
+    """A constant parameter of 1 or ``size`` elements of ``dtype`` as ``size`` values (None:
+    not one)."""
+    if info is None or info.value is None or np.dtype(info.dtype) != dtype:
+        return None
+    v = np.asarray(info.value).reshape(-1)
+    if v.size not in (1, size):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(v, (size,)), dtype)
+
+
+def _channels(shape, axis: int) -> int | None:
+    """Values per row when per-axis parameters run along ``axis``: the last axis, or an axis
+    followed only by size-1 axes (None otherwise)."""
+    if not shape:
+        return 1
+    axis %= len(shape)
+    return shape[axis] if all(d == 1 for d in shape[axis + 1:]) else None
+
+
+class TflRequantizeKernel(CpuKernel):
+    """TflRequantize: ``clamp(MBQM(x - input_zero_point + bias, multiplier, shift) +
+    output_zero_point, qmin, qmax)``, x int32/int8/uint8 -> int8/uint8."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) not in (3, 4) \
+                or ins[0] is None or np.dtype(ins[0].dtype) not in _KIND or _to(node) not in _Q8:
+            return False
+        c = _channels(tuple(ins[0].shape), int(node.attrs.get("axis", -1)))
+        return c is not None and all(_params(p, c) is not None for p in ins[1:] if p is not None)
+
+    def prepare(self, ins, outs):
+        shape = tuple(ins[0].shape)
+        c = self.c = _channels(shape, int(self.node.attrs.get("axis", -1)))
+        n = int(np.prod(shape, dtype=np.int64))
+        self.rows = n // c if c else 0
+        self.mult = self.shared("multiplier", lambda: _params(ins[1], c))
+        self.shift = self.shared("shift", lambda: _params(ins[2], c))
+        bias = ins[3] if len(ins) > 3 else None
+        self.bias = self.shared("bias", lambda: np.zeros(c, _I32) if bias is None
+                                else _params(bias, c))
+        self.kind = _KIND[np.dtype(ins[0].dtype)]
+        a = self.node.attrs
+        self.consts = (int(a.get("input_zero_point", 0)), int(a.get("output_zero_point", 0)),
+                       int(a.get("qmin", -128)), int(a.get("qmax", 127)))
+        self.nt = _slots(self, n)
+
+    def run(self, ins, outs, ws):
+        ck.tfl_requantize(self.nt, _bytes(ins[0]), self.kind, _bytes(outs[0]), self.rows, self.c,
+                          self.mult, self.shift, self.bias, *self.consts)
+
+
+class TflRescaleKernel(CpuKernel):
+    """TflRescale (LiteRT's reference FULLY_CONNECTED epilogue): ``clamp(round_half_away(
+    double(x + bias) * scale) + output_zero_point, qmin, qmax)``, x int32 -> int8/uint8."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) not in (2, 3) \
+                or ins[0] is None or np.dtype(ins[0].dtype) != np.int32 or _to(node) not in _Q8:
+            return False
+        c = _channels(tuple(ins[0].shape), int(node.attrs.get("axis", -1)))
+        bias = ins[2] if len(ins) > 2 else None
+        return (c is not None and _params(ins[1], c, np.float64) is not None
+                and (bias is None or _params(bias, c) is not None))
+
+    def prepare(self, ins, outs):
+        shape = tuple(ins[0].shape)
+        c = self.c = _channels(shape, int(self.node.attrs.get("axis", -1)))
+        n = int(np.prod(shape, dtype=np.int64))
+        self.rows = n // c if c else 0
+        self.scale = self.shared("scale", lambda: _params(ins[1], c, np.float64))
+        bias = ins[2] if len(ins) > 2 else None
+        self.bias = self.shared("bias", lambda: np.zeros(c, _I32) if bias is None
+                                else _params(bias, c))
+        a = self.node.attrs
+        self.consts = (int(a.get("output_zero_point", 0)), int(a.get("qmin", -128)),
+                       int(a.get("qmax", 127)))
+        self.nt = _slots(self, n)
+
+    def run(self, ins, outs, ws):
+        ck.tfl_rescale(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.rows, self.c,
+                       self.scale, self.bias, *self.consts)
+
+
+_BINARY = {"TflAdd": 0, "TflSub": 1, "TflMul": 2}
+
+
+class TflBinaryKernel(CpuKernel):
+    """TflAdd / TflSub / TflMul on int8/uint8 of one dtype: equal shapes, or one operand a
+    single value."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) != 2 or None in ins:
+            return False
+        a, b = ins
+        if np.dtype(a.dtype) not in _Q8 or np.dtype(b.dtype) != np.dtype(a.dtype):
+            return False
+        return tuple(a.shape) == tuple(b.shape) or a.size == 1 or b.size == 1
+
+    def prepare(self, ins, outs):
+        a, b = ins
+        at = self.node.attrs
+        self.n = int(np.prod(outs[0].shape, dtype=np.int64))
+        self.steps = (0 if a.size == 1 else 1, 0 if b.size == 1 else 1)
+        self.kind = _KIND[np.dtype(a.dtype)]
+        self.op = _BINARY[self.node.op_type]
+        names = ("a_zero_point", "a_multiplier", "a_shift", "b_zero_point", "b_multiplier",
+                 "b_shift", "left_shift", "multiplier", "shift", "output_zero_point", "qmin",
+                 "qmax")
+        defaults = {"left_shift": 20, "qmin": -128, "qmax": 127}
+        self.params = np.array([int(at.get(k, defaults.get(k, 0))) for k in names], _I32)
+        self.nt = _slots(self, self.n)
+
+    def run(self, ins, outs, ws):
+        sa, sb = self.steps
+        ck.tfl_binary(self.nt, self.op, _bytes(ins[0]), sa, _bytes(ins[1]), sb, self.kind,
+                      _bytes(outs[0]), self.n, self.params)
+
+
+class TflSoftmaxKernel(CpuKernel):
+    """TflSoftmax over the last axis, int8/uint8 in and out."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        return (not any(k.startswith("_") for k in node.attrs) and len(ins) == 1
+                and ins[0] is not None and len(ins[0].shape) >= 1
+                and np.dtype(ins[0].dtype) in _Q8)
+
+    def prepare(self, ins, outs):
+        shape = tuple(ins[0].shape)
+        self.length = shape[-1]
+        n = int(np.prod(shape, dtype=np.int64))
+        self.rows = n // self.length if self.length else 0
+        self.kind = _KIND[np.dtype(ins[0].dtype)]
+        a = self.node.attrs
+        self.consts = (int(a.get("input_multiplier", 0)), int(a.get("input_left_shift", 0)),
+                       int(a.get("diff_min", 0)))
+        self.nt = _slots(self, n) if self.rows > 1 else 1
+        self.workspaces = (scratch(self.nt, max(1, self.length), np.int32),)
+
+    def run(self, ins, outs, ws):
+        ck.tfl_softmax(self.nt, _bytes(ins[0]), self.kind, _bytes(outs[0]), self.rows,
+                       self.length, *self.consts, ws.buffers[0])
+
+
+class TflQuantizeKernel(CpuKernel):
+    """TflQuantize: float32 -> int8/uint8, ``clamp(round_half_away(x / scale) + zero_point)``
+    (reference/quantize.h AffineQuantize)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        return (not any(k.startswith("_") for k in node.attrs) and len(ins) == 1
+                and ins[0] is not None and np.dtype(ins[0].dtype) == np.float32
+                and _to(node) in _Q8)
+
+    def prepare(self, ins, outs):
+        self.n = int(np.prod(ins[0].shape, dtype=np.int64))
+        a = self.node.attrs
+        self.scale = float(np.float32(a.get("scale", 1.0)))
+        self.zp = float(int(a.get("zero_point", 0)))
+        self.signed = _to(self.node) == np.int8
+        self.nt = _slots(self, self.n)
+
+    def run(self, ins, outs, ws):
+        ck.quantize8(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.n, self.scale, self.zp,
+                     self.signed, True)
