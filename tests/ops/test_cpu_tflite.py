@@ -143,6 +143,24 @@ def test_softmax(dtype, shape, beta):
                                             "diff_min": diff_min})
 
 
+@pytest.mark.parametrize("op", ["TflAveragePool2D", "TflMaxPool2D"])
+@pytest.mark.parametrize("dtype", [I8, U8])
+@pytest.mark.parametrize("shape,kernel,strides,pads", [
+    ((1, 7, 7, 24), (7, 7), (1, 1), (0, 0, 0, 0)),      # global, as the classifiers end
+    ((2, 9, 10, 5), (3, 3), (2, 2), (1, 1, 1, 1)),      # clipped windows on every border
+    ((1, 96, 96, 16), (2, 2), (2, 2), (0, 0, 0, 0)),    # two slots
+    ((1, 5, 6, 3), (3, 2), (1, 2), (0, 0, 2, 1))])      # SAME padding only after
+def test_pooling(op, dtype, shape, kernel, strides, pads):
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    exact(op, [q(shape, dtype)], {"kernel_shape": kernel, "strides": strides, "pads": pads,
+                                  "qmin": lo + 2, "qmax": hi - 1})
+
+
+def test_pooling_refuses_a_window_in_the_padding_only():
+    assert refused("TflAveragePool2D", [q((1, 4, 4, 2), I8)],
+                   {"kernel_shape": (2, 2), "strides": (1, 1), "pads": (2, 0, 0, 0)})
+
+
 @pytest.mark.parametrize("to", [I8, U8])
 def test_quantize_rounds_half_away_from_zero(to):
     scale = 0.25

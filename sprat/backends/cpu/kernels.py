@@ -93,6 +93,8 @@ KERNELS: dict = {
     "TflSub": "tflite.TflBinaryKernel",
     "TflMul": "tflite.TflBinaryKernel",
     "TflSoftmax": "tflite.TflSoftmaxKernel",
+    "TflAveragePool2D": "tflite.TflPoolKernel",
+    "TflMaxPool2D": "tflite.TflPoolKernel",
     "TflQuantize": "tflite.TflQuantizeKernel",
     # quantized: the exact integer GEMM
     "DynamicQuantizeLinear": "quant.DynamicQuantizeLinearKernel",

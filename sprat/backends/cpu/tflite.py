@@ -8,6 +8,7 @@ ops_tflite``, LiteRT's reference kernels bit for bit), in ``compiled/tflite.pxi`
   TflRescale (the fully-connected's float requantisation) likewise from int32;
 - TflAdd / TflSub / TflMul: int8/uint8 of one dtype, equal shapes or one operand a scalar;
 - TflSoftmax: int8/uint8 over the last axis;
+- TflAveragePool2D / TflMaxPool2D: NHWC int8/uint8, every window overlapping the image;
 - TflQuantize: float32 -> int8/uint8, rounding half away from zero (``ck.quantize8``).
 
 Anything else (int32 outputs, other broadcasts) runs on the reference kernels. The ops are
@@ -128,6 +129,52 @@ class TflRescaleKernel(CpuKernel):
     def run(self, ins, outs, ws):
         ck.tfl_rescale(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.rows, self.c,
                        self.scale, self.bias, *self.consts)
+
+
+class TflPoolKernel(CpuKernel):
+    """TflAveragePool2D / TflMaxPool2D on NHWC int8/uint8: the window clipped to the image,
+    the average rounded half away from zero (reference/integer_ops/pooling.h)."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) != 1 or ins[0] is None \
+                or len(ins[0].shape) != 4 or np.dtype(ins[0].dtype) not in _Q8:
+            return False
+        geom = cls._geometry(node, tuple(ins[0].shape))
+        if geom is None:
+            return False
+        h, w, oh, ow, kh, kw, sh, sw, top, left = geom
+        # NOTE: every window must overlap the image (TFLite's padding ensures it; a window in
+        # the padding only would average nothing)
+        return (top < kh and left < kw and (oh - 1) * sh - top < h and (ow - 1) * sw - left < w)
+
+    @staticmethod
+    def _geometry(node, shape):
+        a = node.attrs
+        kh, kw = (int(k) for k in a.get("kernel_shape", (1, 1)))
+        sh, sw = (int(k) for k in a.get("strides", (1, 1)))
+        top, left, bottom, right = (int(p) for p in a.get("pads", (0, 0, 0, 0)))
+        _, h, w, _ = shape
+        if min(kh, kw, sh, sw) < 1 or min(top, left, bottom, right) < 0:
+            return None
+        oh, ow = (h + top + bottom - kh) // sh + 1, (w + left + right - kw) // sw + 1
+        if oh < 1 or ow < 1:
+            return None
+        return h, w, oh, ow, kh, kw, sh, sw, top, left
+
+    def prepare(self, ins, outs):
+        shape = tuple(ins[0].shape)
+        h, w, oh, ow, kh, kw, sh, sw, top, left = self._geometry(self.node, shape)
+        a = self.node.attrs
+        self.args = (self.node.op_type == "TflAveragePool2D", _KIND[np.dtype(ins[0].dtype)],
+                     shape[0], h, w, shape[3], oh, ow, kh, kw, sh, sw, top, left,
+                     int(a.get("qmin", -128)), int(a.get("qmax", 127)))
+        n = int(np.prod(outs[0].shape, dtype=np.int64)) * kh * kw
+        self.nt = _slots(self, n) if shape[0] * oh > 1 else 1
+
+    def run(self, ins, outs, ws):
+        avg, kind, *geom = self.args
+        ck.tfl_pool(self.nt, avg, _bytes(ins[0]), kind, _bytes(outs[0]), *geom)
 
 
 _BINARY = {"TflAdd": 0, "TflSub": 1, "TflMul": 2}

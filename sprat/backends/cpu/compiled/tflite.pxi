@@ -178,6 +178,39 @@ cdef extern from *:
         }
     }
 
+    /* TFLite's quantized AVERAGE_POOL_2D (avg 1) / MAX_POOL_2D (avg 0) over NHWC int8/uint8
+       (reference/integer_ops/pooling.h): the window clipped to the image, the average of its
+       values rounded half away from zero (C integer division), clamped to [lo, hi]; output
+       rows [q0, q1) of the N * OH rows */
+    static void sprat_tfl_pool(int avg, const unsigned char *x, int kind, unsigned char *y,
+                               Py_ssize_t q0, Py_ssize_t q1, Py_ssize_t H, Py_ssize_t W,
+                               Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW, int kh, int kw,
+                               int sh, int sw, int top, int left, int32_t lo, int32_t hi) {
+        for (Py_ssize_t q = q0; q < q1; q++) {
+            Py_ssize_t n = q / OH, oy = q % OH;
+            Py_ssize_t y0 = oy * sh - top, ya = y0 < 0 ? 0 : y0, yb = y0 + kh < H ? y0 + kh : H;
+            for (Py_ssize_t ox = 0; ox < OW; ox++) {
+                Py_ssize_t x0 = ox * sw - left, xa = x0 < 0 ? 0 : x0;
+                Py_ssize_t xb = x0 + kw < W ? x0 + kw : W;
+                int64_t count = (int64_t)(yb - ya) * (xb - xa);
+                unsigned char *out = y + (q * OW + ox) * C;
+                for (Py_ssize_t c = 0; c < C; c++) {
+                    int64_t acc = avg ? 0 : INT64_MIN;
+                    for (Py_ssize_t iy = ya; iy < yb; iy++)
+                        for (Py_ssize_t ix = xa; ix < xb; ix++) {
+                            int64_t v = tfl_load(x, kind, ((n * H + iy) * W + ix) * C + c);
+                            if (avg) acc += v; else if (v > acc) acc = v;
+                        }
+                    if (avg && count > 0) {
+                        int64_t half = count / 2;
+                        acc = acc > 0 ? (acc + half) / count : -((half - acc) / count);
+                    }
+                    out[c] = tfl_clamp(acc, lo, hi);
+                }
+            }
+        }
+    }
+
     /* op 0 ADD, 1 SUB (reference/integer_ops/add.h, sub.h), 2 MUL (mul.h); a[i * sa],
        b[i * sb] for i in [i0, i1); p: a_zp, a_mult, a_shift, b_zp, b_mult, b_shift,
        left_shift, mult, shift, out_zp, qmin, qmax */
@@ -304,6 +337,9 @@ cdef extern from *:
                               int izp, int ozp, int lo, int hi) nogil
     void sprat_tfl_rescale(const int* x, unsigned char* y, idx r0, idx r1, idx C,
                            const double* scale, const int* bias, int ozp, int lo, int hi) nogil
+    void sprat_tfl_pool(int avg, const unsigned char* x, int kind, unsigned char* y, idx q0,
+                        idx q1, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw, int sh,
+                        int sw, int top, int left, int lo, int hi) nogil
     void sprat_tfl_binary(int op, const unsigned char* a, idx sa, const unsigned char* b,
                           idx sb, int kind, unsigned char* y, idx i0, idx i1,
                           const int* p) nogil
@@ -355,6 +391,31 @@ def tfl_rescale(int nt, const int[::1] x, unsigned char[::1] y, idx rows, idx C,
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         sprat_tfl_rescale(&x[0], &y[0], t * rows // nt, (t + 1) * rows // nt, C, &scale[0],
                           &bias[0], ozp, lo, hi)
+
+
+def tfl_pool(int nt, bint avg, const unsigned char[::1] x, int kind, unsigned char[::1] y,
+             idx N, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw, int sh, int sw,
+             int top, int left, int lo, int hi):
+    """TFLite's quantized AVERAGE_POOL_2D (``avg``) or MAX_POOL_2D over NHWC int8 (``kind``
+    1) / uint8 (2) bytes ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C) (``ops_tflite.
+    tfl_average_pool_2d`` / ``tfl_max_pool_2d``); ``top``/``left``: the padding before the
+    first row/column. Raises ValueError on short operands or a window that misses the image."""
+    if x.shape[0] < N * H * W * C or y.shape[0] < N * OH * OW * C:
+        raise ValueError("tfl_pool: operands too short")
+    if (OH - 1) * sh - top >= H or (OW - 1) * sw - left >= W or top >= kh or left >= kw:
+        raise ValueError("tfl_pool: a window lies outside the image")
+    if N * OH * OW * C == 0:
+        return
+    cdef int t
+    cdef idx rows = N * OH
+    if nt <= 1:
+        with nogil:
+            sprat_tfl_pool(avg, &x[0], kind, &y[0], 0, rows, H, W, C, OH, OW, kh, kw, sh, sw,
+                           top, left, lo, hi)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        sprat_tfl_pool(avg, &x[0], kind, &y[0], t * rows // nt, (t + 1) * rows // nt, H, W, C,
+                       OH, OW, kh, kw, sh, sw, top, left, lo, hi)
 
 
 def tfl_binary(int nt, int op, const unsigned char[::1] a, idx sa, const unsigned char[::1] b,
