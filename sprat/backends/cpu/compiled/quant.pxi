@@ -367,17 +367,51 @@ def qconv_pointwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
 
 # ---- QLinearConv depthwise, direct: taps summed per output row, then requantised -------------
 
+cdef extern from *:
+    """
+    #if defined(__AVX2__) && defined(__FMA__)
+    #include <immintrin.h>
+    #endif
+    /* acc[ow * C + c] += (x[(ow * sw) * C + c] - xz) * w[c] for ow in [0, n): one tap of a
+       depthwise conv over a run of output pixels whose input pixels all lie in the map. NOTE:
+       8 channels at a time on AVX2 (bytes widened in registers); the compiler's vectorised
+       loop over an unknown channel count cost ~1 ns a product at 8 channels */
+    static void sprat_qdw_taps(const unsigned char *x, int is_signed, float xz, const float *w,
+                               float *acc, Py_ssize_t n, Py_ssize_t C, Py_ssize_t sw) {
+        for (Py_ssize_t o = 0; o < n; o++) {
+            const unsigned char *xp = x + o * sw * C;
+            float *a = acc + o * C;
+            Py_ssize_t c = 0;
+    #if defined(__AVX2__) && defined(__FMA__)
+            __m256 vz = _mm256_set1_ps(xz);
+            for (; c + 8 <= C; c += 8) {
+                __m128i b = _mm_loadl_epi64((const __m128i *)(xp + c));
+                __m256i i32 = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+                __m256 v = _mm256_sub_ps(_mm256_cvtepi32_ps(i32), vz);
+                _mm256_storeu_ps(a + c, _mm256_fmadd_ps(v, _mm256_loadu_ps(w + c),
+                                                        _mm256_loadu_ps(a + c)));
+            }
+    #endif
+            if (is_signed) {
+                const signed char *sp = (const signed char *)xp;
+                for (; c < C; c++) a[c] += ((float)sp[c] - xz) * w[c];
+            } else {
+                for (; c < C; c++) a[c] += ((float)xp[c] - xz) * w[c];
+            }
+        }
+    }
+    """
+    void sprat_qdw_taps(const unsigned char* x, int is_signed, float xz, const float* w,
+                        float* acc, idx n, idx C, idx sw) nogil
+
+
 cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
                     const float* w, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
                     idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, const int* bias,
                     const float* mult, float zp, float lo, float hi, int kind,
                     unsigned char* y8, int* y32, float* acc, int* scr) noexcept nogil:
     cdef idx nr = N * OH
-    cdef idx r, n, oh, i, j, ow, iw, ih, c, o
-    cdef float* a
-    cdef const float* wt
-    cdef const unsigned char* xr
-    cdef const signed char* sr
+    cdef idx r, n, oh, i, j, ih, o, off, lo_, hi_
     for r in range(t * nr // nt, (t + 1) * nr // nt):
         n = r // OH
         oh = r - n * OH
@@ -387,20 +421,15 @@ cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float x
             if ih < 0 or ih >= H:
                 continue
             for j in range(kw):
-                wt = w + (i * kw + j) * C
-                for ow in range(OW):
-                    iw = ow * sw - pw + j * dw
-                    if iw < 0 or iw >= W:
-                        continue
-                    a = acc + ow * C
-                    if signed_:
-                        sr = <const signed char*>(x + ((n * H + ih) * W + iw) * C)
-                        for c in range(C):
-                            a[c] = a[c] + (<float>sr[c] - xz) * wt[c]
-                    else:
-                        xr = x + ((n * H + ih) * W + iw) * C
-                        for c in range(C):
-                            a[c] = a[c] + (<float>xr[c] - xz) * wt[c]
+                # the output pixels whose tap j lands in the map: iw = ow * sw + off in [0, W)
+                off = j * dw - pw
+                lo_ = 0 if off >= 0 else (-off + sw - 1) // sw
+                hi_ = (W - 1 - off) // sw + 1 if W - 1 - off >= 0 else 0
+                if hi_ > OW:
+                    hi_ = OW
+                if hi_ > lo_:
+                    sprat_qdw_taps(x + ((n * H + ih) * W + lo_ * sw + off) * C, signed_, xz,
+                                   w + (i * kw + j) * C, acc + lo_ * C, hi_ - lo_, C, sw)
         o = r * OW * C
         _qrequant_rows(acc, 0, 1, 0, OW, C, bias, mult, zp, lo, hi, kind,
                        y8 + o if kind != 2 else NULL, y32 + o if kind == 2 else NULL, scr)
