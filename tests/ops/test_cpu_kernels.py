@@ -806,4 +806,3 @@ def test_transposed_weight_packing_matches_numpy(shape):
     t = transposed(a)
     assert t.flags.c_contiguous and t.dtype == np.float32
     np.testing.assert_array_equal(t, a.T)
-
