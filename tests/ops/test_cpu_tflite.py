@@ -161,6 +161,15 @@ def test_pooling_refuses_a_window_in_the_padding_only():
                    {"kernel_shape": (2, 2), "strides": (1, 1), "pads": (2, 0, 0, 0)})
 
 
+@pytest.mark.parametrize("dtype", [I8, U8])
+@pytest.mark.parametrize("shape", [(1, 6, 7, 5), (1, 64, 64, 40), (9,)])
+def test_lookup(dtype, shape):
+    # every value of the type, then random ones; the table as LOGISTIC's is, any bytes
+    x = q(shape, dtype)
+    x.reshape(-1)[:256] = np.arange(256).astype(np.uint8).view(dtype)[:x.size]
+    exact("TflLookup", [x, q((256,), dtype)], consts=(1,))
+
+
 @pytest.mark.parametrize("to", [I8, U8])
 def test_quantize_rounds_half_away_from_zero(to):
     scale = 0.25

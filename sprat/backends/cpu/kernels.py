@@ -96,6 +96,7 @@ KERNELS: dict = {
     "TflAveragePool2D": "tflite.TflPoolKernel",
     "TflMaxPool2D": "tflite.TflPoolKernel",
     "TflQuantize": "tflite.TflQuantizeKernel",
+    "TflLookup": "qlinear.LookupKernel",
     # quantized: the exact integer GEMM
     "DynamicQuantizeLinear": "quant.DynamicQuantizeLinearKernel",
     "MatMulInteger": "quant.MatMulIntegerKernel",

@@ -71,7 +71,8 @@ class QuantizeKernel(CpuKernel):
 
 class LookupKernel(CpuKernel):
     """QLinearLookup (``passes.fuse_qdq``): uint8/int8 X through a constant per-channel table
-    (C, 256) or (1, 256) along ``axis``; any layout."""
+    (C, 256) or (1, 256) along ``axis``; any layout. Also TFLite's TflLookup (LOGISTIC, TANH
+    and the other 8-bit lookup-table kernels): one (256,) table, ``y = table[x - min]``."""
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -79,7 +80,7 @@ class LookupKernel(CpuKernel):
             return False
         x, table = ins
         return (x is not None and table is not None and table.value is not None
-                and x.dtype in _Q8 and table.dtype in _Q8)
+                and len(x.shape) >= 1 and x.dtype in _Q8 and table.dtype in _Q8)
 
     def prepare(self, ins, outs):
         x, table = ins

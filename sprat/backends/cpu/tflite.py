@@ -9,7 +9,8 @@ ops_tflite``, LiteRT's reference kernels bit for bit), in ``compiled/tflite.pxi`
 - TflAdd / TflSub / TflMul: int8/uint8 of one dtype, equal shapes or one operand a scalar;
 - TflSoftmax: int8/uint8 over the last axis;
 - TflAveragePool2D / TflMaxPool2D: NHWC int8/uint8, every window overlapping the image;
-- TflQuantize: float32 -> int8/uint8, rounding half away from zero (``ck.quantize8``).
+- TflQuantize: float32 -> int8/uint8, rounding half away from zero (``ck.quantize8``);
+- TflLookup runs on QLinearLookup's kernel (``qlinear.LookupKernel``).
 
 Anything else (int32 outputs, other broadcasts) runs on the reference kernels. The ops are
 elementwise or over the last axis: any layout.
