@@ -1,6 +1,9 @@
 """TFLite benchmark: sprat versus ai-edge-litert on the MediaPipe models, side by side.
 
-    python bench/litert.py [--models a,b] [--threads 1,2] [--runs N] [--write FILE]
+    python bench/litert.py [--int8] [--models a,b] [--threads 1,2] [--runs N] [--write FILE]
+
+``--int8``: the full-integer models of the zoo (``zoo.INT8_MODELS``) instead of the float
+MediaPipe ones (issue 14), in a section of their own.
 
 For each TFLite model of the zoo (``zoo.MODELS`` and ``zoo.EXTRA_MODELS``, fetched with
 ``sprat.zoo``, fed ``zoo.sample_input``) and thread count, sprat (the model converted to ``.sprat``
