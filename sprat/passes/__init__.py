@@ -7,6 +7,7 @@ from .drop_identity import drop_identity
 from .fold_affine import fold_conv_affine
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
+from .fold_pad import fold_pad
 from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
@@ -28,8 +29,10 @@ DEFAULT_PIPELINE = [
     ("fuse_gelu", fuse_gelu),
     ("fuse_attention", fuse_attention),
     ("fuse_integer_matmul", fuse_integer_matmul),
+    ("fold_pad", fold_pad),  # NOTE: an ONNX Pad -> Conv, both NCHW
     ("layout", to_nhwc),
     ("transposes", optimize_transposes),
+    ("fold_pad_nhwc", fold_pad),  # NOTE: a TFLite Pad reaches its Conv once transposes cancel
     ("fuse_matmul_bias", fuse_matmul_bias),
     ("fuse_residual", fuse_residual),
     ("fuse_activation", fuse_activation),

@@ -200,3 +200,51 @@ def test_bert_attention_fuses_to_one_attention_node(backends, scale_first):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1, np.abs(want).max()))
     if backends == ("cpu",):
         assert sess.info()["backends"][att.name] == "cpu"
+
+
+def _pad_conv(pads, value=None, mode="constant", conv_pads=(0, 0, 0, 0), auto_pad=None,
+              extra_reader=False):
+    """x (1, 8, 9, 7) -> Pad -> Conv 3x3 stride 2 (-> y, and Pad's output added when
+    ``extra_reader``)."""
+    inits = {"pads": np.array(pads, np.int64), "w": _f32(6, 8, 3, 3, scale=0.3),
+             "b": _f32(6)}
+    pad_ins = ["x", "pads"]
+    if value is not None:
+        inits["v"] = np.array(value, np.float32)
+        pad_ins.append("v")
+    conv_attrs = {"strides": [2, 2]}
+    if auto_pad is not None:
+        conv_attrs["auto_pad"] = auto_pad
+    else:
+        conv_attrs["pads"] = list(conv_pads)
+    nodes = [h.make_node("Pad", pad_ins, ["p"], mode=mode),
+             h.make_node("Conv", ["p", "w", "b"], ["c" if extra_reader else "y"], **conv_attrs)]
+    if extra_reader:
+        nodes.append(h.make_node("ReduceSum", ["p"], ["s"], keepdims=0))
+        nodes.append(h.make_node("Add", ["c", "s"], ["y"]))
+    return _model(nodes, inits)
+
+
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+@pytest.mark.parametrize("pads,conv_pads,auto_pad", [
+    ((0, 0, 1, 1, 0, 0, 1, 1), (0, 0, 0, 0), None),    # TFLite's explicit "same" padding
+    ((0, 0, 0, 1, 0, 0, 2, 0), (1, 0, 0, 1), None),    # asymmetric, added to the conv's own
+    ((0, 0, 2, 0, 0, 0, 0, 3), None, "VALID")])
+def test_zero_pad_of_spatial_axes_folds_into_conv(backends, pads, conv_pads, auto_pad):
+    g = _check(_pad_conv(pads, conv_pads=conv_pads or (0, 0, 0, 0), auto_pad=auto_pad),
+               backends=backends)
+    assert "Pad" not in g.op_counts()
+
+
+@pytest.mark.parametrize("case", ["value", "reflect", "channels", "two_readers", "same"])
+def test_pads_that_are_not_a_convs_zeros_stay(case):
+    spatial = (0, 0, 1, 1, 0, 0, 1, 1)
+    model = {"value": lambda: _pad_conv(spatial, value=0.5),
+             "reflect": lambda: _pad_conv(spatial, mode="reflect"),
+             "channels": lambda: _pad_conv((0, 1, 1, 1, 0, 0, 1, 1)),
+             "two_readers": lambda: _pad_conv(spatial, extra_reader=True),
+             "same": lambda: _pad_conv(spatial, auto_pad="SAME_UPPER")}[case]()
+    if case == "channels":  # the conv then reads 9 channels: its weight must match
+        model.graph.initializer[1].CopyFrom(numpy_helper.from_array(_f32(6, 9, 3, 3), "w"))
+    g = _check(model)
+    assert g.op_counts().get("Pad") == 1
