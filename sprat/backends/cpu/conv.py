@@ -59,6 +59,15 @@ WINOGRAD_G = np.array([[1 / 4, 0, 0],
                        [0, 0, 1]], np.float64)
 
 
+# NOTE: the blocked depthwise kernel walks an output row one channel tile at a time, so the
+# tile's weights (kh*kw vectors of 8 per block) are read from L1 for every block of pixels
+# along the row; 8 KB tiles (3x3: 224 channels, 5x5: 80) measured against whole rows on the
+# depthwise family of bench/kernels.py, 1 thread: 5x5 convs of 480-1152 channels on 7x7 and
+# 14x14 maps 0.72-0.8x the time, 3x3 and 5x5 convs of up to 240 channels alike (one tile)
+DW_TILE_BYTES = 8192
+DW_MIN_UNITS = 8
+
+
 def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
     """``w`` (M, C, 3, 3) float32 -> ``U`` flat (36, C, M) float32, ``U[p] = (G w G^T)[p]``
     (computed in float64, compiled: ``ck.conv_winograd_weights``, split over ``nt`` slots)."""
@@ -78,6 +87,31 @@ def depthwise_segment(c: int) -> int:
     floats per tap (64 pixels up to 64 channels), so the tiled weights of a 5x5 kernel stay in
     L2 at 200+ channels (a fixed 64 tiled a 5x5 kernel of 200 channels into 1.3 MB)."""
     return max(4, min(64, 4096 // max(c, 1)))
+
+
+def depthwise_pack(w: np.ndarray) -> np.ndarray:
+    """Depthwise weights ``w`` (kh, kw, C) float32 -> flat (ceil(C/8), kh, kw, 8) float32, the
+    lanes past C zero: the layout ``ck.conv_depthwise_blocked`` reads (each 8-channel block's
+    taps contiguous, one vector per tap)."""
+    kh, kw, c = w.shape
+    cb = -(-c // 8)
+    wp = np.zeros((kh, kw, cb * 8), np.float32)
+    wp[:, :, :c] = w
+    return np.ascontiguousarray(wp.reshape(kh, kw, cb, 8).transpose(2, 0, 1, 3)).ravel()
+
+
+def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
+    """Blocks of 8 channels per work unit (output row x channel tile) of the blocked depthwise
+    kernel for ``c`` channels, a ``kh`` x ``kw`` kernel and ``rows`` output rows (N*OH) on
+    ``nt`` threads."""
+    cb = -(-c // 8)
+    ct = min(cb, max(1, DW_TILE_BYTES // (32 * kh * kw)))
+    # NOTE: with several threads a small map (7x7, 14x14) has too few rows to share out
+    # evenly (7 rows: 4 against 3); its channels are then cut into more tiles, until every
+    # slot has at least DW_MIN_UNITS units (at most 1/8 of a slot's work left uneven)
+    while nt > 1 and ct > 1 and rows * -(-cb // ct) < DW_MIN_UNITS * nt:
+        ct = -(-ct // 2)
+    return ct
 
 
 def _split_inputs(node, ins):
@@ -154,7 +188,15 @@ class ConvKernel(CpuKernel):
             self.w = self.shared("dw", lambda: np.ascontiguousarray(
                 wv[:, 0].transpose(1, 2, 0)).ravel())  # (kh, kw, C)
             seg = self.seg = depthwise_segment(c)
-            if sw == 1:
+            self.blocked = ck.DEPTHWISE_BLOCKED and kw in (3, 5) and sw in (1, 2) and dil[1] == 1
+            if self.blocked:
+                self.wp = self.shared("dw_blocked", lambda: depthwise_pack(
+                    self.w.reshape(kh, kw, c)))
+                self.bp = self.shared("bias_blocked", lambda: np.concatenate(
+                    [self.bias, np.zeros(-c % 8, np.float32)]))
+                self.ct = depthwise_tile(c, kh, kw, n * oh, nt)
+                self.wt = self.bt = self.empty
+            elif sw == 1:
                 self.wt = self.shared(f"dw_tiled{seg}", lambda: np.tile(
                     self.w.reshape(kh * kw, 1, c), (1, seg, 1)).ravel())
                 self.bt = self.shared(f"bias_tiled{seg}", lambda: np.tile(self.bias, seg))
@@ -238,6 +280,10 @@ class ConvKernel(CpuKernel):
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, *bufs, code, a, b)
+        elif algo == "depthwise" and self.blocked:
+            algo = "depthwise_blocked"
+            args = (x, self.wp, self.bp, res, hr, y, n, h, w, c, oh, ow, kh, kw, sh, sw, dh, ph,
+                    pw, self.ct, code, a, b)
         elif algo == "depthwise":
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
@@ -256,7 +302,8 @@ def views(args: tuple) -> tuple:
 
 
 KERNEL = {"pointwise": ck.conv_pointwise, "shift": ck.conv_shift, "im2col": ck.conv_im2col,
-          "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd}
+          "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
+          "depthwise_blocked": ck.conv_depthwise_blocked}
 
 
 def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:
