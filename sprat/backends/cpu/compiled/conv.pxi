@@ -652,20 +652,22 @@ cdef extern from *:
     }
 
     /* P output pixels (stride S apart) x 8 channels of one output row. y: the first pixel's
-       channel block; x: the input at the first valid kernel row, the first pixel's window
-       start, the same channels; w: that kernel row's K weight vectors of the block (rows K*8
+       channel block; w: the first valid kernel row's K weight vectors of the block (rows K*8
        floats apart); ni kernel rows, xstep floats apart in x; res (or NULL) at y's position;
-       masked: the block holds the last C % 8 channels (mask m). Compile-time K, S, P, masked,
-       edge: the loops unroll and the accumulators and K weights stay in registers. With edge
-       (a border pixel, P = 1) only the taps [j0, j1) lie inside the row; x then points at tap
-       j0. Fewer than 4 pixels spread their taps over NS accumulator sets: the chains of
-       dependent multiply-adds (4 cycles each) are then short enough to keep both FMA units
-       busy. */
+       masked: the block holds the last C % 8 channels (mask m). Unguarded, x is the input at
+       the first valid kernel row, the first pixel's window start, y's channels, and every
+       column of the window lies inside the row. Guarded (pixels at the border), x is the
+       input at column 0 of that row and the window starts at column off: only its columns u
+       with lo <= u < hi are read (the others are zero padding) and only the first npix
+       pixels are stored. Compile-time K, S, P, masked, guard: the loops unroll and the
+       accumulators and K weights stay in registers. Fewer than 4 pixels spread their taps
+       over NS accumulator sets: the chains of dependent multiply-adds (4 cycles each) are
+       then short enough to keep both FMA units busy. */
     SPRAT_INLINE void sprat_dw_tile(float *y, const float *x, const float *w, const float *bias,
                                     const float *res, Py_ssize_t C, Py_ssize_t xstep, Py_ssize_t ni,
                                     const int K, const int S, const int P, const int masked,
-                                    const int edge, int j0, int j1, __m256i m, int code, float a,
-                                    float b) {
+                                    const int guard, Py_ssize_t off, int lo, int hi, int npix,
+                                    __m256i m, int code, float a, float b) {
         const int NS = P >= 4 ? 1 : 4 / P;
         __m256 acc[8], wv[5];
         int p, j, u, s;
@@ -676,23 +678,15 @@ cdef extern from *:
         for (i = 0; i < ni; i++) {
             const float *xr = x + i * xstep;
             const float *wr = w + i * K * 8;
-            if (edge) {
-    #pragma GCC unroll 5
-                for (j = 0; j < K; j++) {
-                    if (j >= j0 && j < j1) {
-                        const float *xp = xr + (j - j0) * C;
-                        const __m256 xv = masked ? _mm256_maskload_ps(xp, m) : _mm256_loadu_ps(xp);
-                        acc[j % NS] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr + j * 8), acc[j % NS]);
-                    }
-                }
-                continue;
-            }
     #pragma GCC unroll 5
             for (j = 0; j < K; j++) wv[j] = _mm256_loadu_ps(wr + j * 8);
     #pragma GCC unroll 20
             for (u = 0; u < (P - 1) * S + K; u++) {
-                const __m256 xv = masked ? _mm256_maskload_ps(xr + u * C, m)
-                                         : _mm256_loadu_ps(xr + u * C);
+                const float *xp;
+                __m256 xv;
+                if (guard && (u < lo || u >= hi)) continue;
+                xp = guard ? xr + (off + u) * C : xr + u * C;
+                xv = masked ? _mm256_maskload_ps(xp, m) : _mm256_loadu_ps(xp);
     #pragma GCC unroll 8
                 for (p = 0; p < P; p++) {
                     const int t = u - p * S;
@@ -708,46 +702,80 @@ cdef extern from *:
     #pragma GCC unroll 8
             for (p = 0; p < P; p++) acc[p] = _mm256_add_ps(acc[p], acc[p + P * s]);
         }
-        if (res != NULL) {
     #pragma GCC unroll 8
-            for (p = 0; p < P; p++)
+        for (p = 0; p < P; p++) {
+            if (guard && p >= npix) break;
+            if (res != NULL)
                 acc[p] = _mm256_add_ps(acc[p], masked ? _mm256_maskload_ps(res + p * C, m)
                                                       : _mm256_loadu_ps(res + p * C));
         }
         sprat_dw_act(acc, P, code, a, b);
     #pragma GCC unroll 8
         for (p = 0; p < P; p++) {
+            if (guard && p >= npix) break;
             if (masked) _mm256_maskstore_ps(y + p * C, m, acc[p]);
             else _mm256_storeu_ps(y + p * C, acc[p]);
         }
     }
 
-    /* Channel blocks [b0, b1) of P interior pixels starting at output column ow (input column
-       ow*S - pw); the block ``nb - 1`` is masked when C % 8 != 0. */
+    /* Channel blocks [b0, b1) of P pixels starting at output column ow (input column
+       ow*S - pw); the block nb - 1 is masked when C % 8 != 0. Unguarded: interior pixels;
+       guarded: npix pixels (<= P), the window's columns outside [0, W) skipped. */
     SPRAT_INLINE void sprat_dw_pixels(float *yr, const float *xr, const float *wp, const float *bp,
-                                      const float *rr, Py_ssize_t C, Py_ssize_t xstep,
-                                      Py_ssize_t ni, Py_ssize_t wrow, Py_ssize_t kk, Py_ssize_t ow,
-                                      Py_ssize_t pw, Py_ssize_t b0, Py_ssize_t b1, Py_ssize_t nb,
-                                      __m256i m, const int K, const int S, const int P, int code,
-                                      float a, float b) {
-        Py_ssize_t cb, c;
+                                      const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                      Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
+                                      Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t pw, Py_ssize_t b0,
+                                      Py_ssize_t b1, Py_ssize_t nb, __m256i m, const int K,
+                                      const int S, const int P, const int guard, int npix,
+                                      int code, float a, float b) {
+        Py_ssize_t cb, c, iw0 = ow * S - pw;
         Py_ssize_t bfull = (C & 7) ? nb - 1 : nb;
+        int lo = iw0 < 0 ? (int)-iw0 : 0;
+        int hi = (int)(W - iw0);
         float *y = yr + ow * C;
-        const float *x = xr + (ow * S - pw) * C;
+        const float *x = guard ? xr : xr + iw0 * C;
         const float *r = rr != NULL ? rr + ow * C : NULL;
         for (cb = b0; cb < (b1 < bfull ? b1 : bfull); cb++) {
             c = cb * 8;
             sprat_dw_tile(y + c, x + c, wp + cb * kk + wrow, bp + c, r != NULL ? r + c : NULL, C,
-                          xstep, ni, K, S, P, 0, 0, 0, K, m, code, a, b);
+                          xstep, ni, K, S, P, 0, guard, iw0, lo, hi, npix, m, code, a, b);
         }
         if (b1 > bfull) {
             c = bfull * 8;
             sprat_dw_tile(y + c, x + c, wp + bfull * kk + wrow, bp + c, r != NULL ? r + c : NULL,
-                          C, xstep, ni, K, S, P, 1, 0, 0, K, m, code, a, b);
+                          C, xstep, ni, K, S, P, 1, guard, iw0, lo, hi, npix, m, code, a, b);
         }
     }
 
-    /* One output row (channel blocks [b0, b1)) for compile-time K and S. */
+    /* npix (>= 1) border pixels from output column ow, in guarded blocks of at most 8. */
+    SPRAT_INLINE void sprat_dw_border(float *yr, const float *xr, const float *wp, const float *bp,
+                                      const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                      Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
+                                      Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t npix, Py_ssize_t pw,
+                                      Py_ssize_t b0, Py_ssize_t b1, Py_ssize_t nb, __m256i m,
+                                      const int K, const int S, int code, float a, float b) {
+        while (npix > 0) {
+            int n = npix < 8 ? (int)npix : 8;
+            if (n > 4)
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 8, 1, n, code, a, b);
+            else if (n > 2)
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 4, 1, n, code, a, b);
+            else if (n == 2)
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 2, 1, n, code, a, b);
+            else
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 1, 1, n, code, a, b);
+            ow += n;
+            npix -= n;
+        }
+    }
+
+    /* One output row (channel blocks [b0, b1)) for compile-time K and S: a row of at most 8
+       pixels with a border in one guarded block; otherwise the left border pixels, the
+       interior in unguarded blocks of 8, 4, 2, 1, then the right border pixels. */
     SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, const float *bp,
                                       const float *rr, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OW,
                                       Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
@@ -755,51 +783,41 @@ cdef extern from *:
                                       __m256i m, const int K, const int S, int code, float a,
                                       float b) {
         Py_ssize_t nb = (C + 7) / 8, kk = kh * K * 8;
-        Py_ssize_t a0 = (pw + S - 1) / S, a1, ow, cb, c, iw0, j0, j1;
-        Py_ssize_t bfull = (C & 7) ? nb - 1 : nb;
+        Py_ssize_t a0 = (pw + S - 1) / S, a1, ow;
         /* interior [a0, a1): ow*S - pw >= 0 and ow*S - pw + K <= W */
         a1 = W + pw - K >= 0 ? (W + pw - K) / S + 1 : 0;
         if (a1 > OW) a1 = OW;
         if (a0 > OW) a0 = OW;
         if (a1 < a0) a1 = a0;
-        for (ow = 0; ow < OW; ow++) {
-            if (ow == a0) {  /* the interior, in blocks of 8, 4, 2, 1 pixels */
-                for (; ow + 8 <= a1; ow += 8)
-                    sprat_dw_pixels(yr, xr, wp, bp, rr, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                    m, K, S, 8, code, a, b);
-                if (ow + 4 <= a1) {
-                    sprat_dw_pixels(yr, xr, wp, bp, rr, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                    m, K, S, 4, code, a, b);
-                    ow += 4;
-                }
-                if (ow + 2 <= a1) {
-                    sprat_dw_pixels(yr, xr, wp, bp, rr, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                    m, K, S, 2, code, a, b);
-                    ow += 2;
-                }
-                if (ow < a1) {
-                    sprat_dw_pixels(yr, xr, wp, bp, rr, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                    m, K, S, 1, code, a, b);
-                    ow += 1;
-                }
-                if (ow >= OW) break;
-            }
-            iw0 = ow * S - pw;
-            j0 = iw0 < 0 ? -iw0 : 0;
-            j1 = W - iw0 < K ? W - iw0 : K;
-            if (j1 < j0) j1 = j0;
-            for (cb = b0; cb < b1; cb++) {
-                c = cb * 8;
-                if (cb < bfull)
-                    sprat_dw_tile(yr + ow * C + c, xr + (iw0 + j0) * C + c, wp + cb * kk + wrow,
-                                  bp + c, rr != NULL ? rr + ow * C + c : NULL, C, xstep, ni, K, S,
-                                  1, 0, 1, (int)j0, (int)j1, m, code, a, b);
-                else
-                    sprat_dw_tile(yr + ow * C + c, xr + (iw0 + j0) * C + c, wp + cb * kk + wrow,
-                                  bp + c, rr != NULL ? rr + ow * C + c : NULL, C, xstep, ni, K, S,
-                                  1, 1, 1, (int)j0, (int)j1, m, code, a, b);
-            }
+        if (OW <= 8 && (a0 > 0 || a1 < OW)) {
+            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, 0, OW, pw, b0, b1, nb,
+                            m, K, S, code, a, b);
+            return;
         }
+        if (a0 > 0)
+            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, 0, a0, pw, b0, b1, nb,
+                            m, K, S, code, a, b);
+        for (ow = a0; ow + 8 <= a1; ow += 8)
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 8, 0, 8, code, a, b);
+        if (ow + 4 <= a1) {
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 4, 0, 4, code, a, b);
+            ow += 4;
+        }
+        if (ow + 2 <= a1) {
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 2, 0, 2, code, a, b);
+            ow += 2;
+        }
+        if (ow < a1) {
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 1, 0, 1, code, a, b);
+            ow += 1;
+        }
+        if (a1 < OW)
+            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, a1, OW - a1, pw, b0,
+                            b1, nb, m, K, S, code, a, b);
     }
 
     /* Units [u0, u1) of (output row q of N*OH, channel tile of ct blocks of 8) of a depthwise
