@@ -617,32 +617,39 @@ cdef extern from *:
         int p;
         switch (code) {
         case 1: /* Relu: fmax32(v, 0) */
+    #pragma GCC unroll 8
             for (p = 0; p < P; p++) acc[p] = _mm256_max_ps(zero, acc[p]);
             break;
         case 2: /* Clip: fmin32(fmax32(v, a), b) */
+    #pragma GCC unroll 8
             for (p = 0; p < P; p++) acc[p] = _mm256_min_ps(vb, _mm256_max_ps(va, acc[p]));
             break;
         case 3: /* Sigmoid */
+    #pragma GCC unroll 8
             for (p = 0; p < P; p++)
                 acc[p] = _mm256_div_ps(one, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
             break;
         case 4: /* HardSigmoid: fmin32(fmax32(a*v + b, 0), 1) */
+    #pragma GCC unroll 8
             for (p = 0; p < P; p++)
                 acc[p] = _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(va, acc[p], vb)));
             break;
         case 5: /* HardSwish: v * fmin32(fmax32(v/6 + 1/2, 0), 1) */
+    #pragma GCC unroll 8
             for (p = 0; p < P; p++) {
                 __m256 t = _mm256_fmadd_ps(acc[p], _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
                 acc[p] = _mm256_mul_ps(acc[p], _mm256_min_ps(one, _mm256_max_ps(zero, t)));
             }
             break;
         case 6: /* LeakyRelu: relu(v) + a * (v - relu(v)) */
+    #pragma GCC unroll 8
             for (p = 0; p < P; p++) {
                 __m256 r = _mm256_max_ps(zero, acc[p]);
                 acc[p] = _mm256_fmadd_ps(va, _mm256_sub_ps(acc[p], r), r);
             }
             break;
         case 8: /* SiLU */
+    #pragma GCC unroll 8
             for (p = 0; p < P; p++)
                 acc[p] = _mm256_div_ps(acc[p], _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
             break;
