@@ -66,6 +66,12 @@ WINOGRAD_G = np.array([[1 / 4, 0, 0],
 # 14x14 maps 0.72-0.8x the time, 3x3 and 5x5 convs of up to 240 channels alike (one tile)
 DW_TILE_BYTES = 8192
 DW_MIN_UNITS = 8
+# NOTE: a depthwise conv does few multiply-adds per float it reads (kh*kw against a GEMM's
+# C or M), so the blocked depthwise kernel pays for a second thread from fewer of them than
+# PARALLEL_MIN_MACS: 2 threads against 1 on 3x3 and 5x5 convs, stride 1 and 2, 7x7-28x28
+# maps of 32-576 channels: from 147K to 254K multiply-adds 1.16-1.96x faster (MobileNetV2's
+# 576@14 stride-2 depthwise, 254K: 1.93x); from 56K to 113K 0.94-1.28x, below 40K slower
+DW_PARALLEL_MIN_MACS = PARALLEL_MIN_MACS // 2
 
 
 def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
@@ -190,6 +196,7 @@ class ConvKernel(CpuKernel):
             seg = self.seg = depthwise_segment(c)
             self.blocked = ck.DEPTHWISE_BLOCKED and kw in (3, 5) and sw in (1, 2) and dil[1] == 1
             if self.blocked:
+                nt = self.nt = self.threads if macs >= DW_PARALLEL_MIN_MACS else 1
                 self.wp = self.shared("dw_blocked", lambda: depthwise_pack(
                     self.w.reshape(kh, kw, c)))
                 self.bp = self.shared("bias_blocked", lambda: np.concatenate(
