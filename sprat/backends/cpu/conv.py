@@ -2,13 +2,16 @@
 
 Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group);
-- depthwise: group == C == M -> direct kernel (tap-by-tap vector multiply-adds);
+- depthwise: group == C == M -> direct kernel; on the AVX2 build 3- and 5-wide kernels at
+  horizontal stride 1 or 2 run register-blocked (``conv_depthwise_blocked``: 8 channels x up
+  to 8 output pixels in registers, weights packed (C/8, kh, kw, 8) by ``depthwise_pack``),
+  the others tap-by-tap vector multiply-adds (``conv_depthwise``);
 - winograd: 3x3, stride 1, no dilation, group 1, >= 24 input and output channels ->
   Winograd F(4,3) (Lavin & Gray, CVPR 2016; MNN's choice for these convs);
 - shift-GEMM: stride 1, group 1, fewer than 128 channels, more than 3 output pixels -> kh*kw
   accumulating GEMMs over a padded band;
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
-The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise``,
+The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise[_blocked]``,
 ``conv_winograd``, ``conv_shift``, ``conv_im2col``); this module packs the weights, picks the
 algorithm and sizes the blocks and workspaces at prepare.
 ONNX Conv (opset 1..22): inputs X, W (M, C/group, kH, kW), optional B (M); attrs auto_pad,
@@ -61,9 +64,11 @@ WINOGRAD_G = np.array([[1 / 4, 0, 0],
 
 # NOTE: the blocked depthwise kernel walks an output row one channel tile at a time, so the
 # tile's weights (kh*kw vectors of 8 per block) are read from L1 for every block of pixels
-# along the row; 8 KB tiles (3x3: 224 channels, 5x5: 80) measured against whole rows on the
-# depthwise family of bench/kernels.py, 1 thread: 5x5 convs of 480-1152 channels on 7x7 and
-# 14x14 maps 0.72-0.8x the time, 3x3 and 5x5 convs of up to 240 channels alike (one tile)
+# along the row; tiles of at most 8 KB of weights (3x3: 224 channels, 5x5: 80), of even size,
+# measured against whole rows on the depthwise family of bench/kernels.py, 1 thread, four
+# runs: 5x5 stride-1 convs of 480 and 672 channels on 14x14 maps 0.77-0.87x the time in
+# every run; the other shapes with several tiles (5x5 of 144-1152 channels, 3x3 of 240-1152)
+# within the run-to-run spread of this shared machine (+-20 %) either way
 DW_TILE_BYTES = 8192
 DW_MIN_UNITS = 8
 # NOTE: a depthwise conv does few multiply-adds per float it reads (kh*kw against a GEMM's
@@ -112,6 +117,7 @@ def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
     ``nt`` threads."""
     cb = -(-c // 8)
     ct = min(cb, max(1, DW_TILE_BYTES // (32 * kh * kw)))
+    ct = -(-cb // -(-cb // ct))  # tiles of even size (30 blocks at most 28: 15 + 15)
     # NOTE: with several threads a small map (7x7, 14x14) has too few rows to share out
     # evenly (7 rows: 4 against 3); its channels are then cut into more tiles, until every
     # slot has at least DW_MIN_UNITS units (at most 1/8 of a slot's work left uneven)

@@ -627,7 +627,8 @@ cdef extern from *:
         case 3: /* Sigmoid */
     #pragma GCC unroll 8
             for (p = 0; p < P; p++)
-                acc[p] = _mm256_div_ps(one, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
+                acc[p] = _mm256_div_ps(one,
+                                       _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
             break;
         case 4: /* HardSigmoid: fmin32(fmax32(a*v + b, 0), 1) */
     #pragma GCC unroll 8
@@ -637,7 +638,8 @@ cdef extern from *:
         case 5: /* HardSwish: v * fmin32(fmax32(v/6 + 1/2, 0), 1) */
     #pragma GCC unroll 8
             for (p = 0; p < P; p++) {
-                __m256 t = _mm256_fmadd_ps(acc[p], _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
+                __m256 t = _mm256_fmadd_ps(acc[p], _mm256_set1_ps(1.0f / 6.0f),
+                                           _mm256_set1_ps(0.5f));
                 acc[p] = _mm256_mul_ps(acc[p], _mm256_min_ps(one, _mm256_max_ps(zero, t)));
             }
             break;
@@ -651,7 +653,8 @@ cdef extern from *:
         case 8: /* SiLU */
     #pragma GCC unroll 8
             for (p = 0; p < P; p++)
-                acc[p] = _mm256_div_ps(acc[p], _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
+                acc[p] = _mm256_div_ps(acc[p],
+                                       _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
             break;
         default:
             break;
