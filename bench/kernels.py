@@ -97,6 +97,17 @@ class Case:
         return kernel, arrays, out
 
 
+DEPTHWISE_FAMILY = [  # (kernel, stride, channels, input map)
+    (3, 1, 32, 112), (3, 1, 144, 56), (3, 1, 88, 28), (3, 1, 192, 28), (3, 1, 384, 14),
+    (3, 1, 480, 14), (3, 1, 960, 7), (3, 1, 1152, 7), (3, 1, 20, 56),
+    (3, 2, 16, 112), (3, 2, 96, 112), (3, 2, 72, 56), (3, 2, 144, 56), (3, 2, 240, 28),
+    (3, 2, 576, 14),
+    (5, 1, 240, 28), (5, 1, 120, 14), (5, 1, 480, 14), (5, 1, 672, 14), (5, 1, 576, 7),
+    (5, 1, 1152, 7), (5, 1, 36, 56),
+    (5, 2, 144, 56), (5, 2, 96, 28), (5, 2, 288, 14), (5, 2, 672, 14),
+]
+
+
 def cases():
     c = []
 
@@ -116,6 +127,10 @@ def cases():
     conv("conv3x3 s1 64->64 @56", 1, 64, 56, 56, 64, 3, 1, 1)
     conv("conv3x3 s2 128->128 @56", 1, 128, 56, 56, 128, 3, 2, 1)
     conv("depthwise3x3 144 @56", 1, 144, 56, 56, 144, 3, 1, 1, group=144)
+    # the depthwise family (--only dw): kernel 3 and 5, stride 1 and 2, "same" padding, the
+    # channel counts and maps of MobileNetV2/V3, EfficientNet-B0 and MnasNet-like nets
+    for k, s, ch, hw in DEPTHWISE_FAMILY:
+        conv(f"dw{k} s{s} {ch}@{hw}", 1, ch, hw, hw, ch, k, s, k // 2, group=ch)
 
     a, b, bias = _randn(64, 512), _randn(1000, 512) * 0.05, _randn(1000)
     c.append(Case("gemm 64x512x1000 +bias", [helper.make_node(

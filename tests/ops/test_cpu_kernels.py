@@ -806,3 +806,63 @@ def test_transposed_weight_packing_matches_numpy(shape):
     t = transposed(a)
     assert t.flags.c_contiguous and t.dtype == np.float32
     np.testing.assert_array_equal(t, a.T)
+
+
+# ---- the register-blocked depthwise kernel (``conv_depthwise_blocked``, AVX2 build) --------
+
+DW_BLOCKED_CASES = [
+    # (x NCHW, kernel, stride, pads): odd channel counts (a masked last block of 8), tiny maps
+    # (narrower than the kernel, one guarded block per row), rows of 9-40 pixels (left border,
+    # interior blocks of 8/4/2/1, right border), asymmetric pads and vertical strides
+    ((1, 13, 7, 7), 3, (1, 1), [1, 1, 1, 1]),
+    ((2, 37, 9, 11), 3, (2, 2), [1, 1, 1, 1]),
+    ((1, 8, 1, 1), 3, (1, 1), [1, 1, 1, 1]),
+    ((1, 5, 2, 3), 5, (1, 1), [2, 2, 2, 2]),
+    ((1, 19, 4, 4), 5, (2, 2), [2, 2, 2, 2]),
+    ((1, 24, 7, 7), 5, (1, 1), [2, 2, 2, 2]),
+    ((1, 40, 14, 23), 5, (1, 1), [2, 2, 2, 2]),
+    ((1, 17, 15, 40), 3, (1, 1), [1, 1, 1, 1]),
+    ((1, 33, 16, 29), 5, (2, 2), [1, 2, 2, 1]),
+    ((1, 16, 12, 12), 3, (2, 2), [0, 0, 1, 1]),  # SAME_UPPER's pads at stride 2
+    ((1, 9, 10, 30), 3, (2, 1), [1, 1, 1, 1]),
+    ((1, 11, 9, 12), 5, (3, 2), [0, 3, 1, 2]),
+]
+
+
+@pytest.mark.parametrize("xs,k,strides,pads", DW_BLOCKED_CASES)
+@pytest.mark.parametrize("act,params", [(None, []), ("Relu", []), ("Clip", [0.0, 6.0]),
+                                        ("HardSwish", []), ("Silu", []), ("Tanh", [])])
+def test_depthwise_blocked(xs, k, strides, pads, act, params):
+    c = xs[1]
+    x, w = nhwc(randn(*xs, seed=1)), randn(c, 1, k, k, seed=2, scale=0.3)
+    attrs = {"pads": pads, "strides": list(strides), "group": c}
+    node, infos = make("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    kernel = CpuBackend(1).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo(shape, np.dtype(np.float32))])
+    assert kernel.algo == "depthwise"
+    assert kernel.blocked == compiled.kernels.DEPTHWISE_BLOCKED
+    r = randn(*shape, seed=4)
+    check("Conv", [x, w, randn(c, seed=3), r], {**attrs, **fused(act, params, residual=True)},
+          consts=(1, 2))
+    check("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused(act, params)}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("xs,k,strides", [
+    ((1, 1152, 7, 7), 5, 1),   # 7 rows on two threads: the channels cut into more tiles
+    ((1, 640, 7, 7), 3, 1),
+    ((1, 80, 14, 14), 5, 1),   # one tile of 80 channels: cut in two (28 units, not 14)
+    ((1, 36, 40, 41), 3, 2),
+    ((2, 45, 28, 28), 5, 1),
+    ((1, 96, 56, 56), 3, 1),
+])
+def test_depthwise_blocked_two_threads(xs, k, strides):
+    # >= PARALLEL_MIN_MACS: check runs them on two threads, each taking (row, channel tile) units
+    c = xs[1]
+    x, w = nhwc(randn(*xs, seed=1)), randn(c, 1, k, k, seed=2, scale=0.3)
+    attrs = {"pads": [k // 2] * 4, "strides": [strides] * 2, "group": c}
+    node, infos = make("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    check("Conv", [x, w, randn(c, seed=3), randn(*shape, seed=4)],
+          {**attrs, **fused("HardSwish", residual=True)}, consts=(1, 2))
+    check("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused("Gelu")}, consts=(1, 2))

@@ -2,13 +2,16 @@
 
 Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group);
-- depthwise: group == C == M -> direct kernel (tap-by-tap vector multiply-adds);
+- depthwise: group == C == M -> direct kernel; on the AVX2 build 3- and 5-wide kernels at
+  horizontal stride 1 or 2 run register-blocked (``conv_depthwise_blocked``: 8 channels x up
+  to 8 output pixels in registers, weights packed (C/8, kh, kw, 8) by ``depthwise_pack``),
+  the others tap-by-tap vector multiply-adds (``conv_depthwise``);
 - winograd: 3x3, stride 1, no dilation, group 1, >= 24 input and output channels ->
   Winograd F(4,3) (Lavin & Gray, CVPR 2016; MNN's choice for these convs);
 - shift-GEMM: stride 1, group 1, fewer than 128 channels, more than 3 output pixels -> kh*kw
   accumulating GEMMs over a padded band;
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
-The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise``,
+The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise[_blocked]``,
 ``conv_winograd``, ``conv_shift``, ``conv_im2col``); this module packs the weights, picks the
 algorithm and sizes the blocks and workspaces at prepare.
 ONNX Conv (opset 1..22): inputs X, W (M, C/group, kH, kW), optional B (M); attrs auto_pad,
@@ -59,6 +62,23 @@ WINOGRAD_G = np.array([[1 / 4, 0, 0],
                        [0, 0, 1]], np.float64)
 
 
+# NOTE: the blocked depthwise kernel walks an output row one channel tile at a time, so the
+# tile's weights (kh*kw vectors of 8 per block) are read from L1 for every block of pixels
+# along the row; tiles of at most 8 KB of weights (3x3: 224 channels, 5x5: 80), of even size,
+# measured against whole rows on the depthwise family of bench/kernels.py, 1 thread, four
+# runs: 5x5 stride-1 convs of 480 and 672 channels on 14x14 maps 0.77-0.87x the time in
+# every run; the other shapes with several tiles (5x5 of 144-1152 channels, 3x3 of 240-1152)
+# within the run-to-run spread of this shared machine (+-20 %) either way
+DW_TILE_BYTES = 8192
+DW_MIN_UNITS = 8
+# NOTE: a depthwise conv does few multiply-adds per float it reads (kh*kw against a GEMM's
+# C or M), so the blocked depthwise kernel pays for a second thread from fewer of them than
+# PARALLEL_MIN_MACS: 2 threads against 1 on 3x3 and 5x5 convs, stride 1 and 2, 7x7-28x28
+# maps of 32-576 channels: from 147K to 254K multiply-adds 1.16-1.96x faster (MobileNetV2's
+# 576@14 stride-2 depthwise, 254K: 1.93x); from 56K to 113K 0.94-1.28x, below 40K slower
+DW_PARALLEL_MIN_MACS = PARALLEL_MIN_MACS // 2
+
+
 def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
     """``w`` (M, C, 3, 3) float32 -> ``U`` flat (36, C, M) float32, ``U[p] = (G w G^T)[p]``
     (computed in float64, compiled: ``ck.conv_winograd_weights``, split over ``nt`` slots)."""
@@ -78,6 +98,32 @@ def depthwise_segment(c: int) -> int:
     floats per tap (64 pixels up to 64 channels), so the tiled weights of a 5x5 kernel stay in
     L2 at 200+ channels (a fixed 64 tiled a 5x5 kernel of 200 channels into 1.3 MB)."""
     return max(4, min(64, 4096 // max(c, 1)))
+
+
+def depthwise_pack(w: np.ndarray) -> np.ndarray:
+    """Depthwise weights ``w`` (kh, kw, C) float32 -> flat (ceil(C/8), kh, kw, 8) float32, the
+    lanes past C zero: the layout ``ck.conv_depthwise_blocked`` reads (each 8-channel block's
+    taps contiguous, one vector per tap)."""
+    kh, kw, c = w.shape
+    cb = -(-c // 8)
+    wp = np.zeros((kh, kw, cb * 8), np.float32)
+    wp[:, :, :c] = w
+    return np.ascontiguousarray(wp.reshape(kh, kw, cb, 8).transpose(2, 0, 1, 3)).ravel()
+
+
+def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
+    """Blocks of 8 channels per work unit (output row x channel tile) of the blocked depthwise
+    kernel for ``c`` channels, a ``kh`` x ``kw`` kernel and ``rows`` output rows (N*OH) on
+    ``nt`` threads."""
+    cb = -(-c // 8)
+    ct = min(cb, max(1, DW_TILE_BYTES // (32 * kh * kw)))
+    ct = -(-cb // -(-cb // ct))  # tiles of even size (30 blocks at most 28: 15 + 15)
+    # NOTE: with several threads a small map (7x7, 14x14) has too few rows to share out
+    # evenly (7 rows: 4 against 3); its channels are then cut into more tiles, until every
+    # slot has at least DW_MIN_UNITS units (at most 1/8 of a slot's work left uneven)
+    while nt > 1 and ct > 1 and rows * -(-cb // ct) < DW_MIN_UNITS * nt:
+        ct = -(-ct // 2)
+    return ct
 
 
 def _split_inputs(node, ins):
@@ -154,7 +200,16 @@ class ConvKernel(CpuKernel):
             self.w = self.shared("dw", lambda: np.ascontiguousarray(
                 wv[:, 0].transpose(1, 2, 0)).ravel())  # (kh, kw, C)
             seg = self.seg = depthwise_segment(c)
-            if sw == 1:
+            self.blocked = ck.DEPTHWISE_BLOCKED and kw in (3, 5) and sw in (1, 2) and dil[1] == 1
+            if self.blocked:
+                nt = self.nt = self.threads if macs >= DW_PARALLEL_MIN_MACS else 1
+                self.wp = self.shared("dw_blocked", lambda: depthwise_pack(
+                    self.w.reshape(kh, kw, c)))
+                self.bp = self.shared("bias_blocked", lambda: np.concatenate(
+                    [self.bias, np.zeros(-c % 8, np.float32)]))
+                self.ct = depthwise_tile(c, kh, kw, n * oh, nt)
+                self.wt = self.bt = self.empty
+            elif sw == 1:
                 self.wt = self.shared(f"dw_tiled{seg}", lambda: np.tile(
                     self.w.reshape(kh * kw, 1, c), (1, seg, 1)).ravel())
                 self.bt = self.shared(f"bias_tiled{seg}", lambda: np.tile(self.bias, seg))
@@ -238,6 +293,10 @@ class ConvKernel(CpuKernel):
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, *bufs, code, a, b)
+        elif algo == "depthwise" and self.blocked:
+            algo = "depthwise_blocked"
+            args = (x, self.wp, self.bp, res, hr, y, n, h, w, c, oh, ow, kh, kw, sh, sw, dh, ph,
+                    pw, self.ct, code, a, b)
         elif algo == "depthwise":
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
@@ -256,7 +315,8 @@ def views(args: tuple) -> tuple:
 
 
 KERNEL = {"pointwise": ck.conv_pointwise, "shift": ck.conv_shift, "im2col": ck.conv_im2col,
-          "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd}
+          "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
+          "depthwise_blocked": ck.conv_depthwise_blocked}
 
 
 def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:

@@ -585,6 +585,389 @@ def conv_depthwise(int nt, const float[::1] x, const float[::1] w, const float[:
                             kh, kw, sh, sw, dh, dw, ph, pw, seg, code, a, b)
 
 
+# ---- depthwise, register-blocked (AVX2): kernels 3 and 5 wide, horizontal stride 1 and 2 ------
+# The layout of XNNPACK's and MLAS's depthwise micro-kernels, written afresh for NHWC rows:
+# weights packed once at prepare as (C/8 blocks, kh, kw, 8 lanes) (``conv.depthwise_pack``),
+# the lanes past C zero. Per output row, the pixels whose kw taps all lie inside the row (the
+# interior) go in blocks of P = 8, 4, 2, 1 pixels; per block and per 8 channels, P accumulators
+# start at the bias, each kernel row loads its kw weight vectors once and each input vector of
+# the (P-1)*stride + kw wide window once, and adds it into every accumulator whose window holds
+# it (1 load per 1.5-2.5 FMAs); the residual and the activation are applied in registers before
+# the one store. The few border pixels go one at a time with their taps clipped to the row.
+# Kernel rows outside the image are skipped (no padded copy). A last block of fewer than 8
+# channels loads and stores masked. Work slots take ranges of (output row, channel tile) units.
+
+cdef extern from *:
+    """
+    #if defined(__AVX2__) && defined(__FMA__)
+    #include <immintrin.h>
+    #define SPRAT_DW_SIMD 1
+    #define SPRAT_INLINE static inline __attribute__((always_inline))
+
+    /* The activation codes of common.pxi that have a register form (the others, Tanh and
+       Gelu, are applied by the caller after the store); NaN-keeping as act_inplace. */
+    static inline int sprat_dw_act_in_regs(int code) {
+        return code == 0 || code == 1 || code == 2 || code == 3 || code == 4 || code == 5
+            || code == 6 || code == 8;
+    }
+
+    SPRAT_INLINE void sprat_dw_act(__m256 *acc, const int P, int code, float a, float b) {
+        const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+        const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+        int p;
+        switch (code) {
+        case 1: /* Relu: fmax32(v, 0) */
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++) acc[p] = _mm256_max_ps(zero, acc[p]);
+            break;
+        case 2: /* Clip: fmin32(fmax32(v, a), b) */
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++) acc[p] = _mm256_min_ps(vb, _mm256_max_ps(va, acc[p]));
+            break;
+        case 3: /* Sigmoid */
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++)
+                acc[p] = _mm256_div_ps(one,
+                                       _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
+            break;
+        case 4: /* HardSigmoid: fmin32(fmax32(a*v + b, 0), 1) */
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++)
+                acc[p] = _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(va, acc[p], vb)));
+            break;
+        case 5: /* HardSwish: v * fmin32(fmax32(v/6 + 1/2, 0), 1) */
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++) {
+                __m256 t = _mm256_fmadd_ps(acc[p], _mm256_set1_ps(1.0f / 6.0f),
+                                           _mm256_set1_ps(0.5f));
+                acc[p] = _mm256_mul_ps(acc[p], _mm256_min_ps(one, _mm256_max_ps(zero, t)));
+            }
+            break;
+        case 6: /* LeakyRelu: relu(v) + a * (v - relu(v)) */
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++) {
+                __m256 r = _mm256_max_ps(zero, acc[p]);
+                acc[p] = _mm256_fmadd_ps(va, _mm256_sub_ps(acc[p], r), r);
+            }
+            break;
+        case 8: /* SiLU */
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++)
+                acc[p] = _mm256_div_ps(acc[p],
+                                       _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
+            break;
+        default:
+            break;
+        }
+    }
+
+    /* P output pixels (stride S apart) x 8 channels of one output row. y: the first pixel's
+       channel block; w: the first valid kernel row's K weight vectors of the block (rows K*8
+       floats apart); ni kernel rows, xstep floats apart in x; res (or NULL) at y's position;
+       masked: the block holds the last C % 8 channels (mask m). Unguarded, x is the input at
+       the first valid kernel row, the first pixel's window start, y's channels, and every
+       column of the window lies inside the row. Guarded (pixels at the border), x is the
+       input at column 0 of that row and the window starts at column off: only its columns u
+       with lo <= u < hi are read (the others are zero padding) and only the first npix
+       pixels are stored. Compile-time K, S, P, masked, guard: the loops unroll and the
+       accumulators and K weights stay in registers. Fewer than 4 pixels spread their taps
+       over NS accumulator sets: the chains of dependent multiply-adds (4 cycles each) are
+       then short enough to keep both FMA units busy. */
+    SPRAT_INLINE void sprat_dw_tile(float *y, const float *x, const float *w, const float *bias,
+                                    const float *res, Py_ssize_t C, Py_ssize_t xstep, Py_ssize_t ni,
+                                    const int K, const int S, const int P, const int masked,
+                                    const int guard, Py_ssize_t off, int lo, int hi, int npix,
+                                    __m256i m, int code, float a, float b) {
+        const int NS = P >= 4 ? 1 : 4 / P;
+        __m256 acc[8], wv[5];
+        int p, j, u, s;
+        Py_ssize_t i;
+        const __m256 bv = _mm256_loadu_ps(bias);
+    #pragma GCC unroll 8
+        for (p = 0; p < P * NS; p++) acc[p] = p < P ? bv : _mm256_setzero_ps();
+        for (i = 0; i < ni; i++) {
+            const float *xr = x + i * xstep;
+            const float *wr = w + i * K * 8;
+    #pragma GCC unroll 5
+            for (j = 0; j < K; j++) wv[j] = _mm256_loadu_ps(wr + j * 8);
+    #pragma GCC unroll 20
+            for (u = 0; u < (P - 1) * S + K; u++) {
+                const float *xp;
+                __m256 xv;
+                if (guard && (u < lo || u >= hi)) continue;
+                xp = guard ? xr + (off + u) * C : xr + u * C;
+                xv = masked ? _mm256_maskload_ps(xp, m) : _mm256_loadu_ps(xp);
+    #pragma GCC unroll 8
+                for (p = 0; p < P; p++) {
+                    const int t = u - p * S;
+                    if (t >= 0 && t < K) {
+                        s = p + P * (t % NS);
+                        acc[s] = _mm256_fmadd_ps(xv, wv[t], acc[s]);
+                    }
+                }
+            }
+        }
+    #pragma GCC unroll 8
+        for (s = 1; s < NS; s++) {
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++) acc[p] = _mm256_add_ps(acc[p], acc[p + P * s]);
+        }
+    #pragma GCC unroll 8
+        for (p = 0; p < P; p++) {
+            if (guard && p >= npix) break;
+            if (res != NULL)
+                acc[p] = _mm256_add_ps(acc[p], masked ? _mm256_maskload_ps(res + p * C, m)
+                                                      : _mm256_loadu_ps(res + p * C));
+        }
+        sprat_dw_act(acc, P, code, a, b);
+    #pragma GCC unroll 8
+        for (p = 0; p < P; p++) {
+            if (guard && p >= npix) break;
+            if (masked) _mm256_maskstore_ps(y + p * C, m, acc[p]);
+            else _mm256_storeu_ps(y + p * C, acc[p]);
+        }
+    }
+
+    /* Channel blocks [b0, b1) of P pixels starting at output column ow (input column
+       ow*S - pw); the block nb - 1 is masked when C % 8 != 0. Unguarded: interior pixels;
+       guarded: npix pixels (<= P), the window's columns outside [0, W) skipped. */
+    SPRAT_INLINE void sprat_dw_pixels(float *yr, const float *xr, const float *wp, const float *bp,
+                                      const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                      Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
+                                      Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t pw, Py_ssize_t b0,
+                                      Py_ssize_t b1, Py_ssize_t nb, __m256i m, const int K,
+                                      const int S, const int P, const int guard, int npix,
+                                      int code, float a, float b) {
+        Py_ssize_t cb, c, iw0 = ow * S - pw;
+        Py_ssize_t bfull = (C & 7) ? nb - 1 : nb;
+        int lo = iw0 < 0 ? (int)-iw0 : 0;
+        int hi = (int)(W - iw0);
+        float *y = yr + ow * C;
+        const float *x = guard ? xr : xr + iw0 * C;
+        const float *r = rr != NULL ? rr + ow * C : NULL;
+        for (cb = b0; cb < (b1 < bfull ? b1 : bfull); cb++) {
+            c = cb * 8;
+            sprat_dw_tile(y + c, x + c, wp + cb * kk + wrow, bp + c, r != NULL ? r + c : NULL, C,
+                          xstep, ni, K, S, P, 0, guard, iw0, lo, hi, npix, m, code, a, b);
+        }
+        if (b1 > bfull) {
+            c = bfull * 8;
+            sprat_dw_tile(y + c, x + c, wp + bfull * kk + wrow, bp + c, r != NULL ? r + c : NULL,
+                          C, xstep, ni, K, S, P, 1, guard, iw0, lo, hi, npix, m, code, a, b);
+        }
+    }
+
+    /* npix (>= 1) border pixels from output column ow, in guarded blocks of at most 8. */
+    SPRAT_INLINE void sprat_dw_border(float *yr, const float *xr, const float *wp, const float *bp,
+                                      const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                      Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
+                                      Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t npix, Py_ssize_t pw,
+                                      Py_ssize_t b0, Py_ssize_t b1, Py_ssize_t nb, __m256i m,
+                                      const int K, const int S, int code, float a, float b) {
+        while (npix > 0) {
+            int n = npix < 8 ? (int)npix : 8;
+            if (n > 4)
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 8, 1, n, code, a, b);
+            else if (n > 2)
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 4, 1, n, code, a, b);
+            else if (n == 2)
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 2, 1, n, code, a, b);
+            else
+                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                                m, K, S, 1, 1, n, code, a, b);
+            ow += n;
+            npix -= n;
+        }
+    }
+
+    /* One output row (channel blocks [b0, b1)) for compile-time K and S: a row of at most 8
+       pixels with a border in one guarded block; otherwise the left border pixels, the
+       interior in unguarded blocks of 8, 4, 2, 1, then the right border pixels. */
+    SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, const float *bp,
+                                      const float *rr, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OW,
+                                      Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
+                                      Py_ssize_t kh, Py_ssize_t pw, Py_ssize_t b0, Py_ssize_t b1,
+                                      __m256i m, const int K, const int S, int code, float a,
+                                      float b) {
+        Py_ssize_t nb = (C + 7) / 8, kk = kh * K * 8;
+        Py_ssize_t a0 = (pw + S - 1) / S, a1, ow;
+        /* interior [a0, a1): ow*S - pw >= 0 and ow*S - pw + K <= W */
+        a1 = W + pw - K >= 0 ? (W + pw - K) / S + 1 : 0;
+        if (a1 > OW) a1 = OW;
+        if (a0 > OW) a0 = OW;
+        if (a1 < a0) a1 = a0;
+        if (OW <= 8 && (a0 > 0 || a1 < OW)) {
+            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, 0, OW, pw, b0, b1, nb,
+                            m, K, S, code, a, b);
+            return;
+        }
+        if (a0 > 0)
+            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, 0, a0, pw, b0, b1, nb,
+                            m, K, S, code, a, b);
+        for (ow = a0; ow + 8 <= a1; ow += 8)
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 8, 0, 8, code, a, b);
+        if (ow + 4 <= a1) {
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 4, 0, 4, code, a, b);
+            ow += 4;
+        }
+        if (ow + 2 <= a1) {
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 2, 0, 2, code, a, b);
+            ow += 2;
+        }
+        if (ow < a1) {
+            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
+                            K, S, 1, 0, 1, code, a, b);
+            ow += 1;
+        }
+        if (a1 < OW)
+            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, a1, OW - a1, pw, b0,
+                            b1, nb, m, K, S, code, a, b);
+    }
+
+    /* Units [u0, u1) of (output row q of N*OH, channel tile of ct blocks of 8) of a depthwise
+       conv with kw in {3, 5}, horizontal stride sw in {1, 2}, horizontal dilation 1. wp packed
+       (C/8 blocks, kh, kw, 8), bp the bias padded to a multiple of 8; res may be NULL.
+       The activation is applied only when sprat_dw_act_in_regs(code). Returns 1 (done). */
+    static int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp,
+                              const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                              Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                              Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t ph,
+                              Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0, Py_ssize_t u1,
+                              int code, float a, float b) {
+        Py_ssize_t nb = (C + 7) / 8, ntile = (nb + ct - 1) / ct, u, q, n, oh, tl, b0, b1;
+        Py_ssize_t i0, i1, ih0, xstep = dh * W * C;
+        int rem = (int)(C & 7);
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem ? rem : 8),
+                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        if (!sprat_dw_act_in_regs(code)) code = 0;
+        for (u = u0; u < u1; u++) {
+            q = u / ntile;
+            tl = u - q * ntile;
+            b0 = tl * ct;
+            b1 = b0 + ct < nb ? b0 + ct : nb;
+            n = q / OH;
+            oh = q - n * OH;
+            /* kernel rows i with 0 <= oh*sh - ph + i*dh < H */
+            ih0 = oh * sh - ph;
+            i0 = ih0 < 0 ? (-ih0 + dh - 1) / dh : 0;
+            i1 = H - 1 - ih0 >= 0 ? (H - 1 - ih0) / dh + 1 : 0;
+            if (i1 > kh) i1 = kh;
+            if (i1 < i0) i1 = i0;
+            {
+                float *yr = y + q * OW * C;
+                const float *xr = x + (n * H + ih0 + i0 * dh) * W * C;
+                const float *rr = res != NULL ? res + q * OW * C : NULL;
+                Py_ssize_t wrow = i0 * kw * 8;
+                if (kw == 3 && sw == 1)
+                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                    b0, b1, m, 3, 1, code, a, b);
+                else if (kw == 3)
+                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                    b0, b1, m, 3, 2, code, a, b);
+                else if (sw == 1)
+                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                    b0, b1, m, 5, 1, code, a, b);
+                else
+                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                    b0, b1, m, 5, 2, code, a, b);
+            }
+        }
+        return 1;
+    }
+    #else
+    #define SPRAT_DW_SIMD 0
+    static inline int sprat_dw_act_in_regs(int code) { (void)code; return 0; }
+    static int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp,
+                              const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                              Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                              Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t ph,
+                              Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0, Py_ssize_t u1,
+                              int code, float a, float b) {
+        (void)y; (void)x; (void)wp; (void)bp; (void)res; (void)H; (void)W; (void)C; (void)OH;
+        (void)OW; (void)kh; (void)kw; (void)sh; (void)sw; (void)dh; (void)ph; (void)pw; (void)ct;
+        (void)u0; (void)u1; (void)code; (void)a; (void)b;
+        return 0;
+    }
+    #endif
+    """
+    int SPRAT_DW_SIMD
+    bint sprat_dw_act_in_regs(int code) noexcept nogil
+    int sprat_dw_units(float* y, const float* x, const float* wp, const float* bp,
+                       const float* res, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
+                       idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, idx u0, idx u1, int code,
+                       float a, float b) noexcept nogil
+
+
+#: whether this build has the register-blocked depthwise kernel (``conv_depthwise_blocked``)
+DEPTHWISE_BLOCKED = bool(SPRAT_DW_SIMD)
+
+
+cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, const float* bp,
+                               const float* res, bint has_res, float* y, idx N, idx H, idx W,
+                               idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
+                               idx ph, idx pw, idx ct, int code, float a, float b) noexcept nogil:
+    """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units; the
+    activations without a register form (Tanh, Gelu) then run over the slot's outputs."""
+    cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
+    cdef idx units = N * OH * ntile
+    cdef idx u0 = t * units // nt
+    cdef idx u1 = (t + 1) * units // nt
+    cdef idx u, q, c0, c1, ow
+    sprat_dw_units(y, x, wp, bp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw, dh,
+                   ph, pw, ct, u0, u1, code, a, b)
+    if code == A_NONE or sprat_dw_act_in_regs(code):
+        return
+    for u in range(u0, u1):
+        q = u // ntile
+        c0 = (u - q * ntile) * ct * 8
+        c1 = min(C, c0 + ct * 8)
+        for ow in range(OW):
+            act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
+
+
+def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, const float[::1] bp,
+                           const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W,
+                           idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph,
+                           idx pw, idx ct, int code, float a, float b):
+    """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C) by the
+    register-blocked kernel: ``kw`` 3 or 5, horizontal stride ``sw`` 1 or 2, horizontal
+    dilation 1 (any ``kh``, vertical stride ``sh`` and dilation ``dh``); ``wp`` packed
+    (ceil(C/8), kh, kw, 8) and ``bp`` (ceil(C/8)*8) zero past C (``conv.depthwise_pack``);
+    units of (output row, ``ct`` blocks of 8 channels) split evenly over ``nt`` slots.
+    Raises ValueError on short operands or an unsupported geometry, RuntimeError on a build
+    without it (``DEPTHWISE_BLOCKED`` false)."""
+    cdef idx cp = (C + 7) // 8 * 8
+    conv_check(x, N * H * W * C, y, N * OH * OW * C, res, has_res, wp, kh * kw * cp)
+    if bp.shape[0] < cp:
+        raise ValueError(f"conv_depthwise_blocked: bias {bp.shape[0]} < {cp} (padded to 8)")
+    if kw not in (3, 5) or sw not in (1, 2) or ct < 1 or sh < 1 or dh < 1:
+        raise ValueError(f"conv_depthwise_blocked: kw={kw}, sw={sw}, ct={ct} not supported "
+                         "(kw 3 or 5, sw 1 or 2, ct >= 1)")
+    if not SPRAT_DW_SIMD:
+        raise RuntimeError("conv_depthwise_blocked: this build has no AVX2 kernel; use "
+                           "conv_depthwise")
+    cdef const float* px = &x[0]
+    cdef const float* pwp = &wp[0]
+    cdef const float* pbp = &bp[0]
+    cdef const float* pr = cptr(res)
+    cdef float* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
+                                 sh, sw, dh, ph, pw, ct, code, a, b)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
+                             sh, sw, dh, ph, pw, ct, code, a, b)
+
+
 # ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------
 # Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (CVPR 2016), F(4,3): a 4x4
 # output tile from a 6x6 input tile d is Y = A^T [(G g G^T) * (B^T d B)] A. The transforms run
