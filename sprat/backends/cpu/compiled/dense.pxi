@@ -846,7 +846,7 @@ cdef struct dense_attn_t:
     const float* mask
     bint has_mask
     float* y
-    idx B, H, G, Sq, Skv, D, Dv
+    idx B, H, G, Sq, Skv, D, Dv, qb
     float scale
     idx mb, mh, mq
 
@@ -867,53 +867,63 @@ cdef void dense_attn_softmax_row(float* r, const float* mrow, idx n, bint has_ma
     dense_softmax_row(r, r, n, False)
 
 
-cdef void dense_attn_pairs(const dense_attn_t* g, idx lo, idx hi, float* s) noexcept nogil:
-    """(batch, head) pairs [lo, hi): ``S = scale * Q_h @ K_h^T`` into ``s`` (Sq x Skv, one BLAS
-    call reading the head's columns in place), mask and row softmax in cache, then
-    ``Y_h = S @ V_h`` straight into Y's columns of head h. Grouped heads read kv head h // G."""
+cdef void dense_attn_items(const dense_attn_t* g, idx lo, idx hi, float* s) noexcept nogil:
+    """Work items [lo, hi): (batch, head, block of ``qb`` query rows) triples. Per item:
+    ``S = scale * Q_blk @ K_h^T`` into ``s`` (qb x Skv, one BLAS call reading the head's
+    columns in place), mask and row softmax in cache, then ``Y_blk = S @ V_h`` straight into
+    Y's columns of head h. Grouped heads read kv head h // G."""
     cdef idx hkv = g.H // g.G
     cdef idx Sq = g.Sq
     cdef idx Skv = g.Skv
     cdef idx D = g.D
     cdef idx Dv = g.Dv
-    cdef idx pi, b, h, kh, i, mo
-    for pi in range(lo, hi):
+    cdef idx nqb = (Sq + g.qb - 1) // g.qb
+    cdef idx it, pi, b, h, kh, i, mo, q0, rows
+    for it in range(lo, hi):
+        pi = it // nqb
+        q0 = (it - pi * nqb) * g.qb
+        rows = min(g.qb, Sq - q0)
         b = pi // g.H
         h = pi - b * g.H
         kh = h // g.G
-        sgemm(False, True, Sq, Skv, D, g.scale, g.q + b * Sq * g.H * D + h * D, g.H * D,
+        sgemm(False, True, rows, Skv, D, g.scale,
+              g.q + (b * Sq + q0) * g.H * D + h * D, g.H * D,
               g.k + b * Skv * hkv * D + kh * D, hkv * D, <float>0.0, s, Skv)
-        for i in range(Sq):
-            mo = b * g.mb + h * g.mh + i * g.mq
+        for i in range(rows):
+            mo = b * g.mb + h * g.mh + (q0 + i) * g.mq
             dense_attn_softmax_row(s + i * Skv, g.mask + mo if g.has_mask else NULL, Skv,
                                    g.has_mask)
-        sgemm(False, False, Sq, Dv, Skv, <float>1.0, s, Skv, g.v + b * Skv * hkv * Dv + kh * Dv,
-              hkv * Dv, <float>0.0, g.y + b * Sq * g.H * Dv + h * Dv, g.H * Dv)
+        sgemm(False, False, rows, Dv, Skv, <float>1.0, s, Skv,
+              g.v + b * Skv * hkv * Dv + kh * Dv, hkv * Dv, <float>0.0,
+              g.y + (b * Sq + q0) * g.H * Dv + h * Dv, g.H * Dv)
 
 
 def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v,
               const float[::1] mask, bint has_mask, float[::1] y, idx B, idx H, idx G, idx Sq,
-              idx Skv, idx D, idx Dv, float scale, idx mb, idx mh, idx mq,
+              idx Skv, idx D, idx Dv, float scale, idx mb, idx mh, idx mq, idx qb,
               float[:, ::1] scratch):
     """Attention-23, 3-D form: Q (B, Sq, H*D), K (B, Skv, Hkv*D), V (B, Skv, Hkv*Dv) with
     Hkv = H / G, optional additive ``mask`` (element strides ``mb``/``mh``/``mq`` for batch,
     head and query row, 0 where broadcast; rows of Skv) -> Y (B, Sq, H*Dv):
-    ``Y_h = softmax(scale * Q_h @ K_h^T + mask) @ V_h`` per head. Work items are the B*H
-    (batch, head) pairs; ``scratch`` (nt, >= Sq * Skv) float32 holds each slot's scores."""
+    ``Y_h = softmax(scale * Q_h @ K_h^T + mask) @ V_h`` per head. Work items are the
+    (batch, head, block of ``qb`` query rows) triples, split evenly over ``nt`` slots;
+    ``scratch`` (nt, >= qb * Skv) float32 holds each slot's scores."""
     cdef dense_attn_t g
     g.q, g.k, g.v = cptr(q), cptr(k), cptr(v)
     g.mask, g.has_mask, g.y = cptr(mask), has_mask, mptr(y)
-    g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv = B, H, G, Sq, Skv, D, Dv
+    g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv, g.qb = B, H, G, Sq, Skv, D, Dv, max(qb, 1)
     g.scale, g.mb, g.mh, g.mq = scale, mb, mh, mq
     cdef const dense_attn_t* gp = &g
-    cdef idx pairs = B * H
+    cdef idx items = B * H * ((Sq + g.qb - 1) // g.qb)
     cdef int t
+    if items <= 0:
+        return
     if nt <= 1:
         with nogil:
-            dense_attn_pairs(gp, 0, pairs, dense_row(scratch, 0))
+            dense_attn_items(gp, 0, items, dense_row(scratch, 0))
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_attn_pairs(gp, t * pairs // nt, (t + 1) * pairs // nt, dense_row(scratch, t))
+        dense_attn_items(gp, t * items // nt, (t + 1) * items // nt, dense_row(scratch, t))
 
 
 # ---- LSTM --------------------------------------------------------------------------------------
