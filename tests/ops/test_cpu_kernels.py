@@ -802,6 +802,48 @@ def test_matmul_fused_bias_residual_gelu(bias_shape):
           {"_bias": True, "_residual": True, "_activation": "Gelu"}, consts=(1, 2))
 
 
+@pytest.mark.parametrize("m,k,n", [
+    (1, 7, 12),      # one row, one partial panel
+    (13, 300, 45),   # K past one K block (256): the second block accumulates; partial panels
+    (130, 64, 97),   # 10 full 12-row tiles and a 10-row one; 4 panels, the last 1 column wide
+    (197, 192, 576),  # ViT-tiny's FFN
+])
+def test_matmul_packed_weights(m, k, n):
+    """A constant 2-D weight takes the packed GEMM on AVX-512 CPUs (BLAS elsewhere and on the
+    baseline build), with the bias, residual and GELU epilogue, at 1 and 2 threads."""
+    from sprat.backends.cpu.linalg import PACKED
+
+    a, b = randn(m, k, seed=1), randn(k, n, seed=2, scale=0.2)
+    ins = [a, b, randn(n, seed=3), randn(m, n, seed=4)]
+    attrs = {"_bias": True, "_residual": True, "_activation": "Gelu"}
+    node, infos = make("MatMul", ins, attrs, consts=(1, 2))
+    kernel = CpuBackend(2).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo((m, n), np.dtype(np.float32))])
+    assert (kernel.panels is not None) == PACKED
+    check("MatMul", ins, attrs, consts=(1, 2))
+
+
+@pytest.mark.parametrize("c_shape", [(40,), (25, 40), (25, 1)])
+def test_gemm_packed_weights_trans_b(c_shape):
+    ins = [randn(25, 33, seed=1), randn(40, 33, seed=2), randn(*c_shape, seed=3)]
+    check("Gemm", ins, {"transB": 1, "beta": 0.5}, consts=(1, 2))
+
+
+def test_packed_weights_not_used_where_they_do_not_fit():
+    """A weight with a batch, a weight fed at run time and memory="low" keep the BLAS path."""
+    cases = [([randn(2, 5, 8, seed=1), randn(2, 8, 6, seed=2)], (1,), "normal"),
+             ([randn(5, 8, seed=1), randn(8, 6, seed=2)], (), "normal"),
+             ([randn(5, 8, seed=1), randn(8, 6, seed=2)], (1,), "low")]
+    for ins, consts, memory in cases:
+        node, infos = make("MatMul", ins, {}, consts=consts)
+        backend = CpuBackend(1)
+        backend.memory = memory
+        kernel = backend.make_kernel(node, infos)
+        kernel.prepare(infos, [TensorInfo(infer(node, infos)[0][0], np.dtype(np.float32))])
+        assert kernel.panels is None
+        check("MatMul", ins, {}, consts=consts)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
 @pytest.mark.parametrize("axis,idx", [(0, [[0, 2], [-1, 1]]), (1, [3, -4, 0]), (-1, 1)])
 def test_gather(dtype, axis, idx):
