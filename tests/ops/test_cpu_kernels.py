@@ -780,6 +780,28 @@ def test_attention_query_blocks(sq, skv, heads, mask):
     check("Attention", ins, {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.3})
 
 
+@pytest.mark.parametrize("skv,mask", [(70, (1, 6, 41, 70)), (47, None), (48, (41, 48))])
+def test_attention_packed_heads_grouped(skv, mask):
+    """From PACKED_MIN_KEYS keys on an AVX-512 CPU both products run the packed micro-kernel
+    (K_h^T and V_h packed once per kv head: GQA's 3 query heads per kv head share them); 47
+    keys stay on BLAS."""
+    from sprat.backends.cpu.attention import PACKED_MIN_KEYS
+    from sprat.backends.cpu.linalg import PACKED
+
+    ins = [randn(1, 41, 6 * 16, seed=1), randn(1, skv, 2 * 16, seed=2),
+           randn(1, skv, 2 * 24, seed=3)]
+    if mask is not None:
+        m = randn(*mask, seed=4)
+        m[..., 3] = -np.inf
+        ins.append(m)
+    attrs = {"q_num_heads": 6, "kv_num_heads": 2, "scale": 0.3}
+    node, infos = make("Attention", ins, attrs)
+    kernel = CpuBackend(1).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo((1, 41, 6 * 24), np.dtype(np.float32))])
+    assert kernel.packed_kv == (PACKED and skv >= PACKED_MIN_KEYS)
+    check("Attention", ins, attrs)
+
+
 def test_attention_fully_masked_row_is_zero():
     q, k, v = randn(1, 2, 8, seed=1), randn(1, 3, 8, seed=2), randn(1, 3, 8, seed=3)
     m = np.zeros((2, 3), np.float32)

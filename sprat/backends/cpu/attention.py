@@ -6,7 +6,9 @@ pair: ``S = scale * Q_h @ K_h^T`` (one BLAS call reading the head's columns in p
 H*D), ``+ mask``, a row softmax in cache, ``Y_h = P @ V_h`` written straight into Y's columns of
 that head (ldc = H*Dv). Work items are (batch, head, block of query rows) triples
 (``query_block``), split evenly across thread slots; each slot owns a (rows, Skv) score buffer
-(``attention`` in ``compiled/dense.pxi``). Grouped heads (GQA/MQA) read kv head
+(``attention`` in ``compiled/dense.pxi``); on AVX-512 CPUs, from PACKED_MIN_KEYS keys, both
+products run the packed micro-kernel of ``compiled/packed.pxi`` over K_h^T and V_h packed once
+per slot and head instead of BLAS. Grouped heads (GQA/MQA) read kv head
 ``h // (H / Hkv)``. Anything else (4-D form, past_key/value, causal or windowed masks, boolean
 masks, extra outputs, softcap) runs on the reference kernel.
 """
@@ -21,6 +23,10 @@ from .compiled import kernels as ck
 
 SCORE_BLOCK_BYTES = 1 << 17  # one work item's scores (rows x Skv float32): in L2
 MIN_QUERY_BLOCK = 16  # query rows per work item at least
+# NOTE: keys from which the packed path beats BLAS (one op, 1 and 2 slots, heads 2..12, D 32 and
+# 64, sequences 16..512 with a padding mask): 0.68-0.93x the time from 128 keys on, 0.62-1.03x
+# at 50, but 1.1-1.8x at 16 (half of each 32-key panel is padding)
+PACKED_MIN_KEYS = 48
 
 
 def _mask_strides(shape, B, H, Sq, Skv):
@@ -100,7 +106,12 @@ class AttentionKernel(CpuKernel):
         self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
         self.qb = query_block(B * H, Sq, Skv, self.nt)
         self.nt = min(self.nt, B * H * -(-Sq // self.qb))
-        self.workspaces = (scratch(self.nt, self.qb * Skv + 16),)
+        # NOTE: the packed micro-kernel (AVX-512) for both products, K_h^T and V_h packed
+        # once per slot and kv head, where BLAS repacks them on every call
+        self.packed_kv = (bool(ck.packed_gemm_available()) and D >= 1 and Dv >= 1
+                          and Skv >= PACKED_MIN_KEYS)
+        self.workspaces = (scratch(self.nt, ck.attention_scratch(Skv, D, Dv, self.qb,
+                                                                 self.packed_kv) + 16),)
         self.empty = empty_f32()
 
     def run(self, ins, outs, ws):
@@ -114,4 +125,5 @@ class AttentionKernel(CpuKernel):
         m = self.empty if mask is None else mask.reshape(-1)
         return ck.attention, (self.nt, ins[0].reshape(-1), ins[1].reshape(-1),
                               ins[2].reshape(-1), m, self.has_mask, y.reshape(-1), B, H, G, Sq,
-                              Skv, D, Dv, self.scale, mb, mh, mq, self.qb, buf)
+                              Skv, D, Dv, self.scale, mb, mh, mq, self.qb, self.packed_kv,
+                              buf)

@@ -8,13 +8,45 @@
 # of Y in 24 zmm registers (MLAS's sgemm kernel for AVX-512F does the same shape).
 #
 # AVX-512F only, compiled in the avx2 build with a target attribute and taken when the CPU has
-# it (``packed_gemm_available``); elsewhere the kernels call BLAS as before.
+# it (``packed_gemm_available``); elsewhere the kernels call BLAS as before. Included before
+# dense.pxi, whose ``gemm_packed`` and attention call it.
 
 cdef extern from *:
     """
     #define SPRAT_PK_MR 12
     #define SPRAT_PK_NR 32
     #define SPRAT_PK_KC 256
+    /* Panels of B^T for B = src (n x kdim, row pitch lds), times ``scale``: panel p holds
+       scale * src[p*NR + j, k] at [k][j], zero past n (attention's K_h^T). */
+    static void sprat_pk_pack_t(const float* src, Py_ssize_t lds, Py_ssize_t n,
+                                Py_ssize_t kdim, float scale, float* dst) {
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += SPRAT_PK_NR) {
+            float* d = dst + (j0 / SPRAT_PK_NR) * kdim * SPRAT_PK_NR;
+            for (Py_ssize_t j = 0; j < SPRAT_PK_NR; j++) {
+                const float* s = src + (j0 + j) * lds;
+                if (j0 + j < n) {
+                    for (Py_ssize_t k = 0; k < kdim; k++) d[k * SPRAT_PK_NR + j] = scale * s[k];
+                } else {
+                    for (Py_ssize_t k = 0; k < kdim; k++) d[k * SPRAT_PK_NR + j] = 0.0f;
+                }
+            }
+        }
+    }
+    /* Panels of B = src (kdim x n, row pitch lds): panel p holds src[k, p*NR + j] at [k][j],
+       zero past n (attention's V_h). */
+    static void sprat_pk_pack_n(const float* src, Py_ssize_t lds, Py_ssize_t kdim,
+                                Py_ssize_t n, float* dst) {
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += SPRAT_PK_NR) {
+            float* d = dst + (j0 / SPRAT_PK_NR) * kdim * SPRAT_PK_NR;
+            Py_ssize_t w = n - j0 < SPRAT_PK_NR ? n - j0 : SPRAT_PK_NR;
+            for (Py_ssize_t k = 0; k < kdim; k++) {
+                const float* s = src + k * lds + j0;
+                Py_ssize_t j = 0;
+                for (; j < w; j++) d[k * SPRAT_PK_NR + j] = s[j];
+                for (; j < SPRAT_PK_NR; j++) d[k * SPRAT_PK_NR + j] = 0.0f;
+            }
+        }
+    }
     #if defined(__AVX2__) && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
     #include <immintrin.h>
     #define SPRAT_PK 1
@@ -31,8 +63,8 @@ cdef extern from *:
             x1[r] = _mm512_setzero_ps();
         }
         for (Py_ssize_t k = 0; k < kc; k++) {
-            __m512 b0 = _mm512_load_ps(p + k * SPRAT_PK_NR);
-            __m512 b1 = _mm512_load_ps(p + k * SPRAT_PK_NR + 16);
+            __m512 b0 = _mm512_loadu_ps(p + k * SPRAT_PK_NR);
+            __m512 b1 = _mm512_loadu_ps(p + k * SPRAT_PK_NR + 16);
             for (int r = 0; r < mr; r++) {
                 __m512 av = _mm512_set1_ps(a[r * lda + k]);
                 x0[r] = _mm512_fmadd_ps(av, b0, x0[r]);
@@ -107,6 +139,9 @@ cdef extern from *:
     void sprat_pk_gemm(idx m, idx n0, idx n1, idx K, const float* a, idx lda,
                        const float* packed, float* c, idx ldc) noexcept nogil
     int sprat_pk_available() noexcept nogil
+    void sprat_pk_pack_t(const float* src, idx lds, idx n, idx kdim, float scale,
+                         float* dst) noexcept nogil
+    void sprat_pk_pack_n(const float* src, idx lds, idx kdim, idx n, float* dst) noexcept nogil
 
 
 #: columns per packed weight panel (``pack_panels``)
@@ -116,55 +151,3 @@ PACKED_NR = SPRAT_PK_NR
 def packed_gemm_available() -> bool:
     """Whether this build and CPU run ``gemm_packed`` (the avx2 build on an AVX-512F CPU)."""
     return bool(sprat_pk_available())
-
-
-cdef struct dense_pk_t:
-    const float* a
-    const float* packed
-    float* y
-    idx M, N, K, lda, rb, cb
-
-
-cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx hi) noexcept nogil:
-    """Work items [lo, hi) of ``gemm_packed``: (row block, column block) pairs, each the packed
-    GEMM of the block and then its epilogue while the block is in cache."""
-    cdef idx ncb = (p.N + p.cb - 1) // p.cb
-    cdef idx it, m0, n0, m1, n1
-    for it in range(lo, hi):
-        m0 = (it // ncb) * p.rb
-        n0 = (it % ncb) * p.cb
-        m1 = min(p.M, m0 + p.rb)
-        n1 = min(p.N, n0 + p.cb)
-        sprat_pk_gemm(m1 - m0, n0, n1, p.K, p.a + m0 * p.lda, p.lda, p.packed,
-                      p.y + m0 * p.N, p.N)
-        dense_gemm_epilogue(g, p.y, g.res if g.has_res else NULL, m0, m1, n0, n1)
-
-
-def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] y, idx M, idx N,
-                idx K, idx lda, idx rb, idx cb, const float[::1] c, idx sm, idx sn, float beta,
-                const float[::1] res, bint has_res, int code, float pa, float pb):
-    """``Y (M, N) = act(A (M, K) @ W (K, N) + beta * C + res)`` with W pre-packed
-    (``packed``: ceil(N / PACKED_NR) panels of K x PACKED_NR float32, 64-byte aligned, as
-    ``sprat.backends.cpu.linalg.pack_panels`` makes them). A's rows have pitch ``lda``; Y's
-    pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
-    ``res`` (Y's layout) is added when ``has_res``; then activation ``code`` (pa, pb). Work
-    items are blocks of ``rb`` rows x ``cb`` columns (``cb`` a multiple of PACKED_NR), ``nt``
-    slots. Only call it when ``packed_gemm_available()``."""
-    cdef dense_pk_t p
-    p.a, p.packed, p.y = cptr(a), cptr(packed), mptr(y)
-    p.M, p.N, p.K, p.lda, p.rb, p.cb = M, N, K, lda, rb, cb
-    cdef dense_gemm_t g
-    g.N, g.c, g.sm, g.sn, g.beta = N, cptr(c), sm, sn, beta
-    g.res, g.has_res, g.code, g.pa, g.pb = cptr(res), has_res, code, pa, pb
-    cdef const dense_pk_t* pp = &p
-    cdef const dense_gemm_t* gp = &g
-    cdef idx items = ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
-    cdef int t
-    if M <= 0 or N <= 0:
-        return
-    if nt <= 1:
-        with nogil:
-            dense_pk_items(pp, gp, 0, items)
-        return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_pk_items(pp, gp, t * items // nt, (t + 1) * items // nt)
