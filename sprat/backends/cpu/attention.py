@@ -23,9 +23,9 @@ from .compiled import kernels as ck
 
 SCORE_BLOCK_BYTES = 1 << 17  # one work item's scores (rows x Skv float32): in L2
 MIN_QUERY_BLOCK = 16  # query rows per work item at least
-# NOTE: keys from which the packed path beats BLAS (one op, 1 and 2 slots, heads 2..12, D 32 and
-# 64, sequences 16..512 with a padding mask): 0.68-0.93x the time from 128 keys on, 0.62-1.03x
-# at 50, but 1.1-1.8x at 16 (half of each 32-key panel is padding)
+# NOTE: keys from which the packed path beats BLAS (``bench/kernels.py --packed``: one op, 1 and
+# 2 slots, 2..12 heads of 32 or 64, sequences 16..512 with a padding mask): 0.68-0.96x the time
+# from 128 keys on, 0.8-1.08x at 50, but 1.05-1.9x at 16 (half of each 32-key panel is padding)
 PACKED_MIN_KEYS = 48
 
 

@@ -11,9 +11,10 @@ compiled loops are ``gemm_blocks``, ``gemv_f16`` and ``gemm_f16_blocks`` in
 
 Constant 2-D weights on AVX-512 CPUs: packed once into panels of ``ck.PACKED_NR`` columns
 (``pack_panels``) for ``ck.gemm_packed`` (``compiled/packed.pxi``), which skips the packing
-OpenBLAS redoes on every call: 0.4-0.9x the time of the BLAS path over M 1..512, K and N
-128..3072 (``bench/kernels.py gemm_packed``; 1.0 only for M = 1, a memory-bound GEMV), so it is
-taken for every such product (not under ``memory="low"``, which keeps the weights as stored).
+OpenBLAS redoes on every call: 0.15-0.9x the time of the BLAS path over M 1..512, K and N
+128..3072, at 1 and 2 threads (``bench/kernels.py --packed``; 1.0 only for one row against the
+largest weights, a memory-bound GEMV), so it is taken for every such product (not under
+``memory="low"``, which keeps the weights as stored).
 
 Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 - ``precision="low"``: a constant 2-D weight B is stored as float16 (half the bytes, shared
@@ -82,13 +83,19 @@ def pack_panels(w: np.ndarray) -> np.ndarray:
 
 
 def _packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
-    """(rows, columns) per work item of ``ck.gemm_packed``: rows so that they fit
-    PACKED_A_BYTES (a multiple of the micro-kernel's 12), columns a multiple of the panel width;
-    the ``_blocks`` split otherwise (at least ``nt`` items)."""
+    """(rows, columns) per work item of ``ck.gemm_packed``: the ``_blocks`` split (at least
+    ``nt`` items), with rows cut into equal blocks that fit PACKED_A_BYTES and a multiple of
+    ``nt`` items in all, columns a multiple of the panel width."""
     nr = ck.PACKED_NR
     rb, cb = _blocks(1, m, n, nt)
     rows = max(12, PACKED_A_BYTES // (4 * max(k, 1)) // 12 * 12)
-    rb = min(rb, rows) if m > rows else rb
+    if rb > rows:
+        # NOTE: equal row blocks, as many items per slot (197 rows at K = 768 as 168 + 29
+        # rows left one of two slots a sixth of the work: 1.3-1.4x the BLAS path's time)
+        nrb, ncb = -(-m // rows), -(-n // cb)
+        while (nrb * ncb) % nt:
+            nrb += 1
+        rb = -(-m // nrb)
     return rb, -(-cb // nr) * nr
 
 

@@ -3,7 +3,7 @@
 # PK_NR columns (``pack_panels``: panel p holds W[:, p*NR:(p+1)*NR] row after row, zero-padded
 # to NR), so the micro-kernel streams one contiguous panel per K block from L1 and A's rows are
 # read in place (one broadcast per element). OpenBLAS packs W on every call, which costs
-# 0.2-0.4 ms of a 1.0-1.4 ms 128 x 384 x 1536 product (bench/kernels.py gemm_packed); MLAS,
+# 0.2-0.4 ms of a 1.0-1.4 ms 128 x 384 x 1536 product (``bench/kernels.py --packed``); MLAS,
 # onnxruntime's GEMM, packs its weights once the same way. The micro-kernel holds a 12 x 32 tile
 # of Y in 24 zmm registers (MLAS's sgemm kernel for AVX-512F does the same shape).
 #
