@@ -18,11 +18,18 @@ of BERT layers and of CNN layers as im2col GEMMs), at each thread count, in this
 two alternating; the int8 side is MatMulIntegerToFloat (u8 activations with a zero point, s8
 weights per column, float32 output with scale and bias: what a dynamically quantized model
 runs), its results checked against NumPy's int64 product. Whole run: about a minute.
+
+``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``, AVX-512 CPUs) against
+the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
+(``gemm_packed``), and the Attention kernel's packed path against its BLAS path for sequences
+16..512, 2..12 heads of 32 or 64 (``attention``), with a padding mask: time of packed / BLAS
+at each thread count, in this process, alternating, results compared.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import pathlib
@@ -280,6 +287,75 @@ def int8_main(threads, seconds):
     print(f"{'geometric mean':23s}" + geo)
 
 
+PACKED_M = (1, 4, 16, 64, 128, 197, 512)
+PACKED_KN = ((128, 512), (256, 1024), (384, 384), (384, 1536), (1536, 384), (768, 768),
+             (768, 3072), (3072, 768), (192, 576), (100, 200))
+ATTN_SHAPES = [(s, h, d) for s in (16, 50, 128, 197, 384, 512)
+               for h, d in ((2, 64), (3, 64), (4, 32), (6, 64), (12, 64))]
+
+
+def _alternate(fa, fb, seconds):
+    best_a = best_b = math.inf
+    for _ in range(3):
+        best_a = min(best_a, statistics.median(_time(fa, seconds / 3)))
+        best_b = min(best_b, statistics.median(_time(fb, seconds / 3)))
+    return best_a, best_b
+
+
+def packed_main(threads, seconds):
+    from sprat.backends.cpu.attention import query_block
+    from sprat.backends.cpu.compiled import kernels as ck
+    from sprat.backends.cpu.linalg import _packed_blocks, pack_panels
+
+    if not ck.packed_gemm_available():
+        print("the packed GEMM does not run on this CPU (no AVX-512F) or build")
+        return
+    rng = np.random.default_rng(0)
+    e, offs = np.zeros(0, np.float32), np.zeros((1, 3), np.intp)
+    print("gemm_packed: time of the packed GEMM / the BLAS path (median of the best block)")
+    for k, n in PACKED_KN:
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        panels = pack_panels(w)
+        line = f"K={k:4d} N={n:4d}"
+        for t in threads:
+            cells = []
+            for m in PACKED_M:
+                a = rng.standard_normal((m, k)).astype(np.float32).reshape(-1)
+                y1, y2 = np.empty(m * n, np.float32), np.empty(m * n, np.float32)
+                rb, cb = _packed_blocks(m, n, k, t)
+                with threading.limits(t):
+                    tb, tp = _alternate(
+                        functools.partial(ck.gemm_blocks, t, a, w.reshape(-1), y1, offs, m, n,
+                                          k, False, False, 1.0, k, n, min(m, 256), -(-n // t),
+                                          e, -1, -1, 0.0, e, False, 0, 0.0, 0.0),
+                        functools.partial(ck.gemm_packed, t, a, panels, y2, m, n, k, k, rb, cb,
+                                          e, -1, -1, 0.0, e, False, 0, 0.0, 0.0), seconds)
+                assert np.abs(y1 - y2).max() <= 1e-4 * max(1.0, np.abs(y1).max())
+                cells.append(f"{tp / tb:.2f}")
+            line += f" | @{t} M={','.join(map(str, PACKED_M))}: " + " ".join(cells)
+        print(line, flush=True)
+    print("attention: time of the packed path / the BLAS path")
+    for sq, h, d in ATTN_SHAPES:
+        q, k_, v = (rng.standard_normal(sq * h * d).astype(np.float32) for _ in range(3))
+        mask = rng.standard_normal(sq).astype(np.float32)
+        line = f"S={sq:3d} H={h:2d} D={d}"
+        for t in threads:
+            qb = query_block(h, sq, sq, t)
+            ys, calls = [], []
+            for packed in (False, True):
+                y = np.empty(sq * h * d, np.float32)
+                buf = np.empty((t, ck.attention_scratch(sq, d, d, qb, packed) + 64), np.float32)
+                ys.append(y)
+                calls.append(functools.partial(
+                    ck.attention, t, q, k_, v, mask, True, y, 1, h, 1, sq, sq, d, d, d ** -0.5,
+                    0, 0, 0, qb, packed, buf))
+            with threading.limits(t):
+                tb, tp = _alternate(calls[0], calls[1], seconds)
+            assert np.abs(ys[0] - ys[1]).max() <= 1e-4 * max(1.0, np.abs(ys[0]).max())
+            line += f" | @{t} {tp / tb:.2f}"
+        print(line, flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated substrings of case names")
@@ -290,7 +366,13 @@ def main(argv=None):
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     ap.add_argument("--int8", action="store_true",
                     help="the integer GEMM's multiply-adds per second against fp32's")
+    ap.add_argument("--packed", action="store_true",
+                    help="the packed-weight GEMM and attention paths against BLAS")
     args = ap.parse_args(argv)
+    if args.packed:
+        packed_main([int(t) for t in args.threads.split(",")],
+                    args.seconds if args.seconds != 0.4 else 0.06)
+        return
     if args.int8:
         int8_main([int(t) for t in args.threads.split(",")],
                   args.seconds if args.seconds != 0.4 else 0.1)

@@ -13,6 +13,12 @@ with H = 1), then the op type. Default models: the conv families (see ``MODELS``
 are counted under the conv they start from: sprat keeps the conv's name; onnxruntime names a
 fused node after the chain's last node, which is walked back through its single-input
 producers (BatchNormalization, activations) to the conv.
+The transformer families (``TRANSFORMERS``: ``bert_minilm``, ``vit_tiny``, and
+``bert_encoder`` of ``bench/run.py``) are grouped instead by what each runtime ran (``groups``):
+both fuse, but into different nodes (sprat: ``Attention``, MatMul with its bias, residual and
+GELU as epilogue; onnxruntime: ``FusedMatMul`` for the scaled QK^T, ``BiasGelu``/``Gelu``,
+``SkipLayerNormalization``, MatMul+Add as ``Gemm``), so each executed node is put in a group by
+its op type, whether its second operand is a weight, and its rank, and the groups are summed.
 Run it under the shared lock: ``flock /tmp/sprat-bench.lock python bench/profile.py``.
 """
 
@@ -34,10 +40,9 @@ import numpy as np  # noqa: E402
 import sprat  # noqa: E402
 from sprat.testing.families import build  # noqa: E402
 
-# NOTE: the conv families only: on the transformers both runtimes fuse attention into nodes named
-# after different original nodes (sprat's after a Reshape, onnxruntime's new names), so their
-# per-kind rows do not line up; their totals still compare
-MODELS = "resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,yolo_c2f_neck,conv1d_stack"
+MODELS = ("resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,yolo_c2f_neck,conv1d_stack,"
+          "bert_minilm,vit_tiny")
+TRANSFORMERS = ("bert_minilm", "vit_tiny", "bert_encoder")
 CHAIN = {"BatchNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Mul",
          "LeakyRelu", "Add"}
 
@@ -79,8 +84,55 @@ def conv_of(model) -> dict[str, str]:
     return out
 
 
-def sprat_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
-    """``{node name: ms per run}`` from sprat's observed runs."""
+GROUPS = ("MatMul/Gemm (weights)", "attention (QK^T, scale, mask, softmax, AV)", "LayerNorm",
+          "GELU", "bias/residual Add", "transposes/reshapes/copies", "other")
+ATTENTION_OPS = {"Attention", "MultiHeadAttention", "Softmax"}
+LAYERNORM_OPS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+                 "SkipSimplifiedLayerNormalization"}
+GELU_OPS = {"Gelu", "BiasGelu", "FastGelu", "Erf"}
+MATMUL_OPS = {"MatMul", "FusedMatMul", "Gemm"}
+COPY_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "ReorderOutput",
+            "ReorderInput", "Concat", "Identity"}
+
+
+def group(op: str, weights: bool, rank: int) -> str:
+    """The group of one executed node of a transformer: ``op`` its type, ``weights`` whether
+    an operand past the first is a constant (a weight), ``rank`` its output's rank. Unfused
+    attention is the products of two activations and the rank-4 elementwise ops (scale,
+    mask); the fused epilogues of sprat's MatMuls (bias, residual, GELU) count as MatMul."""
+    if op in ATTENTION_OPS or (op in MATMUL_OPS and not weights):
+        return GROUPS[1]
+    if op in MATMUL_OPS:
+        return GROUPS[0]
+    if op in LAYERNORM_OPS:
+        return GROUPS[2]
+    if op in GELU_OPS:
+        return GROUPS[3]
+    if op in ("Add", "Mul", "Div", "Sub"):
+        return GROUPS[1] if rank == 4 else GROUPS[4]
+    if op in COPY_OPS:
+        return GROUPS[5]
+    return GROUPS[6]
+
+
+def model_and_feeds(name: str):
+    """The ONNX model and feeds of ``name``: a family, or ``bert_encoder`` as bench/run.py
+    builds it."""
+    if name == "bert_encoder":
+        from bench.run import ENCODER_CONFIG, ENCODER_SEQ
+        from sprat.testing.transformer import build_encoder
+
+        rng = np.random.default_rng(0)
+        feeds = {"input_ids": rng.integers(0, ENCODER_CONFIG["vocab"], (1, ENCODER_SEQ)),
+                 "attention_mask": np.ones((1, ENCODER_SEQ), np.int64)}
+        return build_encoder(**ENCODER_CONFIG), feeds
+    return build(name)
+
+
+def sprat_times(model, feeds, threads: int, runs: int, by_group: bool = False
+                ) -> dict[str, float]:
+    """``{node name: ms per run}`` from sprat's observed runs (``{group: ms}`` with
+    ``by_group``)."""
     sess = sprat.Interpreter.from_buffer(sprat.convert(model)).create_session(
         sprat.ScheduleConfig(num_threads=threads))
     for _ in range(3):
@@ -91,13 +143,22 @@ def sprat_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
         t = np.array(sess.state.op_times)
         total = t if total is None else total + t
     times: dict[str, float] = collections.defaultdict(float)
-    for step, t in zip(sess.plan.steps, total / runs * 1e3):
-        times[step.node.name] += t
+    plan = sess.plan
+    for step, t in zip(plan.steps, total / runs * 1e3):
+        if by_group:
+            weights = any(i in plan.constants for i in step.ins[1:2])
+            rank = len(step.out_infos[0].shape) if step.out_infos else 0
+            times[group(step.node.op_type, weights, rank)] += t
+        else:
+            times[step.node.name] += t
     return times
 
 
-def ort_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
-    """``{node name: ms per run}`` from onnxruntime's profiler."""
+def ort_times(model, feeds, threads: int, runs: int, by_group: bool = False
+              ) -> dict[str, float]:
+    """``{node name: ms per run}`` from onnxruntime's profiler (``{group: ms}`` with
+    ``by_group``: the event's ``op_name``, its ``parameter_size`` (weight bytes) or a missing
+    second input (a pre-packed weight) and its output shape give the group)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -115,6 +176,14 @@ def ort_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             name = e["name"][:-len("_kernel_time")]
+            if by_group:
+                args = e.get("args", {})
+                shapes = args.get("output_type_shape") or [{}]
+                rank = len(next(iter(shapes[0].values()), []))
+                # NOTE: a pre-packed weight drops out of the event's inputs
+                weights = (int(args.get("parameter_size", 0)) > 0
+                           or len(args.get("input_type_shape", [])) < 2)
+                name = group(args.get("op_name", ""), weights, rank)
             for suffix in ("_nchwc", "_token_0"):
                 name = name.removesuffix(suffix)
             times[name] += e["dur"] / 1e3 / (3 + runs)
@@ -122,13 +191,17 @@ def ort_times(model, feeds, threads: int, runs: int) -> dict[str, float]:
 
 
 def table(name: str, threads: int, runs: int) -> str:
-    model, feeds = build(name)
+    model, feeds = model_and_feeds(name)
+    grouped = name in TRANSFORMERS
     kind, head = kinds(model), conv_of(model)
     rows: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
-    for col, times in enumerate((sprat_times(model, feeds, threads, runs),
-                                 ort_times(model, feeds, threads, runs))):
+    for col, times in enumerate((sprat_times(model, feeds, threads, runs, grouped),
+                                 ort_times(model, feeds, threads, runs, grouped))):
         for node, ms in times.items():
-            k = kind.get(head.get(node, node), "other (sprat-internal or unmatched)")
+            if grouped:
+                k = node
+            else:
+                k = kind.get(head.get(node, node), "other (sprat-internal or unmatched)")
             rows[k][col] += ms
     total = [sum(r[i] for r in rows.values()) for i in (0, 1)]
     lines = [f"**{name}**, {threads} thread(s): sprat {total[0]:.2f} ms, onnxruntime "

@@ -33,11 +33,26 @@ def _scalar(g: Graph, idx: int):
 
 def _head_split(g: Graph, consumers, producers, value: int, perm: list[int], user):
     """``value`` = Transpose(Reshape(X, [., ., H, D]), perm) read only by ``user``:
-    (X, H, D, [transpose, reshape]) or None."""
+    (X, H, D, [transpose(s), reshape]) or None. The transpose may be a chain of single-reader
+    Transposes whose perms compose to ``perm`` (timm's ViT: K split with [0, 2, 1, 3], then
+    ``k.transpose(-2, -1)``)."""
     tr = producers.get(value)
-    if (tr is None or tr.op_type != "Transpose" or list(tr.attrs.get("perm", [])) != perm
-            or not _single(g, consumers, value, user)):
+    if tr is None or tr.op_type != "Transpose" or not _single(g, consumers, value, user):
         return None
+    chain, total = [tr], list(tr.attrs.get("perm", []))
+    while True:
+        up = producers.get(chain[-1].inputs[0])
+        if (up is None or up.op_type != "Transpose" or len(total) != 4
+                or not _single(g, consumers, chain[-1].inputs[0], chain[-1])):
+            break
+        p1 = list(up.attrs.get("perm", []))
+        if len(p1) != 4:
+            return None
+        total = [p1[i] for i in total]  # NOTE: Transpose(Transpose(x, p1), p2) = x.T(p1[p2])
+        chain.append(up)
+    if total != perm:
+        return None
+    tr = chain[-1]
     rs = producers.get(tr.inputs[0])
     if (rs is None or rs.op_type != "Reshape" or len(rs.inputs) < 2
             or rs.attrs.get("allowzero", 0) or not _single(g, consumers, tr.inputs[0], tr)):
@@ -51,7 +66,7 @@ def _head_split(g: Graph, consumers, producers, value: int, perm: list[int], use
         return None
     if int(shape[0]) == 1 and x_shape[0] != 1:
         return None
-    return rs.inputs[0], h, d, [tr, rs]
+    return rs.inputs[0], h, d, [*chain, rs]
 
 
 def _match(g: Graph, consumers, producers, sm):

@@ -66,7 +66,9 @@ def test_encoder_low_precision(encoder, seq, memory):
         assert interp.packed_bytes == weights
         assert 0 < err <= LOW_RTOL
     else:
-        assert interp.packed_bytes == 0 and err == 0.0  # M = 16 > GEMV_MAX_ROWS: fp32
+        # M = 16 > GEMV_MAX_ROWS: fp32, the weights packed into fp32 panels on AVX-512 CPUs
+        fp32_panels = 4 * 2 * (4 * 256 * 256 + 2 * 256 * 1024) if linalg.PACKED else 0
+        assert interp.packed_bytes == fp32_panels and err == 0.0
 
 
 def test_high_is_normal(encoder):
@@ -91,11 +93,17 @@ def _gemm_model(m, k, n, act=None):
     return convert_graph(model.SerializeToString()), feeds, w
 
 
+def _fp32_pack_bytes(w):
+    """Bytes of the fp32 copy a cpu Gemm packs of its transposed weight ``w`` (N, K): (K, N),
+    as 32-column panels on AVX-512 CPUs (``linalg.pack_panels``)."""
+    return (linalg.pack_panels(w.T) if linalg.PACKED else w).nbytes
+
+
 @pytest.mark.parametrize("m,act", [(1, None), (2, "Relu"), (5, "Relu")])
 def test_gemm_memory_low_packs_nothing(m, act):
     graph, feeds, w = _gemm_model(m, 300, 700, act)
     ref, normal = _run(graph, feeds)
-    assert normal.packed_bytes == w.nbytes  # the (K, N) copy of the transposed weight
+    assert normal.packed_bytes == _fp32_pack_bytes(w)
     low, interp = _run(graph, feeds, memory="low")
     assert interp.packed_bytes == 0
     # NOTE: the same BLAS on the weight as stored (transB) instead of its packed transpose:
@@ -146,4 +154,4 @@ def test_info_reports_modes_and_packed_bytes():
     assert (info["memory"], info["precision"], info["packed_bytes"]) == ("low", "high", 0)
     sess2 = interp.create_session()
     sess2.run(feeds)
-    assert sess2.info()["packed_bytes"] == w.nbytes == interp.packed_bytes
+    assert sess2.info()["packed_bytes"] == _fp32_pack_bytes(w) == interp.packed_bytes

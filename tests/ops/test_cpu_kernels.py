@@ -756,6 +756,52 @@ def test_attention_3d(qs, ks, vs, heads, kv_heads, mask):
     check("Attention", ins, {"q_num_heads": heads, "kv_num_heads": kv_heads, "scale": 0.3})
 
 
+@pytest.mark.parametrize("sq,skv,heads,mask", [
+    (301, 217, 3, None),          # odd lengths: two query blocks of 151 / 150 rows
+    (129, 129, 3, (1, 1, 1, 129)),  # 3 heads over 2 slots: the rows split so each gets 3 items
+    (600, 60, 2, (600, 60)),      # a mask per query row, read at each block's offset
+    (17, 33, 1, None),            # too few rows to split (blocks keep >= 16 rows)
+])
+def test_attention_query_blocks(sq, skv, heads, mask):
+    from sprat.backends.cpu.attention import query_block
+
+    d = 8
+    ins = [randn(1, sq, heads * d, seed=1), randn(1, skv, heads * d, seed=2),
+           randn(1, skv, heads * d, seed=3)]
+    if mask is not None:
+        m = randn(*mask, seed=4)
+        m[..., 5] = -np.inf
+        ins.append(m)
+    for nt in (1, 2):
+        qb = query_block(heads, sq, skv, nt)
+        nqb = -(-sq // qb)
+        assert qb * skv * 4 <= (1 << 17) or qb == -(-sq // max(1, sq // 16))
+        assert nt == 1 or (heads * nqb) % nt == 0 or nqb == max(1, sq // 16)
+    check("Attention", ins, {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.3})
+
+
+@pytest.mark.parametrize("skv,mask", [(70, (1, 6, 41, 70)), (47, None), (48, (41, 48))])
+def test_attention_packed_heads_grouped(skv, mask):
+    """From PACKED_MIN_KEYS keys on an AVX-512 CPU both products run the packed micro-kernel
+    (K_h^T and V_h packed once per kv head: GQA's 3 query heads per kv head share them); 47
+    keys stay on BLAS."""
+    from sprat.backends.cpu.attention import PACKED_MIN_KEYS
+    from sprat.backends.cpu.linalg import PACKED
+
+    ins = [randn(1, 41, 6 * 16, seed=1), randn(1, skv, 2 * 16, seed=2),
+           randn(1, skv, 2 * 24, seed=3)]
+    if mask is not None:
+        m = randn(*mask, seed=4)
+        m[..., 3] = -np.inf
+        ins.append(m)
+    attrs = {"q_num_heads": 6, "kv_num_heads": 2, "scale": 0.3}
+    node, infos = make("Attention", ins, attrs)
+    kernel = CpuBackend(1).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo((1, 41, 6 * 24), np.dtype(np.float32))])
+    assert kernel.packed_kv == (PACKED and skv >= PACKED_MIN_KEYS)
+    check("Attention", ins, attrs)
+
+
 def test_attention_fully_masked_row_is_zero():
     q, k, v = randn(1, 2, 8, seed=1), randn(1, 3, 8, seed=2), randn(1, 3, 8, seed=3)
     m = np.zeros((2, 3), np.float32)
@@ -776,6 +822,48 @@ def test_matmul_fused_bias_residual_gelu(bias_shape):
     a, b = randn(2, 5, 7, seed=1), randn(7, 12, seed=2)
     check("MatMul", [a, b, randn(*bias_shape, seed=3), randn(2, 5, 12, seed=4)],
           {"_bias": True, "_residual": True, "_activation": "Gelu"}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("m,k,n", [
+    (1, 7, 12),      # one row, one partial panel
+    (13, 300, 45),   # K past one K block (256): the second block accumulates; partial panels
+    (130, 64, 97),   # 10 full 12-row tiles and a 10-row one; 4 panels, the last 1 column wide
+    (197, 192, 576),  # ViT-tiny's FFN
+])
+def test_matmul_packed_weights(m, k, n):
+    """A constant 2-D weight takes the packed GEMM on AVX-512 CPUs (BLAS elsewhere and on the
+    baseline build), with the bias, residual and GELU epilogue, at 1 and 2 threads."""
+    from sprat.backends.cpu.linalg import PACKED
+
+    a, b = randn(m, k, seed=1), randn(k, n, seed=2, scale=0.2)
+    ins = [a, b, randn(n, seed=3), randn(m, n, seed=4)]
+    attrs = {"_bias": True, "_residual": True, "_activation": "Gelu"}
+    node, infos = make("MatMul", ins, attrs, consts=(1, 2))
+    kernel = CpuBackend(2).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo((m, n), np.dtype(np.float32))])
+    assert (kernel.panels is not None) == PACKED
+    check("MatMul", ins, attrs, consts=(1, 2))
+
+
+@pytest.mark.parametrize("c_shape", [(40,), (25, 40), (25, 1)])
+def test_gemm_packed_weights_trans_b(c_shape):
+    ins = [randn(25, 33, seed=1), randn(40, 33, seed=2), randn(*c_shape, seed=3)]
+    check("Gemm", ins, {"transB": 1, "beta": 0.5}, consts=(1, 2))
+
+
+def test_packed_weights_not_used_where_they_do_not_fit():
+    """A weight with a batch, a weight fed at run time and memory="low" keep the BLAS path."""
+    cases = [([randn(2, 5, 8, seed=1), randn(2, 8, 6, seed=2)], (1,), "normal"),
+             ([randn(5, 8, seed=1), randn(8, 6, seed=2)], (), "normal"),
+             ([randn(5, 8, seed=1), randn(8, 6, seed=2)], (1,), "low")]
+    for ins, consts, memory in cases:
+        node, infos = make("MatMul", ins, {}, consts=consts)
+        backend = CpuBackend(1)
+        backend.memory = memory
+        kernel = backend.make_kernel(node, infos)
+        kernel.prepare(infos, [TensorInfo(infer(node, infos)[0][0], np.dtype(np.float32))])
+        assert kernel.panels is None
+        check("MatMul", ins, {}, consts=consts)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])

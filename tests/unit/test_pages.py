@@ -74,5 +74,7 @@ def test_a_packed_gemm_weight_is_not_resident_twice(tmp_path):
     assert _mapped_kib(path) * 1024 < b.nbytes // 4
     np.testing.assert_allclose(got, x["x"] @ b.T, rtol=1e-4, atol=1e-4)
     # a session that reads the weight as stored faults it back in, with the same data
+    # NOTE: against the exact product like the packed session: on AVX-512 CPUs the packed
+    # session runs sprat's own GEMM, not BLAS, so the two sum in different orders
     low = interp.create_session(sprat.ScheduleConfig(memory="low"))
-    np.testing.assert_allclose(low.run(x)["y"], got, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(low.run(x)["y"], x["x"] @ b.T, rtol=1e-4, atol=1e-4)

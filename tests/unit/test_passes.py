@@ -248,3 +248,29 @@ def test_pads_that_are_not_a_convs_zeros_stay(case):
         model.graph.initializer[1].CopyFrom(numpy_helper.from_array(_f32(6, 9, 3, 3), "w"))
     g = _check(model)
     assert g.op_counts().get("Pad") == 1
+
+
+@pytest.mark.parametrize("extra_reader", [False, True])
+def test_vit_attention_with_k_transposed_twice_fuses(extra_reader):
+    """timm's ViT splits K like Q and V ([0, 2, 1, 3]) and then transposes it again
+    ([0, 1, 3, 2]); the two perms compose to [0, 2, 3, 1] and the block fuses. With a second
+    reader of the split K (a graph output) the block must not fuse."""
+    from sprat.testing.families import vit_tiny
+
+    model, feeds = vit_tiny(size=0.15, depth=2, dim=48, heads=3)
+    if extra_reader:
+        split_k = next(n for n in model.graph.node if n.op_type == "Transpose"
+                       and list(n.attribute[0].ints) == [0, 1, 3, 2])
+        model.graph.output.append(h.make_tensor_value_info(split_k.input[0], T.FLOAT, None))
+    g = convert_graph(model)
+    counts = g.op_counts()
+    assert counts.get("Attention", 0) == (1 if extra_reader else 2)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    for threads in (1, 2):
+        sess = sprat.Interpreter.from_graph(g).create_session(
+            sprat.ScheduleConfig(num_threads=threads))
+        got = sess.run(feeds)
+        for name, w in zip([o.name for o in model.graph.output], want):
+            np.testing.assert_allclose(got[name], w, rtol=1e-4,
+                                       atol=1e-4 * max(1, np.abs(w).max()))

@@ -4,8 +4,11 @@
 ``attn_mask`` broadcastable to (B, H, Sq, Skv); output ``Y`` (B, Sq, H*Dv). Per (batch, head)
 pair: ``S = scale * Q_h @ K_h^T`` (one BLAS call reading the head's columns in place, lda =
 H*D), ``+ mask``, a row softmax in cache, ``Y_h = P @ V_h`` written straight into Y's columns of
-that head (ldc = H*Dv). Pairs are split across thread slots; each slot owns an (Sq, Skv) score
-buffer (``attention`` in ``compiled/dense.pxi``). Grouped heads (GQA/MQA) read kv head
+that head (ldc = H*Dv). Work items are (batch, head, block of query rows) triples
+(``query_block``), split evenly across thread slots; each slot owns a (rows, Skv) score buffer
+(``attention`` in ``compiled/dense.pxi``); on AVX-512 CPUs, from PACKED_MIN_KEYS keys, both
+products run the packed micro-kernel of ``compiled/packed.pxi`` over K_h^T and V_h packed once
+per slot and head instead of BLAS. Grouped heads (GQA/MQA) read kv head
 ``h // (H / Hkv)``. Anything else (4-D form, past_key/value, causal or windowed masks, boolean
 masks, extra outputs, softcap) runs on the reference kernel.
 """
@@ -17,6 +20,13 @@ import numpy as np
 from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from .compiled import kernels as ck
+
+SCORE_BLOCK_BYTES = 1 << 17  # one work item's scores (rows x Skv float32): in L2
+MIN_QUERY_BLOCK = 16  # query rows per work item at least
+# NOTE: keys from which the packed path beats BLAS (``bench/kernels.py --packed``: one op, 1 and
+# 2 slots, 2..12 heads of 32 or 64, sequences 16..512 with a padding mask): 0.68-0.96x the time
+# from 128 keys on, 0.8-1.08x at 50, but 1.05-1.9x at 16 (half of each 32-key panel is padding)
+PACKED_MIN_KEYS = 48
 
 
 def _mask_strides(shape, B, H, Sq, Skv):
@@ -33,6 +43,19 @@ def _mask_strides(shape, B, H, Sq, Skv):
     mh = full[2] * row if full[1] != 1 else 0
     mb = full[1] * full[2] * row if full[0] != 1 else 0
     return mb, mh, mq
+
+
+def query_block(pairs: int, Sq: int, Skv: int, nt: int) -> int:
+    """Query rows per work item: the fewest blocks that keep one block's scores within
+    SCORE_BLOCK_BYTES (in L2 while the softmax and ``S @ V`` read them) and give every one of
+    the ``nt`` slots the same number of (batch, head, block) items; blocks keep at least
+    MIN_QUERY_BLOCK rows (each block repacks K_h and V_h in BLAS)."""
+    nqb = max(1, -(-Sq * Skv * 4 // SCORE_BLOCK_BYTES))
+    most = max(1, Sq // MIN_QUERY_BLOCK)
+    nqb = min(nqb, most)
+    while nt > 1 and (pairs * nqb) % nt and nqb < most:
+        nqb += 1
+    return -(-Sq // nqb)
 
 
 class AttentionKernel(CpuKernel):
@@ -80,8 +103,15 @@ class AttentionKernel(CpuKernel):
         self.mstrides = (_mask_strides(ins[3].shape, B, H, Sq, Skv) if self.has_mask
                          else (0, 0, 0))
         macs = B * H * Sq * Skv * (D + Dv)
-        self.nt = min(self.threads, B * H) if macs >= PARALLEL_MIN_MACS else 1
-        self.workspaces = (scratch(self.nt, Sq * Skv + 16),)
+        self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
+        self.qb = query_block(B * H, Sq, Skv, self.nt)
+        self.nt = min(self.nt, B * H * -(-Sq // self.qb))
+        # NOTE: the packed micro-kernel (AVX-512) for both products, K_h^T and V_h packed
+        # once per slot and kv head, where BLAS repacks them on every call
+        self.packed_kv = (bool(ck.packed_gemm_available()) and D >= 1 and Dv >= 1
+                          and Skv >= PACKED_MIN_KEYS)
+        self.workspaces = (scratch(self.nt, ck.attention_scratch(Skv, D, Dv, self.qb,
+                                                                 self.packed_kv) + 16),)
         self.empty = empty_f32()
 
     def run(self, ins, outs, ws):
@@ -95,4 +125,5 @@ class AttentionKernel(CpuKernel):
         m = self.empty if mask is None else mask.reshape(-1)
         return ck.attention, (self.nt, ins[0].reshape(-1), ins[1].reshape(-1),
                               ins[2].reshape(-1), m, self.has_mask, y.reshape(-1), B, H, G, Sq,
-                              Skv, D, Dv, self.scale, mb, mh, mq, buf)
+                              Skv, D, Dv, self.scale, mb, mh, mq, self.qb, self.packed_kv,
+                              buf)

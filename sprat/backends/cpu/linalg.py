@@ -9,6 +9,13 @@ Work is split by rows, or by columns when there are too few rows to go round the
 compiled loops are ``gemm_blocks``, ``gemv_f16`` and ``gemm_f16_blocks`` in
 ``compiled/dense.pxi``.
 
+Constant 2-D weights on AVX-512 CPUs: packed once into panels of ``ck.PACKED_NR`` columns
+(``pack_panels``) for ``ck.gemm_packed`` (``compiled/packed.pxi``), which skips the packing
+OpenBLAS redoes on every call: 0.15-0.9x the time of the BLAS path over M 1..512, K and N
+128..3072, at 1 and 2 threads (``bench/kernels.py --packed``; 1.0 only for one row against the
+largest weights, a memory-bound GEMV), so it is taken for every such product (not under
+``memory="low"``, which keeps the weights as stored).
+
 Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 - ``precision="low"``: a constant 2-D weight B is stored as float16 (half the bytes, shared
   by the sessions) and widened to fp32 on the fly (F16C on AVX2 CPUs), fp32 accumulation, when
@@ -52,6 +59,46 @@ def f16_ok(w: np.ndarray) -> bool:
     return bool(w.size == 0 or np.max(np.abs(w)) <= F16_MAX)
 
 
+PACKED = ck.packed_gemm_available()
+PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) stay in L2 while
+# every column panel passes over them: 128 x 768 at K = 768 (best of 24..256 rows, 150-160
+# GFLOP/s, at M 128..512, K and N 768 / 3072), 256 rows at K <= 512
+
+
+def pack_panels(w: np.ndarray) -> np.ndarray:
+    """``w`` (K, N) float32 as ``ck.gemm_packed`` reads it: ceil(N / NR) panels, panel p holding
+    ``w[:, p*NR:(p+1)*NR]`` row after row, zero-padded to NR columns; flat, 64-byte aligned
+    (NR = ``ck.PACKED_NR``)."""
+    nr = ck.PACKED_NR
+    k, n = w.shape
+    npan = -(-n // nr)
+    size = npan * k * nr
+    buf = np.zeros(size + 16, np.float32)
+    off = (-buf.ctypes.data % 64) // 4
+    out = buf[off:off + size]
+    padded = np.zeros((k, npan * nr), np.float32)
+    padded[:, :n] = w
+    out.reshape(npan, k, nr)[:] = padded.reshape(k, npan, nr).transpose(1, 0, 2)
+    return out
+
+
+def _packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
+    """(rows, columns) per work item of ``ck.gemm_packed``: the ``_blocks`` split (at least
+    ``nt`` items), with rows cut into equal blocks that fit PACKED_A_BYTES and a multiple of
+    ``nt`` items in all, columns a multiple of the panel width."""
+    nr = ck.PACKED_NR
+    rb, cb = _blocks(1, m, n, nt)
+    rows = max(12, PACKED_A_BYTES // (4 * max(k, 1)) // 12 * 12)
+    if rb > rows:
+        # NOTE: equal row blocks, as many items per slot (197 rows at K = 768 as 168 + 29
+        # rows left one of two slots a sixth of the work: 1.3-1.4x the BLAS path's time)
+        nrb, ncb = -(-m // rows), -(-n // cb)
+        while (nrb * ncb) % nt:
+            nrb += 1
+        rb = -(-m // nrb)
+    return rb, -(-cb // nr) * nr
+
+
 def _blocks(batch: int, m: int, n: int, nt: int) -> tuple[int, int]:
     """(rows, columns) per GEMM block: at most BLOCK_ROWS rows (the epilogue then runs on a
     block still in L2) and at least ``nt`` equal work items. With too few row blocks, split
@@ -82,6 +129,7 @@ def _fused_ok(node, out_shape, ins) -> bool:
 
 
 class _Gemmish(CpuKernel):
+    panels = None  # the packed weight of ``ck.gemm_packed`` when that path runs
     def _prepare_epilogue(self):
         self.act = act_of(self.node)
         self.has_res = bool(self.node.attrs.get("_residual"))
@@ -91,6 +139,16 @@ class _Gemmish(CpuKernel):
         precision, memory = self.precision, self.memory
         return (precision == "low" and b_const is not None and b_const.ndim == 2
                 and (rows <= GEMV_MAX_ROWS or memory == "low") and f16_ok(b_const))
+
+    def _want_packed(self, b_const) -> bool:
+        return (PACKED and b_const is not None and b_const.ndim == 2 and self.memory != "low"
+                and self.K >= 1)
+
+    def _prepare_packed(self, make_kn) -> None:
+        """Switch to ``ck.gemm_packed``: ``make_kn()`` gives B as (K, N) float32."""
+        self.panels = self.shared("w_panels", lambda: pack_panels(make_kn()))
+        self.packed = (1,)
+        self.rb, self.cb = _packed_blocks(self.M, self.N, self.K, self.nt)
 
     def _prepare_f16(self, make_kn, bias) -> None:
         """Switch to the fp16-weight path: ``make_kn()`` gives B as (K, N) float32; ``bias``
@@ -119,6 +177,10 @@ class _Gemmish(CpuKernel):
         if self.f16 is not None:
             self.bound_call(ws, (a, y, r), lambda: self._f16_call(a, y, r, ws.buffers[0]))
             return
+        if self.panels is not None:
+            c = self.arg(ins, 2) if self.has_c else None
+            self.bound_call(ws, (a, c, y, r), lambda: self._packed_call(a, c, y, r))
+            return
         b = self.arg(ins, 1)
         c = self.arg(ins, 2) if self.has_c else None
         self.bound_call(ws, (a, b, c, y, r), lambda: self._gemm_call(a, b, c, y, r))
@@ -129,6 +191,14 @@ class _Gemmish(CpuKernel):
         return self.f16, (a.reshape(-1), self.w16, y.reshape(-1), self.M, self.N, self.K,
                           self.cb, self.nt, self.bias16, self.has_bias16, res, self.has_res,
                           code, pa, pb, buf)
+
+    def _packed_call(self, a, c, y, r):
+        code, pa, pb = self.act
+        res = self.empty if r is None else r.reshape(-1)
+        c = self.empty if c is None else c.reshape(-1)
+        return ck.gemm_packed, (self.nt, a.reshape(-1), self.panels, y.reshape(-1), self.M,
+                                self.N, self.K, self.lda, self.rb, self.cb, c, self.sm, self.sn,
+                                self.beta, res, self.has_res, code, pa, pb)
 
     def _gemm_call(self, a, b, c, y, r):
         code, pa, pb = self.act
@@ -197,6 +267,11 @@ class GemmKernel(_Gemmish):
             tb = self.tb
             self._prepare_f16(lambda: b_const.T if tb else b_const, bias)
             return
+        self.panels = None
+        if not self.ta and self.alpha == 1.0 and self._want_packed(b_const):
+            tb = self.tb
+            self._prepare_packed(lambda: b_const.T if tb else b_const)
+            return
         if self.tb and 1 in self.consts and self.memory != "low":
             # NOTE: OpenBLAS runs A @ B^T 1.6x slower than A @ B with B packed (K, N) (measured:
             # the ddddocr OCR head, 32x1024 @ 1024x8210, 13.6 vs 8.5 ms): pack the weight once.
@@ -261,9 +336,12 @@ class MatMulKernel(_Gemmish):
         self.f16 = None
         b_const = self.consts.get(1)
         bias = self.consts.get(2) if self.has_c else None
+        self.panels = None
         if (nbatch == 1 and len(sb) == 2 and (bias is not None or not self.has_c)
                 and self._want_f16(b_const, m)):
             self._prepare_f16(lambda: b_const, None if bias is None else bias.reshape(-1))
+        elif nbatch == 1 and len(sb) == 2 and self._want_packed(b_const):
+            self._prepare_packed(lambda: b_const)
 
 
 def _matmul_shape(sa, sb):

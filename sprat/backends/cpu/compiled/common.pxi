@@ -143,6 +143,24 @@ cdef extern from *:
                                                        _mm256_set1_epi32(127)), 23);
         return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
     }
+    /* erf32's rational approximation (Eigen's perf_float) on 8 lanes; NaN propagates */
+    static inline __m256 sprat_erf8(__m256 x) {
+        x = _mm256_min_ps(_mm256_set1_ps(4.0f), _mm256_max_ps(_mm256_set1_ps(-4.0f), x));
+        __m256 x2 = _mm256_mul_ps(x, x);
+        __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.77068142495902e-08f));
+        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.10102402082508e-06f));
+        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-5.69250639462346e-05f));
+        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-7.34990630326855e-04f));
+        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.95459980854025e-03f));
+        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.60960333262415e-02f));
+        __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-2.13374055278905e-04f));
+        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.68282697438203e-03f));
+        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-7.37332916720468e-03f));
+        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.42647390514189e-02f));
+        return _mm256_div_ps(_mm256_mul_ps(x, p), q);
+    }
     static Py_ssize_t sprat_act8(float *y, Py_ssize_t n, int code, float a, float b) {
         Py_ssize_t i = 0, end = n & ~(Py_ssize_t)7;
         const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
@@ -181,6 +199,14 @@ cdef extern from *:
                 __m256 v = _mm256_loadu_ps(y + i);
                 __m256 e = sprat_exp8(_mm256_sub_ps(zero, v));
                 _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+            }
+            return end;
+        case 9: /* Gelu: v / 2 * (1 + erf(v / sqrt(2))) */
+            for (; i < end; i += 8) {
+                __m256 v = _mm256_loadu_ps(y + i);
+                __m256 e = sprat_erf8(_mm256_mul_ps(v, _mm256_set1_ps(0.7071067811865476f)));
+                _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(half, v),
+                                                      _mm256_add_ps(one, e)));
             }
             return end;
         default:

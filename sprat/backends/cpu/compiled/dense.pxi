@@ -482,6 +482,58 @@ def gemm_blocks(int nt, const float[::1] a, const float[::1] b, float[::1] y,
         dense_gemm_items(gp, t * items // nt, (t + 1) * items // nt)
 
 
+cdef struct dense_pk_t:
+    const float* a
+    const float* packed
+    float* y
+    idx M, N, K, lda, rb, cb
+
+
+cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx hi) noexcept nogil:
+    """Work items [lo, hi) of ``gemm_packed``: (row block, column block) pairs, each the packed
+    GEMM of the block and then its epilogue while the block is in cache."""
+    cdef idx ncb = (p.N + p.cb - 1) // p.cb
+    cdef idx it, m0, n0, m1, n1
+    for it in range(lo, hi):
+        m0 = (it // ncb) * p.rb
+        n0 = (it % ncb) * p.cb
+        m1 = min(p.M, m0 + p.rb)
+        n1 = min(p.N, n0 + p.cb)
+        sprat_pk_gemm(m1 - m0, n0, n1, p.K, p.a + m0 * p.lda, p.lda, p.packed,
+                      p.y + m0 * p.N, p.N)
+        dense_gemm_epilogue(g, p.y, g.res if g.has_res else NULL, m0, m1, n0, n1)
+
+
+def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] y, idx M, idx N,
+                idx K, idx lda, idx rb, idx cb, const float[::1] c, idx sm, idx sn, float beta,
+                const float[::1] res, bint has_res, int code, float pa, float pb):
+    """``Y (M, N) = act(A (M, K) @ W (K, N) + beta * C + res)`` with W pre-packed
+    (``packed``: ceil(N / PACKED_NR) panels of K x PACKED_NR float32, 64-byte aligned, as
+    ``sprat.backends.cpu.linalg.pack_panels`` makes them). A's rows have pitch ``lda``; Y's
+    pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
+    ``res`` (Y's layout) is added when ``has_res``; then activation ``code`` (pa, pb). Work
+    items are blocks of ``rb`` rows x ``cb`` columns (``cb`` a multiple of PACKED_NR), ``nt``
+    slots. Only call it when ``packed_gemm_available()``."""
+    cdef dense_pk_t p
+    p.a, p.packed, p.y = cptr(a), cptr(packed), mptr(y)
+    p.M, p.N, p.K, p.lda, p.rb, p.cb = M, N, K, lda, rb, cb
+    cdef dense_gemm_t g
+    g.N, g.c, g.sm, g.sn, g.beta = N, cptr(c), sm, sn, beta
+    g.res, g.has_res, g.code, g.pa, g.pb = cptr(res), has_res, code, pa, pb
+    cdef const dense_pk_t* pp = &p
+    cdef const dense_gemm_t* gp = &g
+    cdef idx items = ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    cdef int t
+    if M <= 0 or N <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            dense_pk_items(pp, gp, 0, items)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        dense_pk_items(pp, gp, t * items // nt, (t + 1) * items // nt)
+
+
 # ---- fp16 weights (precision="low") ---------------------------------------------------------
 # A constant weight is held as IEEE binary16 bit patterns (uint16) and widened to float32 right
 # before use (F16C ``vcvtph2ps`` in the AVX2 build, integer ops in the baseline); products and
@@ -846,9 +898,10 @@ cdef struct dense_attn_t:
     const float* mask
     bint has_mask
     float* y
-    idx B, H, G, Sq, Skv, D, Dv
+    idx B, H, G, Sq, Skv, D, Dv, qb
     float scale
     idx mb, mh, mq
+    bint packed
 
 
 cdef void dense_attn_softmax_row(float* r, const float* mrow, idx n, bint has_mask) noexcept nogil:
@@ -867,53 +920,101 @@ cdef void dense_attn_softmax_row(float* r, const float* mrow, idx n, bint has_ma
     dense_softmax_row(r, r, n, False)
 
 
-cdef void dense_attn_pairs(const dense_attn_t* g, idx lo, idx hi, float* s) noexcept nogil:
-    """(batch, head) pairs [lo, hi): ``S = scale * Q_h @ K_h^T`` into ``s`` (Sq x Skv, one BLAS
-    call reading the head's columns in place), mask and row softmax in cache, then
-    ``Y_h = S @ V_h`` straight into Y's columns of head h. Grouped heads read kv head h // G."""
+cdef void dense_attn_items(const dense_attn_t* g, idx lo, idx hi, float* s) noexcept nogil:
+    """Work items [lo, hi): (batch, head, block of ``qb`` query rows) triples. Per item:
+    ``S = scale * Q_blk @ K_h^T`` into the slot's scores (qb x Skv), mask and row softmax in
+    cache, then ``Y_blk = S @ V_h`` straight into Y's columns of head h. Grouped heads read kv
+    head h // G. With ``packed`` (AVX-512): K_h^T (scaled) and V_h are packed into panels once
+    per kv head a slot meets (``attention_scratch`` floats ahead of the scores) and both
+    products run the packed micro-kernel; else one BLAS call each, reading the heads in
+    place."""
     cdef idx hkv = g.H // g.G
     cdef idx Sq = g.Sq
     cdef idx Skv = g.Skv
     cdef idx D = g.D
     cdef idx Dv = g.Dv
-    cdef idx pi, b, h, kh, i, mo
-    for pi in range(lo, hi):
+    cdef idx nqb = (Sq + g.qb - 1) // g.qb
+    cdef idx it, pi, b, h, kh, i, mo, q0, rows
+    cdef idx packed_key = -1
+    cdef idx pk = (Skv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * D
+    cdef idx pv = (Dv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * Skv
+    cdef float* kp = s
+    cdef float* vp = s + pk
+    cdef const float* qr
+    cdef const float* kr
+    cdef const float* vr
+    cdef float* yr
+    if g.packed:
+        s = s + pk + pv
+    for it in range(lo, hi):
+        pi = it // nqb
+        q0 = (it - pi * nqb) * g.qb
+        rows = min(g.qb, Sq - q0)
         b = pi // g.H
         h = pi - b * g.H
         kh = h // g.G
-        sgemm(False, True, Sq, Skv, D, g.scale, g.q + b * Sq * g.H * D + h * D, g.H * D,
-              g.k + b * Skv * hkv * D + kh * D, hkv * D, <float>0.0, s, Skv)
-        for i in range(Sq):
-            mo = b * g.mb + h * g.mh + i * g.mq
+        qr = g.q + (b * Sq + q0) * g.H * D + h * D
+        kr = g.k + b * Skv * hkv * D + kh * D
+        vr = g.v + b * Skv * hkv * Dv + kh * Dv
+        yr = g.y + (b * Sq + q0) * g.H * Dv + h * Dv
+        if g.packed:
+            if packed_key != b * hkv + kh:
+                sprat_pk_pack_t(kr, hkv * D, Skv, D, g.scale, kp)
+                sprat_pk_pack_n(vr, hkv * Dv, Skv, Dv, vp)
+                packed_key = b * hkv + kh
+            sprat_pk_gemm(rows, 0, Skv, D, qr, g.H * D, kp, s, Skv)
+        else:
+            sgemm(False, True, rows, Skv, D, g.scale, qr, g.H * D, kr, hkv * D, <float>0.0, s,
+                  Skv)
+        for i in range(rows):
+            mo = b * g.mb + h * g.mh + (q0 + i) * g.mq
             dense_attn_softmax_row(s + i * Skv, g.mask + mo if g.has_mask else NULL, Skv,
                                    g.has_mask)
-        sgemm(False, False, Sq, Dv, Skv, <float>1.0, s, Skv, g.v + b * Skv * hkv * Dv + kh * Dv,
-              hkv * Dv, <float>0.0, g.y + b * Sq * g.H * Dv + h * Dv, g.H * Dv)
+        if g.packed:
+            sprat_pk_gemm(rows, 0, Dv, Skv, s, Skv, vp, yr, g.H * Dv)
+        else:
+            sgemm(False, False, rows, Dv, Skv, <float>1.0, s, Skv, vr, hkv * Dv, <float>0.0,
+                  yr, g.H * Dv)
+
+
+def attention_scratch(idx Skv, idx D, idx Dv, idx qb, bint packed) -> int:
+    """Floats of one slot's scratch for ``attention``: the scores (qb x Skv), and with
+    ``packed`` the panels of K_h^T and V_h ahead of them."""
+    cdef idx extra = 0
+    if packed:
+        extra = ((Skv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * D
+                 + (Dv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * Skv)
+    return extra + qb * Skv
 
 
 def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v,
               const float[::1] mask, bint has_mask, float[::1] y, idx B, idx H, idx G, idx Sq,
-              idx Skv, idx D, idx Dv, float scale, idx mb, idx mh, idx mq,
-              float[:, ::1] scratch):
+              idx Skv, idx D, idx Dv, float scale, idx mb, idx mh, idx mq, idx qb,
+              bint packed, float[:, ::1] scratch):
     """Attention-23, 3-D form: Q (B, Sq, H*D), K (B, Skv, Hkv*D), V (B, Skv, Hkv*Dv) with
     Hkv = H / G, optional additive ``mask`` (element strides ``mb``/``mh``/``mq`` for batch,
     head and query row, 0 where broadcast; rows of Skv) -> Y (B, Sq, H*Dv):
-    ``Y_h = softmax(scale * Q_h @ K_h^T + mask) @ V_h`` per head. Work items are the B*H
-    (batch, head) pairs; ``scratch`` (nt, >= Sq * Skv) float32 holds each slot's scores."""
+    ``Y_h = softmax(scale * Q_h @ K_h^T + mask) @ V_h`` per head. Work items are the
+    (batch, head, block of ``qb`` query rows) triples, split evenly over ``nt`` slots;
+    ``scratch`` (nt, >= ``attention_scratch(...)``) float32, rows 64-byte aligned, holds each
+    slot's scores (and packed K_h^T / V_h with ``packed``, only when
+    ``packed_gemm_available()``)."""
     cdef dense_attn_t g
     g.q, g.k, g.v = cptr(q), cptr(k), cptr(v)
     g.mask, g.has_mask, g.y = cptr(mask), has_mask, mptr(y)
-    g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv = B, H, G, Sq, Skv, D, Dv
-    g.scale, g.mb, g.mh, g.mq = scale, mb, mh, mq
+    g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv, g.qb = B, H, G, Sq, Skv, D, Dv, max(qb, 1)
+    g.scale, g.mb, g.mh, g.mq, g.packed = scale, mb, mh, mq, packed
     cdef const dense_attn_t* gp = &g
-    cdef idx pairs = B * H
+    cdef idx items = B * H * ((Sq + g.qb - 1) // g.qb)
     cdef int t
+    if items <= 0:
+        return
     if nt <= 1:
         with nogil:
-            dense_attn_pairs(gp, 0, pairs, dense_row(scratch, 0))
+            dense_attn_items(gp, 0, items, dense_row(scratch, 0))
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_attn_pairs(gp, t * pairs // nt, (t + 1) * pairs // nt, dense_row(scratch, t))
+        dense_attn_items(gp, t * items // nt, (t + 1) * items // nt, dense_row(scratch, t))
 
 
 # ---- LSTM --------------------------------------------------------------------------------------

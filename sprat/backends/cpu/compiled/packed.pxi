@@ -1,0 +1,167 @@
+# ---- GEMM with pre-packed weights (AVX-512 CPUs) --------------------------------------------
+# ``Y (m, n) = A (m, K) @ W (K, n)`` with W constant, packed once at prepare into panels of
+# PK_NR columns (``pack_panels``: panel p holds W[:, p*NR:(p+1)*NR] row after row, zero-padded
+# to NR), so the micro-kernel streams one contiguous panel per K block from L1 and A's rows are
+# read in place (one broadcast per element). OpenBLAS packs W on every call, which costs
+# 0.2-0.4 ms of a 1.0-1.4 ms 128 x 384 x 1536 product (``bench/kernels.py --packed``); MLAS,
+# onnxruntime's GEMM, packs its weights once the same way. The micro-kernel holds a 12 x 32 tile
+# of Y in 24 zmm registers (MLAS's sgemm kernel for AVX-512F does the same shape).
+#
+# AVX-512F only, compiled in the avx2 build with a target attribute and taken when the CPU has
+# it (``packed_gemm_available``); elsewhere the kernels call BLAS as before. Included before
+# dense.pxi, whose ``gemm_packed`` and attention call it.
+
+cdef extern from *:
+    """
+    #define SPRAT_PK_MR 12
+    #define SPRAT_PK_NR 32
+    #define SPRAT_PK_KC 256
+    /* k steps ahead that the first row tile of a K block prefetches its panel (the panel
+       comes from memory once per call, the other row tiles find it in L1): weights out of
+       cache (a model's layers run in turn) cost 1.3x the time without it, 1.24x with it
+       (128 x 384 x 1536, 40 weights in turn; a prefetch of the next block spread over all
+       row tiles did no better and cost the hot case 7%) */
+    #define SPRAT_PK_PF 24
+    /* Panels of B^T for B = src (n x kdim, row pitch lds), times ``scale``: panel p holds
+       scale * src[p*NR + j, k] at [k][j], zero past n (attention's K_h^T). */
+    static void sprat_pk_pack_t(const float* src, Py_ssize_t lds, Py_ssize_t n,
+                                Py_ssize_t kdim, float scale, float* dst) {
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += SPRAT_PK_NR) {
+            float* d = dst + (j0 / SPRAT_PK_NR) * kdim * SPRAT_PK_NR;
+            for (Py_ssize_t j = 0; j < SPRAT_PK_NR; j++) {
+                const float* s = src + (j0 + j) * lds;
+                if (j0 + j < n) {
+                    for (Py_ssize_t k = 0; k < kdim; k++) d[k * SPRAT_PK_NR + j] = scale * s[k];
+                } else {
+                    for (Py_ssize_t k = 0; k < kdim; k++) d[k * SPRAT_PK_NR + j] = 0.0f;
+                }
+            }
+        }
+    }
+    /* Panels of B = src (kdim x n, row pitch lds): panel p holds src[k, p*NR + j] at [k][j],
+       zero past n (attention's V_h). */
+    static void sprat_pk_pack_n(const float* src, Py_ssize_t lds, Py_ssize_t kdim,
+                                Py_ssize_t n, float* dst) {
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += SPRAT_PK_NR) {
+            float* d = dst + (j0 / SPRAT_PK_NR) * kdim * SPRAT_PK_NR;
+            Py_ssize_t w = n - j0 < SPRAT_PK_NR ? n - j0 : SPRAT_PK_NR;
+            for (Py_ssize_t k = 0; k < kdim; k++) {
+                const float* s = src + k * lds + j0;
+                Py_ssize_t j = 0;
+                for (; j < w; j++) d[k * SPRAT_PK_NR + j] = s[j];
+                for (; j < SPRAT_PK_NR; j++) d[k * SPRAT_PK_NR + j] = 0.0f;
+            }
+        }
+    }
+    #if defined(__AVX2__) && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    #include <immintrin.h>
+    #define SPRAT_PK 1
+    /* C[0:mr, 0:32] (=|+=) A[0:mr, 0:kc] @ P[0:kc, 0:32]; only the columns of masks c0 / c1
+       are stored. mr is a constant in every caller (the switch below), so the loops unroll
+       and the accumulators stay in registers. */
+    __attribute__((target("avx512f"), always_inline))
+    static inline void sprat_pk_tile(const int mr, Py_ssize_t kc, const float* a,
+                                     Py_ssize_t lda, const float* p, float* c, Py_ssize_t ldc,
+                                     int acc, __mmask16 c0, __mmask16 c1, const int pf) {
+        __m512 x0[SPRAT_PK_MR], x1[SPRAT_PK_MR];
+        for (int r = 0; r < mr; r++) {
+            x0[r] = _mm512_setzero_ps();
+            x1[r] = _mm512_setzero_ps();
+        }
+        for (Py_ssize_t k = 0; k < kc; k++) {
+            if (pf) {
+                _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR), _MM_HINT_T0);
+                _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR + 16),
+                             _MM_HINT_T0);
+            }
+            __m512 b0 = _mm512_loadu_ps(p + k * SPRAT_PK_NR);
+            __m512 b1 = _mm512_loadu_ps(p + k * SPRAT_PK_NR + 16);
+            for (int r = 0; r < mr; r++) {
+                __m512 av = _mm512_set1_ps(a[r * lda + k]);
+                x0[r] = _mm512_fmadd_ps(av, b0, x0[r]);
+                x1[r] = _mm512_fmadd_ps(av, b1, x1[r]);
+            }
+        }
+        for (int r = 0; r < mr; r++) {
+            float* cr = c + r * ldc;
+            if (acc) {
+                x0[r] = _mm512_add_ps(x0[r], _mm512_maskz_loadu_ps(c0, cr));
+                x1[r] = _mm512_add_ps(x1[r], _mm512_maskz_loadu_ps(c1, cr + 16));
+            }
+            _mm512_mask_storeu_ps(cr, c0, x0[r]);
+            _mm512_mask_storeu_ps(cr + 16, c1, x1[r]);
+        }
+    }
+
+    #define SPRAT_PK_CASE(R) case R: \
+        if (pf) sprat_pk_tile(R, kc, a, lda, p, c, ldc, acc, c0, c1, 1); \
+        else sprat_pk_tile(R, kc, a, lda, p, c, ldc, acc, c0, c1, 0); \
+        break;
+    __attribute__((target("avx512f")))
+    static void sprat_pk_rows(int mr, Py_ssize_t kc, const float* a, Py_ssize_t lda,
+                              const float* p, float* c, Py_ssize_t ldc, int acc, __mmask16 c0,
+                              __mmask16 c1, int pf) {
+        switch (mr) {
+        SPRAT_PK_CASE(12) SPRAT_PK_CASE(11) SPRAT_PK_CASE(10) SPRAT_PK_CASE(9)
+        SPRAT_PK_CASE(8) SPRAT_PK_CASE(7) SPRAT_PK_CASE(6) SPRAT_PK_CASE(5)
+        SPRAT_PK_CASE(4) SPRAT_PK_CASE(3) SPRAT_PK_CASE(2) SPRAT_PK_CASE(1)
+        default: break;
+        }
+    }
+
+    /* C[0:m, n0:n1] = A[0:m, 0:K] @ W[:, n0:n1], W as panels ``packed`` (n0 a multiple of
+       NR; panel q starts at packed + q * K * NR). Per panel: K in blocks of KC (the panel's
+       block, KC x NR floats = 32 KiB, stays in L1 while every row block of A passes over it),
+       the C strip (m x NR) accumulates in L1/L2. */
+    __attribute__((target("avx512f")))
+    static void sprat_pk_gemm(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                              const float* a, Py_ssize_t lda, const float* packed, float* c,
+                              Py_ssize_t ldc) {
+        for (Py_ssize_t j = n0; j < n1; j += SPRAT_PK_NR) {
+            Py_ssize_t w = n1 - j < SPRAT_PK_NR ? n1 - j : SPRAT_PK_NR;
+            __mmask16 c0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+            __mmask16 c1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
+            const float* panel = packed + (j / SPRAT_PK_NR) * K * SPRAT_PK_NR;
+            for (Py_ssize_t k0 = 0; k0 < K; k0 += SPRAT_PK_KC) {
+                Py_ssize_t kc = K - k0 < SPRAT_PK_KC ? K - k0 : SPRAT_PK_KC;
+                for (Py_ssize_t i = 0; i < m; i += SPRAT_PK_MR) {
+                    int mr = (int)(m - i < SPRAT_PK_MR ? m - i : SPRAT_PK_MR);
+                    sprat_pk_rows(mr, kc, a + i * lda + k0, lda, panel + k0 * SPRAT_PK_NR,
+                                  c + i * ldc + j, ldc, k0 > 0, c0, c1, i == 0);
+                }
+            }
+        }
+    }
+
+    static int sprat_pk_available(void) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f");
+    }
+    #else
+    #define SPRAT_PK 0
+    static void sprat_pk_gemm(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                              const float* a, Py_ssize_t lda, const float* packed, float* c,
+                              Py_ssize_t ldc) {
+        (void)m; (void)n0; (void)n1; (void)K; (void)a; (void)lda; (void)packed; (void)c;
+        (void)ldc;
+    }
+    static int sprat_pk_available(void) { return 0; }
+    #endif
+    """
+    int SPRAT_PK_NR
+    int SPRAT_PK_MR
+    void sprat_pk_gemm(idx m, idx n0, idx n1, idx K, const float* a, idx lda,
+                       const float* packed, float* c, idx ldc) noexcept nogil
+    int sprat_pk_available() noexcept nogil
+    void sprat_pk_pack_t(const float* src, idx lds, idx n, idx kdim, float scale,
+                         float* dst) noexcept nogil
+    void sprat_pk_pack_n(const float* src, idx lds, idx kdim, idx n, float* dst) noexcept nogil
+
+
+#: columns per packed weight panel (``pack_panels``)
+PACKED_NR = SPRAT_PK_NR
+
+
+def packed_gemm_available() -> bool:
+    """Whether this build and CPU run ``gemm_packed`` (the avx2 build on an AVX-512F CPU)."""
+    return bool(sprat_pk_available())
