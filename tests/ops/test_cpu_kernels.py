@@ -730,6 +730,68 @@ def test_winograd_small_map_splits_output_channels(m):
     check("Conv", ins, attrs, consts=(1, 2))
 
 
+def _prepared_conv(ins, attrs, threads):
+    node, infos = make("Conv", ins, attrs, consts=(1, 2))
+    (shape, dtype), = infer(node, infos)
+    kernel = CpuBackend(threads).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo(shape, dtype)])
+    return kernel
+
+
+@pytest.mark.parametrize("xs,ws,attrs,split_m", [
+    # few pixels, many channels: each slot takes a range of output channels (multiples of 8,
+    # the last one the rest: 136 = 64 + 72), with the residual and activation on its range
+    ((1, 16, 7, 7), (136, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),
+    ((1, 64, 13, 13), (256, 64, 1, 1), {"strides": [2, 2]}, True),
+    # 1-D over 2 sequences, 160 channels: 46 pixels in 2 blocks of 23, one spanning both
+    ((2, 16, 47), (160, 16, 3), {"pads": [1, 1], "strides": [2]}, True),
+    # many pixels: blocks of pixels that start and end inside rows and span images
+    ((3, 8, 29, 31), (32, 8, 3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}, False),
+    ((1, 8, 3, 800), (32, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),
+])
+def test_conv_im2col_splits(xs, ws, attrs, split_m):
+    # the work split of ``conv.im2col_blocks``: equal to the reference at 1 and 2 threads
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
+    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
+    attrs = {**attrs, **fused("HardSwish", residual=True)}
+    kernel = _prepared_conv(ins, attrs, 2)
+    assert kernel.algo == "im2col" and kernel.split_m == split_m
+    assert _prepared_conv(ins, attrs, 1).split_m is False
+    check("Conv", ins, attrs, consts=(1, 2))
+
+
+def test_im2col_blocks_cost_rule():
+    from sprat.backends.cpu.conv import GEMM_ROWS, im2col_blocks
+
+    assert im2col_blocks(49, 512, 1, 2) == (49, True)  # ResNet's 7x7 stage
+    assert im2col_blocks(49, 512, 2, 2) == (25, False)  # groups: pixels only
+    assert im2col_blocks(3136, 64, 1, 2) == (314, False)  # 10 blocks, 5 per slot
+    assert im2col_blocks(3136, 64, 1, 1) == (349, False)  # 9 blocks on one thread
+    for p in (1, 7, 383, 385, 1000, 12544):
+        blk, split = im2col_blocks(p, 32, 1, 2)
+        nb = -(-p // blk)
+        assert blk <= GEMM_ROWS and (split or nb % 2 == 0)
+
+
+@pytest.mark.parametrize("xs,ws,attrs,cols", [
+    ((1, 16, 300), (24, 16, 3), {"pads": [1, 1]}, 150),  # 1-D: the one row cut in two
+    ((2, 16, 301), (24, 16, 5), {"pads": [2, 2], "dilations": [2]}, 297),  # 2 rows: whole
+    ((1, 16, 3, 90), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, 45),  # 3 rows -> 6 blocks
+    ((1, 32, 1, 197), (48, 32, 1, 5), {"pads": [0, 4, 0, 0]}, 99),  # left padding only
+])
+def test_conv_shift_column_blocks(xs, ws, attrs, cols):
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
+    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
+    attrs = {**attrs, **fused("Relu", residual=True)}
+    kernel = _prepared_conv(ins, attrs, 2)
+    assert kernel.algo == "shift" and kernel.cols == cols
+    check("Conv", ins, attrs, consts=(1, 2))
+
+
 @pytest.mark.parametrize("qs,ks,vs,heads,kv_heads,mask", [
     ((1, 7, 16), (1, 9, 16), (1, 9, 12), 4, 4, None),
     ((2, 5, 16), (2, 5, 16), (2, 5, 16), 2, 2, (2, 1, 1, 5)),   # BERT's padding mask

@@ -198,19 +198,20 @@ class ConvKernel(CpuKernel):
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
                 wv.transpose(2, 3, 1, 0)).ravel())  # (kh, kw, C, M)
-            wp = ow + (kw - 1) * dil[1]
-            self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // wp), nt)
+            halo = (kw - 1) * dil[1]
+            self.rows, self.cols = shift_blocks(n, oh, ow, halo, nt)
+            wp = self.cols + halo
             band = self.rows + (kh - 1) * dil[0]
-            # NOTE: xb's padding border is never written: it must stay zero
-            self.workspaces = (scratch(nt, (band * wp + (kw - 1) * dil[1]) * c, zeroed=True),
+            # NOTE: zeroed: the floats after the band are read for junk columns only
+            self.workspaces = (scratch(nt, (band * wp + halo) * c, zeroed=True),
                                scratch(nt, self.rows * wp * m))
         else:
             self.algo = "im2col"
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
             self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
-            self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // ow), nt)
-            self.workspaces = (scratch(nt, self.rows * ow * kh * kw * cg),)
+            self.blk, self.split_m = im2col_blocks(n * oh * ow, m, group, nt)
+            self.workspaces = (scratch(nt, self.blk * kh * kw * cg),)
         if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
@@ -234,7 +235,7 @@ class ConvKernel(CpuKernel):
                     self.blk, self.w_stored, code, a, b)
         elif algo == "shift":
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
-                    ph, pw, self.rows, *bufs, code, a, b)
+                    ph, pw, self.rows, self.cols, *bufs, code, a, b)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, *bufs, code, a, b)
@@ -243,7 +244,7 @@ class ConvKernel(CpuKernel):
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
         else:
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
-                    kh, kw, sh, sw, dh, dw, ph, pw, self.rows, *bufs, code, a, b)
+                    kh, kw, sh, sw, dh, dw, ph, pw, self.blk, self.split_m, *bufs, code, a, b)
         return KERNEL[algo], (nt, *views(args))
 
 
@@ -268,3 +269,65 @@ def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:
         total = -(-total // nt) * nt
         per_image = max(1, -(-total // n))
     return max(1, -(-oh // per_image))
+
+
+def im2col_blocks(p: int, m: int, group: int, nt: int) -> tuple[int, bool]:
+    """(pixels per block, split_m) of an im2col conv with ``p`` output pixels, ``m`` output
+    channels and ``group`` groups on ``nt`` slots.
+
+    Blocks hold about ``GEMM_ROWS`` pixels (one thread: ``nb1`` blocks). Slots split either
+    the blocks (the count rounded up to a multiple of ``nt``; each GEMM call reads all K x M
+    weights, so every block added for the split re-reads them) or, with one group, the output
+    channels (each slot reads 1/nt of the weights but builds every patch row, K per pixel).
+    Per slot, splitting the blocks costs ``(nbp / nt) * K * m + p * K / nt`` floats moved,
+    splitting the channels ``nb1 * K * m / nt + p * K``: the channels are split when
+    ``(nbp - nb1) * m > (nt - 1) * p``, i.e. when the weights a pixel split adds outweigh the
+    patch rows a channel split repeats (few pixels against many channels: the 7x7 and 14x14
+    maps of ResNet stages, 1-D convs over few frames)."""
+    # NOTE: measured with one-thread GEMMs issued from two threads on this machine (AVX-512
+    # OpenBLAS), 2-thread speed-up of splitting pixels / channels: (P, K, M) = (49, 4608, 512)
+    # 1.37 / 1.70, (49, 2304, 512) 1.42 / 1.67, (196, 2304, 256) 1.52 / 1.64, (16, 4608, 512)
+    # 1.10 / 1.63; (784, 1152, 128) and larger maps split by pixels
+    p = max(p, 1)
+    nb1 = -(-p // GEMM_ROWS)
+    nbp = -(-max(nb1, nt) // nt) * nt
+    split_m = nt > 1 and group == 1 and m >= 16 * nt and (nbp - nb1) * m > (nt - 1) * p
+    return -(-p // (nb1 if split_m else nbp)), split_m
+
+
+# NOTE: a GEMM call per block re-reads its weights and sets up BLAS: counted as this many
+# output pixels of work when ``shift_blocks`` weighs a split into more, narrower blocks
+BLOCK_COST_PIXELS = 8
+
+
+def _slot_load(n: int, oh: int, ow: int, rows: int, cols: int, halo: int, nt: int) -> int:
+    """Largest work of a slot, in GEMM rows (output pixels over the padded width, plus
+    ``BLOCK_COST_PIXELS`` per block), when blocks of ``rows`` x ``cols`` output pixels are
+    dealt out as the compiled kernels do: slot ``t`` takes blocks [t*nb//nt, (t+1)*nb//nt)."""
+    nbh, nbw = -(-oh // rows), -(-ow // cols)
+    per_image = [min(rows, oh - i * rows) * (min(cols, ow - j * cols) + halo) + BLOCK_COST_PIXELS
+                 for i in range(nbh) for j in range(nbw)]
+    nb = n * len(per_image)
+    return max(sum(per_image[b % len(per_image)] for b in range(t * nb // nt, (t + 1) * nb // nt))
+               for t in range(nt))
+
+
+def shift_blocks(n: int, oh: int, ow: int, halo: int, nt: int) -> tuple[int, int]:
+    """(rows, cols) of the output blocks of a shift-GEMM conv over ``n`` maps of ``oh`` x
+    ``ow`` output pixels on ``nt`` slots, ``halo`` = (kw-1)*dilation junk columns per row.
+
+    Whole rows, about ``GEMM_ROWS`` padded pixels per block (``_rows_per_block``), unless
+    the rows are too few to share out evenly (a 1-D conv has one; a 3-row map on 2 slots
+    splits 2 + 1): then one row per block, each row cut into ``k`` column blocks, with ``k``
+    the cheapest by ``_slot_load`` (each block adds ``halo`` junk columns and a GEMM call)."""
+    wp = ow + halo
+    rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // wp), nt)
+    best, choice = _slot_load(n, oh, ow, rows, ow, halo, nt), (rows, ow)
+    if nt == 1 and wp <= GEMM_ROWS:
+        return choice
+    for k in range(2, max(2, min(ow, 4 * nt * -(-wp // GEMM_ROWS))) + 1):
+        cols = -(-ow // k)
+        load = _slot_load(n, oh, ow, 1, cols, halo, nt)
+        if load < best:
+            best, choice = load, (1, cols)
+    return choice
