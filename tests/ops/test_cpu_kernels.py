@@ -703,6 +703,7 @@ def test_every_kernel_op_has_a_reference():
     (14, 15, 1, "winograd"),  # 4x4 = 16 tiles
     (10, 11, 1, "shift"),  # 9 tiles: GEMMs are faster on one thread
     (10, 11, 2, "winograd"),  # ... but not on two
+    (7, 7, 2, "shift"),  # 4 tiles: streaming 4x the weights for 4 GEMM rows does not pay
 ])
 def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
     x, w = nhwc(randn(1, 32, h, w_, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)

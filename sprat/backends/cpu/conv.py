@@ -73,6 +73,23 @@ def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
     return u
 
 
+def winograd_pays(tiles: int, pixels: int, nt: int) -> bool:
+    """Whether Winograd F(4,3) beats the GEMM algorithms on a map of ``tiles`` 4x4 tiles and
+    ``pixels`` output pixels (all images) on ``nt`` slots.
+
+    One thread: at least ``WINOGRAD_MIN_TILES`` tiles. More threads split a small map's output
+    channels, and then what counts is the weights each block streams: Winograd reads 36 C*M
+    floats for ``tiles`` GEMM rows, a 3x3 GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at
+    F multiply-adds and B weight floats per cycle, Winograd costs 36 (tiles/F + 1/B), the
+    GEMM 9 (pixels/F + 1/B); with F/B = 16 (AVX-512 FMA against weights from L3 or memory)
+    Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a GEMM
+    (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split by
+    channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
+    if nt == 1:
+        return tiles >= WINOGRAD_MIN_TILES
+    return 4 * tiles + 48 < pixels
+
+
 def depthwise_segment(c: int) -> int:
     """Output pixels per segment of the stride-1 depthwise kernel for ``c`` channels: about 4096
     floats per tap (64 pixels up to 64 channels), so the tiled weights of a 5x5 kernel stay in
@@ -176,11 +193,16 @@ class ConvKernel(CpuKernel):
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
               and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
               and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
-              and (nt > 1 or n * (-(-oh // 4)) * (-(-ow // 4)) >= WINOGRAD_MIN_TILES)):
+              and winograd_pays(n * (-(-oh // 4)) * (-(-ow // 4)), n * oh * ow, nt)):
             self.algo = "winograd"
             self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36, C, M)
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
-            tb = max(8, min(WINOGRAD_TILES, WINOGRAD_BLOCK_BYTES // (144 * (c + m))))
+            # NOTE: every block streams all of U (36*C*M floats): once U outgrows the V and M
+            # blocks of WINOGRAD_BLOCK_BYTES, blocks grow to C*M/(C+M) tiles (V + M as large
+            # as U). Measured in ResNet-18 at 1 thread: 14x14x256 (16 tiles) took 1.7x
+            # onnxruntime's time in two blocks of 8, re-reading 9.4 MB of U
+            tb = max(8, min(WINOGRAD_TILES, max(WINOGRAD_BLOCK_BYTES // (144 * (c + m)),
+                                                c * m // (c + m))))
             # NOTE: a 10x10 map has 9 tiles: split between two threads they make short GEMMs
             # and uneven halves; such maps split the output channels instead, where each share
             # keeps 64+ channels (measured, 2 threads against 1: 10x10x128 1.27x -> 1.67x,
