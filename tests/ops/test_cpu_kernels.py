@@ -156,11 +156,14 @@ def test_compiled_conv_checks_operand_sizes():
 
     x, w, b = np.zeros(4 * 8, np.float32), np.zeros(8 * 6, np.float32), np.zeros(6, np.float32)
     y, none = np.zeros(4 * 6, np.float32), np.zeros(0, np.float32)
-    ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+    ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match="too short"):
-        ck.conv_pointwise(1, x, w, b, none, False, y[:-1], 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+        ck.conv_pointwise(1, x, w, b, none, False, y[:-1], 4, 8, 6, 1, 4, False, False, 0, 0.0,
+                          0.0)
     with pytest.raises(ValueError, match="too short"):
-        ck.conv_pointwise(1, x, w, b, none, True, y, 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+        ck.conv_pointwise(1, x, w, b, none, True, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="groups"):  # channels split across groups
+        ck.conv_pointwise(2, x, w, b, none, False, y, 4, 8, 6, 2, 4, False, True, 0, 0.0, 0.0)
     # ConvTranspose 2x2 stride 2 of a (1, 2, 2, 8) map into 6 channels: w (8, 2, 2, 6), bias
     # tiled twice, output (1, 4, 4, 6), one slot's workspace of 2 rows * 2 pixels * 24 floats
     w, b, y, acc = (np.zeros(n, np.float32) for n in (8 * 24, 12, 96, (1, 96)))
@@ -763,17 +766,42 @@ def test_conv_im2col_splits(xs, ws, attrs, split_m):
     check("Conv", ins, attrs, consts=(1, 2))
 
 
-def test_im2col_blocks_cost_rule():
-    from sprat.backends.cpu.conv import GEMM_ROWS, im2col_blocks
+def test_split_blocks_cost_rule():
+    from sprat.backends.cpu.conv import GEMM_ROWS, split_blocks
 
-    assert im2col_blocks(49, 512, 1, 2) == (49, True)  # ResNet's 7x7 stage
-    assert im2col_blocks(49, 512, 2, 2) == (25, False)  # groups: pixels only
-    assert im2col_blocks(3136, 64, 1, 2) == (314, False)  # 10 blocks, 5 per slot
-    assert im2col_blocks(3136, 64, 1, 1) == (349, False)  # 9 blocks on one thread
+    assert split_blocks(49, GEMM_ROWS, 512, 1, 2) == (49, True)  # ResNet's 7x7 stage
+    assert split_blocks(49, GEMM_ROWS, 512, 2, 2) == (25, False)  # groups: pixels only
+    assert split_blocks(3136, GEMM_ROWS, 64, 1, 2) == (314, False)  # 10 blocks, 5 per slot
+    assert split_blocks(3136, GEMM_ROWS, 64, 1, 1) == (349, False)  # 9 blocks on one thread
+    assert split_blocks(1, 16, 288, 1, 2) == (1, True)  # squeeze-excite on one pixel
     for p in (1, 7, 383, 385, 1000, 12544):
-        blk, split = im2col_blocks(p, 32, 1, 2)
+        blk, split = split_blocks(p, GEMM_ROWS, 32, 1, 2)
         nb = -(-p // blk)
         assert blk <= GEMM_ROWS and (split or nb % 2 == 0)
+
+
+@pytest.mark.parametrize("xs,ws,wt", [
+    ((1, 1152, 1, 1), (288, 1152, 1, 1), False),  # squeeze-excite: one pixel, GEMVs
+    ((2, 96, 5, 5), (264, 96, 1, 1), False),  # 50 pixels, 264 = 128 + 136 channels
+    ((2, 96, 5, 5), (264, 96, 1, 1), True),  # memory="low": the model's weight, transposed
+])
+def test_conv_pointwise_splits_output_channels(xs, ws, wt):
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.1)
+    shape = (xs[0], xs[2], xs[3], ws[0])
+    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
+    attrs = {**fused("Sigmoid", residual=True)}
+    node, infos = make("Conv", ins, attrs, consts=(1, 2))
+    ref = evaluate(node, ins)[0]
+    for threads in (1, 2):
+        kernel = CpuBackend(threads, memory="low" if wt else "normal").make_kernel(node, infos)
+        kernel.prepare(infos, [TensorInfo(shape, np.dtype(np.float32))])
+        assert kernel.algo == "pointwise" and kernel.w_stored == wt
+        assert kernel.split_m == (threads == 2)
+        out = np.full(shape, np.nan, np.float32)
+        ws = Workspace.allocate(kernel, np.nan)
+        with limits(threads):
+            kernel.run(ins, [out], ws)
+        assert np.abs(out - ref).max() <= RTOL * max(1.0, float(np.abs(ref).max()))
 
 
 @pytest.mark.parametrize("xs,ws,attrs,cols", [

@@ -185,11 +185,9 @@ class ConvKernel(CpuKernel):
             self.w = (np.ascontiguousarray(w.value).reshape(-1) if self.w_stored else
                       self.shared("pointwise", lambda: np.ascontiguousarray(
                           wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel()))
-            blk = max(16, POINTWISE_BLOCK_BYTES // (4 * m))
-            p = n * oh * ow
-            nblocks = max(nt, -(-p // blk))
-            nblocks = -(-nblocks // nt) * nt
-            self.blk = -(-p // nblocks)
+            self.blk, self.split_m = split_blocks(n * oh * ow,
+                                                  max(16, POINTWISE_BLOCK_BYTES // (4 * m)), m,
+                                                  group, nt)
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
               and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
               and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
@@ -232,7 +230,7 @@ class ConvKernel(CpuKernel):
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
             self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
-            self.blk, self.split_m = im2col_blocks(n * oh * ow, m, group, nt)
+            self.blk, self.split_m = split_blocks(n * oh * ow, GEMM_ROWS, m, group, nt)
             self.workspaces = (scratch(nt, self.blk * kh * kw * cg),)
         if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
@@ -254,7 +252,7 @@ class ConvKernel(CpuKernel):
         nt, algo, hr = self.nt, self.algo, self.has_res
         if algo == "pointwise":
             args = (x, self.w, self.bias_rows, res, hr, y, n * oh * ow, c, m, self.group,
-                    self.blk, self.w_stored, code, a, b)
+                    self.blk, self.w_stored, self.split_m, code, a, b)
         elif algo == "shift":
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
                     ph, pw, self.rows, self.cols, *bufs, code, a, b)
@@ -293,11 +291,11 @@ def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:
     return max(1, -(-oh // per_image))
 
 
-def im2col_blocks(p: int, m: int, group: int, nt: int) -> tuple[int, bool]:
-    """(pixels per block, split_m) of an im2col conv with ``p`` output pixels, ``m`` output
-    channels and ``group`` groups on ``nt`` slots.
+def split_blocks(p: int, target: int, m: int, group: int, nt: int) -> tuple[int, bool]:
+    """(pixels per block, split_m) of a GEMM conv (im2col, pointwise) with ``p`` output pixels,
+    ``m`` output channels and ``group`` groups on ``nt`` slots.
 
-    Blocks hold about ``GEMM_ROWS`` pixels (one thread: ``nb1`` blocks). Slots split either
+    Blocks hold about ``target`` pixels (one thread: ``nb1`` blocks). Slots split either
     the blocks (the count rounded up to a multiple of ``nt``; each GEMM call reads all K x M
     weights, so every block added for the split re-reads them) or, with one group, the output
     channels (each slot reads 1/nt of the weights but builds every patch row, K per pixel).
@@ -305,13 +303,15 @@ def im2col_blocks(p: int, m: int, group: int, nt: int) -> tuple[int, bool]:
     splitting the channels ``nb1 * K * m / nt + p * K``: the channels are split when
     ``(nbp - nb1) * m > (nt - 1) * p``, i.e. when the weights a pixel split adds outweigh the
     patch rows a channel split repeats (few pixels against many channels: the 7x7 and 14x14
-    maps of ResNet stages, 1-D convs over few frames)."""
+    maps of ResNet stages, 1-D convs over few frames, squeeze-excite 1x1 convs on one pixel).
+    For the pointwise conv K = C and the patch rows are the input itself (nothing built), so
+    the rule errs towards splitting pixels there."""
     # NOTE: measured with one-thread GEMMs issued from two threads on this machine (AVX-512
     # OpenBLAS), 2-thread speed-up of splitting pixels / channels: (P, K, M) = (49, 4608, 512)
     # 1.37 / 1.70, (49, 2304, 512) 1.42 / 1.67, (196, 2304, 256) 1.52 / 1.64, (16, 4608, 512)
     # 1.10 / 1.63; (784, 1152, 128) and larger maps split by pixels
-    p = max(p, 1)
-    nb1 = -(-p // GEMM_ROWS)
+    p, target = max(p, 1), max(target, 1)
+    nb1 = -(-p // target)
     nbp = -(-max(nb1, nt) // nt) * nt
     split_m = nt > 1 and group == 1 and m >= 16 * nt and (nbp - nb1) * m > (nt - 1) * p
     return -(-p // (nb1 if split_m else nbp)), split_m

@@ -107,39 +107,80 @@ cdef void conv_check_ws(const float[:, ::1] buf, int nt, idx n) except *:
                          f"({nt}, {n})")
 
 
+cdef void conv_cols_inplace(float* y, idx nrows, idx m, idx ldy, const float* bias,
+                            const float* res, bint has_res, int code, float a,
+                            float b) noexcept nogil:
+    """The epilogue on ``m`` columns of ``nrows`` rows of pitch ``ldy`` (one slot's share of
+    the output channels): add ``bias`` (m floats), ``res`` at the same positions when
+    ``has_res``, then activation ``code``."""
+    cdef idx r, k
+    cdef float* d
+    cdef const float* rr
+    for r in range(nrows):
+        d = y + r * ldy
+        if has_res:
+            rr = res + r * ldy
+            for k in range(m):
+                d[k] += bias[k] + rr[k]
+        else:
+            for k in range(m):
+                d[k] += bias[k]
+        if code != A_NONE:
+            act_inplace(d, m, code, a, b)
+
+
 # ---- pointwise: 1x1, stride 1, no padding --------------------------------------------------
 
 cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
                               idx nbias, const float* res, bint has_res, float* y, idx P,
-                              idx C, idx M, idx G, idx blk, bint wt, int code, float a,
-                              float b) noexcept nogil:
+                              idx C, idx M, idx G, idx blk, bint wt, bint split_m, int code,
+                              float a, float b) noexcept nogil:
     """Slot ``t`` of ``nt``: blocks of ``blk`` pixels of ``y (P, M) = x (P, C) @ w`` per group,
-    ``w`` packed (G, C/G, M/G) or (``wt``) the model's (M, C/G) weight read transposed."""
+    ``w`` packed (G, C/G, M/G) or (``wt``) the model's (M, C/G) weight read transposed. The
+    slot takes a range of the blocks, or with ``split_m`` (one group) every block but a range
+    of the output channels (multiples of 8; see ``conv_im2col_slot``)."""
     cdef idx cg = C // G
     cdef idx mg = M // G
     cdef idx nb = (P + blk - 1) // blk
-    cdef idx bi, p0, rows, g
-    for bi in range(t * nb // nt, (t + 1) * nb // nt):
+    cdef idx bi, p0, rows, g, b0, b1, c0, c1
+    if split_m:
+        b0, b1 = 0, nb
+        c0 = (t * M // nt) // 8 * 8
+        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+    else:
+        b0, b1 = t * nb // nt, (t + 1) * nb // nt
+        c0, c1 = 0, mg
+    if c1 <= c0:
+        return
+    for bi in range(b0, b1):
         p0 = bi * blk
         rows = min(blk, P - p0)
         for g in range(G):
             if wt:
-                sgemm(False, True, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * mg * cg,
-                      cg, 0.0, y + p0 * M + g * mg, M)
+                sgemm(False, True, rows, c1 - c0, cg, 1.0, x + p0 * C + g * cg, C,
+                      w + (g * mg + c0) * cg, cg, 0.0, y + p0 * M + g * mg + c0, M)
             else:  # NOTE: one to three pixels (a squeeze-excite 1x1 on a 1x1 map) as GEMVs
-                dense_gemm_nn(rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * cg * mg, mg,
-                              y + p0 * M + g * mg, M)
-        rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code, a, b)
+                dense_gemm_nn(rows, c1 - c0, cg, 1.0, x + p0 * C + g * cg, C,
+                              w + g * cg * mg + c0, mg, y + p0 * M + g * mg + c0, M)
+        if split_m:
+            conv_cols_inplace(y + p0 * M + c0, rows, c1 - c0, M, bias + c0,
+                              conv_at(res, p0 * M + c0), has_res, code, a, b)
+        else:
+            rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code,
+                         a, b)
 
 
 def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                    const float[::1] res, bint has_res, float[::1] y, idx P, idx C, idx M, idx G,
-                   idx blk, bint wt, int code, float a, float b):
+                   idx blk, bint wt, bint split_m, int code, float a, float b):
     """1x1 conv, stride 1, no padding, ``G`` groups: ``y (P, M) = act(x (P, C) @ w + bias
     (+ res))`` over the ``P`` pixels of NHWC maps, in blocks of ``blk`` pixels split over ``nt``
-    slots. ``w`` packed (G, C/G, M/G), or with ``wt`` the model's own (M, C/G) weight;
-    ``bias`` the M biases tiled (``tiled_bias``). Raises ValueError on short operands."""
+    slots (or, with ``split_m`` and one group, the output channels). ``w`` packed
+    (G, C/G, M/G), or with ``wt`` the model's own (M, C/G) weight; ``bias`` the M biases tiled
+    (``tiled_bias``). Raises ValueError on short operands or ``split_m`` with groups."""
     conv_check(x, P * C, y, P * M, res, has_res, w, C * M // G)
+    if blk < 1 or (split_m and G != 1):
+        raise ValueError(f"conv_pointwise: blk {blk} < 1 or split_m with {G} groups")
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
@@ -150,11 +191,11 @@ def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[:
     if nt <= 1:
         with nogil:
             conv_pointwise_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                                code, a, b)
+                                False, code, a, b)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_pointwise_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                            code, a, b)
+                            split_m, code, a, b)
 
 
 # ---- shift-GEMM: stride 1, one group ---------------------------------------------------------
@@ -315,28 +356,6 @@ cdef void _im2col_pixels(float* col, const float* x, idx H, idx W, idx C, idx OH
         _im2col_row(col + (p - p0) * kk, x, n, H, W, C, kh, kw, sh, sw, dh, dw, ph, pw, oh,
                     ow0, ow1, g, cg, kk)
         p += ow1 - ow0
-
-
-cdef void conv_cols_inplace(float* y, idx nrows, idx m, idx ldy, const float* bias,
-                            const float* res, bint has_res, int code, float a,
-                            float b) noexcept nogil:
-    """The epilogue on ``m`` columns of ``nrows`` rows of pitch ``ldy`` (one slot's share of
-    the output channels): add ``bias`` (m floats), ``res`` at the same positions when
-    ``has_res``, then activation ``code``."""
-    cdef idx r, k
-    cdef float* d
-    cdef const float* rr
-    for r in range(nrows):
-        d = y + r * ldy
-        if has_res:
-            rr = res + r * ldy
-            for k in range(m):
-                d[k] += bias[k] + rr[k]
-        else:
-            for k in range(m):
-                d[k] += bias[k]
-        if code != A_NONE:
-            act_inplace(d, m, code, a, b)
 
 
 cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
