@@ -600,6 +600,20 @@ def test_matmul_fused_and_refusals():
 
 # ---- data movement -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("shapes,axis,dtype", [
+    # large enough to split over 2 slots (>= PARALLEL_MIN_ELEMENTS): the slots' byte ranges
+    # start and end inside rows and inside one input's run
+    ([(1, 40, 40, 64), (1, 40, 40, 24), (1, 40, 40, 0), (1, 40, 40, 13)], 3, np.float32),
+    ([(1, 7, 160, 160), (1, 3, 160, 160)], 1, np.float32),
+    ([(150001,), (3,)], 0, np.float32),  # one row: the split falls inside the first input
+    ([(2, 300, 255), (2, 300, 1)], 2, np.int64),
+    ([(3, 30, 700), (3, 31, 700)], 1, np.uint8),
+])
+def test_concat_large_splits_bytes(shapes, axis, dtype):
+    ins = [(randn(*s, seed=k) * 100).astype(dtype) for k, s in enumerate(shapes)]
+    check("Concat", ins, {"axis": axis})
+
+
 def test_concat_transpose_copies():
     a, b = randn(2, 3, 4, 5), randn(2, 3, 4, 2, seed=2)
     check("Concat", [a, b], {"axis": -1})

@@ -443,3 +443,58 @@ def lrn_nhwc(int nt, const float[::1] x, float[::1] y, idx rows, idx C, idx size
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _lrn_rows(px, py, t * rows // nt, (t + 1) * rows // nt, C, lo, hi, bias, a, beta,
                   &scratch[t, 0])
+
+
+# ---- Concat --------------------------------------------------------------------------------------
+
+cdef void _concat_range(const size_t* srcs, const int64_t* widths, idx n, idx total,
+                        unsigned char* dst, idx lo, idx hi) noexcept nogil:
+    """Bytes ``[lo, hi)`` of the concatenation: output row ``r`` is input 0's row ``r``
+    (``widths[0]`` bytes), then input 1's, ...; ``total`` the sum of the widths."""
+    cdef idx o = lo
+    cdef idx r, pos, i, start, take
+    while o < hi:
+        r = o // total
+        pos = o - r * total
+        start = 0
+        i = 0
+        while start + widths[i] <= pos:
+            start += widths[i]
+            i += 1
+        take = min(start + widths[i] - pos, hi - o)
+        memcpy(dst + o, <const unsigned char*>srcs[i] + r * widths[i] + (pos - start), take)
+        o += take
+
+
+def concat_bytes(int nt, const size_t[::1] srcs, const int64_t[::1] widths,
+                 unsigned char[::1] dst, idx outer):
+    """Concat of C-contiguous arrays as bytes: ``dst`` holds ``outer`` rows, each the rows of
+    the inputs one after another (input ``i`` at address ``srcs[i]``, rows of ``widths[i]``
+    bytes). Slot ``t`` of ``nt`` copies bytes ``[t*T//nt, (t+1)*T//nt)`` of the output
+    (``T = outer * sum(widths)``), so the split is even whatever the axis. Raises ValueError
+    when ``dst`` is not ``T`` bytes or a width is negative."""
+    cdef idx n = srcs.shape[0]
+    cdef idx total = 0
+    cdef idx i
+    if widths.shape[0] != n:
+        raise ValueError("concat_bytes: one width per input")
+    for i in range(n):
+        if widths[i] < 0:
+            raise ValueError("concat_bytes: negative width")
+        total += widths[i]
+    if dst.shape[0] != outer * total:
+        raise ValueError(f"concat_bytes: output of {dst.shape[0]} bytes, expected "
+                         f"{outer} x {total}")
+    if total == 0 or outer == 0:
+        return
+    cdef const size_t* ps = &srcs[0]
+    cdef const int64_t* pw = &widths[0]
+    cdef unsigned char* pd = &dst[0]
+    cdef idx T = outer * total
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _concat_range(ps, pw, n, total, pd, 0, T)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _concat_range(ps, pw, n, total, pd, t * T // nt, (t + 1) * T // nt)
