@@ -609,9 +609,13 @@ def test_matmul_fused_and_refusals():
     ([(2, 300, 255), (2, 300, 1)], 2, np.int64),
     ([(3, 30, 700), (3, 31, 700)], 1, np.uint8),
 ])
-def test_concat_large_splits_bytes(shapes, axis, dtype):
+def test_concat_split_large_split_bytes(shapes, axis, dtype):
     ins = [(randn(*s, seed=k) * 100).astype(dtype) for k, s in enumerate(shapes)]
     check("Concat", ins, {"axis": axis})
+    whole = np.concatenate(ins, axis=axis)
+    sizes = np.array([s[axis] for s in shapes], np.int64)
+    check_multi("Split", [whole, sizes], {"axis": axis}, (1,), len(ins))
+    check_multi("Split", [readonly(whole), sizes], {"axis": axis}, (1,), len(ins))
 
 
 def test_concat_transpose_copies():

@@ -210,11 +210,29 @@ class SplitKernel(CpuKernel):
             n = o.shape[axis]
             self.slices.append((slice(None),) * axis + (slice(off, off + n),))
             off += n
+        # NOTE: as Concat's (split over the slots: the bytes of the input, evenly)
+        self.outer = int(np.prod(shape[:axis], dtype=np.int64))
+        itemsize = np.dtype(ins[0].dtype).itemsize
+        self.widths = np.array([int(np.prod(o.shape[axis:], dtype=np.int64)) * itemsize
+                                for o in outs], np.int64)
+        self.nt = self.threads if int(np.prod(shape, dtype=np.int64)) >= PARALLEL_MIN_ELEMENTS \
+            else 1
 
     def run(self, ins, outs, ws):
-        x = ins[0]
-        for out, sl in zip(outs, self.slices):
-            np.copyto(out, x[sl])
+        self.bound_call(ws, (ins[0], *outs), lambda: self._args_for(ins[0], outs))
+
+    def _args_for(self, x, outs):
+        if (not x.flags.c_contiguous or not all(o.flags.c_contiguous for o in outs)
+                or int(self.widths.sum()) * self.outer != x.nbytes):
+            return _split_copies, (x, outs, self.slices)
+        parts = np.array([o.ctypes.data for o in outs], np.uintp)
+        return ck.split_bytes, (self.nt, parts, self.widths, x.reshape(-1).view(np.uint8),
+                                self.outer)
+
+
+def _split_copies(x, outs, slices):
+    for out, sl in zip(outs, slices):
+        np.copyto(out, x[sl])
 
 
 def slice_index(shape, starts, ends, axes=None, steps=None) -> tuple:
