@@ -785,13 +785,17 @@ def test_conv_im2col_splits(xs, ws, attrs, split_m):
 
 
 def test_split_blocks_cost_rule():
-    from sprat.backends.cpu.conv import GEMM_ROWS, split_blocks
+    from sprat.backends.cpu.conv import GEMM_ROWS, shift_blocks, split_blocks
 
     assert split_blocks(49, GEMM_ROWS, 512, 1, 2) == (49, True)  # ResNet's 7x7 stage
     assert split_blocks(49, GEMM_ROWS, 512, 2, 2) == (25, False)  # groups: pixels only
     assert split_blocks(3136, GEMM_ROWS, 64, 1, 2) == (314, False)  # 10 blocks, 5 per slot
     assert split_blocks(3136, GEMM_ROWS, 64, 1, 1) == (349, False)  # 9 blocks on one thread
     assert split_blocks(1, 16, 288, 1, 2) == (1, True)  # squeeze-excite on one pixel
+    # shift-GEMM: whole rows while there are enough; a long 1-D sequence is cut in two
+    assert shift_blocks(1, 56, 56, 2, 2) == (6, 56)
+    assert shift_blocks(1, 1, 100000, 2, 2) == (1, 50000)
+    assert shift_blocks(1, 1, 100000, 2, 1) == (1, 100000)
     for p in (1, 7, 383, 385, 1000, 12544):
         blk, split = split_blocks(p, GEMM_ROWS, 32, 1, 2)
         nb = -(-p // blk)

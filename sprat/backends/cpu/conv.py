@@ -17,6 +17,8 @@ dilations, group, kernel_shape, pads, strides. 1-D conv (NWC) runs as 2-D with H
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir.shapes.nn import conv_geometry
@@ -339,16 +341,17 @@ def shift_blocks(n: int, oh: int, ow: int, halo: int, nt: int) -> tuple[int, int
     ``ow`` output pixels on ``nt`` slots, ``halo`` = (kw-1)*dilation junk columns per row.
 
     Whole rows, about ``GEMM_ROWS`` padded pixels per block (``_rows_per_block``), unless
-    the rows are too few to share out evenly (a 1-D conv has one; a 3-row map on 2 slots
-    splits 2 + 1): then one row per block, each row cut into ``k`` column blocks, with ``k``
-    the cheapest by ``_slot_load`` (each block adds ``halo`` junk columns and a GEMM call)."""
-    wp = ow + halo
-    rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // wp), nt)
+    the row blocks are too few to share out evenly (a 1-D conv has one row; a 3-row map on 2
+    slots splits 2 + 1): then one row per block, or each row cut into the fewest column
+    blocks that make a multiple of ``nt``, whichever ``_slot_load`` finds cheaper (each block
+    adds ``halo`` junk columns and a GEMM call). Cost: a few microseconds (the loads are
+    counted only when there are fewer than ``4 * nt`` row blocks)."""
+    rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // (ow + halo)), nt)
+    if nt == 1 or n * -(-oh // rows) >= 4 * nt:
+        return rows, ow
     best, choice = _slot_load(n, oh, ow, rows, ow, halo, nt), (rows, ow)
-    if nt == 1 and wp <= GEMM_ROWS:
-        return choice
-    for k in range(2, max(2, min(ow, 4 * nt * -(-wp // GEMM_ROWS))) + 1):
-        cols = -(-ow // k)
+    k = nt // math.gcd(n * oh, nt)
+    for cols in {ow, -(-ow // k)}:
         load = _slot_load(n, oh, ow, 1, cols, halo, nt)
         if load < best:
             best, choice = load, (1, cols)
