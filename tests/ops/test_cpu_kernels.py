@@ -156,11 +156,14 @@ def test_compiled_conv_checks_operand_sizes():
 
     x, w, b = np.zeros(4 * 8, np.float32), np.zeros(8 * 6, np.float32), np.zeros(6, np.float32)
     y, none = np.zeros(4 * 6, np.float32), np.zeros(0, np.float32)
-    ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+    ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match="too short"):
-        ck.conv_pointwise(1, x, w, b, none, False, y[:-1], 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+        ck.conv_pointwise(1, x, w, b, none, False, y[:-1], 4, 8, 6, 1, 4, False, False, 0, 0.0,
+                          0.0)
     with pytest.raises(ValueError, match="too short"):
-        ck.conv_pointwise(1, x, w, b, none, True, y, 4, 8, 6, 1, 4, False, 0, 0.0, 0.0)
+        ck.conv_pointwise(1, x, w, b, none, True, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="groups"):  # channels split across groups
+        ck.conv_pointwise(2, x, w, b, none, False, y, 4, 8, 6, 2, 4, False, True, 0, 0.0, 0.0)
     # ConvTranspose 2x2 stride 2 of a (1, 2, 2, 8) map into 6 channels: w (8, 2, 2, 6), bias
     # tiled twice, output (1, 4, 4, 6), one slot's workspace of 2 rows * 2 pixels * 24 floats
     w, b, y, acc = (np.zeros(n, np.float32) for n in (8 * 24, 12, 96, (1, 96)))
@@ -597,6 +600,24 @@ def test_matmul_fused_and_refusals():
 
 # ---- data movement -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("shapes,axis,dtype", [
+    # large enough to split over 2 slots (>= PARALLEL_MIN_ELEMENTS): the slots' byte ranges
+    # start and end inside rows and inside one input's run
+    ([(1, 40, 40, 64), (1, 40, 40, 24), (1, 40, 40, 0), (1, 40, 40, 13)], 3, np.float32),
+    ([(1, 7, 160, 160), (1, 3, 160, 160)], 1, np.float32),
+    ([(150001,), (3,)], 0, np.float32),  # one row: the split falls inside the first input
+    ([(2, 300, 255), (2, 300, 1)], 2, np.int64),
+    ([(3, 30, 700), (3, 31, 700)], 1, np.uint8),
+])
+def test_concat_split_large_split_bytes(shapes, axis, dtype):
+    ins = [(randn(*s, seed=k) * 100).astype(dtype) for k, s in enumerate(shapes)]
+    check("Concat", ins, {"axis": axis})
+    whole = np.concatenate(ins, axis=axis)
+    sizes = np.array([s[axis] for s in shapes], np.int64)
+    check_multi("Split", [whole, sizes], {"axis": axis}, (1,), len(ins))
+    check_multi("Split", [readonly(whole), sizes], {"axis": axis}, (1,), len(ins))
+
+
 def test_concat_transpose_copies():
     a, b = randn(2, 3, 4, 5), randn(2, 3, 4, 2, seed=2)
     check("Concat", [a, b], {"axis": -1})
@@ -714,6 +735,7 @@ def test_every_table_entry_names_a_kernel_class():
     (14, 15, 1, "winograd"),  # 4x4 = 16 tiles
     (10, 11, 1, "shift"),  # 9 tiles: GEMMs are faster on one thread
     (10, 11, 2, "winograd"),  # ... but not on two
+    (7, 7, 2, "shift"),  # 4 tiles: streaming 4x the weights for 4 GEMM rows does not pay
 ])
 def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
     x, w = nhwc(randn(1, 32, h, w_, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
@@ -738,6 +760,97 @@ def test_winograd_small_map_splits_output_channels(m):
     kernel = CpuBackend(2).make_kernel(node, infos)
     kernel.prepare(infos, [TensorInfo((1, 9, 10, m), np.dtype(np.float32))])
     assert kernel.algo == "winograd" and kernel.split_m
+    check("Conv", ins, attrs, consts=(1, 2))
+
+
+def _prepared_conv(ins, attrs, threads):
+    node, infos = make("Conv", ins, attrs, consts=(1, 2))
+    (shape, dtype), = infer(node, infos)
+    kernel = CpuBackend(threads).make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo(shape, dtype)])
+    return kernel
+
+
+@pytest.mark.parametrize("xs,ws,attrs,split_m", [
+    # few pixels, many channels: each slot takes a range of output channels (multiples of 8,
+    # the last one the rest: 136 = 64 + 72), with the residual and activation on its range
+    ((1, 16, 7, 7), (136, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),
+    ((1, 64, 13, 13), (256, 64, 1, 1), {"strides": [2, 2]}, True),
+    # 1-D over 2 sequences, 160 channels: 46 pixels in 2 blocks of 23, one spanning both
+    ((2, 16, 47), (160, 16, 3), {"pads": [1, 1], "strides": [2]}, True),
+    # many pixels: blocks of pixels that start and end inside rows and span images
+    ((3, 8, 29, 31), (32, 8, 3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}, False),
+    ((1, 8, 3, 800), (32, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),
+])
+def test_conv_im2col_splits(xs, ws, attrs, split_m):
+    # the work split of ``conv.im2col_blocks``: equal to the reference at 1 and 2 threads
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
+    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
+    attrs = {**attrs, **fused("HardSwish", residual=True)}
+    kernel = _prepared_conv(ins, attrs, 2)
+    assert kernel.algo == "im2col" and kernel.split_m == split_m
+    assert _prepared_conv(ins, attrs, 1).split_m is False
+    check("Conv", ins, attrs, consts=(1, 2))
+
+
+def test_split_blocks_cost_rule():
+    from sprat.backends.cpu.conv import GEMM_ROWS, shift_blocks, split_blocks
+
+    assert split_blocks(49, GEMM_ROWS, 512, 1, 2) == (49, True)  # ResNet's 7x7 stage
+    assert split_blocks(49, GEMM_ROWS, 512, 2, 2) == (25, False)  # groups: pixels only
+    assert split_blocks(3136, GEMM_ROWS, 64, 1, 2) == (314, False)  # 10 blocks, 5 per slot
+    assert split_blocks(3136, GEMM_ROWS, 64, 1, 1) == (349, False)  # 9 blocks on one thread
+    assert split_blocks(1, 16, 288, 1, 2) == (1, True)  # squeeze-excite on one pixel
+    # shift-GEMM: whole rows while there are enough; a long 1-D sequence is cut in two
+    assert shift_blocks(1, 56, 56, 2, 2) == (6, 56)
+    assert shift_blocks(1, 1, 100000, 2, 2) == (1, 50000)
+    assert shift_blocks(1, 1, 100000, 2, 1) == (1, 100000)
+    for p in (1, 7, 383, 385, 1000, 12544):
+        blk, split = split_blocks(p, GEMM_ROWS, 32, 1, 2)
+        nb = -(-p // blk)
+        assert blk <= GEMM_ROWS and (split or nb % 2 == 0)
+
+
+@pytest.mark.parametrize("xs,ws,wt", [
+    ((1, 1152, 1, 1), (288, 1152, 1, 1), False),  # squeeze-excite: one pixel, GEMVs
+    ((2, 96, 5, 5), (264, 96, 1, 1), False),  # 50 pixels, 264 = 128 + 136 channels
+    ((2, 96, 5, 5), (264, 96, 1, 1), True),  # memory="low": the model's weight, transposed
+])
+def test_conv_pointwise_splits_output_channels(xs, ws, wt):
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.1)
+    shape = (xs[0], xs[2], xs[3], ws[0])
+    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
+    attrs = {**fused("Sigmoid", residual=True)}
+    node, infos = make("Conv", ins, attrs, consts=(1, 2))
+    ref = evaluate(node, ins)[0]
+    for threads in (1, 2):
+        kernel = CpuBackend(threads, memory="low" if wt else "normal").make_kernel(node, infos)
+        kernel.prepare(infos, [TensorInfo(shape, np.dtype(np.float32))])
+        assert kernel.algo == "pointwise" and kernel.w_stored == wt
+        assert kernel.split_m == (threads == 2)
+        out = np.full(shape, np.nan, np.float32)
+        ws = Workspace.allocate(kernel, np.nan)
+        with limits(threads):
+            kernel.run(ins, [out], ws)
+        assert np.abs(out - ref).max() <= RTOL * max(1.0, float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("xs,ws,attrs,cols", [
+    ((1, 16, 300), (24, 16, 3), {"pads": [1, 1]}, 150),  # 1-D: the one row cut in two
+    ((2, 16, 301), (24, 16, 5), {"pads": [2, 2], "dilations": [2]}, 297),  # 2 rows: whole
+    ((1, 16, 3, 90), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, 45),  # 3 rows -> 6 blocks
+    ((1, 32, 1, 197), (48, 32, 1, 5), {"pads": [0, 4, 0, 0]}, 99),  # left padding only
+])
+def test_conv_shift_column_blocks(xs, ws, attrs, cols):
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
+    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
+    attrs = {**attrs, **fused("Relu", residual=True)}
+    kernel = _prepared_conv(ins, attrs, 2)
+    assert kernel.algo == "shift" and kernel.cols == cols
     check("Conv", ins, attrs, consts=(1, 2))
 
 

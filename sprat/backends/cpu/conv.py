@@ -20,6 +20,8 @@ dilations, group, kernel_shape, pads, strides. 1-D conv (NWC) runs as 2-D with H
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir.shapes.nn import conv_geometry
@@ -91,6 +93,23 @@ def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
     ck.conv_winograd_weights(nt, np.ascontiguousarray(w, np.float32).reshape(-1), m, c, u,
                              scratch_)
     return u
+
+
+def winograd_pays(tiles: int, pixels: int, nt: int) -> bool:
+    """Whether Winograd F(4,3) beats the GEMM algorithms on a map of ``tiles`` 4x4 tiles and
+    ``pixels`` output pixels (all images) on ``nt`` slots.
+
+    One thread: at least ``WINOGRAD_MIN_TILES`` tiles. More threads split a small map's output
+    channels, and then what counts is the weights each block streams: Winograd reads 36 C*M
+    floats for ``tiles`` GEMM rows, a 3x3 GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at
+    F multiply-adds and B weight floats per cycle, Winograd costs 36 (tiles/F + 1/B), the
+    GEMM 9 (pixels/F + 1/B); with F/B = 16 (AVX-512 FMA against weights from L3 or memory)
+    Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a GEMM
+    (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split by
+    channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
+    if nt == 1:
+        return tiles >= WINOGRAD_MIN_TILES
+    return 4 * tiles + 48 < pixels
 
 
 def depthwise_segment(c: int) -> int:
@@ -223,19 +242,22 @@ class ConvKernel(CpuKernel):
             self.w = (np.ascontiguousarray(w.value).reshape(-1) if self.w_stored else
                       self.shared("pointwise", lambda: np.ascontiguousarray(
                           wv[:, :, 0, 0].reshape(group, mg, cg).transpose(0, 2, 1)).ravel()))
-            blk = max(16, POINTWISE_BLOCK_BYTES // (4 * m))
-            p = n * oh * ow
-            nblocks = max(nt, -(-p // blk))
-            nblocks = -(-nblocks // nt) * nt
-            self.blk = -(-p // nblocks)
+            self.blk, self.split_m = split_blocks(n * oh * ow,
+                                                  max(16, POINTWISE_BLOCK_BYTES // (4 * m)), m,
+                                                  group, nt)
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
               and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
               and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
-              and (nt > 1 or n * (-(-oh // 4)) * (-(-ow // 4)) >= WINOGRAD_MIN_TILES)):
+              and winograd_pays(n * (-(-oh // 4)) * (-(-ow // 4)), n * oh * ow, nt)):
             self.algo = "winograd"
             self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36, C, M)
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
-            tb = max(8, min(WINOGRAD_TILES, WINOGRAD_BLOCK_BYTES // (144 * (c + m))))
+            # NOTE: every block streams all of U (36*C*M floats): once U outgrows the V and M
+            # blocks of WINOGRAD_BLOCK_BYTES, blocks grow to C*M/(C+M) tiles (V + M as large
+            # as U). Measured in ResNet-18 at 1 thread: 14x14x256 (16 tiles) took 1.7x
+            # onnxruntime's time in two blocks of 8, re-reading 9.4 MB of U
+            tb = max(8, min(WINOGRAD_TILES, max(WINOGRAD_BLOCK_BYTES // (144 * (c + m)),
+                                                c * m // (c + m))))
             # NOTE: a 10x10 map has 9 tiles: split between two threads they make short GEMMs
             # and uneven halves; such maps split the output channels instead, where each share
             # keeps 64+ channels (measured, 2 threads against 1: 10x10x128 1.27x -> 1.67x,
@@ -253,19 +275,20 @@ class ConvKernel(CpuKernel):
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
                 wv.transpose(2, 3, 1, 0)).ravel())  # (kh, kw, C, M)
-            wp = ow + (kw - 1) * dil[1]
-            self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // wp), nt)
+            halo = (kw - 1) * dil[1]
+            self.rows, self.cols = shift_blocks(n, oh, ow, halo, nt)
+            wp = self.cols + halo
             band = self.rows + (kh - 1) * dil[0]
-            # NOTE: xb's padding border is never written: it must stay zero
-            self.workspaces = (scratch(nt, (band * wp + (kw - 1) * dil[1]) * c, zeroed=True),
+            # NOTE: zeroed: the floats after the band are read for junk columns only
+            self.workspaces = (scratch(nt, (band * wp + halo) * c, zeroed=True),
                                scratch(nt, self.rows * wp * m))
         else:
             self.algo = "im2col"
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
             self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
-            self.rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // ow), nt)
-            self.workspaces = (scratch(nt, self.rows * ow * kh * kw * cg),)
+            self.blk, self.split_m = split_blocks(n * oh * ow, GEMM_ROWS, m, group, nt)
+            self.workspaces = (scratch(nt, self.blk * kh * kw * cg),)
         if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
@@ -286,10 +309,10 @@ class ConvKernel(CpuKernel):
         nt, algo, hr = self.nt, self.algo, self.has_res
         if algo == "pointwise":
             args = (x, self.w, self.bias_rows, res, hr, y, n * oh * ow, c, m, self.group,
-                    self.blk, self.w_stored, code, a, b)
+                    self.blk, self.w_stored, self.split_m, code, a, b)
         elif algo == "shift":
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
-                    ph, pw, self.rows, *bufs, code, a, b)
+                    ph, pw, self.rows, self.cols, *bufs, code, a, b)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, *bufs, code, a, b)
@@ -302,7 +325,7 @@ class ConvKernel(CpuKernel):
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
         else:
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
-                    kh, kw, sh, sw, dh, dw, ph, pw, self.rows, *bufs, code, a, b)
+                    kh, kw, sh, sw, dh, dw, ph, pw, self.blk, self.split_m, *bufs, code, a, b)
         return KERNEL[algo], (nt, *views(args))
 
 
@@ -328,3 +351,68 @@ def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:
         total = -(-total // nt) * nt
         per_image = max(1, -(-total // n))
     return max(1, -(-oh // per_image))
+
+
+def split_blocks(p: int, target: int, m: int, group: int, nt: int) -> tuple[int, bool]:
+    """(pixels per block, split_m) of a GEMM conv (im2col, pointwise) with ``p`` output pixels,
+    ``m`` output channels and ``group`` groups on ``nt`` slots.
+
+    Blocks hold about ``target`` pixels (one thread: ``nb1`` blocks). Slots split either
+    the blocks (the count rounded up to a multiple of ``nt``; each GEMM call reads all K x M
+    weights, so every block added for the split re-reads them) or, with one group, the output
+    channels (each slot reads 1/nt of the weights but builds every patch row, K per pixel).
+    Per slot, splitting the blocks costs ``(nbp / nt) * K * m + p * K / nt`` floats moved,
+    splitting the channels ``nb1 * K * m / nt + p * K``: the channels are split when
+    ``(nbp - nb1) * m > (nt - 1) * p``, i.e. when the weights a pixel split adds outweigh the
+    patch rows a channel split repeats (few pixels against many channels: the 7x7 and 14x14
+    maps of ResNet stages, 1-D convs over few frames, squeeze-excite 1x1 convs on one pixel).
+    For the pointwise conv K = C and the patch rows are the input itself (nothing built), so
+    the rule errs towards splitting pixels there."""
+    # NOTE: measured with one-thread GEMMs issued from two threads on this machine (AVX-512
+    # OpenBLAS), 2-thread speed-up of splitting pixels / channels: (P, K, M) = (49, 4608, 512)
+    # 1.37 / 1.70, (49, 2304, 512) 1.42 / 1.67, (196, 2304, 256) 1.52 / 1.64, (16, 4608, 512)
+    # 1.10 / 1.63; (784, 1152, 128) and larger maps split by pixels
+    p, target = max(p, 1), max(target, 1)
+    nb1 = -(-p // target)
+    nbp = -(-max(nb1, nt) // nt) * nt
+    split_m = nt > 1 and group == 1 and m >= 16 * nt and (nbp - nb1) * m > (nt - 1) * p
+    return -(-p // (nb1 if split_m else nbp)), split_m
+
+
+# NOTE: a GEMM call per block re-reads its weights and sets up BLAS: counted as this many
+# output pixels of work when ``shift_blocks`` weighs a split into more, narrower blocks
+BLOCK_COST_PIXELS = 8
+
+
+def _slot_load(n: int, oh: int, ow: int, rows: int, cols: int, halo: int, nt: int) -> int:
+    """Largest work of a slot, in GEMM rows (output pixels over the padded width, plus
+    ``BLOCK_COST_PIXELS`` per block), when blocks of ``rows`` x ``cols`` output pixels are
+    dealt out as the compiled kernels do: slot ``t`` takes blocks [t*nb//nt, (t+1)*nb//nt)."""
+    nbh, nbw = -(-oh // rows), -(-ow // cols)
+    per_image = [min(rows, oh - i * rows) * (min(cols, ow - j * cols) + halo) + BLOCK_COST_PIXELS
+                 for i in range(nbh) for j in range(nbw)]
+    nb = n * len(per_image)
+    return max(sum(per_image[b % len(per_image)] for b in range(t * nb // nt, (t + 1) * nb // nt))
+               for t in range(nt))
+
+
+def shift_blocks(n: int, oh: int, ow: int, halo: int, nt: int) -> tuple[int, int]:
+    """(rows, cols) of the output blocks of a shift-GEMM conv over ``n`` maps of ``oh`` x
+    ``ow`` output pixels on ``nt`` slots, ``halo`` = (kw-1)*dilation junk columns per row.
+
+    Whole rows, about ``GEMM_ROWS`` padded pixels per block (``_rows_per_block``), unless
+    the row blocks are too few to share out evenly (a 1-D conv has one row; a 3-row map on 2
+    slots splits 2 + 1): then one row per block, or each row cut into the fewest column
+    blocks that make a multiple of ``nt``, whichever ``_slot_load`` finds cheaper (each block
+    adds ``halo`` junk columns and a GEMM call). Cost: a few microseconds (the loads are
+    counted only when there are fewer than ``4 * nt`` row blocks)."""
+    rows = _rows_per_block(n, oh, max(1, GEMM_ROWS // (ow + halo)), nt)
+    if nt == 1 or n * -(-oh // rows) >= 4 * nt:
+        return rows, ow
+    best, choice = _slot_load(n, oh, ow, rows, ow, halo, nt), (rows, ow)
+    k = nt // math.gcd(n * oh, nt)
+    for cols in {ow, -(-ow // k)}:
+        load = _slot_load(n, oh, ow, 1, cols, halo, nt)
+        if load < best:
+            best, choice = load, (1, cols)
+    return choice

@@ -107,39 +107,80 @@ cdef void conv_check_ws(const float[:, ::1] buf, int nt, idx n) except *:
                          f"({nt}, {n})")
 
 
+cdef void conv_cols_inplace(float* y, idx nrows, idx m, idx ldy, const float* bias,
+                            const float* res, bint has_res, int code, float a,
+                            float b) noexcept nogil:
+    """The epilogue on ``m`` columns of ``nrows`` rows of pitch ``ldy`` (one slot's share of
+    the output channels): add ``bias`` (m floats), ``res`` at the same positions when
+    ``has_res``, then activation ``code``."""
+    cdef idx r, k
+    cdef float* d
+    cdef const float* rr
+    for r in range(nrows):
+        d = y + r * ldy
+        if has_res:
+            rr = res + r * ldy
+            for k in range(m):
+                d[k] += bias[k] + rr[k]
+        else:
+            for k in range(m):
+                d[k] += bias[k]
+        if code != A_NONE:
+            act_inplace(d, m, code, a, b)
+
+
 # ---- pointwise: 1x1, stride 1, no padding --------------------------------------------------
 
 cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
                               idx nbias, const float* res, bint has_res, float* y, idx P,
-                              idx C, idx M, idx G, idx blk, bint wt, int code, float a,
-                              float b) noexcept nogil:
+                              idx C, idx M, idx G, idx blk, bint wt, bint split_m, int code,
+                              float a, float b) noexcept nogil:
     """Slot ``t`` of ``nt``: blocks of ``blk`` pixels of ``y (P, M) = x (P, C) @ w`` per group,
-    ``w`` packed (G, C/G, M/G) or (``wt``) the model's (M, C/G) weight read transposed."""
+    ``w`` packed (G, C/G, M/G) or (``wt``) the model's (M, C/G) weight read transposed. The
+    slot takes a range of the blocks, or with ``split_m`` (one group) every block but a range
+    of the output channels (multiples of 8; see ``conv_im2col_slot``)."""
     cdef idx cg = C // G
     cdef idx mg = M // G
     cdef idx nb = (P + blk - 1) // blk
-    cdef idx bi, p0, rows, g
-    for bi in range(t * nb // nt, (t + 1) * nb // nt):
+    cdef idx bi, p0, rows, g, b0, b1, c0, c1
+    if split_m:
+        b0, b1 = 0, nb
+        c0 = (t * M // nt) // 8 * 8
+        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+    else:
+        b0, b1 = t * nb // nt, (t + 1) * nb // nt
+        c0, c1 = 0, mg
+    if c1 <= c0:
+        return
+    for bi in range(b0, b1):
         p0 = bi * blk
         rows = min(blk, P - p0)
         for g in range(G):
             if wt:
-                sgemm(False, True, rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * mg * cg,
-                      cg, 0.0, y + p0 * M + g * mg, M)
+                sgemm(False, True, rows, c1 - c0, cg, 1.0, x + p0 * C + g * cg, C,
+                      w + (g * mg + c0) * cg, cg, 0.0, y + p0 * M + g * mg + c0, M)
             else:  # NOTE: one to three pixels (a squeeze-excite 1x1 on a 1x1 map) as GEMVs
-                dense_gemm_nn(rows, mg, cg, 1.0, x + p0 * C + g * cg, C, w + g * cg * mg, mg,
-                              y + p0 * M + g * mg, M)
-        rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code, a, b)
+                dense_gemm_nn(rows, c1 - c0, cg, 1.0, x + p0 * C + g * cg, C,
+                              w + g * cg * mg + c0, mg, y + p0 * M + g * mg + c0, M)
+        if split_m:
+            conv_cols_inplace(y + p0 * M + c0, rows, c1 - c0, M, bias + c0,
+                              conv_at(res, p0 * M + c0), has_res, code, a, b)
+        else:
+            rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code,
+                         a, b)
 
 
 def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                    const float[::1] res, bint has_res, float[::1] y, idx P, idx C, idx M, idx G,
-                   idx blk, bint wt, int code, float a, float b):
+                   idx blk, bint wt, bint split_m, int code, float a, float b):
     """1x1 conv, stride 1, no padding, ``G`` groups: ``y (P, M) = act(x (P, C) @ w + bias
     (+ res))`` over the ``P`` pixels of NHWC maps, in blocks of ``blk`` pixels split over ``nt``
-    slots. ``w`` packed (G, C/G, M/G), or with ``wt`` the model's own (M, C/G) weight;
-    ``bias`` the M biases tiled (``tiled_bias``). Raises ValueError on short operands."""
+    slots (or, with ``split_m`` and one group, the output channels). ``w`` packed
+    (G, C/G, M/G), or with ``wt`` the model's own (M, C/G) weight; ``bias`` the M biases tiled
+    (``tiled_bias``). Raises ValueError on short operands or ``split_m`` with groups."""
     conv_check(x, P * C, y, P * M, res, has_res, w, C * M // G)
+    if blk < 1 or (split_m and G != 1):
+        raise ValueError(f"conv_pointwise: blk {blk} < 1 or split_m with {G} groups")
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
@@ -150,11 +191,11 @@ def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[:
     if nt <= 1:
         with nogil:
             conv_pointwise_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                                code, a, b)
+                                False, code, a, b)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_pointwise_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                            code, a, b)
+                            split_m, code, a, b)
 
 
 # ---- shift-GEMM: stride 1, one group ---------------------------------------------------------
@@ -162,55 +203,71 @@ def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[:
 cdef void conv_shift_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
                           idx nbias, const float* res, bint has_res, float* y, idx N, idx H,
                           idx W, idx C, idx M, idx OH, idx OW, idx kh, idx kw, idx dh, idx dw,
-                          idx ph, idx pw, idx R, float* xb, float* acc, int code, float a,
-                          float b) noexcept nogil:
+                          idx ph, idx pw, idx R, idx Wc, float* xb, float* acc, int code,
+                          float a, float b) noexcept nogil:
     """Slot ``t`` of ``nt`` of a stride-1 conv as kh*kw accumulating GEMMs over shifted views.
 
-    Per block of ``R`` output rows the input band (rows + halo) is copied into the zero-padded
-    scratch ``xb`` of row pitch ``wp = OW + (kw-1)*dw`` pixels; the output over the padded
-    width is then ``sum_ij xb[shift_ij : shift_ij + rows*wp] @ w[i, j]`` (plain GEMMs with
-    lda = C, no patch matrix) into ``acc`` (rows*wp, M), and the epilogue drops each row's
-    (kw-1)*dw junk columns. ``w`` packed (kh, kw, C, M). ``xb``'s padding border is never
-    written: the workspace must start zeroed.
+    Blocks are ``R`` output rows by ``Wc`` output columns (``Wc < OW`` splits the rows of a
+    narrow map, a 1-D conv's single row, among slots). Per block the input band (rows + halo,
+    columns + halo) is copied into the scratch ``xb`` of row pitch ``wp = cols + (kw-1)*dw``
+    pixels, zeros where it lies outside the image; the output over the padded width is then
+    ``sum_ij xb[shift_ij : shift_ij + rows*wp] @ w[i, j]`` (plain GEMMs with lda = C, no patch
+    matrix) into ``acc`` (rows*wp, M), and the epilogue drops each row's (kw-1)*dw junk
+    columns. ``w`` packed (kh, kw, C, M). The floats after the band are read for junk columns
+    only: the workspace starts zeroed so that they stay finite.
     """
-    cdef idx wp = OW + (kw - 1) * dw
     cdef idx nbh = (OH + R - 1) // R
-    cdef idx nb = N * nbh
-    cdef idx iw_lo = max(0, -pw)
-    cdef idx iw_hi = min(W, wp - pw)
-    cdef idx span = (iw_hi - iw_lo) * C
-    cdef idx bi, n, oh0, rows, band, r, ih, i, j, y0
+    cdef idx nbw = (OW + Wc - 1) // Wc
+    cdef idx nb = N * nbh * nbw
+    cdef idx bi, n, hb, oh0, ow0, rows, cols, wp, band, r, ih, iw0, lo, hi, i, j, y0
+    cdef float* row
     for bi in range(t * nb // nt, (t + 1) * nb // nt):
-        n = bi // nbh
-        oh0 = (bi - n * nbh) * R
+        n = bi // (nbh * nbw)
+        hb = bi - n * nbh * nbw
+        oh0 = (hb // nbw) * R
+        ow0 = (hb % nbw) * Wc
         rows = min(R, OH - oh0)
+        cols = min(Wc, OW - ow0)
+        wp = cols + (kw - 1) * dw
         band = rows + (kh - 1) * dh
+        iw0 = ow0 - pw  # input column of the band's first pixel
+        lo = min(wp, max(0, -iw0))  # band pixels [lo, hi) lie inside the image
+        hi = max(lo, min(wp, W - iw0))
         for r in range(band):
             ih = oh0 + r - ph
+            row = xb + r * wp * C
             if ih < 0 or ih >= H:
-                memset(xb + r * wp * C, 0, wp * C * sizeof(float))
-            elif span > 0:
-                memcpy(xb + (r * wp + pw + iw_lo) * C, x + ((n * H + ih) * W + iw_lo) * C,
-                       span * sizeof(float))
+                memset(row, 0, wp * C * sizeof(float))
+                continue
+            if lo > 0:
+                memset(row, 0, lo * C * sizeof(float))
+            if hi > lo:
+                memcpy(row + lo * C, x + ((n * H + ih) * W + iw0 + lo) * C,
+                       (hi - lo) * C * sizeof(float))
+            if hi < wp:
+                memset(row + hi * C, 0, (wp - hi) * C * sizeof(float))
         for i in range(kh):
             for j in range(kw):
                 sgemm(False, False, rows * wp, M, C, 1.0, xb + (i * dh * wp + j * dw) * C, C,
                       w + (i * kw + j) * C * M, M, 0.0 if i == 0 and j == 0 else 1.0, acc, M)
-        y0 = (n * OH + oh0) * OW * M
-        gather_rows(acc, wp * M, y + y0, rows, OW, M, bias, nbias, conv_at(res, y0), has_res,
-                    code, a, b)
+        for r in range(rows):
+            y0 = ((n * OH + oh0 + r) * OW + ow0) * M
+            gather_rows(acc + r * wp * M, wp * M, y + y0, 1, cols, M, bias, nbias,
+                        conv_at(res, y0), has_res, code, a, b)
 
 
 def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                idx M, idx OH, idx OW, idx kh, idx kw, idx dh, idx dw, idx ph, idx pw, idx R,
-               float[:, ::1] xb, float[:, ::1] acc, int code, float a, float b):
+               idx Wc, float[:, ::1] xb, float[:, ::1] acc, int code, float a, float b):
     """Stride-1, one-group conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by shift-GEMM
-    (``conv_shift_slot``), blocks of ``R`` output rows split over ``nt`` slots. Workspaces
-    ``xb`` (nt, >= (band*wp + (kw-1)*dw)*C, zeroed) and ``acc`` (nt, >= R*wp*M). Raises
-    ValueError on short operands."""
+    (``conv_shift_slot``), blocks of ``R`` output rows by ``Wc`` columns split over ``nt``
+    slots. Workspaces ``xb`` (nt, >= (band*wp + (kw-1)*dw)*C, zeroed) and ``acc``
+    (nt, >= R*wp*M), ``wp = Wc + (kw-1)*dw``. Raises ValueError on short operands."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M)
-    cdef idx wp = OW + (kw - 1) * dw
+    if R < 1 or Wc < 1:
+        raise ValueError(f"conv_shift: block of {R} rows by {Wc} columns")
+    cdef idx wp = min(Wc, OW) + (kw - 1) * dw
     conv_check_ws(xb, nt, ((R + (kh - 1) * dh) * wp + (kw - 1) * dw) * C)
     conv_check_ws(acc, nt, R * wp * M)
     cdef const float* px = &x[0]
@@ -223,11 +280,11 @@ def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] 
     if nt <= 1:
         with nogil:
             conv_shift_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH, OW,
-                            kh, kw, dh, dw, ph, pw, R, &xb[0, 0], &acc[0, 0], code, a, b)
+                            kh, kw, dh, dw, ph, pw, R, Wc, &xb[0, 0], &acc[0, 0], code, a, b)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_shift_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH, OW,
-                        kh, kw, dh, dw, ph, pw, R, &xb[t, 0], &acc[t, 0], code, a, b)
+                        kh, kw, dh, dw, ph, pw, R, Wc, &xb[t, 0], &acc[t, 0], code, a, b)
 
 
 # ---- im2col: any stride, dilation, padding, groups -------------------------------------------
@@ -246,88 +303,119 @@ cdef inline void _im2col_taps(float* d, const float* xrow, idx W, idx C, idx iw0
             conv_copy(d + j * cg, xrow + iw * C, cg)
 
 
-cdef void _im2col_whole(float* col, const float* x, idx n, idx H, idx W, idx C, idx OW, idx kh,
-                        idx kw, idx sh, idx sw, idx dh, idx ph, idx pw, idx oh0, idx rows,
-                        idx kk) noexcept nogil:
-    """Patch rows (one group, no horizontal dilation): a window's kw*C entries of one kernel
-    row are one contiguous run of the input. Per (output row, kernel row) the windows wholly
-    inside the image are one copy each; only the edge windows go tap by tap."""
-    cdef idx run = kw * C
-    cdef idx ow_lo = min(OW, (pw + sw - 1) // sw)
-    cdef idx ow_hi = max(ow_lo, min(OW, conv_floordiv(W - kw + pw, sw) + 1))
-    cdef idx r, i, ih, ow
+cdef void _im2col_row(float* d, const float* x, idx n, idx H, idx W, idx C, idx kh, idx kw,
+                      idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, idx oh, idx ow0, idx ow1,
+                      idx g, idx cg, idx kk) noexcept nogil:
+    """Patch rows of the output pixels ``ow0 .. ow1`` of output row ``oh`` (image ``n``),
+    group ``g``, into ``d`` (one row of ``kk = kh*kw*cg`` floats per pixel). With one group and
+    no horizontal dilation a window's kw*C entries of one kernel row are one contiguous run of
+    the input: the windows wholly inside the image are one copy each, only the edge windows go
+    tap by tap."""
+    cdef idx run = kw * cg
+    cdef bint whole = cg == C and dw == 1
+    cdef idx ow_lo = min(ow1, max(ow0, (pw + sw - 1) // sw))
+    cdef idx ow_hi = max(ow_lo, min(ow1, conv_floordiv(W - kw + pw, sw) + 1))
+    cdef idx i, ih, ow
     cdef float* d0
     cdef const float* xrow
-    for r in range(rows):
-        for i in range(kh):
-            ih = (oh0 + r) * sh - ph + i * dh
-            d0 = col + r * OW * kk + i * run
-            if ih < 0 or ih >= H:
-                for ow in range(OW):
-                    conv_zero(d0 + ow * kk, run)
-                continue
-            xrow = x + (n * H + ih) * W * C
+    for i in range(kh):
+        ih = oh * sh - ph + i * dh
+        d0 = d + i * run
+        if ih < 0 or ih >= H:
+            for ow in range(ow0, ow1):
+                conv_zero(d0 + (ow - ow0) * kk, run)
+            continue
+        xrow = x + (n * H + ih) * W * C + g * cg
+        if whole:
             for ow in range(ow_lo, ow_hi):
-                conv_copy(d0 + ow * kk, xrow + (ow * sw - pw) * C, run)
-            for ow in range(ow_lo):
-                _im2col_taps(d0 + ow * kk, xrow, W, C, ow * sw - pw, kw, 1, C)
-            for ow in range(ow_hi, OW):
-                _im2col_taps(d0 + ow * kk, xrow, W, C, ow * sw - pw, kw, 1, C)
+                conv_copy(d0 + (ow - ow0) * kk, xrow + (ow * sw - pw) * C, run)
+            for ow in range(ow0, ow_lo):
+                _im2col_taps(d0 + (ow - ow0) * kk, xrow, W, C, ow * sw - pw, kw, 1, C)
+            for ow in range(ow_hi, ow1):
+                _im2col_taps(d0 + (ow - ow0) * kk, xrow, W, C, ow * sw - pw, kw, 1, C)
+        else:
+            for ow in range(ow0, ow1):
+                _im2col_taps(d0 + (ow - ow0) * kk, xrow, W, C, ow * sw - pw, kw, dw, cg)
+
+
+cdef void _im2col_pixels(float* col, const float* x, idx H, idx W, idx C, idx OH, idx OW,
+                         idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
+                         idx p0, idx p1, idx g, idx cg) noexcept nogil:
+    """The patch matrix of the output pixels ``p0 .. p1`` (flat over N, OH, OW: a range may
+    start and end inside a row and span images) for group ``g``, into ``col`` (p1-p0, kk)."""
+    cdef idx kk = kh * kw * cg
+    cdef idx per_image = OH * OW
+    cdef idx p = p0
+    cdef idx n, rem, oh, ow0, ow1
+    while p < p1:
+        n = p // per_image
+        rem = p - n * per_image
+        oh = rem // OW
+        ow0 = rem - oh * OW
+        ow1 = min(OW, ow0 + (p1 - p))
+        _im2col_row(col + (p - p0) * kk, x, n, H, W, C, kh, kw, sh, sw, dh, dw, ph, pw, oh,
+                    ow0, ow1, g, cg, kk)
+        p += ow1 - ow0
 
 
 cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
                            idx nbias, const float* res, bint has_res, float* y, idx N, idx H,
                            idx W, idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh,
-                           idx sw, idx dh, idx dw, idx ph, idx pw, idx R, float* col, int code,
-                           float a, float b) noexcept nogil:
-    """Slot ``t`` of ``nt`` of a general conv: per block of ``R`` output rows and per group,
-    gather the (rows*OW, kh*kw*C/G) patch matrix into ``col`` and GEMM it with the packed
-    weights (G, kh, kw, C/G, M/G) straight into ``y`` (ldc = M); then the epilogue."""
+                           idx sw, idx dh, idx dw, idx ph, idx pw, idx blk, bint split_m,
+                           float* col, int code, float a, float b) noexcept nogil:
+    """Slot ``t`` of ``nt`` of a general conv: per block of ``blk`` output pixels and per
+    group, gather the (pixels, kh*kw*C/G) patch matrix into ``col`` and GEMM it with the packed
+    weights (G, kh, kw, C/G, M/G) straight into ``y`` (ldc = M); then the epilogue. The slot
+    takes a range of the blocks, or with ``split_m`` (one group) every block but a range of
+    the output channels (multiples of 8): for few pixels against many channels each slot then
+    reads half the weights and builds the (small) patch matrix itself."""
     cdef idx cg = C // G
     cdef idx mg = M // G
     cdef idx kk = kh * kw * cg
-    cdef idx run = kw * cg
-    cdef bint whole = G == 1 and dw == 1
-    cdef idx nbh = (OH + R - 1) // R
-    cdef idx nb = N * nbh
-    cdef idx bi, n, oh0, rows, y0, g, r, ow, i, ih
-    cdef float* d
-    for bi in range(t * nb // nt, (t + 1) * nb // nt):
-        n = bi // nbh
-        oh0 = (bi - n * nbh) * R
-        rows = min(R, OH - oh0)
-        y0 = (n * OH + oh0) * OW * M
+    cdef idx P = N * OH * OW
+    cdef idx nb = (P + blk - 1) // blk
+    cdef idx b0, b1, c0, c1, bi, p0, rows, g
+    if split_m:
+        b0, b1 = 0, nb
+        c0 = (t * M // nt) // 8 * 8
+        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+    else:
+        b0, b1 = t * nb // nt, (t + 1) * nb // nt
+        c0, c1 = 0, M
+    if c1 <= c0:
+        return
+    for bi in range(b0, b1):
+        p0 = bi * blk
+        rows = min(blk, P - p0)
         for g in range(G):
-            if whole:
-                _im2col_whole(col, x, n, H, W, C, OW, kh, kw, sh, sw, dh, ph, pw, oh0, rows, kk)
-            else:
-                for r in range(rows):
-                    for ow in range(OW):
-                        d = col + (r * OW + ow) * kk
-                        for i in range(kh):
-                            ih = (oh0 + r) * sh - ph + i * dh
-                            if ih < 0 or ih >= H:
-                                conv_zero(d, run)
-                            else:
-                                _im2col_taps(d, x + (n * H + ih) * W * C + g * cg, W, C,
-                                             ow * sw - pw, kw, dw, cg)
-                            d += run
+            _im2col_pixels(col, x, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, p0,
+                           p0 + rows, g, cg)
             # NOTE: a block of one to three pixels (a 1-D conv over a few frames) runs as
             # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
-            dense_gemm_nn(rows * OW, mg, kk, 1.0, col, kk, w + g * kk * mg, mg,
-                          y + y0 + g * mg, M)
-        rows_inplace(y + y0, rows * OW, M, bias, nbias, conv_at(res, y0), has_res, code, a, b)
+            dense_gemm_nn(rows, c1 - c0 if split_m else mg, kk, 1.0, col, kk,
+                          w + g * kk * mg + c0, mg, y + p0 * M + g * mg + c0, M)
+        if split_m:
+            conv_cols_inplace(y + p0 * M + c0, rows, c1 - c0, M, bias + c0,
+                              conv_at(res, p0 * M + c0), has_res, code, a, b)
+        else:
+            rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code,
+                         a, b)
 
 
 def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                 const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                 idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw,
-                idx ph, idx pw, idx R, float[:, ::1] col, int code, float a, float b):
+                idx ph, idx pw, idx blk, bint split_m, float[:, ::1] col, int code, float a,
+                float b):
     """Any conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by patch matrix + GEMM
-    (``conv_im2col_slot``), blocks of ``R`` output rows split over ``nt`` slots; workspace
-    ``col`` (nt, >= R*OW*kh*kw*C/G). Raises ValueError on short operands."""
+    (``conv_im2col_slot``), blocks of ``blk`` output pixels split over ``nt`` slots (or, with
+    ``split_m`` and one group, the output channels); workspace ``col`` (nt, >= blk*kh*kw*C/G).
+    ``bias``: the M biases tiled (``tiled_bias``). Raises ValueError on short operands or
+    ``split_m`` with groups."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M // G)
-    conv_check_ws(col, nt, R * OW * kh * kw * C // G)
+    conv_check_ws(col, nt, blk * kh * kw * C // G)
+    if blk < 1 or (split_m and G != 1):
+        raise ValueError(f"conv_im2col: blk {blk} < 1 or split_m with {G} groups")
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
@@ -338,11 +426,12 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
     if nt <= 1:
         with nogil:
             conv_im2col_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH,
-                             OW, kh, kw, sh, sw, dh, dw, ph, pw, R, &col[0, 0], code, a, b)
+                             OW, kh, kw, sh, sw, dh, dw, ph, pw, blk, False, &col[0, 0], code, a,
+                             b)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_im2col_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH, OW,
-                         kh, kw, sh, sw, dh, dw, ph, pw, R, &col[t, 0], code, a, b)
+                         kh, kw, sh, sw, dh, dw, ph, pw, blk, split_m, &col[t, 0], code, a, b)
 
 
 # ---- depthwise: group == C == M ----------------------------------------------------------------

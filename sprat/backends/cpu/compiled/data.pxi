@@ -443,3 +443,86 @@ def lrn_nhwc(int nt, const float[::1] x, float[::1] y, idx rows, idx C, idx size
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _lrn_rows(px, py, t * rows // nt, (t + 1) * rows // nt, C, lo, hi, bias, a, beta,
                   &scratch[t, 0])
+
+
+# ---- Concat --------------------------------------------------------------------------------------
+
+cdef void _concat_range(const size_t* parts, const int64_t* widths, idx n, idx total,
+                        unsigned char* whole, idx lo, idx hi, bint split) noexcept nogil:
+    """Bytes ``[lo, hi)`` of the concatenation ``whole``: its row ``r`` is part 0's row ``r``
+    (``widths[0]`` bytes), then part 1's, ...; ``total`` the sum of the widths. Copies the
+    parts into ``whole`` (Concat) or, with ``split``, ``whole`` into the parts (Split)."""
+    cdef idx o = lo
+    cdef idx r, pos, i, start, take
+    cdef unsigned char* part
+    while o < hi:
+        r = o // total
+        pos = o - r * total
+        start = 0
+        i = 0
+        while start + widths[i] <= pos:
+            start += widths[i]
+            i += 1
+        take = min(start + widths[i] - pos, hi - o)
+        part = <unsigned char*>parts[i] + r * widths[i] + (pos - start)
+        if split:
+            memcpy(part, whole + o, take)
+        else:
+            memcpy(whole + o, part, take)
+        o += take
+
+
+cdef idx _concat_total(const size_t[::1] parts, const int64_t[::1] widths, idx nbytes,
+                       idx outer) except -1:
+    """The sum of ``widths``; raises ValueError unless there is one per part, none negative,
+    and ``outer`` rows of that many bytes make ``nbytes``."""
+    cdef idx total = 0
+    cdef idx i
+    if widths.shape[0] != parts.shape[0]:
+        raise ValueError("concat_bytes: one width per part")
+    for i in range(widths.shape[0]):
+        if widths[i] < 0:
+            raise ValueError("concat_bytes: negative width")
+        total += widths[i]
+    if nbytes != outer * total:
+        raise ValueError(f"concat_bytes: whole of {nbytes} bytes, expected {outer} x {total}")
+    return total
+
+
+cdef void _concat_slots(int nt, const size_t[::1] parts, const int64_t[::1] widths,
+                        unsigned char* whole, idx outer, idx total, bint split):
+    cdef idx n = parts.shape[0]
+    cdef idx T = outer * total
+    cdef const size_t* ps
+    cdef const int64_t* pw
+    cdef int t
+    if T == 0:
+        return
+    ps, pw = &parts[0], &widths[0]
+    if nt <= 1:
+        with nogil:
+            _concat_range(ps, pw, n, total, whole, 0, T, split)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _concat_range(ps, pw, n, total, whole, t * T // nt, (t + 1) * T // nt, split)
+
+
+def concat_bytes(int nt, const size_t[::1] parts, const int64_t[::1] widths,
+                 unsigned char[::1] whole, idx outer):
+    """Concat of C-contiguous arrays as bytes: ``whole`` holds ``outer`` rows, each the rows
+    of the parts one after another (part ``i`` at address ``parts[i]``, rows of ``widths[i]``
+    bytes). Slot ``t`` of ``nt`` copies bytes ``[t*T//nt, (t+1)*T//nt)`` of ``whole``
+    (``T = outer * sum(widths)``), so the split is even whatever the axis. Raises ValueError
+    when ``whole`` is not ``T`` bytes or a width is negative."""
+    cdef idx total = _concat_total(parts, widths, whole.shape[0], outer)
+    if whole.shape[0]:
+        _concat_slots(nt, parts, widths, &whole[0], outer, total, False)
+
+
+def split_bytes(int nt, const size_t[::1] parts, const int64_t[::1] widths,
+                const unsigned char[::1] whole, idx outer):
+    """Split, the inverse of ``concat_bytes``: ``whole`` (read only) copied into the parts at
+    the addresses ``parts`` (writable, C-contiguous). Raises ValueError as ``concat_bytes``."""
+    cdef idx total = _concat_total(parts, widths, whole.shape[0], outer)
+    if whole.shape[0]:
+        _concat_slots(nt, parts, widths, <unsigned char*>&whole[0], outer, total, True)
