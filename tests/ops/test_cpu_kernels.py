@@ -1067,3 +1067,22 @@ def test_depthwise_blocked_two_threads(xs, k, strides):
     check("Conv", [x, w, randn(c, seed=3), randn(*shape, seed=4)],
           {**attrs, **fused("HardSwish", residual=True)}, consts=(1, 2))
     check("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused("Gelu")}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("k,n", [(7, 5), (64, 100), (33, 257)])
+def test_pack_panels_layout_in_parts(k, n, monkeypatch):
+    """The packed GEMM's weight panels (compiled), from B (K, N) and from B^T (N, K) packed a
+    few panels at a time (``PACK_PART_BYTES``), equal NumPy's padded reshape."""
+    from sprat.backends.cpu import linalg
+    from sprat.backends.cpu.compiled import kernels as ck
+
+    nr = ck.PACKED_NR
+    b = readonly(randn(k, n))
+    npan = -(-n // nr)
+    padded = np.zeros((k, npan * nr), np.float32)
+    padded[:, :n] = b
+    want = padded.reshape(k, npan, nr).transpose(1, 0, 2).ravel()
+    monkeypatch.setattr(linalg, "PACK_PART_BYTES", 4 * k * nr * 2)  # two panels a part
+    for got in (linalg.pack_panels(b), linalg.pack_panels(readonly(b.T.copy()), trans=True)):
+        assert got.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(got, want)

@@ -33,6 +33,7 @@ import numpy as np
 from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
+from ...memory import pages
 from .compiled import kernels as ck
 from .tensor import transposed
 
@@ -65,20 +66,32 @@ PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) st
 # GFLOP/s, at M 128..512, K and N 768 / 3072), 256 rows at K <= 512
 
 
-def pack_panels(w: np.ndarray) -> np.ndarray:
-    """``w`` (K, N) float32 as ``ck.gemm_packed`` reads it: ceil(N / NR) panels, panel p holding
-    ``w[:, p*NR:(p+1)*NR]`` row after row, zero-padded to NR columns; flat, 64-byte aligned
-    (NR = ``ck.PACKED_NR``)."""
+# NOTE: a transposed weight (Gemm's transB, rows of B^T) is packed this many bytes at a time,
+# the file pages of each part given back as soon as it is packed: the peak then holds the packed
+# weight and one part of the mapped one, not both whole (ddddocr OCR's 1024 x 8210 head: 34 MB)
+PACK_PART_BYTES = 1 << 22
+
+
+def pack_panels(b: np.ndarray, trans: bool = False) -> np.ndarray:
+    """B (K, N) float32 -- or B^T (N, K) when ``trans`` -- as ``ck.gemm_packed`` reads it:
+    ceil(N / NR) panels, panel p holding ``B[:, p*NR:(p+1)*NR]`` row after row, zero-padded to
+    NR columns; flat, 64-byte aligned (NR = ``ck.PACKED_NR``). Compiled
+    (``ck.pack_weight_panels``): NumPy's padded strided copies of a 1024 x 8210 weight took
+    ~60 ms and two temporaries of its size."""
     nr = ck.PACKED_NR
-    k, n = w.shape
+    b = np.ascontiguousarray(b, np.float32)
+    n, k = b.shape if trans else b.shape[::-1]
     npan = -(-n // nr)
     size = npan * k * nr
-    buf = np.zeros(size + 16, np.float32)
+    buf = np.empty(size + 16, np.float32)
     off = (-buf.ctypes.data % 64) // 4
     out = buf[off:off + size]
-    padded = np.zeros((k, npan * nr), np.float32)
-    padded[:, :n] = w
-    out.reshape(npan, k, nr)[:] = padded.reshape(k, npan, nr).transpose(1, 0, 2)
+    step = max(1, PACK_PART_BYTES // (4 * k * nr)) if trans else npan
+    for p0 in range(0, npan, step):
+        j0, j1 = p0 * nr, min(n, (p0 + step) * nr)
+        ck.pack_weight_panels(b, trans, j0, j1, out[p0 * k * nr:])
+        if trans:
+            pages.release([b[j0:j1]])
     return out
 
 
@@ -144,9 +157,10 @@ class _Gemmish(CpuKernel):
         return (PACKED and b_const is not None and b_const.ndim == 2 and self.memory != "low"
                 and self.K >= 1)
 
-    def _prepare_packed(self, make_kn) -> None:
-        """Switch to ``ck.gemm_packed``: ``make_kn()`` gives B as (K, N) float32."""
-        self.panels = self.shared("w_panels", lambda: pack_panels(make_kn()))
+    def _prepare_packed(self, b: np.ndarray, trans: bool) -> None:
+        """Switch to ``ck.gemm_packed``: B is ``b`` (K, N) float32, or ``b`` (N, K) transposed
+        when ``trans``."""
+        self.panels = self.shared("w_panels", lambda: pack_panels(b, trans))
         self.packed = (1,)
         self.rb, self.cb = _packed_blocks(self.M, self.N, self.K, self.nt)
 
@@ -269,8 +283,7 @@ class GemmKernel(_Gemmish):
             return
         self.panels = None
         if not self.ta and self.alpha == 1.0 and self._want_packed(b_const):
-            tb = self.tb
-            self._prepare_packed(lambda: b_const.T if tb else b_const)
+            self._prepare_packed(b_const, bool(self.tb))
             return
         if self.tb and 1 in self.consts and self.memory != "low":
             # NOTE: OpenBLAS runs A @ B^T 1.6x slower than A @ B with B packed (K, N) (measured:
@@ -341,7 +354,7 @@ class MatMulKernel(_Gemmish):
                 and self._want_f16(b_const, m)):
             self._prepare_f16(lambda: b_const, None if bias is None else bias.reshape(-1))
         elif nbatch == 1 and len(sb) == 2 and self._want_packed(b_const):
-            self._prepare_packed(lambda: b_const)
+            self._prepare_packed(b_const, False)
 
 
 def _matmul_shape(sa, sb):

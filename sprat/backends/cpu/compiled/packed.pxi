@@ -162,6 +162,23 @@ cdef extern from *:
 PACKED_NR = SPRAT_PK_NR
 
 
+def pack_weight_panels(const float[:, ::1] b, bint trans, idx j0, idx j1, float[::1] dst):
+    """The panels of columns ``[j0, j1)`` of B into ``dst`` (``linalg.pack_panels``'s layout:
+    panel after panel, K rows of PACKED_NR columns, zero past ``j1``); ``b`` is B (K, N), or
+    B^T (N, K) when ``trans`` (Gemm's transB: its rows ``[j0, j1)``). ``j0`` a multiple of
+    PACKED_NR. Raises ValueError on a bad range or a short ``dst``."""
+    cdef idx n = b.shape[0] if trans else b.shape[1]
+    cdef idx kdim = b.shape[1] if trans else b.shape[0]
+    if j0 < 0 or j1 > n or j0 >= j1 or j0 % SPRAT_PK_NR or kdim < 1 \
+            or dst.shape[0] < -(-(j1 - j0) // SPRAT_PK_NR) * SPRAT_PK_NR * kdim:
+        raise ValueError("pack_weight_panels: bad column range or short destination")
+    with nogil:
+        if trans:
+            sprat_pk_pack_t(&b[j0, 0], kdim, j1 - j0, kdim, 1.0, &dst[0])
+        else:
+            sprat_pk_pack_n(&b[0, j0], n, kdim, j1 - j0, &dst[0])
+
+
 def packed_gemm_available() -> bool:
     """Whether this build and CPU run ``gemm_packed`` (the avx2 build on an AVX-512F CPU)."""
     return bool(sprat_pk_available())
