@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...memory import pages
 from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from ._math import ACT, act_of
-from ...memory import pages
 from .compiled import kernels as ck
 from .tensor import transposed
 
