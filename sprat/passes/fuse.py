@@ -1,7 +1,7 @@
 """Fuse residual adds and activations into the node that produces their input.
 
-- ``Conv -> Add(·, r)`` (NHWC) or ``MatMul -> Add(·, r)`` with ``r`` of the same shape becomes
-  the producer with ``_residual=True`` and ``r`` as an extra last input (MNN's
+- ``Conv -> Add(·, r)`` (NHWC) or ``MatMul -> Add(·, r)`` (or a two-input ``Sum``) with ``r`` of
+  the same shape becomes the producer with ``_residual=True`` and ``r`` as an extra last input (MNN's
   ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion).
 - ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
   activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu,
@@ -74,7 +74,9 @@ def fuse_residual(g: Graph) -> Graph:
     consumers, producers = g.consumers(), g.producers()
     order = {id(n): i for i, n in enumerate(g.nodes)}
     for add in g.nodes:
-        if add.op_type != "Add" or len(add.inputs) != 2 or add.attrs:
+        # NOTE: a Sum of two inputs is an Add (Sum-13; ResNet-50 of onnx's test data writes its
+        # shortcuts so)
+        if add.op_type not in ("Add", "Sum") or len(add.inputs) != 2 or add.attrs:
             continue
         for k in (0, 1):
             prod = producers.get(add.inputs[k])

@@ -80,11 +80,12 @@ def test_hardswish_patterns(pattern):
     assert conv_nodes[0].attrs.get("_activation") == "HardSwish" or "HardSwish" in g.op_counts()
 
 
-def test_silu_and_residual_fuse_into_conv():
+@pytest.mark.parametrize("add", ["Add", "Sum"])
+def test_silu_and_residual_fuse_into_conv(add):
     c1, i1 = _conv("c1", "x", "a")
     c2, i2 = _conv("c2", "s1", "b")
     nodes = [c1, h.make_node("Sigmoid", ["a"], ["sa"]), h.make_node("Mul", ["a", "sa"], ["s1"]),
-             c2, h.make_node("Add", ["b", "s1"], ["r"]), h.make_node("Relu", ["r"], ["y"])]
+             c2, h.make_node(add, ["b", "s1"], ["r"]), h.make_node("Relu", ["r"], ["y"])]
     g = _check(_model(nodes, {**i1, **i2}))
     convs = [n for n in g.nodes if n.op_type == "Conv"]
     assert [c.attrs.get("_activation") for c in convs] == ["Silu", "Relu"]
