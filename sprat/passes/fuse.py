@@ -1,8 +1,8 @@
 """Fuse residual adds and activations into the node that produces their input.
 
 - ``Conv -> Add(·, r)`` (NHWC) or ``MatMul -> Add(·, r)`` (or a two-input ``Sum``) with ``r`` of
-  the same shape becomes the producer with ``_residual=True`` and ``r`` as an extra last input (MNN's
-  ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion).
+  the same shape becomes the producer with ``_residual=True`` and ``r`` as an extra last input
+  (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion).
 - ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
   activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu,
   Gelu (erf form) becomes ``_activation`` on X.
