@@ -818,7 +818,11 @@ def test_split_blocks_cost_rule():
     ((2, 96, 5, 5), (264, 96, 1, 1), False),  # 50 pixels, 264 = 128 + 136 channels
     ((2, 96, 5, 5), (264, 96, 1, 1), True),  # memory="low": the model's weight, transposed
 ])
-def test_conv_pointwise_splits_output_channels(xs, ws, wt):
+def test_conv_pointwise_splits_output_channels(xs, ws, wt, monkeypatch):
+    from sprat.backends.cpu import conv
+
+    # NOTE: the per-block BLAS path (on AVX-512 CPUs one-group 1x1 convs take the packed GEMM)
+    monkeypatch.setattr(conv, "PACKED_POINTWISE", False)
     x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.1)
     shape = (xs[0], xs[2], xs[3], ws[0])
     ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
@@ -1086,3 +1090,29 @@ def test_pack_panels_layout_in_parts(k, n, monkeypatch):
     for got in (linalg.pack_panels(b), linalg.pack_panels(readonly(b.T.copy()), trans=True)):
         assert got.ctypes.data % 64 == 0
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("xs,m,act", [
+    ((1, 1152, 1, 1), 288, "Sigmoid"),   # squeeze-excite: one pixel
+    ((2, 96, 5, 5), 264, "HardSwish"),   # columns past a 32-column panel
+    ((1, 24, 56, 56), 144, "Clip"),      # MobileNetV2's expansion: many row blocks
+    ((1, 320, 7, 7), 1280, None)])
+def test_conv_pointwise_on_the_packed_gemm(xs, m, act):
+    from sprat.backends.cpu import conv
+
+    if not conv.PACKED_POINTWISE:
+        pytest.skip("the packed GEMM needs an AVX-512F CPU")
+    x, w = nhwc(randn(*xs, seed=1)), randn(m, xs[1], 1, 1, seed=2, scale=0.1)
+    shape = (xs[0], xs[2], xs[3], m)
+    params = [0.0, 6.0] if act == "Clip" else ()
+    ins = [x, w, randn(m, seed=3), randn(*shape, seed=4)]
+    node, infos = make("Conv", ins, fused(act, params, residual=True), consts=(1, 2))
+    ref = evaluate(node, ins)[0]
+    for threads in (1, 2):
+        kernel = CpuBackend(threads).make_kernel(node, infos)
+        kernel.prepare(infos, [TensorInfo(shape, np.dtype(np.float32))])
+        assert kernel.algo == "pointwise" and kernel.panels is not None
+        out = np.full(shape, np.nan, np.float32)
+        with limits(threads):
+            kernel.run(ins, [out], Workspace.allocate(kernel, np.nan))
+        assert np.abs(out - ref).max() <= RTOL * max(1.0, float(np.abs(ref).max()))

@@ -224,6 +224,7 @@ class QConvKernel(CpuKernel):
             k.precision, k.memory = self.precision, self.memory
             # NOTE: Winograd's transforms round: only for a QDQ conv (float semantics)
             k.winograd = bool(node.attrs.get("_qdq")) and _winograd_shape(plan["w"], attrs)
+            k.packed_pointwise = False  # NOTE: its weight layout is read by qconv_pointwise
             k.prepare(kin, [TensorInfo(tuple(y.shape), np.dtype(np.float32))])
             self.inner.append(k)
             spans.append(len(k.workspaces))
