@@ -305,7 +305,7 @@ def _alternate(fa, fb, seconds):
 def packed_main(threads, seconds):
     from sprat.backends.cpu.attention import query_block
     from sprat.backends.cpu.compiled import kernels as ck
-    from sprat.backends.cpu.linalg import _packed_blocks, pack_panels
+    from sprat.backends.cpu.linalg import packed_blocks, pack_panels
 
     if not ck.packed_gemm_available():
         print("the packed GEMM does not run on this CPU (no AVX-512F) or build")
@@ -322,7 +322,7 @@ def packed_main(threads, seconds):
             for m in PACKED_M:
                 a = rng.standard_normal((m, k)).astype(np.float32).reshape(-1)
                 y1, y2 = np.empty(m * n, np.float32), np.empty(m * n, np.float32)
-                rb, cb = _packed_blocks(m, n, k, t)
+                rb, cb = packed_blocks(m, n, k, t)
                 with threading.limits(t):
                     tb, tp = _alternate(
                         functools.partial(ck.gemm_blocks, t, a, w.reshape(-1), y1, offs, m, n,

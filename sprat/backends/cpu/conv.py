@@ -30,8 +30,7 @@ from ._base import PARALLEL_MIN_MACS, CpuKernel, own_if_small, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, act_of
 from .compiled import kernels as ck
-from .linalg import PACKED, pack_panels
-from .linalg import _packed_blocks as packed_blocks
+from .linalg import PACKED, pack_panels, packed_blocks
 
 # NOTE: block sizes tuned with bench/kernels.py (GEMM rows per block; keeps a block in L2).
 POINTWISE_BLOCK_BYTES = 1 << 17

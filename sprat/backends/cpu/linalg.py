@@ -95,7 +95,7 @@ def pack_panels(b: np.ndarray, trans: bool = False) -> np.ndarray:
     return out
 
 
-def _packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
+def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
     """(rows, columns) per work item of ``ck.gemm_packed``: the ``_blocks`` split (at least
     ``nt`` items), with rows cut into equal blocks that fit PACKED_A_BYTES and a multiple of
     ``nt`` items in all, columns a multiple of the panel width."""
@@ -162,7 +162,7 @@ class _Gemmish(CpuKernel):
         when ``trans``."""
         self.panels = self.shared("w_panels", lambda: pack_panels(b, trans))
         self.packed = (1,)
-        self.rb, self.cb = _packed_blocks(self.M, self.N, self.K, self.nt)
+        self.rb, self.cb = packed_blocks(self.M, self.N, self.K, self.nt)
 
     def _prepare_f16(self, make_kn, bias) -> None:
         """Switch to the fp16-weight path: ``make_kn()`` gives B as (K, N) float32; ``bias``
