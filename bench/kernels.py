@@ -305,7 +305,7 @@ def _alternate(fa, fb, seconds):
 def packed_main(threads, seconds):
     from sprat.backends.cpu.attention import query_block
     from sprat.backends.cpu.compiled import kernels as ck
-    from sprat.backends.cpu.linalg import packed_blocks, pack_panels
+    from sprat.backends.cpu.linalg import pack_panels, packed_blocks
 
     if not ck.packed_gemm_available():
         print("the packed GEMM does not run on this CPU (no AVX-512F) or build")
