@@ -54,9 +54,17 @@ class Workspace:
         running a kernel on its own (tests, kernel benchmarks). ``fill``: the value of the
         buffers not declared ``zeroed`` (default 0; a test passes NaN to find a kernel that
         reads scratch it did not write, as it would read another tensor's bytes in the
-        arena)."""
-        return cls(np.full(s.shape, 0 if s.zeroed or fill is None else fill, s.dtype)
-                   for s in kernel.workspaces)
+        arena). A NaN fill of an integer buffer fills its bytes with 0xA5 instead (garbage of
+        that type; NumPy's cast of NaN is undefined and warns)."""
+        def make(s):
+            value = 0 if s.zeroed or fill is None else fill
+            if isinstance(value, float) and value != value and np.dtype(s.dtype).kind not in "fc":
+                a = np.empty(s.shape, s.dtype)
+                a.reshape(-1).view(np.uint8).fill(0xA5)
+                return a
+            return np.full(s.shape, value, s.dtype)
+
+        return cls(make(s) for s in kernel.workspaces)
 
 
 class Kernel:
