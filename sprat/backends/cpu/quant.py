@@ -164,6 +164,16 @@ class _Int8Gemm(CpuKernel):
     def _b_zp(self):
         return None
 
+    #: the input index of B's scale (the kernels whose epilogue scales the sums)
+    B_SCALE = None
+
+    def _scale(self, ws, ins, a_scale) -> np.ndarray:
+        """The epilogue's scale ``a_scale * b_scale`` (float32; per column, or one value) into
+        the first ``n_scale`` values of buffer 2; returns that view."""
+        s = ws.buffers[2][:self.n_scale]
+        np.multiply(a_scale, self.arg(ins, self.B_SCALE).reshape(-1), out=s)
+        return s
+
     def _gemm(self, ws, a, kind, y, a_packed=False, bias=None, ibias=None, qdiv=0.0, zp=0.0,
               lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1, a_zp_rows=None):
         """One ``i8_gemm`` call; the caller has set A's zero point (``ws.buffers[1][0]``,
@@ -289,6 +299,8 @@ class QLinearMatMulKernel(_Int8Gemm):
     """QLinearMatMul-21: a (..., M, K), b (K, N) uint8/int8; a's scale and zero point
     scalars, b's per tensor or per column (constant), y's scalars -> y (y_zero_point's dtype)."""
 
+    B_SCALE = 4
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if not _plain(node) or len(ins) < 8 or any(i is None for i in ins[:8]):
@@ -317,11 +329,9 @@ class QLinearMatMulKernel(_Int8Gemm):
         return self.consts.get(5)
 
     def run(self, ins, outs, ws):
-        bufs = ws.buffers
-        bufs[1][0] = ins[2].reshape(-1)[0]
-        s = bufs[2][:self.n_scale]
+        ws.buffers[1][0] = ins[2].reshape(-1)[0]
         # NOTE: float32(a_scale * b_scale) / y_scale, as the reference (and onnxruntime)
-        np.multiply(ins[1].reshape(-1)[0], self.arg(ins, 4).reshape(-1), out=s)
+        s = self._scale(ws, ins, ins[1].reshape(-1)[0])
         np.divide(s, ins[6].reshape(-1)[0], out=s)
         self._gemm(ws, ins[0], _OUT["quantized"], outs[0], zp=float(ins[7].reshape(-1)[0]),
                    lo=self.lo, hi=self.hi, q_signed=self.q_signed, b=ins[3], b_zp=ins[5],
@@ -371,10 +381,6 @@ class MatMulIntegerToFloatKernel(_Int8Gemm):
     def _b_zp(self):
         return self.consts.get(self.B_ZP)
 
-    def _scale(self, ws, ins, a_scale):
-        s = ws.buffers[2][:self.n_scale]
-        np.multiply(a_scale, self.arg(ins, self.B_SCALE).reshape(-1), out=s)
-
     def _bias(self, ins):
         """The bias (constant, bound at prepare) as a flat array, the same object every run."""
         return self.bias_flat
@@ -423,6 +429,8 @@ class QGemmKernel(_Int8Gemm):
     0: A (M, K), B constant (K, N) or (N, K) with transB, C int32 (N,) / (1, N) / scalar,
     constant -> float32, or quantized to y_zp's dtype (uint8 without y_zp)."""
 
+    B_SCALE = 4
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if any(k.startswith("_") for k in node.attrs) or node.attrs.get("transA", 0):
@@ -470,11 +478,9 @@ class QGemmKernel(_Int8Gemm):
         return self.consts.get(5)
 
     def run(self, ins, outs, ws):
-        bufs = ws.buffers
-        bufs[1][0] = ins[2].reshape(-1)[0]
-        s = bufs[2][:self.n_scale]
+        ws.buffers[1][0] = ins[2].reshape(-1)[0]
         # NOTE: (alpha * a_scale) * b_scale in float32, the reference's order
-        np.multiply(self.alpha * ins[1].reshape(-1)[0], self.arg(ins, 4).reshape(-1), out=s)
+        self._scale(ws, ins, self.alpha * ins[1].reshape(-1)[0])
         if not self.quantized:
             self._gemm(ws, ins[0], _OUT["float32"], outs[0], ibias=self.ibias,
                        n_scale=self.n_scale)
