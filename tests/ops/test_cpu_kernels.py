@@ -1103,16 +1103,9 @@ def test_conv_pointwise_on_the_packed_gemm(xs, m, act):
     if not conv.PACKED_POINTWISE:
         pytest.skip("the packed GEMM needs an AVX-512F CPU")
     x, w = nhwc(randn(*xs, seed=1)), randn(m, xs[1], 1, 1, seed=2, scale=0.1)
-    shape = (xs[0], xs[2], xs[3], m)
-    params = [0.0, 6.0] if act == "Clip" else ()
-    ins = [x, w, randn(m, seed=3), randn(*shape, seed=4)]
-    node, infos = make("Conv", ins, fused(act, params, residual=True), consts=(1, 2))
-    ref = evaluate(node, ins)[0]
+    ins = [x, w, randn(m, seed=3), randn(xs[0], xs[2], xs[3], m, seed=4)]
+    attrs = fused(act, [0.0, 6.0] if act == "Clip" else (), residual=True)
     for threads in (1, 2):
-        kernel = CpuBackend(threads).make_kernel(node, infos)
-        kernel.prepare(infos, [TensorInfo(shape, np.dtype(np.float32))])
+        kernel = _prepared_conv(ins, attrs, threads)
         assert kernel.algo == "pointwise" and kernel.panels is not None
-        out = np.full(shape, np.nan, np.float32)
-        with limits(threads):
-            kernel.run(ins, [out], Workspace.allocate(kernel, np.nan))
-        assert np.abs(out - ref).max() <= RTOL * max(1.0, float(np.abs(ref).max()))
+    check("Conv", ins, attrs, consts=(1, 2))
