@@ -20,7 +20,7 @@ from .util import DEAD, drop_dead, remove_dead, replace_uses, single_consumer
 
 # NOTE: QLinearConv takes the integer Clip ``fuse_qdq`` leaves after it
 ACT_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "QLinearConv",
-                 "MatMulIntegerToFloat"}
+                 "MatMulIntegerToFloat", "BatchNormalization"}
 ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu"}
 
 

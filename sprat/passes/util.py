@@ -37,3 +37,50 @@ def single_consumer(g: Graph, consumers: dict, value: int):
     if len(users) != 1 or value in g.outputs:
         return None
     return users[0]
+
+
+def computed_from_constants(g: Graph, value: int, producers: dict) -> bool:
+    """Whether ``value`` holds data or is computed by nodes whose inputs all are (the constant
+    subgraphs the convert-time fold leaves because their result is too big to store, e.g. the
+    ConstantOfShape weights of onnx's light models); a session folds those once at prepare."""
+    from ..ir.subgraphs import has_subgraphs
+
+    todo, seen = [value], set()
+    while todo:
+        v = todo.pop()
+        if v == MISSING or v in seen or g.values[v].data is not None:
+            continue
+        seen.add(v)
+        node = producers.get(v)
+        if node is None or has_subgraphs(node):
+            return False  # NOTE: a graph input, or control flow, which runs in the session
+        todo.extend(node.inputs)
+    return True
+
+
+def scaled_per_channel(g: Graph, w: int, vec, before, producers: dict) -> int | None:
+    """A value holding ``w * vec`` scaled per output channel (axis 0): a float64 product stored
+    as float32 when ``w`` is a constant; a ``Mul`` placed before node ``before`` when ``w`` is
+    computed from constants only (the session folds it at prepare); else None."""
+    import numpy as np
+
+    vec = np.asarray(vec, np.float64)
+    data = g.values[w].data
+    if data is not None:
+        if data.dtype != np.float32:
+            return None
+        shaped = vec.reshape(-1, *([1] * (data.ndim - 1)))
+        return g.add_const(f"{before.name}/W_scaled", (data.astype(np.float64) * shaped)
+                           .astype(np.float32))
+    val = g.values[w]
+    if (val.dtype != np.float32 or val.shape is None or len(val.shape) < 1
+            or not computed_from_constants(g, w, producers)):
+        return None
+    s = g.add_const(f"{before.name}/W_scale",
+                    vec.astype(np.float32).reshape(-1, *([1] * (len(val.shape) - 1))))
+    out = g.add_value(g.unique_name(f"{before.name}/W_scaled"), np.float32, val.shape)
+    node = g.add_node("Mul", [w, s], [out])
+    g.nodes.pop()
+    g.nodes.insert(g.nodes.index(before), node)
+    producers[out] = node
+    return out

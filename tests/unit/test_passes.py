@@ -59,6 +59,39 @@ def test_batchnorm_and_affine_fold_into_conv(backends):
     assert not {"BatchNormalization", "Mul", "Add"} & set(g.op_counts())
 
 
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_batchnorm_folds_into_conv_whose_weight_is_computed_from_constants(backends):
+    # NOTE: onnx's light models build their weights with ConstantOfShape; a 2.4 MB weight is
+    # too big for the convert-time fold to store, so the BN's scale becomes a Mul on it
+    c = 256
+    inits = {"shape": np.array([c, c, 3, 3], np.int64), "ramp": _f32(c, 1, 1, 1, scale=0.01),
+             "s": np.abs(_f32(c)) + 0.5, "b": _f32(c), "m": _f32(c), "v": np.abs(_f32(c)) + 0.1,
+             "k": np.abs(_f32(1, c, 1, 1)) + 0.5}
+    fill = h.make_tensor("one", T.FLOAT, [1], [0.01])
+    nodes = [h.make_node("ConstantOfShape", ["shape"], ["w0"], value=fill),
+             h.make_node("Add", ["w0", "ramp"], ["w"]),
+             h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"]),
+             h.make_node("Mul", ["bn", "k"], ["mu"]), h.make_node("Relu", ["mu"], ["y"])]
+    g = _check(_model(nodes, inits, x_shape=(1, c, 5, 4)), x_shape=(1, c, 5, 4),
+               backends=backends)
+    assert not {"BatchNormalization", "Relu"} & set(g.op_counts())
+    assert g.op_counts()["Conv"] == 1 and g.op_counts()["ConstantOfShape"] == 1
+
+
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_affine_after_batchnorm_folds_into_it_with_its_activation(backends):
+    # NOTE: caffe2's exports (DenseNet-121, Inception v2 in onnx's test data): BN, Mul, Add, Relu
+    inits = {"s": np.abs(_f32(8)) + 0.5, "b": _f32(8), "m": _f32(8), "v": np.abs(_f32(8)) + 0.1,
+             "k": _f32(8, 1, 1), "t": _f32(1, 8, 1, 1)}
+    nodes = [h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"]),
+             h.make_node("Mul", ["bn", "k"], ["mu"]), h.make_node("Add", ["t", "mu"], ["a"]),
+             h.make_node("Relu", ["a"], ["y"])]
+    g = _check(_model(nodes, inits), backends=backends)
+    assert g.op_counts()["BatchNormalization"] == 1
+    assert not {"Mul", "Add", "Relu"} & set(g.op_counts())
+
+
 @pytest.mark.parametrize("pattern", ["clip_div", "div_outside", "hardsigmoid"])
 def test_hardswish_patterns(pattern):
     conv, inits = _conv("c", "x", "c")
