@@ -115,6 +115,15 @@ DEPTHWISE_FAMILY = [  # (kernel, stride, channels, input map)
 ]
 
 
+GEMM_CONV_FAMILY = [  # (kernel, stride, in channels, out channels, input map)
+    (7, 2, 3, 64, 224), (3, 2, 3, 32, 224), (3, 2, 3, 16, 320), (3, 2, 16, 32, 160),
+    (3, 2, 32, 64, 160), (3, 2, 64, 128, 56), (3, 2, 128, 256, 28), (3, 2, 256, 256, 28),
+    (3, 2, 512, 512, 14), (3, 2, 128, 128, 80), (3, 2, 256, 256, 40),
+    (1, 2, 256, 512, 56), (1, 2, 512, 1024, 28), (1, 2, 1024, 2048, 14), (1, 2, 64, 128, 56),
+    (3, 1, 512, 512, 7), (3, 1, 256, 256, 7), (3, 1, 512, 512, 10), (3, 1, 1024, 256, 5),
+]
+
+
 def cases():
     c = []
 
@@ -138,6 +147,12 @@ def cases():
     # channel counts and maps of MobileNetV2/V3, EfficientNet-B0 and MnasNet-like nets
     for k, s, ch, hw in DEPTHWISE_FAMILY:
         conv(f"dw{k} s{s} {ch}@{hw}", 1, ch, hw, hw, ch, k, s, k // 2, group=ch)
+
+    # the GEMM-conv family (--only gc): the convs that run as patch matrix + GEMM (stems,
+    # strided 3x3 and 1x1 convs, 3x3 convs on maps too small for Winograd) of ResNet, VGG,
+    # MobileNet and YOLO-style nets
+    for k, s, cin, cout, hw in GEMM_CONV_FAMILY:
+        conv(f"gc{k} s{s} {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, k, s, k // 2)
 
     a, b, bias = _randn(64, 512), _randn(1000, 512) * 0.05, _randn(1000)
     c.append(Case("gemm 64x512x1000 +bias", [helper.make_node(

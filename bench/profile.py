@@ -51,12 +51,20 @@ def kinds(model) -> dict[str, str]:
     """``{node name: kind}`` for every node of the ONNX ``model``."""
     from onnx import numpy_helper
 
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    import onnx
+
+    shapes = {t.name: tuple(numpy_helper.to_array(t).shape) for t in model.graph.initializer}
+    # NOTE: a weight computed from constants (onnx's light models: ConstantOfShape) has the
+    # shape onnx's inference gives it
+    for vi in onnx.shape_inference.infer_shapes(model).graph.value_info:
+        dims = vi.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes.setdefault(vi.name, tuple(d.dim_value for d in dims))
     out = {}
     for n in model.graph.node:
         kind = n.op_type
-        if n.op_type == "Conv" and n.input[1] in inits:
-            w = inits[n.input[1]]
+        if n.op_type == "Conv" and n.input[1] in shapes:
+            w = np.empty(shapes[n.input[1]], np.float32)
             attrs = {a.name: a for a in n.attribute}
             group = attrs["group"].i if "group" in attrs else 1
             k = "x".join(str(d) for d in w.shape[2:])
@@ -126,7 +134,15 @@ def model_and_feeds(name: str):
         feeds = {"input_ids": rng.integers(0, ENCODER_CONFIG["vocab"], (1, ENCODER_SEQ)),
                  "attention_mask": np.ones((1, ENCODER_SEQ), np.int64)}
         return build_encoder(**ENCODER_CONFIG), feeds
-    return build(name)
+    model, feeds = build(name)
+    if isinstance(model, str):  # NOTE: onnx's light models come as a path
+        import onnx
+
+        model = onnx.load(model)
+        # NOTE: their nodes have no names; both runtimes' profiles are matched by name
+        for i, n in enumerate(model.graph.node):
+            n.name = n.name or f"{n.op_type}_{i}"
+    return model, feeds
 
 
 def sprat_times(model, feeds, threads: int, runs: int, by_group: bool = False
@@ -194,6 +210,7 @@ def table(name: str, threads: int, runs: int) -> str:
     model, feeds = model_and_feeds(name)
     grouped = name in TRANSFORMERS
     kind, head = kinds(model), conv_of(model)
+    by_output = {o: n.name for n in model.graph.node for o in n.output}
     rows: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for col, times in enumerate((sprat_times(model, feeds, threads, runs, grouped),
                                  ort_times(model, feeds, threads, runs, grouped))):
@@ -201,6 +218,8 @@ def table(name: str, threads: int, runs: int) -> str:
             if grouped:
                 k = node
             else:
+                # NOTE: onnxruntime names a fused node of an unnamed chain by its output
+                node = node if node in head else by_output.get(node, node)
                 k = kind.get(head.get(node, node), "other (sprat-internal or unmatched)")
             rows[k][col] += ms
     total = [sum(r[i] for r in rows.values()) for i in (0, 1)]

@@ -795,6 +795,35 @@ def test_conv_im2col_splits(xs, ws, attrs, split_m):
     check("Conv", ins, attrs, consts=(1, 2))
 
 
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 3, 33, 35), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),  # a stem
+    ((1, 64, 9, 9), (96, 64, 1, 1), {"strides": [2, 2]}),      # columns past a 32-column panel
+    ((1, 160, 7, 7), (136, 160, 3, 3), {"pads": [1, 1, 1, 1]}),  # 2 threads: channel ranges
+    ((2, 16, 47), (64, 16, 5), {"pads": [2, 2], "strides": [2]}),
+    ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # M < a panel
+])
+def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, packed, monkeypatch):
+    """One-group im2col convs of at least one panel (32) of output channels take the packed
+    GEMM on an AVX-512F CPU (``conv.PACKED_IM2COL``); fewer channels, or the path turned off,
+    the per-block BLAS calls: both equal to the reference at 1 and 2 threads."""
+    from sprat.backends.cpu import conv
+
+    if packed and not conv.PACKED_IM2COL:
+        pytest.skip("the packed GEMM needs an AVX-512F CPU")
+    monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
+    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
+    attrs = {**attrs, **fused("Relu", residual=True)}
+    for threads in (1, 2):
+        kernel = _prepared_conv(ins, attrs, threads)
+        assert kernel.algo == "im2col"
+        assert kernel.im2col_packed == (packed and ws[0] >= 32)
+    check("Conv", ins, attrs, consts=(1, 2))
+
+
 def test_split_blocks_cost_rule():
     from sprat.backends.cpu.conv import GEMM_ROWS, shift_blocks, split_blocks
 

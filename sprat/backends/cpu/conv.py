@@ -54,6 +54,13 @@ WINOGRAD_MIN_CHANNELS = 24
 # 1.51 -> 1.17 / 1.29, SqueezeNet 1.55 / 1.47 -> 1.38 / 1.33, MobileNetV3-small, the YOLO neck
 # and Inception v1 1-9 % faster, none slower
 PACKED_POINTWISE = PACKED
+# NOTE: the same packed-weight GEMM for the im2col convs of one group (strided convs, stems,
+# 3x3 convs on maps too small for Winograd): OpenBLAS repacks the whole weight on every block's
+# call, a 4608 x 512 weight of a 7x7 map's 3x3 conv for 49 pixels of product. The patch rows
+# of a block stay in L2 while every weight panel passes over them: blocks of at most
+# IM2COL_PACKED_BYTES of patch rows
+PACKED_IM2COL = PACKED
+IM2COL_PACKED_BYTES = 1 << 20
 # NOTE: on one thread a map of fewer than 16 tiles (10x10) runs faster as im2col/shift GEMMs
 # (NudeNet 320: 0.96-0.97x the time); on two threads Winograd splits its output channels and
 # stays ahead (without it 1.05-1.06x the time), so the minimum applies to one thread only.
@@ -104,7 +111,18 @@ def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
     return u
 
 
-def winograd_pays(tiles: int, pixels: int, nt: int) -> bool:
+# NOTE: Winograd's weights U (36 C*M floats) stream from memory once per tile block; beside the
+# packed-weight im2col GEMM (9 C*M floats, ``PACKED_IM2COL``) a U above WINOGRAD_BIG_U_BYTES
+# pays only on maps of more than WINOGRAD_BIG_U_MAX_TILES 4x4 tiles per image batch. Measured,
+# 3x3 stride-1 convs C = M, sprat / onnxruntime at 1 / 2 threads, Winograd against the packed
+# im2col: 512 channels (U 37.7 MB) at 10x10 - / 2.18 vs 1.06, at 14x14 1.28 / 1.45 vs
+# 1.12 / 1.14, at 20x20 0.66 vs 1.13; 256 channels (U 9.4 MB) at 14x14 0.90 / 0.91 vs
+# 1.09 / 1.10, at 10x10 - / 1.03 vs 1.10; fewer channels Winograd ahead everywhere it runs
+WINOGRAD_BIG_U_BYTES = 16 << 20
+WINOGRAD_BIG_U_MAX_TILES = 16
+
+
+def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
     """Whether Winograd F(4,3) beats the GEMM algorithms on a map of ``tiles`` 4x4 tiles and
     ``pixels`` output pixels (all images) on ``nt`` slots.
 
@@ -115,7 +133,10 @@ def winograd_pays(tiles: int, pixels: int, nt: int) -> bool:
     GEMM 9 (pixels/F + 1/B); with F/B = 16 (AVX-512 FMA against weights from L3 or memory)
     Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a GEMM
     (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split by
-    channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
+    channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads). ``u_bytes``:
+    Winograd's weight bytes (``WINOGRAD_BIG_U_BYTES``)."""
+    if PACKED_IM2COL and u_bytes > WINOGRAD_BIG_U_BYTES and tiles <= WINOGRAD_BIG_U_MAX_TILES:
+        return False
     if nt == 1:
         return tiles >= WINOGRAD_MIN_TILES
     return 4 * tiles + 48 < pixels
@@ -170,6 +191,8 @@ class ConvKernel(CpuKernel):
     #: ``qconv`` turns the path off: its fused 1x1 pass reads ``w`` in the BLAS layout
     panels = None
     packed_pointwise = True
+    #: whether the im2col algorithm runs on the packed-weight GEMM (``PACKED_IM2COL``)
+    im2col_packed = False
     #: whether prepare may pick Winograd; ``qconv`` turns it off: its transforms round, so
     #: integer-valued operands do not give integer-exact sums
     winograd = True
@@ -268,7 +291,8 @@ class ConvKernel(CpuKernel):
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
               and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
               and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
-              and winograd_pays(n * (-(-oh // 4)) * (-(-ow // 4)), n * oh * ow, nt)):
+              and winograd_pays(n * (-(-oh // 4)) * (-(-ow // 4)), n * oh * ow, nt,
+                                144 * c * m)):
             self.algo = "winograd"
             self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36, C, M)
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
@@ -306,9 +330,19 @@ class ConvKernel(CpuKernel):
             self.algo = "im2col"
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
-            self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
-            self.blk, self.split_m = split_blocks(n * oh * ow, GEMM_ROWS, m, group, nt)
-            self.workspaces = (scratch(nt, self.blk * kh * kw * cg),)
+            kk = kh * kw * cg
+            # NOTE: below one panel's width of output channels most of each panel is zero
+            # padding (3->16 stems: 1.35x the BLAS path's time; 3->32: the same time)
+            self.im2col_packed = PACKED_IM2COL and group == 1 and m >= ck.PACKED_NR
+            if self.im2col_packed:
+                self.w = self.shared("im2col_panels", lambda: pack_panels(
+                    np.ascontiguousarray(wg).reshape(kk, m)))
+                target = max(12, IM2COL_PACKED_BYTES // (4 * kk))
+            else:
+                self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
+                target = GEMM_ROWS
+            self.blk, self.split_m = split_blocks(n * oh * ow, target, m, group, nt)
+            self.workspaces = (scratch(nt, self.blk * kk),)
         if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
@@ -349,7 +383,8 @@ class ConvKernel(CpuKernel):
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
         else:
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
-                    kh, kw, sh, sw, dh, dw, ph, pw, self.blk, self.split_m, *bufs, code, a, b)
+                    kh, kw, sh, sw, dh, dw, ph, pw, self.blk, self.split_m, *bufs, code, a, b,
+                    self.im2col_packed)
         return KERNEL[algo], (nt, *views(args))
 
 

@@ -362,23 +362,26 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
                            idx nbias, const float* res, bint has_res, float* y, idx N, idx H,
                            idx W, idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh,
                            idx sw, idx dh, idx dw, idx ph, idx pw, idx blk, bint split_m,
-                           float* col, int code, float a, float b) noexcept nogil:
+                           float* col, int code, float a, float b, bint packed) noexcept nogil:
     """Slot ``t`` of ``nt`` of a general conv: per block of ``blk`` output pixels and per
     group, gather the (pixels, kh*kw*C/G) patch matrix into ``col`` and GEMM it with the packed
     weights (G, kh, kw, C/G, M/G) straight into ``y`` (ldc = M); then the epilogue. The slot
     takes a range of the blocks, or with ``split_m`` (one group) every block but a range of
     the output channels (multiples of 8): for few pixels against many channels each slot then
-    reads half the weights and builds the (small) patch matrix itself."""
+    reads half the weights and builds the (small) patch matrix itself. ``packed`` (one group,
+    ``packed_gemm_available()``): ``w`` is the (kh*kw*C, M) weight as ``gemm_packed``'s panels,
+    and the GEMM is ``sprat_pk_gemm`` (channel ranges then in multiples of the panel width)."""
     cdef idx cg = C // G
     cdef idx mg = M // G
     cdef idx kk = kh * kw * cg
     cdef idx P = N * OH * OW
     cdef idx nb = (P + blk - 1) // blk
     cdef idx b0, b1, c0, c1, bi, p0, rows, g
+    cdef idx unit = SPRAT_PK_NR if packed else 8
     if split_m:
         b0, b1 = 0, nb
-        c0 = (t * M // nt) // 8 * 8
-        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+        c0 = (t * M // nt) // unit * unit
+        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // unit * unit
     else:
         b0, b1 = t * nb // nt, (t + 1) * nb // nt
         c0, c1 = 0, M
@@ -390,10 +393,13 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
         for g in range(G):
             _im2col_pixels(col, x, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, p0,
                            p0 + rows, g, cg)
-            # NOTE: a block of one to three pixels (a 1-D conv over a few frames) runs as
-            # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
-            dense_gemm_nn(rows, c1 - c0 if split_m else mg, kk, 1.0, col, kk,
-                          w + g * kk * mg + c0, mg, y + p0 * M + g * mg + c0, M)
+            if packed:
+                sprat_pk_gemm(rows, c0, c1, kk, col, kk, w, y + p0 * M, M)
+            else:
+                # NOTE: a block of one to three pixels (a 1-D conv over a few frames) runs as
+                # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
+                dense_gemm_nn(rows, c1 - c0 if split_m else mg, kk, 1.0, col, kk,
+                              w + g * kk * mg + c0, mg, y + p0 * M + g * mg + c0, M)
         if split_m:
             conv_cols_inplace(y + p0 * M + c0, rows, c1 - c0, M, bias + c0,
                               conv_at(res, p0 * M + c0), has_res, code, a, b)
@@ -406,16 +412,22 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
                 const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                 idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw,
                 idx ph, idx pw, idx blk, bint split_m, float[:, ::1] col, int code, float a,
-                float b):
+                float b, bint packed=False):
     """Any conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by patch matrix + GEMM
     (``conv_im2col_slot``), blocks of ``blk`` output pixels split over ``nt`` slots (or, with
     ``split_m`` and one group, the output channels); workspace ``col`` (nt, >= blk*kh*kw*C/G).
-    ``bias``: the M biases tiled (``tiled_bias``). Raises ValueError on short operands or
-    ``split_m`` with groups."""
+    ``bias``: the M biases tiled (``tiled_bias``). ``packed``: ``w`` is the (kh*kw*C, M)
+    weight as ``linalg.pack_panels`` makes it, for the packed-weight GEMM (one group; only
+    where ``packed_gemm_available()``). Raises ValueError on short operands, ``split_m`` or
+    ``packed`` with groups, or ``packed`` where the packed GEMM does not run."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M // G)
     conv_check_ws(col, nt, blk * kh * kw * C // G)
-    if blk < 1 or (split_m and G != 1):
-        raise ValueError(f"conv_im2col: blk {blk} < 1 or split_m with {G} groups")
+    if blk < 1 or ((split_m or packed) and G != 1):
+        raise ValueError(f"conv_im2col: blk {blk} < 1 or split_m/packed with {G} groups")
+    if packed and (not sprat_pk_available()
+                   or w.shape[0] < -(-M // SPRAT_PK_NR) * SPRAT_PK_NR * kh * kw * C):
+        raise ValueError("conv_im2col: packed weights where the packed GEMM does not run, "
+                         "or short panels")
     cdef const float* px = &x[0]
     cdef const float* pw_ = &w[0]
     cdef const float* pb_ = &bias[0]
@@ -427,11 +439,12 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
         with nogil:
             conv_im2col_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH,
                              OW, kh, kw, sh, sw, dh, dw, ph, pw, blk, False, &col[0, 0], code, a,
-                             b)
+                             b, packed)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_im2col_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH, OW,
-                         kh, kw, sh, sw, dh, dw, ph, pw, blk, split_m, &col[t, 0], code, a, b)
+                         kh, kw, sh, sw, dh, dw, ph, pw, blk, split_m, &col[t, 0], code, a, b,
+                         packed)
 
 
 # ---- depthwise: group == C == M ----------------------------------------------------------------

@@ -25,8 +25,8 @@ def cpu_has_avx2() -> bool:
 
 include "common.pxi"
 include "elementwise.pxi"
-include "conv.pxi"
 include "packed.pxi"
+include "conv.pxi"
 include "dense.pxi"
 include "rnn.pxi"
 include "data.pxi"

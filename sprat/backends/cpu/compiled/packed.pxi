@@ -9,7 +9,7 @@
 #
 # AVX-512F only, compiled in the avx2 build with a target attribute and taken when the CPU has
 # it (``packed_gemm_available``); elsewhere the kernels call BLAS as before. Included before
-# dense.pxi, whose ``gemm_packed`` and attention call it.
+# conv.pxi (im2col convs) and dense.pxi (``gemm_packed``, attention), which call it.
 
 cdef extern from *:
     """
