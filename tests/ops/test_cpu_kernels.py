@@ -733,11 +733,15 @@ def test_every_table_entry_names_a_kernel_class():
 
 @pytest.mark.parametrize("h,w_,threads,algo", [
     (14, 15, 1, "winograd"),  # 4x4 = 16 tiles
-    (10, 11, 1, "shift"),  # 9 tiles: GEMMs are faster on one thread
+    (10, 11, 1, "gemm"),  # 9 tiles: GEMMs are faster on one thread
     (10, 11, 2, "winograd"),  # ... but not on two
-    (7, 7, 2, "shift"),  # 4 tiles: streaming 4x the weights for 4 GEMM rows does not pay
+    (7, 7, 2, "gemm"),  # 4 tiles: streaming 4x the weights for 4 GEMM rows does not pay
 ])
 def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
+    from sprat.backends.cpu import conv
+
+    # NOTE: the GEMM algorithm of 32 channels: the packed im2col where it runs, else shift
+    algo = ("im2col" if conv.PACKED_IM2COL else "shift") if algo == "gemm" else algo
     x, w = nhwc(randn(1, 32, h, w_, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
     res = randn(1, h, w_, 32, seed=4)
     node, infos = make("Conv", [x, w, randn(32, seed=3), res],
@@ -876,7 +880,10 @@ def test_conv_pointwise_splits_output_channels(xs, ws, wt, monkeypatch):
     ((1, 16, 3, 90), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, 45),  # 3 rows -> 6 blocks
     ((1, 32, 1, 197), (48, 32, 1, 5), {"pads": [0, 4, 0, 0]}, 99),  # left padding only
 ])
-def test_conv_shift_column_blocks(xs, ws, attrs, cols):
+def test_conv_shift_column_blocks(xs, ws, attrs, cols, monkeypatch):
+    from sprat.backends.cpu import conv
+
+    monkeypatch.setattr(conv, "PACKED_IM2COL", False)  # NOTE: it would replace shift
     x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
     node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
     (shape, _), = infer(node, infos)

@@ -59,6 +59,11 @@ PACKED_POINTWISE = PACKED
 # call, a 4608 x 512 weight of a 7x7 map's 3x3 conv for 49 pixels of product. The patch rows
 # of a block stay in L2 while every weight panel passes over them: blocks of at most
 # IM2COL_PACKED_BYTES of patch rows
+# NOTE: where the packed path runs it also replaces the shift algorithm (BLAS calls per tap):
+# sprat / onnxruntime, shift against packed im2col, 1 thread: 3x3 16->64@55 1.39 vs 1.12,
+# 5x5 64->64@14 1.42 vs 0.95, 7x7 32->64@28 1.30 vs 1.02, 3x3 64->64@7 1.23 vs 0.94, 1-D k3
+# 64->64 over 400 1.32 vs 1.06; 2 threads the same or better but for a 24 us 1-D k7 conv over 50
+# frames (0.61 vs 0.77)
 PACKED_IM2COL = PACKED
 IM2COL_PACKED_BYTES = 1 << 20
 # NOTE: on one thread a map of fewer than 16 tiles (10x10) runs faster as im2col/shift GEMMs
@@ -315,7 +320,7 @@ class ConvKernel(CpuKernel):
             self.workspaces = (scratch(nt, 36 * self.tb * c), scratch(nt, 36 * self.tb * m),
                                scratch(nt, 72 * c), scratch(nt, 40 * m))
         elif (sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS
-              and n * oh * ow > ck.FEW_ROWS):
+              and n * oh * ow > ck.FEW_ROWS and not (PACKED_IM2COL and m >= ck.PACKED_NR)):
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
                 wv.transpose(2, 3, 1, 0)).ravel())  # (kh, kw, C, M)
