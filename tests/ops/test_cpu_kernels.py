@@ -800,17 +800,18 @@ def test_conv_im2col_splits(xs, ws, attrs, split_m):
 
 
 @pytest.mark.parametrize("packed", [True, False])
-@pytest.mark.parametrize("xs,ws,attrs", [
-    ((1, 3, 33, 35), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),  # a stem
-    ((1, 64, 9, 9), (96, 64, 1, 1), {"strides": [2, 2]}),      # columns past a 32-column panel
-    ((1, 160, 7, 7), (136, 160, 3, 3), {"pads": [1, 1, 1, 1]}),  # 2 threads: channel ranges
-    ((2, 16, 47), (64, 16, 5), {"pads": [2, 2], "strides": [2]}),
-    ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # M < a panel
+@pytest.mark.parametrize("xs,ws,attrs,pays", [
+    ((1, 3, 33, 35), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, True),  # a stem
+    ((1, 64, 9, 9), (96, 64, 1, 1), {"strides": [2, 2]}, True),  # columns past a 32-wide panel
+    ((1, 160, 7, 7), (136, 160, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # 2 threads: ranges
+    ((2, 16, 47), (64, 16, 5), {"pads": [2, 2], "strides": [2]}, True),
+    ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # M 16
+    ((1, 3, 20, 20), (48, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # K 27
 ])
-def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, packed, monkeypatch):
-    """One-group im2col convs of at least one panel (32) of output channels take the packed
-    GEMM on an AVX-512F CPU (``conv.PACKED_IM2COL``); fewer channels, or the path turned off,
-    the per-block BLAS calls: both equal to the reference at 1 and 2 threads."""
+def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, pays, packed, monkeypatch):
+    """One-group im2col convs take the packed GEMM on an AVX-512F CPU (``conv.PACKED_IM2COL``)
+    where ``conv.packed_pays`` (K > 32, M > 16); elsewhere, or with the path turned off, the
+    per-block BLAS calls: both equal to the reference at 1 and 2 threads."""
     from sprat.backends.cpu import conv
 
     if packed and not conv.PACKED_IM2COL:
@@ -824,7 +825,7 @@ def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, packed, monkeypatch):
     for threads in (1, 2):
         kernel = _prepared_conv(ins, attrs, threads)
         assert kernel.algo == "im2col"
-        assert kernel.im2col_packed == (packed and ws[0] >= 32)
+        assert kernel.im2col_packed == (packed and pays)
     check("Conv", ins, attrs, consts=(1, 2))
 
 
@@ -1128,12 +1129,14 @@ def test_pack_panels_layout_in_parts(k, n, monkeypatch):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("xs,m,act", [
-    ((1, 1152, 1, 1), 288, "Sigmoid"),   # squeeze-excite: one pixel
-    ((2, 96, 5, 5), 264, "HardSwish"),   # columns past a 32-column panel
-    ((1, 24, 56, 56), 144, "Clip"),      # MobileNetV2's expansion: many row blocks
-    ((1, 320, 7, 7), 1280, None)])
-def test_conv_pointwise_on_the_packed_gemm(xs, m, act):
+@pytest.mark.parametrize("xs,m,act,pays", [
+    ((1, 1152, 1, 1), 288, "Sigmoid", True),   # squeeze-excite: one pixel
+    ((2, 96, 5, 5), 264, "HardSwish", True),   # columns past a 32-column panel
+    ((1, 40, 56, 56), 240, "Clip", True),      # an expansion: many row blocks
+    ((1, 320, 7, 7), 1280, None, True),
+    ((1, 24, 56, 56), 144, "Clip", False),     # K 24: BLAS (``conv.packed_pays``)
+    ((1, 128, 9, 9), 16, None, False)])        # M 16: BLAS
+def test_conv_pointwise_on_the_packed_gemm(xs, m, act, pays):
     from sprat.backends.cpu import conv
 
     if not conv.PACKED_POINTWISE:
@@ -1143,5 +1146,5 @@ def test_conv_pointwise_on_the_packed_gemm(xs, m, act):
     attrs = fused(act, [0.0, 6.0] if act == "Clip" else (), residual=True)
     for threads in (1, 2):
         kernel = _prepared_conv(ins, attrs, threads)
-        assert kernel.algo == "pointwise" and kernel.panels is not None
+        assert kernel.algo == "pointwise" and (kernel.panels is not None) == pays
     check("Conv", ins, attrs, consts=(1, 2))
