@@ -69,6 +69,68 @@ def test_bidirectional_lstm_on_two_threads(memory):
                 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("init", [False, True])
+@pytest.mark.parametrize("hidden", [60, 264])
+def test_lstm_units_split_over_two_threads(direction, init, hidden, monkeypatch):
+    """Above ``rnn.LSTM_SPLIT_BYTES`` of R^T a direction's hidden units are split over the
+    threads (one barrier a step): equal to the reference, slots cut at multiples of 8 units
+    (60 = 24 + 36), states handed over through the second buffer on odd and even step counts."""
+    from sprat.backends.cpu import limits, rnn
+
+    monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 16 * 48 * 48)
+    for seq in (9, 10):
+        node, arrs, _ = _case(direction, init, True, False, S=seq, B=2, I=12, H=hidden)
+        arrs[1], arrs[2] = arrs[1] * (2 / hidden) ** 0.5, arrs[2] * (2 / hidden) ** 0.5
+        infos = [None if a is None else TensorInfo(a.shape, a.dtype,
+                                                   a if k in (1, 2, 3, 4) else None)
+                 for k, a in enumerate(arrs)]
+        ref = evaluate(node, arrs)
+        kernel = LSTMKernel(node, 2)
+        kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
+        assert kernel.units == 2
+        ws = Workspace.allocate(kernel, np.nan)
+        with limits(2):
+            for _ in range(2):
+                outs = [np.full_like(r, np.nan) for r in ref]
+                kernel.run(arrs, outs, ws)
+                for got, want in zip(outs, ref):
+                    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_lstm_units_split_in_a_team_of_one():
+    """OpenMP may give the region fewer threads than asked (OMP_THREAD_LIMIT, nesting): one
+    thread then runs every slot of each step in turn, with the same results."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, sys; sys.path.insert(0, 'tests/ops')\n"
+        "import test_cpu_rnn as t\n"
+        "from sprat.backends.cpu import rnn, limits\n"
+        "from sprat.backends.base import Workspace\n"
+        "from sprat.ir.tensorinfo import TensorInfo\n"
+        "rnn.LSTM_SPLIT_BYTES = 0\n"
+        "node, arrs, _ = t._case('bidirectional', True, True, False, S=5, B=2, I=6, H=40)\n"
+        "infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if k in (1, 2, 3, 4)"
+        " else None) for k, a in enumerate(arrs)]\n"
+        "ref = t.evaluate(node, arrs)\n"
+        "k = t.LSTMKernel(node, 2)\n"
+        "k.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])\n"
+        "assert k.units == 2\n"
+        "ws = Workspace.allocate(k, np.nan)\n"
+        "outs = [np.full_like(r, np.nan) for r in ref]\n"
+        "k.run(arrs, outs, ws)\n"
+        "for g, w in zip(outs, ref): np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)\n")
+    import os
+
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_lstm_refuses_what_it_does_not_implement():
     node, arrs, infos = _case("forward", False, True, False)
     for attrs in ({"clip": 3.0}, {"input_forget": 1}, {"layout": 1},

@@ -44,15 +44,39 @@ def _plain_recurrence(node, ins, acts) -> bool:
                                 and not np.any(seq_lens.value != x.shape[0]))
 
 
-def _pack_transposed(kernel, w, r) -> tuple[np.ndarray, np.ndarray]:
-    """W^T and R^T of every direction, float32, one flat row each (shared per model); the
-    kernel declares W and R packed (``Kernel.packed``: their mapped pages are given back)."""
+def _pack_transposed(kernel, w, r, order=None) -> tuple[np.ndarray, np.ndarray]:
+    """W^T and R^T of every direction, float32, one flat row each (shared per model), their
+    columns in ``order`` when given (``lstm_unit_order``); the kernel declares W and R packed
+    (``Kernel.packed``: their mapped pages are given back)."""
     dirs = w.shape[0]
     kernel.packed = (1, 2)
-    return (kernel.shared("wt_all", lambda: np.stack([
-                np.ascontiguousarray(w[d].T, dtype=np.float32).reshape(-1) for d in range(dirs)])),
-            kernel.shared("rt_all", lambda: np.stack([
-                np.ascontiguousarray(r[d].T, dtype=np.float32).reshape(-1) for d in range(dirs)])))
+    cols = slice(None) if order is None else order
+    tag = "" if order is None else f"_units{len(order)}"
+    return (kernel.shared("wt_all" + tag, lambda: np.stack([
+                np.ascontiguousarray(w[d].T[:, cols], dtype=np.float32).reshape(-1)
+                for d in range(dirs)])),
+            kernel.shared("rt_all" + tag, lambda: np.stack([
+                np.ascontiguousarray(r[d].T[:, cols], dtype=np.float32).reshape(-1)
+                for d in range(dirs)])))
+
+
+def lstm_unit_order(hid: int, slots: int) -> np.ndarray:
+    """The 4H gate columns of an LSTM in slot order for ``ck.lstm``'s ``units``: slot s (its
+    units ``[k0, k1)``, multiples of 8 as the kernel cuts them) holds the i, o, f, c columns
+    of its units, so one slot's GEMV, cell and state touch a contiguous block."""
+    cols = []
+    bounds = [s * hid // slots // 8 * 8 for s in range(slots)] + [hid]
+    for k0, k1 in zip(bounds, bounds[1:]):
+        for g in range(4):
+            cols.extend(range(g * hid + k0, g * hid + k1))
+    return np.asarray(cols, np.int64)
+
+
+# NOTE: a direction's recurrence reads all of R^T (16 H^2 bytes) every step; above
+# LSTM_SPLIT_BYTES (L2-sized) two threads that each keep half of it in their own L2 beat two
+# threads that each stream a whole direction's R^T from L3 (one per direction) -- the units of
+# a direction are then split over the threads, one barrier a step
+LSTM_SPLIT_BYTES = 1 << 20
 
 
 class LSTMKernel(CpuKernel):
@@ -81,21 +105,27 @@ class LSTMKernel(CpuKernel):
             # W as stored through BLAS's transpose flag, the recurrence R by dot products
             self.w = np.ascontiguousarray(w, np.float32).reshape(self.dirs, -1)
             self.r = np.ascontiguousarray(r, np.float32).reshape(self.dirs, -1)
-        else:
-            self.w, self.r = _pack_transposed(self, w, r)
+        hid = self.hidden
+        self.units = (self.threads if not self.r_trans and self.threads >= 2
+                      and 16 * hid * hid > LSTM_SPLIT_BYTES and hid >= 8 * self.threads else 0)
+        order = lstm_unit_order(hid, self.units) if self.units else None
+        if not self.r_trans:
+            self.w, self.r = _pack_transposed(self, w, r, order)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = np.zeros((self.dirs, four_h), np.float32)
         else:
             self.bias = np.ascontiguousarray(b[:, :four_h] + b[:, four_h:], np.float32)
+        if order is not None:
+            self.bias = np.ascontiguousarray(self.bias[:, order])
         self.has_h0 = len(ins) > 5 and ins[5] is not None
         self.has_c0 = len(ins) > 6 and ins[6] is not None
         # scratch, once per shape, one slice per direction
         d = self.dirs
         f32 = np.dtype(np.float32)
-        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, h, c
+        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, h, c (, h2)
             (d, seq * batch * four_h), (d, batch * four_h), (d, batch * self.hidden),
-            (d, batch * self.hidden)))
+            (d, batch * self.hidden), *([(d, batch * self.hidden)] if self.units else [])))
         self.n_in = n_in
         self.empty = empty_f32()
         # NOTE: two threads only pay when a direction has real work (the launch costs ~5 us)
@@ -114,8 +144,8 @@ class LSTMKernel(CpuKernel):
                   for k in range(3)]
         flat = [self.empty if a is None else a.reshape(-1) for a in [h0, c0] + wanted]
         return ck.lstm, (x.reshape(-1), self.w, self.r_trans, self.r, self.r_trans, self.bias,
-                         *flat, *buffers, self.reverse, self.seq, self.batch, self.n_in,
-                         self.hidden, self.par)
+                         *flat, *buffers[:4], self.reverse, self.seq, self.batch, self.n_in,
+                         self.hidden, self.par, self.units, *buffers[4:])
 
 
 class GRUKernel(CpuKernel):

@@ -7,7 +7,7 @@
 # ``nt``; the work items are split into ``nt`` equal ranges, one per OpenMP thread, or run on
 # the calling thread when ``nt == 1``.
 
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport logf, INFINITY
 
 cdef extern from *:
@@ -1038,10 +1038,11 @@ cdef void dense_lstm_recurrence(const float* h, const float* r, bint r_trans, fl
 
 
 cdef void dense_lstm_cell(float* gates, const float* xw, const float* bias, float* c, float* h,
-                          float* y, idx nb, idx hid) noexcept nogil:
-    """``gates`` (nb, 4H) = h_prev @ R^T on entry (then overwritten); adds ``xw`` (nb, 4H) and
-    ``bias`` (4H), then updates ``c``, ``h`` (nb, H) in place and writes h into ``y`` (nb, H)
-    unless ``y`` is NULL. Gate order i, o, f, c (ONNX)."""
+                          float* y, idx nb, idx hid, idx gp, idx hp) noexcept nogil:
+    """``hid`` units of every row of ``nb``: ``gates`` (rows of pitch ``gp``, the four gate
+    blocks of ``hid`` columns, order i, o, f, c (ONNX)) = h_prev @ R^T on entry (then
+    overwritten); adds ``xw`` (same layout) and ``bias`` (4 * hid), then updates ``c``, ``h``
+    (rows of pitch ``hp``) in place and writes h into ``y`` (pitch ``hp``) unless NULL."""
     cdef idx b, k
     cdef float* g
     cdef const float* x
@@ -1055,21 +1056,95 @@ cdef void dense_lstm_cell(float* gates, const float* xw, const float* bias, floa
     # arrays: GCC gives up on a loop with that many possibly aliasing pointers (and with
     # -fwrapv, Python's CFLAGS, on indices like ``g[hid + k]``); each pass below vectorises
     for b in range(nb):
-        g = gates + b * 4 * hid
-        x = xw + b * 4 * hid
+        g = gates + b * gp
+        x = xw + b * gp
         for k in range(4 * hid):
             g[k] += x[k] + bias[k]
         act_inplace(g, 3 * hid, A_SIGMOID, <float>0.0, <float>0.0)  # i, o, f
         act_inplace(g + 3 * hid, hid, A_TANH, <float>0.0, <float>0.0)  # c~
         gi, go, gf, gc = g, g + hid, g + 2 * hid, g + 3 * hid
-        cb = c + b * hid
-        hb = h + b * hid
+        cb = c + b * hp
+        hb = h + b * hp
         for k in range(hid):
             cb[k] = gf[k] * cb[k] + gi[k] * gc[k]
         for k in range(hid):
             hb[k] = go[k] * tanh32(cb[k])
         if y != NULL:
-            memcpy(y + b * hid, hb, hid * sizeof(float))
+            memcpy(y + b * hp, hb, hid * sizeof(float))
+
+
+cdef extern from *:
+    """
+    /* An orphaned barrier: binds to the parallel region the caller runs in (OpenMP 5.2
+       section 15.3.1), a no-op outside one or in a team of one. */
+    static void sprat_omp_barrier(void) {
+    #ifdef _OPENMP
+        _Pragma("omp barrier")
+    #endif
+    }
+    """
+    void sprat_omp_barrier() noexcept nogil
+
+
+cdef inline idx dense_unit_bound(idx sl, idx nslots, idx hid) noexcept nogil:
+    """First unit of slot ``sl`` of ``nslots`` (multiples of 8; ``hid`` past the last)."""
+    return hid if sl >= nslots else sl * hid // nslots // 8 * 8
+
+
+cdef void dense_lstm_units(const float* x, const float* w, const float* r, const float* bias,
+                           const float* h0, const float* c0, float* h, float* h2, float* c,
+                           float* y, idx y_step, float* xw, float* gates, idx seq, idx nb,
+                           idx n_in, idx hid, bint reverse, int tid, int team,
+                           idx nslots) noexcept nogil:
+    """One direction with its hidden units split in ``nslots`` slots, run by thread ``tid`` of
+    a team of ``team`` (slots tid, tid + team, ...): ``w`` / ``r`` / ``bias`` have their 4H
+    columns in slot order (slot s: the i, o, f, c columns of its units, ``lstm_unit_order``),
+    so a slot's projection, recurrence GEMV and cell touch its own columns; every step reads
+    the whole state ``h`` and writes its units into the other buffer (``h`` / ``h2``,
+    swapped per step), then a barrier. The final state ends in ``h``."""
+    cdef idx four_h = 4 * hid
+    cdef idx s, t, sl, k0, k1, b
+    cdef float* cur = h
+    cdef float* nxt = h2
+    cdef float* tmp
+    sl = tid
+    while sl < nslots:
+        k0, k1 = dense_unit_bound(sl, nslots, hid), dense_unit_bound(sl + 1, nslots, hid)
+        dense_gemm_nn(seq * nb, 4 * (k1 - k0), n_in, <float>1.0, x, n_in, w + 4 * k0, four_h,
+                      xw + 4 * k0, four_h)
+        for b in range(nb):
+            if h0 != NULL:
+                memcpy(h + b * hid + k0, h0 + b * hid + k0, (k1 - k0) * sizeof(float))
+            else:
+                memset(h + b * hid + k0, 0, (k1 - k0) * sizeof(float))
+            if c0 != NULL:
+                memcpy(c + b * hid + k0, c0 + b * hid + k0, (k1 - k0) * sizeof(float))
+            else:
+                memset(c + b * hid + k0, 0, (k1 - k0) * sizeof(float))
+        sl += team
+    sprat_omp_barrier()
+    for s in range(seq):
+        t = seq - 1 - s if reverse else s
+        sl = tid
+        while sl < nslots:
+            k0, k1 = dense_unit_bound(sl, nslots, hid), dense_unit_bound(sl + 1, nslots, hid)
+            dense_gemm_nn(nb, 4 * (k1 - k0), hid, <float>1.0, cur, hid, r + 4 * k0, four_h,
+                          gates + 4 * k0, four_h)
+            dense_lstm_cell(gates + 4 * k0, xw + t * nb * four_h + 4 * k0, bias + 4 * k0,
+                            c + k0, nxt + k0, y + t * y_step + k0 if y != NULL else NULL, nb,
+                            k1 - k0, four_h, hid)
+            sl += team
+        sprat_omp_barrier()
+        tmp = cur
+        cur = nxt
+        nxt = tmp
+    if cur != h:
+        sl = tid
+        while sl < nslots:
+            k0, k1 = dense_unit_bound(sl, nslots, hid), dense_unit_bound(sl + 1, nslots, hid)
+            for b in range(nb):
+                memcpy(h + b * hid + k0, cur + b * hid + k0, (k1 - k0) * sizeof(float))
+            sl += team
 
 
 cdef void dense_lstm_direction(const float* x, const float* w, bint w_trans, const float* r,
@@ -1100,14 +1175,14 @@ cdef void dense_lstm_direction(const float* x, const float* w, bint w_trans, con
         t = seq - 1 - s if reverse else s
         dense_lstm_recurrence(h, r, r_trans, gates, nb, hid)
         dense_lstm_cell(gates, xw + t * nb * four_h, bias, c, h,
-                        y + t * y_step if y != NULL else NULL, nb, hid)
+                        y + t * y_step if y != NULL else NULL, nb, hid, four_h, hid)
 
 
 def lstm(const float[::1] x, const float[:, ::1] w, bint w_trans, const float[:, ::1] r,
          bint r_trans, const float[:, ::1] bias, const float[::1] h0, const float[::1] c0,
          float[::1] y, float[::1] y_h, float[::1] y_c, float[:, ::1] xw, float[:, ::1] gates,
          float[:, ::1] h, float[:, ::1] c, reverse, idx seq, idx nb, idx n_in, idx hid,
-         bint par):
+         bint par, idx units=0, float[:, ::1] h2=None):
     """LSTM-14 (layout 0, default activations) of every direction d, as one call.
 
     ``x`` (seq, nb, I) flat; per direction (rows of the 2-D arguments): ``w[d]`` W^T packed
@@ -1116,8 +1191,11 @@ def lstm(const float[::1] x, const float[:, ::1] w, bint w_trans, const float[:,
     zeros. Outputs (each may be empty: not wanted): ``y`` (seq, dirs, nb, H), ``y_h``/``y_c``
     (dirs, nb, H). Scratch rows per direction: ``xw`` (seq*nb*4H), ``gates`` (nb*4H), ``h`` and
     ``c`` (nb*H). ``reverse``: a bool per direction; ``par``: the two directions on two
-    threads."""
+    threads. ``units`` > 1: each direction in turn, its hidden units split in that many slots
+    over as many threads (``w``, ``r``, ``bias`` then in ``lstm_unit_order``; scratch ``h2``
+    as ``h``; not with ``w_trans`` / ``r_trans``). Raises ValueError on a bad ``units``."""
     cdef int dirs = w.shape[0]
+    cdef int tid, team
     cdef bint rev[2]
     cdef const float* ph0 = cptr(h0)
     cdef const float* pc0 = cptr(c0)
@@ -1126,7 +1204,21 @@ def lstm(const float[::1] x, const float[:, ::1] w, bint w_trans, const float[:,
     cdef int d
     rev[0] = bool(reverse[0])
     rev[1] = bool(reverse[1]) if dirs > 1 else False
-    if par and dirs == 2:
+    if units > 1:
+        if w_trans or r_trans or h2 is None or h2.shape[0] < dirs or h2.shape[1] < state \
+                or hid < 8 * units:
+            raise ValueError("lstm: units needs packed W^T / R^T, h2 and 8 units per slot")
+        for d in range(dirs):
+            with nogil, parallel(num_threads=units):
+                tid = threadid()
+                team = openmp.omp_get_num_threads()
+                dense_lstm_units(&x[0], &w[d, 0], &r[d, 0], &bias[d, 0],
+                                 ph0 + d * state if ph0 != NULL else NULL,
+                                 pc0 + d * state if pc0 != NULL else NULL, &h[d, 0], &h2[d, 0],
+                                 &c[d, 0], py + d * state if py != NULL else NULL,
+                                 dirs * state, &xw[d, 0], &gates[d, 0], seq, nb, n_in, hid,
+                                 rev[d], tid, team, units)
+    elif par and dirs == 2:
         for d in prange(2, nogil=True, num_threads=2, schedule="static", chunksize=1):
             dense_lstm_direction(&x[0], &w[d, 0], w_trans, &r[d, 0], r_trans, &bias[d, 0],
                                  ph0 + d * state if ph0 != NULL else NULL,
