@@ -437,12 +437,17 @@ def test_global_pool(op):
     check(op, [nhwc(randn(2, 37, 9, 11))], fused())
     check(op, [randn(2, 37, 9, 11)])  # NCHW: rows
     check(op, [nhwc(randn(1, 1200, 20, 20))], fused())  # several channel chunks
+    # one chunk of channels, a large map: on two slots an average splits the pixels into two
+    # partial sums (``reduce_ori``), a max the single item
+    check(op, [nhwc(randn(1, 32, 112, 112))], fused())
+    check(op, [nhwc(randn(1, 144, 56, 57))], fused())
 
 
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("shape,axes,keepdims", [
     ((4, 6, 33), [-1], 1), ((4, 6, 33), [1], 0), ((4, 6, 33), [0, 1], 1),
     ((4, 1, 6, 33), [1, 2], 1), ((2, 3, 4, 5), None, 0), ((300, 70), [1], 1),
+    ((1, 3001, 40), [1], 0),  # one row of 40 outputs over 3001: two slots split the 3001
 ])
 def test_reduce(op, shape, axes, keepdims):
     x = randn(*shape)

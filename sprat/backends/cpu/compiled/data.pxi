@@ -232,17 +232,50 @@ cdef void _reduce_items(const float* x, float* y, idx lo, idx hi, idx O, idx R, 
                         R, I, op)
 
 
+cdef void _sum_part(const float* x, idx r0, idx r1, idx O, idx R, idx I,
+                    double* acc) noexcept nogil:
+    """``acc[o*I + i]`` = sum over r in [r0, r1) of ``x[o, r, i]`` (float64)."""
+    cdef idx o, r, i
+    cdef const float* xr
+    cdef double* ao
+    for o in range(O):
+        ao = acc + o * I
+        for i in range(I):
+            ao[i] = 0.0
+        for r in range(r0, r1):
+            xr = x + (o * R + r) * I
+            for i in range(I):
+                ao[i] += xr[i]
+
+
 def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, int nt,
                double[:, ::1] acc):
     """``y (O, I)`` = reduce over R of ``x (O, R, I)`` (float32; sums and means accumulate in
-    float64); ``acc`` (nt, >= REDUCE_CHUNK) float64 scratch; work split over ``nt`` slots."""
+    float64); ``acc`` (nt, >= REDUCE_CHUNK) float64 scratch; work split over ``nt`` slots: the
+    (row, column chunk) items, or -- a sum or mean with fewer items than slots and at most
+    REDUCE_CHUNK outputs (a global average pool of an NHWC map: one item) -- ranges of R into
+    per-slot partial sums, added after."""
     cdef idx items = O if I == 1 else O * ((I + RED_CHUNK_ - 1) // RED_CHUNK_)
     cdef const float* px = &x[0]
     cdef float* py = &y[0]
     cdef int t
+    cdef idx j
+    cdef double v, scale
     if nt <= 1:
         with nogil:
             _reduce_items(px, py, 0, items, O, R, I, op, &acc[0, 0])
+        return
+    if (items < nt and (op == RED_SUM or op == RED_MEAN) and O * I <= acc.shape[1]
+            and R >= 4 * nt and I > 1):
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            _sum_part(px, t * R // nt, (t + 1) * R // nt, O, R, I, &acc[t, 0])
+        scale = 1.0 / R if op == RED_MEAN else 1.0
+        with nogil:
+            for j in range(O * I):
+                v = acc[0, j]
+                for t in range(1, nt):
+                    v = v + acc[t, j]
+                py[j] = <float>(v * scale)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _reduce_items(px, py, t * items // nt, (t + 1) * items // nt, O, R, I, op, &acc[t, 0])
