@@ -7,7 +7,11 @@ transpose optimizer):
    ``Transpose(P)`` follows it;
 2. cancel: ``Transpose(Transpose(x, P1), P2)`` becomes ``x`` when the perms compose to identity,
    else one Transpose;
-3. a Transpose that only moves size-1 dims is a Reshape (no data movement).
+3. a Transpose that only moves size-1 dims is a Reshape (no data movement);
+4. a channel shuffle (ShuffleNet's Reshape (N, g, C/g, H, W) -> Transpose (0, 2, 1, 3, 4) ->
+   Reshape (N, C, H, W)) between the NHWC edges ``Transpose(0, 3, 1, 2)`` and
+   ``Transpose(0, 2, 3, 1)`` runs on the NHWC data itself: Reshape (N, H, W, g, C/g) ->
+   Transpose (0, 1, 2, 4, 3) -> Reshape (N, H, W, C), one pass instead of three.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import remove_dead, replace_uses
+from .util import DEAD, drop_dead, remove_dead, replace_uses
 
 UNARY = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Neg", "Sqrt", "Reciprocal", "Floor",
          "Ceil", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Clip",
@@ -41,6 +45,7 @@ def optimize_transposes(g: Graph) -> Graph:
             break
     # NOTE: only once sinking is done: a Reshape would hide the transpose from rewrites 1 and 2.
     _to_reshape(g)
+    _channel_shuffle(g)
     return remove_dead(g)
 
 
@@ -190,4 +195,53 @@ def _to_reshape(g: Graph) -> bool:
         n.attrs = {}
         n.inputs = [n.inputs[0], g.add_const(f"{n.name}/shape", np.array(target, np.int64))]
         changed = True
+    return changed
+
+
+def _channel_shuffle(g: Graph) -> bool:
+    """Rewrite 4 (see the module docstring); every link must be the only reader of the one
+    before it and every shape known."""
+    consumers = g.consumers()
+
+    def next_op(node, op_type, perm=None):
+        users = consumers.get(node.outputs[0], [])
+        if len(users) != 1 or node.outputs[0] in g.outputs or users[0].op_type != op_type:
+            return None
+        if perm is not None and _perm_of(users[0]) != perm:
+            return None
+        return users[0]
+
+    changed = False
+    for t1 in list(g.nodes):
+        if t1.op_type != "Transpose" or _perm_of(t1) != (0, 3, 1, 2):
+            continue
+        r1 = next_op(t1, "Reshape")
+        t2 = r1 and next_op(r1, "Transpose", (0, 2, 1, 3, 4))
+        r2 = t2 and next_op(t2, "Reshape")
+        t3 = r2 and next_op(r2, "Transpose", (0, 2, 3, 1))
+        if t3 is None or r1.attrs.get("allowzero") or r2.attrs.get("allowzero"):
+            continue
+        shapes = [g.values[v].shape for v in (t1.inputs[0], r1.outputs[0], r2.outputs[0])]
+        if any(sh is None or not all(isinstance(d, int) for d in sh) for sh in shapes):
+            continue
+        (n, h, w, c), split, merged = (tuple(sh) for sh in shapes)
+        if len(split) != 5 or split[0] != n or split[3:] != (h, w) \
+                or split[1] * split[2] != c or merged != (n, c, h, w):
+            continue
+        grp, per = split[1], split[2]
+        r1.inputs = [t1.inputs[0], g.add_const(f"{r1.name}/shape_nhwc",
+                                               np.array([n, h, w, grp, per], np.int64))]
+        g.values[r1.outputs[0]].shape = (n, h, w, grp, per)
+        t2.attrs = {**t2.attrs, "perm": [0, 1, 2, 4, 3]}
+        g.values[t2.outputs[0]].shape = (n, h, w, per, grp)
+        r2.inputs = [t2.outputs[0], g.add_const(f"{r2.name}/shape_nhwc",
+                                                np.array([n, h, w, c], np.int64))]
+        # NOTE: the last Reshape writes the NHWC value the edge Transpose wrote; both edge
+        # Transposes go (their outputs are read by nothing else)
+        old, new = r2.outputs[0], t3.outputs[0]
+        r2.outputs[0] = new
+        replace_uses(g, old, new)
+        t1.op_type = t3.op_type = DEAD
+        changed = True
+    drop_dead(g)
     return changed

@@ -647,6 +647,8 @@ def test_concat_transpose_copies():
     ((2, 1, 33, 1, 35), (0, 4, 3, 2, 1)),  # size-1 axes dropped: (2, 33, 35, 1)
     ((2, 64, 60, 61), (0, 2, 3, 1)),  # above the parallel threshold
     ((3, 4, 5, 6), (0, 3, 2, 1)),  # not a swap of two groups: NumPy
+    ((1, 56, 57, 4, 28), (0, 1, 2, 4, 3)),  # an NHWC channel shuffle: small blocks, 2 slots
+    ((3, 5, 9, 3), (0, 1, 3, 2)),  # small blocks, one slot
 ])
 def test_transpose_forms(shape, perm):
     a = randn(*shape)

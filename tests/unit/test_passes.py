@@ -92,6 +92,24 @@ def test_affine_after_batchnorm_folds_into_it_with_its_activation(backends):
     assert not {"Mul", "Add", "Relu"} & set(g.op_counts())
 
 
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_channel_shuffle_runs_on_nhwc_data(backends):
+    # NOTE: ShuffleNet's shuffle between two convs: no NCHW round trip is left, one Transpose
+    # of each pixel's (groups, channels per group) block stays
+    conv1, inits = _conv("a", "x", "c1", group=2)
+    conv2, more = _conv("b", "s", "y", group=8, cin=8, cout=8)
+    inits.update(more)
+    inits.update({"split": np.array([1, 2, 4, 9, 7], np.int64),
+                  "merge": np.array([1, 8, 9, 7], np.int64)})
+    nodes = [conv1, h.make_node("Reshape", ["c1", "split"], ["r1"]),
+             h.make_node("Transpose", ["r1"], ["t"], perm=[0, 2, 1, 3, 4]),
+             h.make_node("Reshape", ["t", "merge"], ["s"]), conv2]
+    g = _check(_model(nodes, inits), backends=backends)
+    perms = [tuple(n.attrs["perm"]) for n in g.nodes if n.op_type == "Transpose"]
+    assert (0, 1, 2, 4, 3) in perms and (0, 3, 1, 2) not in perms[1:-1]
+    assert len(perms) == 3  # the graph's NCHW edges and the shuffle
+
+
 @pytest.mark.parametrize("pattern", ["clip_div", "div_outside", "hardsigmoid"])
 def test_hardswish_patterns(pattern):
     conv, inits = _conv("c", "x", "c")

@@ -95,6 +95,9 @@ def swap_form(shape, perm) -> tuple[int, int, int, int] | None:
 
 
 TILE = 1024  # elements per (a, b) tile of the swap: 32x32, or longer in b when A is small
+# NOTE: blocks of at most this many elements (an NHWC channel shuffle: 4 groups x 28 channels
+# per pixel) are swapped whole, one after another (``ck.swap_small``): tiles cost more there
+SMALL_SWAP = 256
 
 
 def swap_tiles(a: int, b: int) -> tuple[int, int]:
@@ -156,6 +159,8 @@ class TransposeKernel(CpuKernel):
         nt, total, a, b, i, sa, sb = self.form
         x = xa.reshape(-1).view(np.uint32)
         y = ya.reshape(-1).view(np.uint32)
+        if i == 1 and a * b <= SMALL_SWAP:
+            return ck.swap_small, (nt, x, y, total // (-(-a // sa) * -(-b // sb)), a, b)
         return ck.swap_tiles, (nt, x, y, total, a, b, i, sa, sb)
 
 

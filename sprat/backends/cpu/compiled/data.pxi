@@ -425,6 +425,38 @@ def swap_tiles(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx total
         _swap_tiles(px, py, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
 
 
+cdef void _swap_small(const unsigned int* x, unsigned int* y, idx n0, idx n1, idx A,
+                      idx B) noexcept nogil:
+    """Blocks [n0, n1) of the copy (N, A, B) -> (N, B, A) of 4-byte elements, for small
+    A x B blocks (a channel shuffle of NHWC pixels: A groups of B channels)."""
+    cdef idx n, a, b
+    cdef const unsigned int* xs
+    cdef unsigned int* yd
+    for n in range(n0, n1):
+        xs = x + n * A * B
+        yd = y + n * A * B
+        for b in range(B):
+            for a in range(A):
+                yd[b * A + a] = xs[a * B + b]
+
+
+def swap_small(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx N, idx A, idx B):
+    """The transpose (N, A, B) -> (N, B, A) of flat 4-byte arrays, block after block (small
+    A x B blocks: ``swap_tiles``'s tiles cost more than the copy there), split over ``nt``
+    slots. Raises ValueError on short arrays."""
+    if x.shape[0] < N * A * B or y.shape[0] < N * A * B:
+        raise ValueError("swap_small: arrays shorter than N*A*B")
+    cdef const unsigned int* px = &x[0]
+    cdef unsigned int* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _swap_small(px, py, 0, N, A, B)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _swap_small(px, py, t * N // nt, (t + 1) * N // nt, A, B)
+
+
 # ---- LRN across channels, NHWC ------------------------------------------------------------------
 
 
