@@ -6,6 +6,11 @@
 - ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
   activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu,
   Gelu (erf form) becomes ``_activation`` on X.
+- ``X -> PRelu(·, slope)`` with a constant slope: a single slope is ``LeakyRelu`` (alpha = slope)
+  on any such X; a slope per output channel (its broadcast to X's shape varies along the channel
+  axis only: the last with ``_layout="NHWC"``, else axis 1) is ``_activation="PRelu"`` on a Conv,
+  the slopes in ``_act_params`` (MediaPipe's landmark models: 23-53 PRelu after convs, half of
+  them after a residual Add, which then shares the epilogue). Any other slope stays a PRelu op.
 - Paddle's hard-swish ``x * Clip(x + 3, 0, 6) / 6`` and ``x * HardSigmoid(x)`` (alpha 1/6, beta
   0.5) become one HardSwish.
 See ``sprat.ir.fused`` for what the attributes mean.
@@ -50,6 +55,26 @@ def _act_params(g: Graph, act) -> list[float] | None:
     if op == "LeakyRelu":
         return [act.attrs.get("alpha", 0.01)]
     return []
+
+
+def _prelu_params(g: Graph, act, prod) -> tuple[str, list[float]] | None:
+    """(activation, params) of the PRelu node ``act`` fused into ``prod``, or None when its
+    slope is not a constant, or neither one value nor one per channel of a Conv's output
+    (PRelu-16: the slope broadcasts unidirectionally to X)."""
+    slope = g.values[act.inputs[1]].data if len(act.inputs) > 1 else None
+    if slope is None:
+        return None
+    slope = np.asarray(slope)
+    if slope.size == 1:
+        return "LeakyRelu", [float(slope.reshape(()))]
+    y = g.values[prod.outputs[0]].shape
+    if prod.op_type != "Conv" or y is None or slope.ndim > len(y):
+        return None
+    axis = len(y) - 1 if prod.attrs.get("_layout") == "NHWC" else 1
+    dims = (1,) * (len(y) - slope.ndim) + tuple(slope.shape)
+    if dims[axis] != y[axis] or any(d != 1 for i, d in enumerate(dims) if i != axis):
+        return None
+    return "PRelu", [float(v) for v in slope.reshape(-1)]
 
 
 def _rewire_output(g: Graph, producer, act) -> None:
@@ -197,17 +222,23 @@ def fuse_activation(g: Graph) -> Graph:
     _fuse_silu(g)
     consumers, producers = g.consumers(), g.producers()
     for act in g.nodes:
-        if act.op_type not in ACTIVATIONS or act.op_type == DEAD:
+        if act.op_type not in ACTIVATIONS and act.op_type != "PRelu":
             continue
         prod = producers.get(act.inputs[0])
         if (prod is None or prod.op_type not in ACT_PRODUCERS or "_activation" in prod.attrs
                 or len(prod.outputs) != 1
                 or single_consumer(g, consumers, prod.outputs[0]) is not act):
             continue
-        params = _act_params(g, act)
+        if act.op_type == "PRelu":
+            fused = _prelu_params(g, act, prod)
+            if fused is None:
+                continue
+            name, params = fused
+        else:
+            name, params = act.op_type, _act_params(g, act)
         if params is None:
             continue
-        prod.attrs["_activation"] = act.op_type
+        prod.attrs["_activation"] = name
         if params:
             prod.attrs["_act_params"] = [float(p) for p in params]
         _rewire_output(g, prod, act)

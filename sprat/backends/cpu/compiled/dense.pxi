@@ -401,12 +401,14 @@ cdef struct dense_gemm_t:
     bint has_res
     int code
     float pa, pb
+    const float* slope  # PRelu (code A_PRELU): one slope per column; NULL otherwise
 
 
 cdef void dense_gemm_epilogue(const dense_gemm_t* g, float* y, const float* res, idx m0, idx m1,
                               idx n0, idx n1) noexcept nogil:
     """Rows m0..m1, columns n0..n1 of ``y`` (row pitch N): ``+= beta * C`` (C's element
-    strides sm, sn; sm < 0: no C), ``+= res`` (same positions), then the activation."""
+    strides sm, sn; sm < 0: no C), ``+= res`` (same positions), then the activation (PRelu:
+    the slopes of columns n0..n1)."""
     cdef idx w = n1 - n0
     cdef idx N = g.N
     cdef idx m, j, o
@@ -422,7 +424,11 @@ cdef void dense_gemm_epilogue(const dense_gemm_t* g, float* y, const float* res,
                     yr[j] += v
             else:
                 dense_axpy(yr, g.c + m * g.sm + n0 * g.sn, g.beta, w)
-        residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, g.code, g.pa, g.pb)
+        if g.code == A_PRELU:
+            residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, A_NONE, g.pa, g.pb)
+            prelu_inplace(yr, w, g.slope + n0)
+        else:
+            residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, g.code, g.pa, g.pb)
 
 
 cdef void dense_gemm_items(const dense_gemm_t* g, idx lo, idx hi) noexcept nogil:
@@ -461,7 +467,8 @@ def gemm_blocks(int nt, const float[::1] a, const float[::1] b, float[::1] y,
     ``ta``/``tb``: A stored (K, M) / B stored (N, K); ``lda``/``ldb`` their row pitches; Y's
     pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
     ``res`` (same layout as ``y``) is added when ``has_res``; then activation ``code`` (pa, pb).
-    Work items are (batch, block of ``rb`` rows, block of ``cb`` columns), ``nt`` slots."""
+    Work items are (batch, block of ``rb`` rows, block of ``cb`` columns), ``nt`` slots.
+    Raises ValueError for PRelu (its slope vector is ``gemm_packed``'s)."""
     cdef dense_gemm_t g
     g.a, g.b, g.y = cptr(a), cptr(b), mptr(y)
     g.offs = &offs[0, 0]
@@ -469,6 +476,9 @@ def gemm_blocks(int nt, const float[::1] a, const float[::1] b, float[::1] y,
     g.ta, g.tb, g.alpha = ta, tb, alpha
     g.c, g.sm, g.sn, g.beta = cptr(c), sm, sn, beta
     g.res, g.has_res, g.code, g.pa, g.pb = cptr(res), has_res, code, pa, pb
+    g.slope = NULL
+    if code == A_PRELU:
+        raise ValueError("gemm_blocks: PRelu takes a slope vector (gemm_packed)")
     cdef const dense_gemm_t* gp = &g
     cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
     cdef int t
@@ -506,20 +516,27 @@ cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx
 
 def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] y, idx M, idx N,
                 idx K, idx lda, idx rb, idx cb, const float[::1] c, idx sm, idx sn, float beta,
-                const float[::1] res, bint has_res, int code, float pa, float pb):
+                const float[::1] res, bint has_res, int code, float pa, float pb,
+                const float[::1] slope=None):
     """``Y (M, N) = act(A (M, K) @ W (K, N) + beta * C + res)`` with W pre-packed
     (``packed``: ceil(N / PACKED_NR) panels of K x PACKED_NR float32, 64-byte aligned, as
     ``sprat.backends.cpu.linalg.pack_panels`` makes them). A's rows have pitch ``lda``; Y's
     pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
-    ``res`` (Y's layout) is added when ``has_res``; then activation ``code`` (pa, pb). Work
-    items are blocks of ``rb`` rows x ``cb`` columns (``cb`` a multiple of PACKED_NR), ``nt``
-    slots. Only call it when ``packed_gemm_available()``."""
+    ``res`` (Y's layout) is added when ``has_res``; then activation ``code`` (pa, pb; PRelu:
+    ``slope``, N floats, one per column). Work items are blocks of ``rb`` rows x ``cb``
+    columns (``cb`` a multiple of PACKED_NR), ``nt`` slots. Only call it when
+    ``packed_gemm_available()``. Raises ValueError when PRelu's slope is missing or short."""
     cdef dense_pk_t p
     p.a, p.packed, p.y = cptr(a), cptr(packed), mptr(y)
     p.M, p.N, p.K, p.lda, p.rb, p.cb = M, N, K, lda, rb, cb
     cdef dense_gemm_t g
     g.N, g.c, g.sm, g.sn, g.beta = N, cptr(c), sm, sn, beta
     g.res, g.has_res, g.code, g.pa, g.pb = cptr(res), has_res, code, pa, pb
+    g.slope = NULL
+    if code == A_PRELU:
+        if slope is None or slope.shape[0] < N:
+            raise ValueError(f"gemm_packed: PRelu needs {N} slopes")
+        g.slope = &slope[0]
     cdef const dense_pk_t* pp = &p
     cdef const dense_gemm_t* gp = &g
     cdef idx items = ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
