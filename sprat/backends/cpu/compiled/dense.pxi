@@ -409,11 +409,16 @@ cdef void dense_gemm_epilogue(const dense_gemm_t* g, float* y, const float* res,
     """Rows m0..m1, columns n0..n1 of ``y`` (row pitch N): ``+= beta * C`` (C's element
     strides sm, sn; sm < 0: no C), ``+= res`` (same positions), then the activation (PRelu:
     the slopes of columns n0..n1)."""
+    # NOTE: the row loops are inline and a block of whole rows (n0 = 0, n1 = N) takes the
+    # activation in one call: a call per row cost more than the arithmetic on rows of 32-128
+    # floats (a 1x1 conv 32x32x32 -> 64 with LeakyRelu: 52 us against 41 without)
     cdef idx w = n1 - n0
     cdef idx N = g.N
     cdef idx m, j, o
     cdef float v
     cdef float* yr
+    cdef const float* rr
+    cdef const float* sl = g.slope + n0 if g.code == A_PRELU else NULL
     for m in range(m0, m1):
         o = m * N + n0
         yr = y + o
@@ -424,11 +429,21 @@ cdef void dense_gemm_epilogue(const dense_gemm_t* g, float* y, const float* res,
                     yr[j] += v
             else:
                 dense_axpy(yr, g.c + m * g.sm + n0 * g.sn, g.beta, w)
-        if g.code == A_PRELU:
-            residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, A_NONE, g.pa, g.pb)
-            prelu_inplace(yr, w, g.slope + n0)
-        else:
-            residual_act(yr, res + o if g.has_res else NULL, w, g.has_res, g.code, g.pa, g.pb)
+        if g.has_res:
+            rr = res + o
+            for j in range(w):
+                yr[j] += rr[j]
+        if sl != NULL:
+            for j in range(w):  # PRelu, as prelu_inplace
+                v = yr[j]
+                yr[j] = v * sl[j] if v < <float>0.0 else v
+    if g.code == A_NONE or g.code == A_PRELU:
+        return
+    if w == N:
+        act_inplace(y + m0 * N, (m1 - m0) * N, g.code, g.pa, g.pb)
+        return
+    for m in range(m0, m1):
+        act_inplace(y + m * N + n0, w, g.code, g.pa, g.pb)
 
 
 cdef void dense_gemm_items(const dense_gemm_t* g, idx lo, idx hi) noexcept nogil:
