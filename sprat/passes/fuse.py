@@ -2,7 +2,8 @@
 
 - ``Conv -> Add(·, r)`` (NHWC) or ``MatMul -> Add(·, r)`` (or a two-input ``Sum``) with ``r`` of
   the same shape becomes the producer with ``_residual=True`` and ``r`` as an extra last input
-  (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion).
+  (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion); when
+  ``r`` is computed after the producer, the producer moves to the Add's place.
 - ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
   activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu,
   Gelu (erf form) becomes ``_activation`` on X.
@@ -98,6 +99,7 @@ def _takes_residual(node) -> bool:
 def fuse_residual(g: Graph) -> Graph:
     consumers, producers = g.consumers(), g.producers()
     order = {id(n): i for i, n in enumerate(g.nodes)}
+    moves = []
     for add in g.nodes:
         # NOTE: a Sum of two inputs is an Add (Sum-13; ResNet-50 of onnx's test data writes its
         # shortcuts so)
@@ -113,15 +115,20 @@ def fuse_residual(g: Graph) -> Graph:
             s1, s2 = g.values[prod.outputs[0]].shape, g.values[other].shape
             if s1 is None or s2 is None or tuple(s1) != tuple(s2):
                 continue
-            # NOTE: ``other`` must be computed before the producer runs: true if its producer
-            # comes earlier in the node order (it always does for inputs/constants).
+            # NOTE: ``other`` must be computed before the producer runs: when its producer comes
+            # later in the node order (MediaPipe's shortcuts: a MaxPool or channel Pad computed
+            # after the block's last conv), the producer moves to the Add's place. Its inputs
+            # come earlier still and the Add was its only reader, so the order stays valid.
             op = producers.get(other)
             if op is not None and order[id(op)] > order[id(prod)]:
-                continue
+                moves.append((prod, add))
             prod.inputs.append(other)
             prod.attrs["_residual"] = True
             _rewire_output(g, prod, add)
             break
+    for prod, add in moves:
+        g.nodes.pop(next(k for k, n in enumerate(g.nodes) if n is prod))
+        g.nodes.insert(next(k for k, n in enumerate(g.nodes) if n is add), prod)
     drop_dead(g)
     return remove_dead(g)
 

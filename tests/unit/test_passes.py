@@ -147,6 +147,22 @@ def test_prelu_per_channel_and_scalar_fuse_into_conv(backends):
     assert convs[2].attrs["_act_params"] == [np.float32(0.2)]
 
 
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_residual_computed_after_the_conv_still_fuses(backends):
+    # MediaPipe's blocks: the shortcut (here a Relu of the block's input) is computed after the
+    # block's last conv; the conv moves to the Add's place and takes it (and the PRelu after)
+    c1, i1 = _conv("c1", "x", "a")
+    c2, i2 = _conv("c2", "a", "b")
+    nodes = [c1, c2, h.make_node("Relu", ["a"], ["s"]), h.make_node("Add", ["b", "s"], ["r"]),
+             h.make_node("PRelu", ["r", "k"], ["y"])]
+    g = _check(_model(nodes, {**i1, **i2, "k": _f32(8, 1, 1)}), backends=backends)
+    assert g.op_counts() == {"Conv": 2, "Relu": 1, "Transpose": 2}
+    names = [n.op_type for n in g.nodes if n.op_type != "Transpose"]
+    assert names == ["Conv", "Relu", "Conv"]
+    last = [n for n in g.nodes if n.op_type == "Conv"][1]
+    assert last.attrs.get("_residual") is True and last.attrs.get("_activation") == "PRelu"
+
+
 @pytest.mark.parametrize("slope_shape", [(8,), (9, 1), (1, 8, 9, 1), (1, 1, 9, 8)])
 def test_prelu_not_along_the_channel_axis_stays_an_op(slope_shape):
     # W == C == 8: a (8,) slope runs along W (NCHW's last axis), not the channels; (9, 1) along
