@@ -96,6 +96,25 @@ def _takes_residual(node) -> bool:
         a in node.attrs for a in ("_residual", "_activation"))
 
 
+def _residual_choices(g: Graph, add, consumers, producers, order) -> list[tuple[int, bool]]:
+    """(k, moves) for each operand ``k`` of ``add`` whose producer can take the other operand
+    as its residual; ``moves``: the other operand is computed after that producer."""
+    choices = []
+    for k in (0, 1):
+        prod = producers.get(add.inputs[k])
+        other = add.inputs[1 - k]
+        if (prod is None or not _takes_residual(prod) or other == add.inputs[k]
+                or single_consumer(g, consumers, prod.outputs[0]) is not add
+                or g.values[other].data is not None):
+            continue
+        s1, s2 = g.values[prod.outputs[0]].shape, g.values[other].shape
+        if s1 is None or s2 is None or tuple(s1) != tuple(s2):
+            continue
+        op = producers.get(other)
+        choices.append((k, op is not None and order[id(op)] > order[id(prod)]))
+    return choices
+
+
 def fuse_residual(g: Graph) -> Graph:
     consumers, producers = g.consumers(), g.producers()
     order = {id(n): i for i, n in enumerate(g.nodes)}
@@ -105,27 +124,22 @@ def fuse_residual(g: Graph) -> Graph:
         # shortcuts so)
         if add.op_type not in ("Add", "Sum") or len(add.inputs) != 2 or add.attrs:
             continue
-        for k in (0, 1):
-            prod = producers.get(add.inputs[k])
-            other = add.inputs[1 - k]
-            if (prod is None or not _takes_residual(prod) or other == add.inputs[k]
-                    or single_consumer(g, consumers, prod.outputs[0]) is not add
-                    or g.values[other].data is not None):
-                continue
-            s1, s2 = g.values[prod.outputs[0]].shape, g.values[other].shape
-            if s1 is None or s2 is None or tuple(s1) != tuple(s2):
-                continue
-            # NOTE: ``other`` must be computed before the producer runs: when its producer comes
-            # later in the node order (MediaPipe's shortcuts: a MaxPool or channel Pad computed
-            # after the block's last conv), the producer moves to the Add's place. Its inputs
-            # come earlier still and the Add was its only reader, so the order stays valid.
-            op = producers.get(other)
-            if op is not None and order[id(op)] > order[id(prod)]:
-                moves.append((prod, add))
-            prod.inputs.append(other)
-            prod.attrs["_residual"] = True
-            _rewire_output(g, prod, add)
-            break
+        choices = _residual_choices(g, add, consumers, producers, order)
+        if not choices:
+            continue
+        # NOTE: the residual must be computed before its producer runs. A producer whose other
+        # operand comes earlier is taken first (ResNet's shortcut conv, after the block's last
+        # conv, keeps the residual: moving the 3x3 conv instead cost ResNet-18 ~20%); else, when
+        # the other operand comes later (MediaPipe's shortcuts: a MaxPool or channel Pad after
+        # the block's last conv), the producer moves to the Add's place: its inputs come
+        # earlier still and the Add was its only reader, so the order stays valid.
+        k, moves_it = min(choices, key=lambda c: c[1])
+        prod = producers[add.inputs[k]]
+        if moves_it:
+            moves.append((prod, add))
+        prod.inputs.append(add.inputs[1 - k])
+        prod.attrs["_residual"] = True
+        _rewire_output(g, prod, add)
     for prod, add in moves:
         g.nodes.pop(next(k for k, n in enumerate(g.nodes) if n is prod))
         g.nodes.insert(next(k for k, n in enumerate(g.nodes) if n is add), prod)
