@@ -160,11 +160,11 @@ PRELU_CASES = [
 def test_conv_fused_prelu(xs, ws, attrs, algo, packed, monkeypatch):
     from sprat.backends.cpu import conv
 
-    if packed and not conv.PACKED_POINTWISE:
+    if packed and not conv.PACKED:
         pytest.skip("the packed GEMM needs an AVX-512F CPU")
-    if not packed and algo != "pointwise":
-        pytest.skip("the packed GEMM only changes 1x1 convs")
+    # the packed GEMM's epilogue in registers, or BLAS and the epilogue passes
     monkeypatch.setattr(conv, "PACKED_POINTWISE", packed)
+    monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
     m = ws[0]
     x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
     slopes = list(randn(m, seed=5, scale=0.5))  # negative and positive slopes

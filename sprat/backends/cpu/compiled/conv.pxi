@@ -396,6 +396,11 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
     cdef idx nb = (P + blk - 1) // blk
     cdef idx b0, b1, c0, c1, bi, p0, rows, g
     cdef idx unit = SPRAT_PK_NR if packed else 8
+    # NOTE: the packed GEMM applies the bias, residual and a register-form activation before
+    # its stores (``sprat_pk_gemm_epi``): no second pass over the block
+    cdef bint in_regs = packed and sprat_pk_act_in_regs(code)
+    cdef sprat_pk_epi e
+    e.bias, e.slope, e.code, e.a, e.b = bias, slope, code, a, b
     if split_m:
         b0, b1 = 0, nb
         c0 = (t * M // nt) // unit * unit
@@ -411,13 +416,18 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
         for g in range(G):
             _im2col_pixels(col, x, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, p0,
                            p0 + rows, g, cg)
-            if packed:
+            if in_regs:
+                e.res = conv_at(res, p0 * M) if has_res else NULL
+                sprat_pk_gemm_epi(rows, c0, c1, kk, col, kk, w, y + p0 * M, M, &e)
+            elif packed:
                 sprat_pk_gemm(rows, c0, c1, kk, col, kk, w, y + p0 * M, M)
             else:
                 # NOTE: a block of one to three pixels (a 1-D conv over a few frames) runs as
                 # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
                 dense_gemm_nn(rows, c1 - c0 if split_m else mg, kk, 1.0, col, kk,
                               w + g * kk * mg + c0, mg, y + p0 * M + g * mg + c0, M)
+        if in_regs:
+            continue
         if split_m:
             conv_cols_inplace(y + p0 * M + c0, rows, c1 - c0, M, bias + c0,
                               conv_at(res, p0 * M + c0), has_res, code, a, b,
