@@ -14,7 +14,9 @@ These let a pass fuse work into a node without inventing a new op type, and let 
   "Gelu"`` (Silu is ``x * sigmoid(x)``, YOLO's activation; Gelu the erf form of Gelu-20,
   ``0.5 * x * (1 + erf(x / sqrt(2)))``, BERT's) with
   ``_act_params`` (list of floats: Clip min,max; HardSigmoid alpha,beta; LeakyRelu alpha) applied
-  last to the first output.
+  last to the first output. ``_activation="PRelu"`` (PRelu-16, ``y if y >= 0 else slope * y``)
+  has one slope per channel of the output's channel axis (the last with ``_layout="NHWC"``,
+  else axis 1) in ``_act_params`` (one float: every channel); ``passes.fuse`` sets it on Conv.
 - ``_qdq=True`` (QLinearConv made by ``passes.fuse_qdq`` from DequantizeLinear -> Conv ->
   QuantizeLinear): the node's spec is that float graph, so a backend may accumulate in float32
   with rounding (results within 1 LSB of the float graph's, as QLinearConv's integer ones are);
@@ -46,15 +48,26 @@ def split_attrs(attrs: dict) -> tuple[dict, dict]:
     return spec, internal
 
 
-def apply_activation(y: np.ndarray, name: str | None, params=()) -> np.ndarray:
-    """Reference (NumPy) form of a fused activation; returns a new array or ``y`` itself."""
+def apply_activation(y: np.ndarray, name: str | None, params=(), channel_axis: int = 1
+                     ) -> np.ndarray:
+    """Reference (NumPy) form of a fused activation; returns a new array or ``y`` itself.
+    ``channel_axis``: the axis PRelu's per-channel slopes run along (1 for NCHW, -1 for NHWC).
+    Raises ValueError for an unknown activation or PRelu slopes that do not fit that axis."""
     if name is None:
         return y
     with np.errstate(over="ignore"):  # exp(-y) -> inf gives the right limit, 0
-        return _activation(y, name, params)
+        return _activation(y, name, params, channel_axis)
 
 
-def _activation(y, name, params):
+def _activation(y, name, params, channel_axis):
+    if name == "PRelu":
+        slope = np.asarray(params, y.dtype)
+        if slope.size not in (1, y.shape[channel_axis]):
+            raise ValueError(f"PRelu: {slope.size} slopes for {y.shape[channel_axis]} channels "
+                             f"(axis {channel_axis} of {list(y.shape)})")
+        shape = [1] * y.ndim
+        shape[channel_axis] = slope.size
+        return np.where(y < 0, y * slope.reshape(shape), y)
     if name == "Relu":
         return np.maximum(y, 0).astype(y.dtype, copy=False)
     if name == "Clip":

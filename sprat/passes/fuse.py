@@ -2,10 +2,16 @@
 
 - ``Conv -> Add(·, r)`` (NHWC) or ``MatMul -> Add(·, r)`` (or a two-input ``Sum``) with ``r`` of
   the same shape becomes the producer with ``_residual=True`` and ``r`` as an extra last input
-  (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion).
+  (MNN's ConvolutionResidual, onnxruntime's FusedConv with Z and its MatMul+Add fusion); when
+  ``r`` is computed after the producer, the producer moves to the Add's place.
 - ``X -> activation`` with X = Conv/ConvTranspose/Gemm/MatMul/Add/Sub/Mul and the
   activation Relu, Clip (constant bounds), Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu,
   Gelu (erf form) becomes ``_activation`` on X.
+- ``X -> PRelu(·, slope)`` with a constant slope: a single slope is ``LeakyRelu`` (alpha = slope)
+  on any such X; a slope per output channel (its broadcast to X's shape varies along the channel
+  axis only: the last with ``_layout="NHWC"``, else axis 1) is ``_activation="PRelu"`` on a Conv,
+  the slopes in ``_act_params`` (MediaPipe's landmark models: 23-53 PRelu after convs, half of
+  them after a residual Add, which then shares the epilogue). Any other slope stays a PRelu op.
 - Paddle's hard-swish ``x * Clip(x + 3, 0, 6) / 6`` and ``x * HardSigmoid(x)`` (alpha 1/6, beta
   0.5) become one HardSwish.
 See ``sprat.ir.fused`` for what the attributes mean.
@@ -52,6 +58,26 @@ def _act_params(g: Graph, act) -> list[float] | None:
     return []
 
 
+def _prelu_params(g: Graph, act, prod) -> tuple[str, list[float]] | None:
+    """(activation, params) of the PRelu node ``act`` fused into ``prod``, or None when its
+    slope is not a constant, or neither one value nor one per channel of a Conv's output
+    (PRelu-16: the slope broadcasts unidirectionally to X)."""
+    slope = g.values[act.inputs[1]].data if len(act.inputs) > 1 else None
+    if slope is None:
+        return None
+    slope = np.asarray(slope)
+    if slope.size == 1:
+        return "LeakyRelu", [float(slope.reshape(()))]
+    y = g.values[prod.outputs[0]].shape
+    if prod.op_type != "Conv" or y is None or slope.ndim > len(y):
+        return None
+    axis = len(y) - 1 if prod.attrs.get("_layout") == "NHWC" else 1
+    dims = (1,) * (len(y) - slope.ndim) + tuple(slope.shape)
+    if dims[axis] != y[axis] or any(d != 1 for i, d in enumerate(dims) if i != axis):
+        return None
+    return "PRelu", [float(v) for v in slope.reshape(-1)]
+
+
 def _rewire_output(g: Graph, producer, act) -> None:
     """``producer`` now writes what ``act`` wrote."""
     old, new = producer.outputs[0], act.outputs[0]
@@ -70,33 +96,53 @@ def _takes_residual(node) -> bool:
         a in node.attrs for a in ("_residual", "_activation"))
 
 
+def _residual_choices(g: Graph, add, consumers, producers, order) -> list[tuple[int, bool]]:
+    """(k, moves) for each operand ``k`` of ``add`` whose producer can take the other operand
+    as its residual; ``moves``: the other operand is computed after that producer."""
+    choices = []
+    for k in (0, 1):
+        prod = producers.get(add.inputs[k])
+        other = add.inputs[1 - k]
+        if (prod is None or not _takes_residual(prod) or other == add.inputs[k]
+                or single_consumer(g, consumers, prod.outputs[0]) is not add
+                or g.values[other].data is not None):
+            continue
+        s1, s2 = g.values[prod.outputs[0]].shape, g.values[other].shape
+        if s1 is None or s2 is None or tuple(s1) != tuple(s2):
+            continue
+        op = producers.get(other)
+        choices.append((k, op is not None and order[id(op)] > order[id(prod)]))
+    return choices
+
+
 def fuse_residual(g: Graph) -> Graph:
     consumers, producers = g.consumers(), g.producers()
     order = {id(n): i for i, n in enumerate(g.nodes)}
+    moves = []
     for add in g.nodes:
         # NOTE: a Sum of two inputs is an Add (Sum-13; ResNet-50 of onnx's test data writes its
         # shortcuts so)
         if add.op_type not in ("Add", "Sum") or len(add.inputs) != 2 or add.attrs:
             continue
-        for k in (0, 1):
-            prod = producers.get(add.inputs[k])
-            other = add.inputs[1 - k]
-            if (prod is None or not _takes_residual(prod) or other == add.inputs[k]
-                    or single_consumer(g, consumers, prod.outputs[0]) is not add
-                    or g.values[other].data is not None):
-                continue
-            s1, s2 = g.values[prod.outputs[0]].shape, g.values[other].shape
-            if s1 is None or s2 is None or tuple(s1) != tuple(s2):
-                continue
-            # NOTE: ``other`` must be computed before the producer runs: true if its producer
-            # comes earlier in the node order (it always does for inputs/constants).
-            op = producers.get(other)
-            if op is not None and order[id(op)] > order[id(prod)]:
-                continue
-            prod.inputs.append(other)
-            prod.attrs["_residual"] = True
-            _rewire_output(g, prod, add)
-            break
+        choices = _residual_choices(g, add, consumers, producers, order)
+        if not choices:
+            continue
+        # NOTE: the residual must be computed before its producer runs. A producer whose other
+        # operand comes earlier is taken first (ResNet's shortcut conv, after the block's last
+        # conv, keeps the residual: moving the 3x3 conv instead cost ResNet-18 ~20%); else, when
+        # the other operand comes later (MediaPipe's shortcuts: a MaxPool or channel Pad after
+        # the block's last conv), the producer moves to the Add's place: its inputs come
+        # earlier still and the Add was its only reader, so the order stays valid.
+        k, moves_it = min(choices, key=lambda c: c[1])
+        prod = producers[add.inputs[k]]
+        if moves_it:
+            moves.append((prod, add))
+        prod.inputs.append(add.inputs[1 - k])
+        prod.attrs["_residual"] = True
+        _rewire_output(g, prod, add)
+    for prod, add in moves:
+        g.nodes.pop(next(k for k, n in enumerate(g.nodes) if n is prod))
+        g.nodes.insert(next(k for k, n in enumerate(g.nodes) if n is add), prod)
     drop_dead(g)
     return remove_dead(g)
 
@@ -197,17 +243,23 @@ def fuse_activation(g: Graph) -> Graph:
     _fuse_silu(g)
     consumers, producers = g.consumers(), g.producers()
     for act in g.nodes:
-        if act.op_type not in ACTIVATIONS or act.op_type == DEAD:
+        if act.op_type not in ACTIVATIONS and act.op_type != "PRelu":
             continue
         prod = producers.get(act.inputs[0])
         if (prod is None or prod.op_type not in ACT_PRODUCERS or "_activation" in prod.attrs
                 or len(prod.outputs) != 1
                 or single_consumer(g, consumers, prod.outputs[0]) is not act):
             continue
-        params = _act_params(g, act)
+        if act.op_type == "PRelu":
+            fused = _prelu_params(g, act, prod)
+            if fused is None:
+                continue
+            name, params = fused
+        else:
+            name, params = act.op_type, _act_params(g, act)
         if params is None:
             continue
-        prod.attrs["_activation"] = act.op_type
+        prod.attrs["_activation"] = name
         if params:
             prod.attrs["_act_params"] = [float(p) for p in params]
         _rewire_output(g, prod, act)

@@ -21,6 +21,7 @@ from opcheck import make_node as make
 
 from sprat.backends.base import Workspace
 from sprat.backends.cpu import ACT, CpuBackend, compiled, limits
+from sprat.backends.cpu._math import CHANNEL_ACT
 from sprat.backends.reference import evaluate
 from sprat.ir.shapes import infer
 from sprat.ir.tensorinfo import TensorInfo
@@ -127,6 +128,69 @@ def test_conv_residual_without_bias():
           consts=(1,))
 
 
+# PRelu fused into the conv (one slope per output channel): every algorithm's epilogue, with
+# and without a residual; (x NCHW, w, attrs, the algorithm at one thread or None)
+PRELU_CASES = [
+    ((2, 8, 9, 11), (6, 8, 1, 1), {}, "pointwise"),
+    ((1, 16, 7, 5), (12, 4, 1, 1), {"group": 4}, "pointwise"),
+    ((1, 64, 13, 13), (256, 64, 1, 1), {}, "pointwise"),  # split_m at 2 threads (BLAS path)
+    ((1, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),
+    ((1, 16, 40, 40), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),
+    ((2, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "im2col"),
+    ((1, 128, 8, 8), (136, 128, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "im2col"),
+    ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "im2col"),
+    ((1, 32, 13, 17), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "winograd"),
+    ((1, 128, 10, 10), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}, None),  # Winograd split_m
+    ((1, 13, 7, 7), (13, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 13}, "depthwise"),
+    ((2, 37, 9, 11), (37, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 37},
+     "depthwise"),
+    ((1, 19, 12, 12), (19, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 19}, "depthwise"),
+    ((1, 96, 56, 56), (96, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 96}, "depthwise"),
+    # the tap-by-tap depthwise kernels: dilated rows at stride 1, 32-channel blocks at stride 2
+    ((1, 8, 9, 30), (8, 1, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 8},
+     "depthwise"),
+    ((1, 40, 9, 11), (40, 1, 3, 7), {"pads": [1, 3, 1, 3], "strides": [2, 2], "group": 40},
+     "depthwise"),
+    ((2, 6, 13), (4, 6, 3), {"pads": [1, 1]}, "shift"),  # 1-D (NWC)
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs,algo", PRELU_CASES)
+@pytest.mark.parametrize("packed", [True, False])
+def test_conv_fused_prelu(xs, ws, attrs, algo, packed, monkeypatch):
+    from sprat.backends.cpu import conv
+
+    if packed and not conv.PACKED:
+        pytest.skip("the packed GEMM needs an AVX-512F CPU")
+    # the packed GEMM's epilogue in registers, or BLAS and the epilogue passes
+    monkeypatch.setattr(conv, "PACKED_POINTWISE", packed)
+    monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
+    m = ws[0]
+    x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
+    slopes = list(randn(m, seed=5, scale=0.5))  # negative and positive slopes
+    kernel = _prepared_conv([x, w, b], {**attrs, **fused("PRelu", slopes)}, 1)
+    assert algo is None or kernel.algo == algo
+    (shape, _), = infer(*make("Conv", [x, w, b], {**attrs, **fused()}, consts=(1, 2)))
+    r = randn(*shape, seed=4)
+    for params in (slopes, [0.25]):  # one slope per channel, one for all
+        check("Conv", [x, w, b, r], {**attrs, **fused("PRelu", params, residual=True)},
+              consts=(1, 2))
+        check("Conv", [x, w, b], {**attrs, **fused("PRelu", params)}, consts=(1, 2))
+
+
+def test_conv_prelu_refusals_and_slope_checks():
+    x, w = nhwc(randn(1, 4, 6, 7)), randn(5, 4, 3, 3, seed=2)
+    # three slopes for five channels: left to the reference kernel, which raises
+    assert refuses("Conv", [x, w], fused("PRelu", [0.1, 0.2, 0.3]), consts=(1,))
+    node, _ = make("Conv", [x, w], {"pads": [1, 1, 1, 1], **fused("PRelu", [0.1, 0.2, 0.3])},
+                   consts=(1,))
+    with pytest.raises(ValueError, match="3 slopes for 5 channels"):
+        evaluate(node, [x, w])
+    # PRelu is a conv epilogue only: the other fused producers leave it to the reference
+    a, bb = randn(2, 5, 8), randn(8, seed=2)
+    assert refuses("Add", [a, bb], fused("PRelu", list(randn(8, seed=3)), layout=False))
+
+
 def test_conv_large_blocks():
     # several blocks per thread and the parallel drivers (>= 1M multiply-adds) everywhere
     x = nhwc(randn(2, 64, 40, 36))
@@ -156,14 +220,20 @@ def test_compiled_conv_checks_operand_sizes():
 
     x, w, b = np.zeros(4 * 8, np.float32), np.zeros(8 * 6, np.float32), np.zeros(6, np.float32)
     y, none = np.zeros(4 * 6, np.float32), np.zeros(0, np.float32)
-    ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0)
+    ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0,
+                      none)
     with pytest.raises(ValueError, match="too short"):
         ck.conv_pointwise(1, x, w, b, none, False, y[:-1], 4, 8, 6, 1, 4, False, False, 0, 0.0,
-                          0.0)
+                          0.0, none)
     with pytest.raises(ValueError, match="too short"):
-        ck.conv_pointwise(1, x, w, b, none, True, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0)
+        ck.conv_pointwise(1, x, w, b, none, True, y, 4, 8, 6, 1, 4, False, False, 0, 0.0, 0.0,
+                          none)
     with pytest.raises(ValueError, match="groups"):  # channels split across groups
-        ck.conv_pointwise(2, x, w, b, none, False, y, 4, 8, 6, 2, 4, False, True, 0, 0.0, 0.0)
+        ck.conv_pointwise(2, x, w, b, none, False, y, 4, 8, 6, 2, 4, False, True, 0, 0.0, 0.0,
+                          none)
+    with pytest.raises(ValueError, match="slope"):  # PRelu (code 10) reads 6 slopes
+        ck.conv_pointwise(1, x, w, b, none, False, y, 4, 8, 6, 1, 4, False, False, 10, 0.0, 0.0,
+                          b[:5])
     # ConvTranspose 2x2 stride 2 of a (1, 2, 2, 8) map into 6 channels: w (8, 2, 2, 6), bias
     # tiled twice, output (1, 4, 4, 6), one slot's workspace of 2 rows * 2 pixels * 24 floats
     w, b, y, acc = (np.zeros(n, np.float32) for n in (8 * 24, 12, 96, (1, 96)))
@@ -335,8 +405,9 @@ def test_act_table_matches_fused_module():
     from sprat.ir import fused as fused_module
 
     names = set(re.findall(r'name == "(\w+)"', inspect.getsource(fused_module)))
-    assert set(ACT) - {None} == names
-    assert compiled.kernels.ACT_CODES == {k: v for k, v in ACT.items() if k is not None}
+    assert (set(ACT) | set(CHANNEL_ACT)) - {None} == names
+    assert compiled.kernels.ACT_CODES == {k: v for k, v in {**ACT, **CHANNEL_ACT}.items()
+                                          if k is not None}
 
 
 def test_blas_binding():

@@ -144,6 +144,55 @@ def test_silu_and_residual_fuse_into_conv(add):
     assert g.op_counts() == {"Conv": 2, "Transpose": 2}  # one at each edge of the graph
 
 
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_prelu_per_channel_and_scalar_fuse_into_conv(backends):
+    # Conv -> PRelu (a slope per channel, ONNX's (C, 1, 1)); Conv -> Add(residual) -> PRelu
+    # (MediaPipe's blocks: one epilogue); Conv -> PRelu with one slope (a LeakyRelu)
+    c1, i1 = _conv("c1", "x", "a")
+    c2, i2 = _conv("c2", "p1", "b")
+    c3, i3 = _conv("c3", "p2", "c")
+    inits = {**i1, **i2, **i3, "s1": _f32(8, 1, 1), "s2": _f32(8, 1, 1),
+             "s3": np.array([0.2], np.float32)}
+    nodes = [c1, h.make_node("PRelu", ["a", "s1"], ["p1"]), c2,
+             h.make_node("Add", ["b", "p1"], ["r"]), h.make_node("PRelu", ["r", "s2"], ["p2"]),
+             c3, h.make_node("PRelu", ["c", "s3"], ["y"])]
+    g = _check(_model(nodes, inits), backends=backends)
+    assert g.op_counts() == {"Conv": 3, "Transpose": 2}
+    convs = [n for n in g.nodes if n.op_type == "Conv"]
+    assert [c.attrs.get("_activation") for c in convs] == ["PRelu", "PRelu", "LeakyRelu"]
+    assert convs[1].attrs.get("_residual") is True
+    np.testing.assert_array_equal(convs[1].attrs["_act_params"], inits["s2"].ravel())
+    assert convs[2].attrs["_act_params"] == [np.float32(0.2)]
+
+
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_residual_computed_after_the_conv_still_fuses(backends):
+    # MediaPipe's blocks: the shortcut (here a Relu of the block's input) is computed after the
+    # block's last conv; the conv moves to the Add's place and takes it (and the PRelu after)
+    c1, i1 = _conv("c1", "x", "a")
+    c2, i2 = _conv("c2", "a", "b")
+    nodes = [c1, c2, h.make_node("Relu", ["a"], ["s"]), h.make_node("Add", ["b", "s"], ["r"]),
+             h.make_node("PRelu", ["r", "k"], ["y"])]
+    g = _check(_model(nodes, {**i1, **i2, "k": _f32(8, 1, 1)}), backends=backends)
+    assert g.op_counts() == {"Conv": 2, "Relu": 1, "Transpose": 2}
+    names = [n.op_type for n in g.nodes if n.op_type != "Transpose"]
+    assert names == ["Conv", "Relu", "Conv"]
+    last = [n for n in g.nodes if n.op_type == "Conv"][1]
+    assert last.attrs.get("_residual") is True and last.attrs.get("_activation") == "PRelu"
+
+
+@pytest.mark.parametrize("slope_shape", [(8,), (9, 1), (1, 8, 9, 1), (1, 1, 9, 8)])
+def test_prelu_not_along_the_channel_axis_stays_an_op(slope_shape):
+    # W == C == 8: a (8,) slope runs along W (NCHW's last axis), not the channels; (9, 1) along
+    # H; the others along the channels and another axis: none is the conv's epilogue
+    conv, inits = _conv("c", "x", "a")
+    inits["s"] = _f32(*slope_shape)
+    nodes = [conv, h.make_node("PRelu", ["a", "s"], ["y"])]
+    g = _check(_model(nodes, inits, x_shape=(1, 8, 9, 8)), x_shape=(1, 8, 9, 8))
+    assert g.op_counts().get("PRelu") == 1
+    assert all("_activation" not in n.attrs for n in g.nodes if n.op_type == "Conv")
+
+
 def test_transposes_cancel_through_elementwise_concat_and_split():
     c1, i1 = _conv("c1", "x", "a")
     c2, i2 = _conv("c2", "p", "b", cin=4, cout=4)

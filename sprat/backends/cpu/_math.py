@@ -11,9 +11,12 @@ import numpy as np
 
 from ...errors import KernelError
 
-NONE, RELU, CLIP, SIGMOID, HARDSIGMOID, HARDSWISH, LEAKYRELU, TANH, SILU, GELU = range(10)
+NONE, RELU, CLIP, SIGMOID, HARDSIGMOID, HARDSWISH, LEAKYRELU, TANH, SILU, GELU, PRELU = range(11)
 ACT = {None: NONE, "Relu": RELU, "Clip": CLIP, "Sigmoid": SIGMOID, "HardSigmoid": HARDSIGMOID,
        "HardSwish": HARDSWISH, "LeakyRelu": LEAKYRELU, "Tanh": TANH, "Silu": SILU, "Gelu": GELU}
+#: activations with a parameter per output channel (PRelu's slopes) instead of (a, b): only the
+#: kernels whose epilogue takes a slope vector (``conv``) accept them; ``ACT`` lists the others
+CHANNEL_ACT = {"PRelu": PRELU}
 
 
 def act_of(node) -> tuple[int, float, float]:
@@ -34,3 +37,14 @@ def act_of(node) -> tuple[int, float, float]:
     if code == LEAKYRELU:
         return code, float(params[0] if params else 0.01), 0.0
     return code, 0.0, 0.0
+
+
+def prelu_slope(node, channels: int) -> np.ndarray:
+    """PRelu's slopes (``_act_params``: one, or one per channel) as ``channels`` float32.
+    Raises KernelError when there are neither."""
+    params = np.asarray(node.attrs.get("_act_params", ()), np.float32).reshape(-1)
+    if params.size not in (1, channels):
+        raise KernelError(node.name, node.op_type,
+                          f"fused PRelu has {params.size} slopes, expected 1 or {channels} "
+                          f"(one per output channel)")
+    return np.ascontiguousarray(np.broadcast_to(params, (channels,)))

@@ -1,4 +1,5 @@
-"""Conv in NHWC (``_layout="NHWC"``), with fused bias + residual + activation.
+"""Conv in NHWC (``_layout="NHWC"``), with fused bias + residual + activation (PRelu too: one
+slope per output channel, read alongside the bias in every algorithm's epilogue).
 
 Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group); one group
@@ -28,7 +29,7 @@ import numpy as np
 from ...ir.shapes.nn import conv_geometry
 from ._base import PARALLEL_MIN_MACS, CpuKernel, own_if_small, scratch
 from ._epilogue import empty_f32, tiled_bias
-from ._math import ACT, act_of
+from ._math import ACT, CHANNEL_ACT, PRELU, act_of, prelu_slope
 from .compiled import kernels as ck
 from .linalg import PACKED, pack_panels, packed_blocks
 
@@ -220,7 +221,8 @@ class ConvKernel(CpuKernel):
 
     @classmethod
     def supports(cls, node, ins) -> bool:
-        if node.attrs.get("_layout") != "NHWC" or node.attrs.get("_activation") not in ACT:
+        act = node.attrs.get("_activation")
+        if node.attrs.get("_layout") != "NHWC" or (act not in ACT and act not in CHANNEL_ACT):
             return False
         x, w, bias, res = _split_inputs(node, ins)
         if x is None or w is None or w.value is None or len(x.shape) not in (3, 4):
@@ -233,6 +235,8 @@ class ConvKernel(CpuKernel):
             return False
         group = int(node.attrs.get("group", 1))
         c, m = x.shape[-1], w.shape[0]
+        if act in CHANNEL_ACT and len(node.attrs.get("_act_params", ())) not in (1, m):
+            return False
         return group >= 1 and c % group == 0 and m % group == 0 and w.shape[1] * group == c
 
     def prepare(self, ins, outs):
@@ -264,9 +268,15 @@ class ConvKernel(CpuKernel):
         self.bias = self.shared("bias", lambda: (
             np.zeros(m, np.float32) if bias is None
             else own_if_small(np.asarray(bias.value, np.float32).reshape(m))))
-        self.act = act_of(node)
+        if node.attrs.get("_activation") in CHANNEL_ACT:
+            self.act = (PRELU, 0.0, 0.0)
+            slope = self.shared("slope", lambda: prelu_slope(node, m))
+        else:
+            self.act = act_of(node)
+            slope = None
         self.has_res = res is not None
         self.empty = empty_f32()
+        self.slope = self.empty  # PRelu's slopes, laid out as the algorithm's bias (below)
         sh, sw = strides
         macs = n * oh * ow * m * kh * kw * (c // group)
         # NOTE: small convs run on one thread (PARALLEL_MIN_MACS, see _base)
@@ -283,6 +293,9 @@ class ConvKernel(CpuKernel):
                     self.w.reshape(kh, kw, c)))
                 self.bp = self.shared("bias_blocked", lambda: np.concatenate(
                     [self.bias, np.zeros(-c % 8, np.float32)]))
+                if slope is not None:
+                    self.slope = self.shared("slope_blocked", lambda: np.concatenate(
+                        [slope, np.zeros(-c % 8, np.float32)]))
                 self.ct = depthwise_tile(c, kh, kw, n * oh, nt)
                 self.wt = self.bt = self.empty
             elif sw == 1:
@@ -291,6 +304,8 @@ class ConvKernel(CpuKernel):
                 self.bt = self.shared(f"bias_tiled{seg}", lambda: np.tile(self.bias, seg))
             else:
                 self.wt = self.bt = self.empty
+            if slope is not None and not self.blocked:
+                self.slope = self.shared(f"slope_tiled{seg}", lambda: np.tile(slope, seg))
         elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
             self.algo = "pointwise"
             cg, mg = c // group, m // group
@@ -366,6 +381,10 @@ class ConvKernel(CpuKernel):
             self.workspaces = (scratch(nt, self.blk * kk),)
         if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
+            if slope is not None and self.panels is None:
+                self.slope = self.shared("slope_rows", lambda: tiled_bias(slope))
+        if slope is not None and (self.algo == "winograd" or self.panels is not None):
+            self.slope = slope
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
         self.packed = () if np.may_share_memory(self.w, w.value) else (1,)
 
@@ -385,27 +404,27 @@ class ConvKernel(CpuKernel):
         if algo == "pointwise" and self.panels is not None:
             algo = "pointwise_packed"
             args = (x, self.panels, y, n * oh * ow, m, c, c, self.rb, self.cb, self.bias, 0, 1,
-                    1.0, res, hr, code, a, b)
+                    1.0, res, hr, code, a, b, self.slope)
         elif algo == "pointwise":
             args = (x, self.w, self.bias_rows, res, hr, y, n * oh * ow, c, m, self.group,
-                    self.blk, self.w_stored, self.split_m, code, a, b)
+                    self.blk, self.w_stored, self.split_m, code, a, b, self.slope)
         elif algo == "shift":
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
-                    ph, pw, self.rows, self.cols, *bufs, code, a, b)
+                    ph, pw, self.rows, self.cols, *bufs, code, a, b, self.slope)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
-                    self.split_m, *bufs, code, a, b)
+                    self.split_m, *bufs, code, a, b, self.slope)
         elif algo == "depthwise" and self.blocked:
             algo = "depthwise_blocked"
             args = (x, self.wp, self.bp, res, hr, y, n, h, w, c, oh, ow, kh, kw, sh, sw, dh, ph,
-                    pw, self.ct, code, a, b)
+                    pw, self.ct, code, a, b, self.slope)
         elif algo == "depthwise":
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
-                    kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b)
+                    kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b, self.slope)
         else:
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
                     kh, kw, sh, sw, dh, dw, ph, pw, self.blk, self.split_m, *bufs, code, a, b,
-                    self.im2col_packed)
+                    self.slope, self.im2col_packed)
         return KERNEL[algo], (nt, *views(args))
 
 

@@ -45,7 +45,8 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
         outs[0] = outs[0] + bias
     if residual is not None:
         outs[0] = outs[0] + residual
-    outs[0] = apply_activation(outs[0], internal.get("_activation"), internal.get("_act_params", ()))
+    outs[0] = apply_activation(outs[0], internal.get("_activation"), internal.get("_act_params", ()),
+                               channel_axis=-1 if nhwc else 1)
     return [np.asarray(o) for o in outs]
 
 

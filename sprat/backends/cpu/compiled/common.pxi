@@ -7,7 +7,9 @@
 # vectorises (libm's expf is a call per element).
 #
 # Activation codes encode ``sprat.ir.fused`` activations as (code, a, b) (``_math.ACT``):
-# one compiled epilogue serves them all, branching once per call, outside its loops.
+# one compiled epilogue serves them all, branching once per call, outside its loops. PRelu
+# (``A_PRELU``) takes a slope per output channel instead of (a, b): only the epilogues that take
+# a ``slope`` vector (the convs') apply it (``act_slope``).
 
 from libc.math cimport INFINITY, fabsf, floorf, sqrtf
 from libc.string cimport memcpy, memset
@@ -27,12 +29,13 @@ cdef enum:
     A_TANH = 7
     A_SILU = 8
     A_GELU = 9
+    A_PRELU = 10
 
 
 #: the activation codes, for the Python side (``_math.ACT`` must agree: tested)
 ACT_CODES = {"Relu": A_RELU, "Clip": A_CLIP, "Sigmoid": A_SIGMOID, "HardSigmoid": A_HARDSIGMOID,
              "HardSwish": A_HARDSWISH, "LeakyRelu": A_LEAKYRELU, "Tanh": A_TANH, "Silu": A_SILU,
-             "Gelu": A_GELU}
+             "Gelu": A_GELU, "PRelu": A_PRELU}
 
 
 cdef inline const float* cptr(const float[::1] v) noexcept nogil:
@@ -267,6 +270,25 @@ cdef void act_inplace(float* y, idx n, int code, float a, float b) noexcept nogi
             y[i] = <float>0.5 * v * (<float>1.0 + erf32(v * <float>0.7071067811865476))
 
 
+cdef void prelu_inplace(float* y, idx n, const float* slope) noexcept nogil:
+    """PRelu on ``y[:n]`` in place with one slope per element, ``slope[:n]``: ``v`` where
+    ``v >= 0`` (and NaN), else ``slope * v`` (ONNX PRelu-16, as ``np.where(v < 0, v * s, v)``)."""
+    cdef idx i
+    cdef float v
+    for i in range(n):  # NOTE: a select the compiler vectorises (compare + blend)
+        v = y[i]
+        y[i] = v * slope[i] if v < <float>0.0 else v
+
+
+cdef inline void act_slope(float* y, idx n, int code, float a, float b,
+                           const float* slope) noexcept nogil:
+    """Activation ``code`` on ``y[:n]``; PRelu with the per-element slopes ``slope[:n]``."""
+    if code == A_PRELU:
+        prelu_inplace(y, n, slope)
+    elif code != A_NONE:
+        act_inplace(y, n, code, a, b)
+
+
 cdef inline void residual_act(float* y, const float* res, idx n, bint has_res, int code,
                               float a, float b) noexcept nogil:
     """In place on ``y[:n]``: ``y += res[:n]`` when ``has_res``, then activation ``code``."""
@@ -279,12 +301,12 @@ cdef inline void residual_act(float* y, const float* res, idx n, bint has_res, i
 
 
 cdef void rows_inplace(float* y, idx nrows, idx m, const float* bias, idx nbias,
-                       const float* res, bint has_res, int code, float a,
-                       float b) noexcept nogil:
+                       const float* res, bint has_res, int code, float a, float b,
+                       const float* slope) noexcept nogil:
     """In place on the rows ``y[: nrows*m]`` (row length ``m``): add the bias, add ``res`` at
     the same positions when ``has_res``, then activation ``code``. ``bias`` (``nbias``
     floats) is the row bias repeated ``g >= 1`` times (``tiled_bias``): ``g`` rows are one run,
-    touched once while in L1."""
+    touched once while in L1. ``slope`` (PRelu; NULL otherwise) is tiled as ``bias``."""
     cdef idx g = max(1, nbias // m)
     cdef idx r0, n, k
     cdef float* run
@@ -300,17 +322,16 @@ cdef void rows_inplace(float* y, idx nrows, idx m, const float* bias, idx nbias,
         else:
             for k in range(n):
                 run[k] += bias[k]
-        if code != A_NONE:
-            act_inplace(run, n, code, a, b)
+        act_slope(run, n, code, a, b, slope)
         r0 += g
 
 
 cdef void gather_rows(const float* acc, idx lda, float* y, idx nrows, idx ncols, idx m,
                       const float* bias, idx nbias, const float* res, bint has_res, int code,
-                      float a, float b) noexcept nogil:
+                      float a, float b, const float* slope) noexcept nogil:
     """``y`` rows of ``ncols * m`` from ``acc`` rows of pitch ``lda`` (skips padding columns):
-    ``y[(r*ncols + j)*m + c] = act(acc[r*lda + j*m + c] + bias[c] (+ res))``; ``bias`` tiled
-    ``g >= 1`` times as for ``rows_inplace``."""
+    ``y[(r*ncols + j)*m + c] = act(acc[r*lda + j*m + c] + bias[c] (+ res))``; ``bias`` (and
+    PRelu's ``slope``, NULL otherwise) tiled ``g >= 1`` times as for ``rows_inplace``."""
     cdef idx ln = ncols * m
     cdef idx g = max(1, nbias // m)
     cdef idx r, j0, n, k
@@ -330,8 +351,10 @@ cdef void gather_rows(const float* acc, idx lda, float* y, idx nrows, idx ncols,
             else:
                 for k in range(n):
                     d[k] = v[k] + bias[k]
+            if code == A_PRELU:
+                prelu_inplace(d, n, slope)
             j0 += g
-        if code != A_NONE:
+        if code != A_NONE and code != A_PRELU:
             act_inplace(y + r * ln, ln, code, a, b)
 
 

@@ -107,12 +107,21 @@ cdef void conv_check_ws(const float[:, ::1] buf, int nt, idx n) except *:
                          f"({nt}, {n})")
 
 
+cdef void conv_check_slope(const float[::1] slope, int code, idx n, idx m) except *:
+    """Raise ValueError unless PRelu's ``slope`` holds ``n`` floats (the bias's length, the
+    ``m`` channels tiled or padded as the kernel takes them): the epilogue reads it alongside
+    the bias."""
+    if code == A_PRELU and (slope.shape[0] < n or slope.shape[0] < m):
+        raise ValueError(f"conv: PRelu slope of {slope.shape[0]} floats, the epilogue reads "
+                         f"{max(n, m)}")
+
+
 cdef void conv_cols_inplace(float* y, idx nrows, idx m, idx ldy, const float* bias,
-                            const float* res, bint has_res, int code, float a,
-                            float b) noexcept nogil:
+                            const float* res, bint has_res, int code, float a, float b,
+                            const float* slope) noexcept nogil:
     """The epilogue on ``m`` columns of ``nrows`` rows of pitch ``ldy`` (one slot's share of
     the output channels): add ``bias`` (m floats), ``res`` at the same positions when
-    ``has_res``, then activation ``code``."""
+    ``has_res``, then activation ``code`` (PRelu: ``slope``, m floats)."""
     cdef idx r, k
     cdef float* d
     cdef const float* rr
@@ -125,8 +134,7 @@ cdef void conv_cols_inplace(float* y, idx nrows, idx m, idx ldy, const float* bi
         else:
             for k in range(m):
                 d[k] += bias[k]
-        if code != A_NONE:
-            act_inplace(d, m, code, a, b)
+        act_slope(d, m, code, a, b, slope)
 
 
 # ---- pointwise: 1x1, stride 1, no padding --------------------------------------------------
@@ -134,7 +142,7 @@ cdef void conv_cols_inplace(float* y, idx nrows, idx m, idx ldy, const float* bi
 cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
                               idx nbias, const float* res, bint has_res, float* y, idx P,
                               idx C, idx M, idx G, idx blk, bint wt, bint split_m, int code,
-                              float a, float b) noexcept nogil:
+                              float a, float b, const float* slope) noexcept nogil:
     """Slot ``t`` of ``nt``: blocks of ``blk`` pixels of ``y (P, M) = x (P, C) @ w`` per group,
     ``w`` packed (G, C/G, M/G) or (``wt``) the model's (M, C/G) weight read transposed. The
     slot takes a range of the blocks, or with ``split_m`` (one group) every block but a range
@@ -164,21 +172,25 @@ cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, con
                               w + g * cg * mg + c0, mg, y + p0 * M + g * mg + c0, M)
         if split_m:
             conv_cols_inplace(y + p0 * M + c0, rows, c1 - c0, M, bias + c0,
-                              conv_at(res, p0 * M + c0), has_res, code, a, b)
+                              conv_at(res, p0 * M + c0), has_res, code, a, b,
+                              conv_at(slope, c0))
         else:
             rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code,
-                         a, b)
+                         a, b, slope)
 
 
 def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                    const float[::1] res, bint has_res, float[::1] y, idx P, idx C, idx M, idx G,
-                   idx blk, bint wt, bint split_m, int code, float a, float b):
+                   idx blk, bint wt, bint split_m, int code, float a, float b,
+                   const float[::1] slope):
     """1x1 conv, stride 1, no padding, ``G`` groups: ``y (P, M) = act(x (P, C) @ w + bias
     (+ res))`` over the ``P`` pixels of NHWC maps, in blocks of ``blk`` pixels split over ``nt``
     slots (or, with ``split_m`` and one group, the output channels). ``w`` packed
     (G, C/G, M/G), or with ``wt`` the model's own (M, C/G) weight; ``bias`` the M biases tiled
-    (``tiled_bias``). Raises ValueError on short operands or ``split_m`` with groups."""
+    (``tiled_bias``), PRelu's ``slope`` tiled alike (empty for other activations). Raises
+    ValueError on short operands or ``split_m`` with groups."""
     conv_check(x, P * C, y, P * M, res, has_res, w, C * M // G)
+    conv_check_slope(slope, code, bias.shape[0], M)
     if blk < 1 or (split_m and G != 1):
         raise ValueError(f"conv_pointwise: blk {blk} < 1 or split_m with {G} groups")
     cdef const float* px = &x[0]
@@ -187,15 +199,16 @@ def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[:
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef idx nbias = bias.shape[0]
+    cdef const float* ps = cptr(slope)
     cdef int t
     if nt <= 1:
         with nogil:
             conv_pointwise_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                                False, code, a, b)
+                                False, code, a, b, ps)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_pointwise_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                            split_m, code, a, b)
+                            split_m, code, a, b, ps)
 
 
 # ---- shift-GEMM: stride 1, one group ---------------------------------------------------------
@@ -204,7 +217,7 @@ cdef void conv_shift_slot(idx t, idx nt, const float* x, const float* w, const f
                           idx nbias, const float* res, bint has_res, float* y, idx N, idx H,
                           idx W, idx C, idx M, idx OH, idx OW, idx kh, idx kw, idx dh, idx dw,
                           idx ph, idx pw, idx R, idx Wc, float* xb, float* acc, int code,
-                          float a, float b) noexcept nogil:
+                          float a, float b, const float* slope) noexcept nogil:
     """Slot ``t`` of ``nt`` of a stride-1 conv as kh*kw accumulating GEMMs over shifted views.
 
     Blocks are ``R`` output rows by ``Wc`` output columns (``Wc < OW`` splits the rows of a
@@ -253,18 +266,21 @@ cdef void conv_shift_slot(idx t, idx nt, const float* x, const float* w, const f
         for r in range(rows):
             y0 = ((n * OH + oh0 + r) * OW + ow0) * M
             gather_rows(acc + r * wp * M, wp * M, y + y0, 1, cols, M, bias, nbias,
-                        conv_at(res, y0), has_res, code, a, b)
+                        conv_at(res, y0), has_res, code, a, b, slope)
 
 
 def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                idx M, idx OH, idx OW, idx kh, idx kw, idx dh, idx dw, idx ph, idx pw, idx R,
-               idx Wc, float[:, ::1] xb, float[:, ::1] acc, int code, float a, float b):
+               idx Wc, float[:, ::1] xb, float[:, ::1] acc, int code, float a, float b,
+               const float[::1] slope):
     """Stride-1, one-group conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by shift-GEMM
     (``conv_shift_slot``), blocks of ``R`` output rows by ``Wc`` columns split over ``nt``
     slots. Workspaces ``xb`` (nt, >= (band*wp + (kw-1)*dw)*C, zeroed) and ``acc``
-    (nt, >= R*wp*M), ``wp = Wc + (kw-1)*dw``. Raises ValueError on short operands."""
+    (nt, >= R*wp*M), ``wp = Wc + (kw-1)*dw``. ``bias`` and PRelu's ``slope`` (empty for other
+    activations) tiled (``tiled_bias``). Raises ValueError on short operands."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M)
+    conv_check_slope(slope, code, bias.shape[0], M)
     if R < 1 or Wc < 1:
         raise ValueError(f"conv_shift: block of {R} rows by {Wc} columns")
     cdef idx wp = min(Wc, OW) + (kw - 1) * dw
@@ -276,15 +292,16 @@ def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] 
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef idx nbias = bias.shape[0]
+    cdef const float* ps = cptr(slope)
     cdef int t
     if nt <= 1:
         with nogil:
             conv_shift_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH, OW,
-                            kh, kw, dh, dw, ph, pw, R, Wc, &xb[0, 0], &acc[0, 0], code, a, b)
+                            kh, kw, dh, dw, ph, pw, R, Wc, &xb[0, 0], &acc[0, 0], code, a, b, ps)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_shift_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH, OW,
-                        kh, kw, dh, dw, ph, pw, R, Wc, &xb[t, 0], &acc[t, 0], code, a, b)
+                        kh, kw, dh, dw, ph, pw, R, Wc, &xb[t, 0], &acc[t, 0], code, a, b, ps)
 
 
 # ---- im2col: any stride, dilation, padding, groups -------------------------------------------
@@ -362,7 +379,8 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
                            idx nbias, const float* res, bint has_res, float* y, idx N, idx H,
                            idx W, idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh,
                            idx sw, idx dh, idx dw, idx ph, idx pw, idx blk, bint split_m,
-                           float* col, int code, float a, float b, bint packed) noexcept nogil:
+                           float* col, int code, float a, float b, const float* slope,
+                           bint packed) noexcept nogil:
     """Slot ``t`` of ``nt`` of a general conv: per block of ``blk`` output pixels and per
     group, gather the (pixels, kh*kw*C/G) patch matrix into ``col`` and GEMM it with the packed
     weights (G, kh, kw, C/G, M/G) straight into ``y`` (ldc = M); then the epilogue. The slot
@@ -378,6 +396,11 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
     cdef idx nb = (P + blk - 1) // blk
     cdef idx b0, b1, c0, c1, bi, p0, rows, g
     cdef idx unit = SPRAT_PK_NR if packed else 8
+    # NOTE: the packed GEMM applies the bias, residual and a register-form activation before
+    # its stores (``sprat_pk_gemm_epi``): no second pass over the block
+    cdef bint in_regs = packed and sprat_pk_act_in_regs(code)
+    cdef sprat_pk_epi e
+    e.bias, e.slope, e.code, e.a, e.b = bias, slope, code, a, b
     if split_m:
         b0, b1 = 0, nb
         c0 = (t * M // nt) // unit * unit
@@ -393,34 +416,42 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
         for g in range(G):
             _im2col_pixels(col, x, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, p0,
                            p0 + rows, g, cg)
-            if packed:
+            if in_regs:
+                e.res = conv_at(res, p0 * M) if has_res else NULL
+                sprat_pk_gemm_epi(rows, c0, c1, kk, col, kk, w, y + p0 * M, M, &e)
+            elif packed:
                 sprat_pk_gemm(rows, c0, c1, kk, col, kk, w, y + p0 * M, M)
             else:
                 # NOTE: a block of one to three pixels (a 1-D conv over a few frames) runs as
                 # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
                 dense_gemm_nn(rows, c1 - c0 if split_m else mg, kk, 1.0, col, kk,
                               w + g * kk * mg + c0, mg, y + p0 * M + g * mg + c0, M)
+        if in_regs:
+            continue
         if split_m:
             conv_cols_inplace(y + p0 * M + c0, rows, c1 - c0, M, bias + c0,
-                              conv_at(res, p0 * M + c0), has_res, code, a, b)
+                              conv_at(res, p0 * M + c0), has_res, code, a, b,
+                              conv_at(slope, c0))
         else:
             rows_inplace(y + p0 * M, rows, M, bias, nbias, conv_at(res, p0 * M), has_res, code,
-                         a, b)
+                         a, b, slope)
 
 
 def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                 const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                 idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw,
                 idx ph, idx pw, idx blk, bint split_m, float[:, ::1] col, int code, float a,
-                float b, bint packed=False):
+                float b, const float[::1] slope, bint packed=False):
     """Any conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by patch matrix + GEMM
     (``conv_im2col_slot``), blocks of ``blk`` output pixels split over ``nt`` slots (or, with
     ``split_m`` and one group, the output channels); workspace ``col`` (nt, >= blk*kh*kw*C/G).
-    ``bias``: the M biases tiled (``tiled_bias``). ``packed``: ``w`` is the (kh*kw*C, M)
+    ``bias``: the M biases tiled (``tiled_bias``), PRelu's ``slope`` alike (empty for other
+    activations). ``packed``: ``w`` is the (kh*kw*C, M)
     weight as ``linalg.pack_panels`` makes it, for the packed-weight GEMM (one group; only
     where ``packed_gemm_available()``). Raises ValueError on short operands, ``split_m`` or
     ``packed`` with groups, or ``packed`` where the packed GEMM does not run."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M // G)
+    conv_check_slope(slope, code, bias.shape[0], M)
     conv_check_ws(col, nt, blk * kh * kw * C // G)
     if blk < 1 or ((split_m or packed) and G != 1):
         raise ValueError(f"conv_im2col: blk {blk} < 1 or split_m/packed with {G} groups")
@@ -434,17 +465,18 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef idx nbias = bias.shape[0]
+    cdef const float* ps = cptr(slope)
     cdef int t
     if nt <= 1:
         with nogil:
             conv_im2col_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH,
                              OW, kh, kw, sh, sw, dh, dw, ph, pw, blk, False, &col[0, 0], code, a,
-                             b, packed)
+                             b, ps, packed)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_im2col_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH, OW,
                          kh, kw, sh, sw, dh, dw, ph, pw, blk, split_m, &col[t, 0], code, a, b,
-                         packed)
+                         ps, packed)
 
 
 # ---- depthwise: group == C == M ----------------------------------------------------------------
@@ -636,14 +668,15 @@ cdef void conv_depthwise_slot(idx t, idx nt, const float* x, const float* w, con
                               const float* bias, const float* bt, const float* res,
                               bint has_res, float* y, idx N, idx H, idx W, idx C, idx OH,
                               idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
-                              idx pw, idx seg, int code, float a, float b) noexcept nogil:
+                              idx pw, idx seg, int code, float a, float b,
+                              const float* st) noexcept nogil:
     """Slot ``t`` of ``nt`` (a range of the N*OH output rows) of a depthwise conv, then the
-    residual and activation row by row."""
+    residual and activation row by row (PRelu: slopes ``st`` tiled ``seg`` pixels long)."""
     cdef idx rows = N * OH
     cdef idx lo = t * rows // nt
     cdef idx hi = (t + 1) * rows // nt
     cdef idx L = OW * C
-    cdef idx q
+    cdef idx q, o
     # NOTE: a 5-wide kernel over 32+ channels sums its 25 taps in registers per pixel block
     # (``_dw_rows``) rather than in five passes over the output row: 0.76-0.83x the time on the
     # 5x5 stride-1 depthwise convs of EfficientNet-B0 and MobileNetV3 (3x3 ones are faster in
@@ -652,7 +685,14 @@ cdef void conv_depthwise_slot(idx t, idx nt, const float* x, const float* w, con
         _dw_rows_s1(x, wt, bt, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, dh, dw, ph, pw, seg)
     else:
         _dw_rows(x, w, bias, y, lo, hi, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw)
-    if has_res or code != A_NONE:
+    if code == A_PRELU:
+        for q in range(lo, hi):
+            residual_act(y + q * L, conv_at(res, q * L), L, has_res, A_NONE, a, b)
+            o = 0
+            while o < OW:
+                prelu_inplace(y + q * L + o * C, (min(OW, o + seg) - o) * C, st)
+                o += seg
+    elif has_res or code != A_NONE:
         for q in range(lo, hi):
             residual_act(y + q * L, conv_at(res, q * L), L, has_res, code, a, b)
 
@@ -661,12 +701,14 @@ def conv_depthwise(int nt, const float[::1] x, const float[::1] w, const float[:
                    const float[::1] bias, const float[::1] bt, const float[::1] res,
                    bint has_res, float[::1] y, idx N, idx H, idx W, idx C, idx OH, idx OW,
                    idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, idx seg,
-                   int code, float a, float b):
+                   int code, float a, float b, const float[::1] slope):
     """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C), the
     output rows split over ``nt`` slots. ``w`` packed (kh, kw, C), ``bias`` (C); with
     horizontal stride 1 ``wt`` (kh*kw, seg, C) and ``bt`` (seg, C) hold the weights and bias
-    tiled ``seg`` pixels long (empty otherwise). Raises ValueError on short operands."""
+    tiled ``seg`` pixels long (empty otherwise); PRelu's ``slope`` (seg, C) tiled so at any
+    stride (empty for other activations). Raises ValueError on short operands."""
     conv_check(x, N * H * W * C, y, N * OH * OW * C, res, has_res, w, kh * kw * C)
+    conv_check_slope(slope, code, seg * C, C)
     if sw == 1 and (wt.shape[0] < kh * kw * seg * C or bt.shape[0] < seg * C):
         raise ValueError("conv_depthwise: tiled weights or bias too short")
     cdef const float* px = &x[0]
@@ -676,15 +718,16 @@ def conv_depthwise(int nt, const float[::1] x, const float[::1] w, const float[:
     cdef const float* pbt = cptr(bt)
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
+    cdef const float* ps = cptr(slope)
     cdef int t
     if nt <= 1:
         with nogil:
             conv_depthwise_slot(0, 1, px, pw_, pwt, pb_, pbt, pr, has_res, py, N, H, W, C, OH,
-                                OW, kh, kw, sh, sw, dh, dw, ph, pw, seg, code, a, b)
+                                OW, kh, kw, sh, sw, dh, dw, ph, pw, seg, code, a, b, ps)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_depthwise_slot(t, nt, px, pw_, pwt, pb_, pbt, pr, has_res, py, N, H, W, C, OH, OW,
-                            kh, kw, sh, sw, dh, dw, ph, pw, seg, code, a, b)
+                            kh, kw, sh, sw, dh, dw, ph, pw, seg, code, a, b, ps)
 
 
 # ---- depthwise, register-blocked (AVX2): kernels 3 and 5 wide, horizontal stride 1 and 2 ------
@@ -710,10 +753,12 @@ cdef extern from *:
        Gelu, are applied by the caller after the store); NaN-keeping as act_inplace. */
     static inline int sprat_dw_act_in_regs(int code) {
         return code == 0 || code == 1 || code == 2 || code == 3 || code == 4 || code == 5
-            || code == 6 || code == 8;
+            || code == 6 || code == 8 || code == 10;
     }
 
-    SPRAT_INLINE void sprat_dw_act(__m256 *acc, const int P, int code, float a, float b) {
+    /* slope: PRelu's 8 slopes of the block (code 10), else unused */
+    SPRAT_INLINE void sprat_dw_act(__m256 *acc, const int P, int code, float a, float b,
+                                   const float *slope) {
         const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
         const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
         int p;
@@ -758,6 +803,14 @@ cdef extern from *:
                 acc[p] = _mm256_div_ps(acc[p],
                                        _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
             break;
+        case 10: { /* PRelu: v < 0 ? slope * v : v (NaN kept) */
+            const __m256 sv = _mm256_loadu_ps(slope);
+    #pragma GCC unroll 8
+            for (p = 0; p < P; p++)
+                acc[p] = _mm256_blendv_ps(acc[p], _mm256_mul_ps(sv, acc[p]),
+                                          _mm256_cmp_ps(acc[p], zero, _CMP_LT_OQ));
+            break;
+        }
         default:
             break;
         }
@@ -776,7 +829,8 @@ cdef extern from *:
        over NS accumulator sets: the chains of dependent multiply-adds (4 cycles each) are
        then short enough to keep both FMA units busy. */
     SPRAT_INLINE void sprat_dw_tile(float *y, const float *x, const float *w, const float *bias,
-                                    const float *res, Py_ssize_t C, Py_ssize_t xstep, Py_ssize_t ni,
+                                    const float *slope, const float *res, Py_ssize_t C,
+                                    Py_ssize_t xstep, Py_ssize_t ni,
                                     const int K, const int S, const int P, const int masked,
                                     const int guard, Py_ssize_t off, int lo, int hi, int npix,
                                     __m256i m, int code, float a, float b) {
@@ -821,7 +875,7 @@ cdef extern from *:
                 acc[p] = _mm256_add_ps(acc[p], masked ? _mm256_maskload_ps(res + p * C, m)
                                                       : _mm256_loadu_ps(res + p * C));
         }
-        sprat_dw_act(acc, P, code, a, b);
+        sprat_dw_act(acc, P, code, a, b, slope);
     #pragma GCC unroll 8
         for (p = 0; p < P; p++) {
             if (guard && p >= npix) break;
@@ -834,7 +888,7 @@ cdef extern from *:
        ow*S - pw); the block nb - 1 is masked when C % 8 != 0. Unguarded: interior pixels;
        guarded: npix pixels (<= P), the window's columns outside [0, W) skipped. */
     SPRAT_INLINE void sprat_dw_pixels(float *yr, const float *xr, const float *wp, const float *bp,
-                                      const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                      const float *sp, const float *rr, Py_ssize_t W, Py_ssize_t C,
                                       Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
                                       Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t pw, Py_ssize_t b0,
                                       Py_ssize_t b1, Py_ssize_t nb, __m256i m, const int K,
@@ -849,19 +903,21 @@ cdef extern from *:
         const float *r = rr != NULL ? rr + ow * C : NULL;
         for (cb = b0; cb < (b1 < bfull ? b1 : bfull); cb++) {
             c = cb * 8;
-            sprat_dw_tile(y + c, x + c, wp + cb * kk + wrow, bp + c, r != NULL ? r + c : NULL, C,
-                          xstep, ni, K, S, P, 0, guard, iw0, lo, hi, npix, m, code, a, b);
+            sprat_dw_tile(y + c, x + c, wp + cb * kk + wrow, bp + c, sp != NULL ? sp + c : NULL,
+                          r != NULL ? r + c : NULL, C, xstep, ni, K, S, P, 0, guard, iw0, lo, hi,
+                          npix, m, code, a, b);
         }
         if (b1 > bfull) {
             c = bfull * 8;
-            sprat_dw_tile(y + c, x + c, wp + bfull * kk + wrow, bp + c, r != NULL ? r + c : NULL,
-                          C, xstep, ni, K, S, P, 1, guard, iw0, lo, hi, npix, m, code, a, b);
+            sprat_dw_tile(y + c, x + c, wp + bfull * kk + wrow, bp + c,
+                          sp != NULL ? sp + c : NULL, r != NULL ? r + c : NULL, C, xstep, ni, K, S,
+                          P, 1, guard, iw0, lo, hi, npix, m, code, a, b);
         }
     }
 
     /* npix (>= 1) border pixels from output column ow, in guarded blocks of at most 8. */
     SPRAT_INLINE void sprat_dw_border(float *yr, const float *xr, const float *wp, const float *bp,
-                                      const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                      const float *sp, const float *rr, Py_ssize_t W, Py_ssize_t C,
                                       Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
                                       Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t npix, Py_ssize_t pw,
                                       Py_ssize_t b0, Py_ssize_t b1, Py_ssize_t nb, __m256i m,
@@ -869,17 +925,17 @@ cdef extern from *:
         while (npix > 0) {
             int n = npix < 8 ? (int)npix : 8;
             if (n > 4)
-                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                m, K, S, 8, 1, n, code, a, b);
+                sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                                nb, m, K, S, 8, 1, n, code, a, b);
             else if (n > 2)
-                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                m, K, S, 4, 1, n, code, a, b);
+                sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                                nb, m, K, S, 4, 1, n, code, a, b);
             else if (n == 2)
-                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                m, K, S, 2, 1, n, code, a, b);
+                sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                                nb, m, K, S, 2, 1, n, code, a, b);
             else
-                sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                                m, K, S, 1, 1, n, code, a, b);
+                sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                                nb, m, K, S, 1, 1, n, code, a, b);
             ow += n;
             npix -= n;
         }
@@ -889,9 +945,10 @@ cdef extern from *:
        pixels with a border in one guarded block; otherwise the left border pixels, the
        interior in unguarded blocks of 8, 4, 2, 1, then the right border pixels. */
     SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, const float *bp,
-                                      const float *rr, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OW,
-                                      Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
-                                      Py_ssize_t kh, Py_ssize_t pw, Py_ssize_t b0, Py_ssize_t b1,
+                                      const float *sp, const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                      Py_ssize_t OW, Py_ssize_t xstep, Py_ssize_t ni,
+                                      Py_ssize_t wrow, Py_ssize_t kh, Py_ssize_t pw,
+                                      Py_ssize_t b0, Py_ssize_t b1,
                                       __m256i m, const int K, const int S, int code, float a,
                                       float b) {
         Py_ssize_t nb = (C + 7) / 8, kk = kh * K * 8;
@@ -902,43 +959,45 @@ cdef extern from *:
         if (a0 > OW) a0 = OW;
         if (a1 < a0) a1 = a0;
         if (OW <= 8 && (a0 > 0 || a1 < OW)) {
-            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, 0, OW, pw, b0, b1, nb,
-                            m, K, S, code, a, b);
+            sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, OW, pw, b0, b1,
+                            nb, m, K, S, code, a, b);
             return;
         }
         if (a0 > 0)
-            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, 0, a0, pw, b0, b1, nb,
-                            m, K, S, code, a, b);
+            sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, a0, pw, b0, b1,
+                            nb, m, K, S, code, a, b);
         for (ow = a0; ow + 8 <= a1; ow += 8)
-            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
-                            K, S, 8, 0, 8, code, a, b);
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                            m, K, S, 8, 0, 8, code, a, b);
         if (ow + 4 <= a1) {
-            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
-                            K, S, 4, 0, 4, code, a, b);
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                            m, K, S, 4, 0, 4, code, a, b);
             ow += 4;
         }
         if (ow + 2 <= a1) {
-            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
-                            K, S, 2, 0, 2, code, a, b);
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                            m, K, S, 2, 0, 2, code, a, b);
             ow += 2;
         }
         if (ow < a1) {
-            sprat_dw_pixels(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb, m,
-                            K, S, 1, 0, 1, code, a, b);
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                            m, K, S, 1, 0, 1, code, a, b);
             ow += 1;
         }
         if (a1 < OW)
-            sprat_dw_border(yr, xr, wp, bp, rr, W, C, xstep, ni, wrow, kk, a1, OW - a1, pw, b0,
+            sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, a1, OW - a1, pw, b0,
                             b1, nb, m, K, S, code, a, b);
     }
 
     /* Units [u0, u1) of (output row q of N*OH, channel tile of ct blocks of 8) of a depthwise
        conv with kw in {3, 5}, horizontal stride sw in {1, 2}, horizontal dilation 1. wp packed
-       (C/8 blocks, kh, kw, 8), bp the bias padded to a multiple of 8; res may be NULL.
+       (C/8 blocks, kh, kw, 8), bp the bias padded to a multiple of 8, sp PRelu's slopes padded
+       alike (NULL for other activations); res may be NULL.
        The activation is applied only when sprat_dw_act_in_regs(code). Returns 1 (done). */
     static int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp,
-                              const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
-                              Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                              const float *sp, const float *res, Py_ssize_t H, Py_ssize_t W,
+                              Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh,
+                              Py_ssize_t kw,
                               Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t ph,
                               Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0, Py_ssize_t u1,
                               int code, float a, float b) {
@@ -967,16 +1026,16 @@ cdef extern from *:
                 const float *rr = res != NULL ? res + q * OW * C : NULL;
                 Py_ssize_t wrow = i0 * kw * 8;
                 if (kw == 3 && sw == 1)
-                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                    sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
                                     b0, b1, m, 3, 1, code, a, b);
                 else if (kw == 3)
-                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                    sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
                                     b0, b1, m, 3, 2, code, a, b);
                 else if (sw == 1)
-                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                    sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
                                     b0, b1, m, 5, 1, code, a, b);
                 else
-                    sprat_dw_row_ks(yr, xr, wp, bp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                    sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
                                     b0, b1, m, 5, 2, code, a, b);
             }
         }
@@ -986,12 +1045,14 @@ cdef extern from *:
     #define SPRAT_DW_SIMD 0
     static inline int sprat_dw_act_in_regs(int code) { (void)code; return 0; }
     static int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp,
-                              const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
-                              Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                              const float *sp, const float *res, Py_ssize_t H, Py_ssize_t W,
+                              Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh,
+                              Py_ssize_t kw,
                               Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t ph,
                               Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0, Py_ssize_t u1,
                               int code, float a, float b) {
-        (void)y; (void)x; (void)wp; (void)bp; (void)res; (void)H; (void)W; (void)C; (void)OH;
+        (void)y; (void)x; (void)wp; (void)bp; (void)sp; (void)res; (void)H; (void)W; (void)C;
+        (void)OH;
         (void)OW; (void)kh; (void)kw; (void)sh; (void)sw; (void)dh; (void)ph; (void)pw; (void)ct;
         (void)u0; (void)u1; (void)code; (void)a; (void)b;
         return 0;
@@ -1001,7 +1062,8 @@ cdef extern from *:
     int SPRAT_DW_SIMD
     bint sprat_dw_act_in_regs(int code) noexcept nogil
     int sprat_dw_units(float* y, const float* x, const float* wp, const float* bp,
-                       const float* res, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
+                       const float* sp, const float* res, idx H, idx W, idx C, idx OH, idx OW,
+                       idx kh, idx kw,
                        idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, idx u0, idx u1, int code,
                        float a, float b) noexcept nogil
 
@@ -1013,7 +1075,8 @@ DEPTHWISE_BLOCKED = bool(SPRAT_DW_SIMD)
 cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, const float* bp,
                                const float* res, bint has_res, float* y, idx N, idx H, idx W,
                                idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
-                               idx ph, idx pw, idx ct, int code, float a, float b) noexcept nogil:
+                               idx ph, idx pw, idx ct, int code, float a, float b,
+                               const float* sp) noexcept nogil:
     """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units; the
     activations without a register form (Tanh, Gelu) then run over the slot's outputs."""
     cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
@@ -1021,8 +1084,8 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
     cdef idx u0 = t * units // nt
     cdef idx u1 = (t + 1) * units // nt
     cdef idx u, q, c0, c1, ow
-    sprat_dw_units(y, x, wp, bp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw, dh,
-                   ph, pw, ct, u0, u1, code, a, b)
+    sprat_dw_units(y, x, wp, bp, sp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw,
+                   dh, ph, pw, ct, u0, u1, code, a, b)
     if code == A_NONE or sprat_dw_act_in_regs(code):
         return
     for u in range(u0, u1):
@@ -1036,11 +1099,12 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
 def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, const float[::1] bp,
                            const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W,
                            idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph,
-                           idx pw, idx ct, int code, float a, float b):
+                           idx pw, idx ct, int code, float a, float b, const float[::1] slope):
     """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C) by the
     register-blocked kernel: ``kw`` 3 or 5, horizontal stride ``sw`` 1 or 2, horizontal
     dilation 1 (any ``kh``, vertical stride ``sh`` and dilation ``dh``); ``wp`` packed
-    (ceil(C/8), kh, kw, 8) and ``bp`` (ceil(C/8)*8) zero past C (``conv.depthwise_pack``);
+    (ceil(C/8), kh, kw, 8) and ``bp`` (ceil(C/8)*8) zero past C (``conv.depthwise_pack``),
+    PRelu's ``slope`` padded as ``bp`` (empty for other activations);
     units of (output row, ``ct`` blocks of 8 channels) split evenly over ``nt`` slots.
     Raises ValueError on short operands or an unsupported geometry, RuntimeError on a build
     without it (``DEPTHWISE_BLOCKED`` false)."""
@@ -1048,6 +1112,7 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     conv_check(x, N * H * W * C, y, N * OH * OW * C, res, has_res, wp, kh * kw * cp)
     if bp.shape[0] < cp:
         raise ValueError(f"conv_depthwise_blocked: bias {bp.shape[0]} < {cp} (padded to 8)")
+    conv_check_slope(slope, code, cp, C)
     if kw not in (3, 5) or sw not in (1, 2) or ct < 1 or sh < 1 or dh < 1:
         raise ValueError(f"conv_depthwise_blocked: kw={kw}, sw={sw}, ct={ct} not supported "
                          "(kw 3 or 5, sw 1 or 2, ct >= 1)")
@@ -1057,17 +1122,18 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     cdef const float* px = &x[0]
     cdef const float* pwp = &wp[0]
     cdef const float* pbp = &bp[0]
+    cdef const float* ps = cptr(slope)
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef int t
     if nt <= 1:
         with nogil:
             conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                                 sh, sw, dh, ph, pw, ct, code, a, b)
+                                 sh, sw, dh, ph, pw, ct, code, a, b, ps)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                             sh, sw, dh, ph, pw, ct, code, a, b)
+                             sh, sw, dh, ph, pw, ct, code, a, b, ps)
 
 
 # ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------
@@ -1147,9 +1213,10 @@ cdef void _wg_input_tile(const float* x, idx n, idx H, idx W, idx C, idx ih0, id
 cdef void _wg_output_tile(const float* mo, idx tile, idx TB, idx M, const float* bias,
                           const float* res, bint has_res, float* y, idx ldy, idx c0, idx n,
                           idx OH, idx OW, idx oh0, idx ow0, float* tmp, float* out, int code,
-                          float a, float b) noexcept nogil:
+                          float a, float b, const float* slope) noexcept nogil:
     """Inverse-transform tile ``tile`` of ``mo`` (36, TB, M), add the bias (+ residual), apply
-    the activation and write the tile's in-image pixels of the 4x4 output tile at (oh0, ow0)
+    the activation (PRelu: ``slope``, M floats) and write the tile's in-image pixels of the
+    4x4 output tile at (oh0, ow0)
     into channels ``c0 .. c0+M`` of ``y`` (``ldy`` channels per pixel; ``res`` alike)."""
     cdef idx st = TB * M
     cdef idx j, i, q, oh, ow, d, k
@@ -1183,15 +1250,14 @@ cdef void _wg_output_tile(const float* mo, idx tile, idx TB, idx M, const float*
             else:
                 for k in range(M):
                     dst[k] = src[k] + bias[k]
-            if code != A_NONE:
-                act_inplace(dst, M, code, a, b)
+            act_slope(dst, M, code, a, b, slope)
 
 
 cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, const float* bias,
                              const float* res, bint has_res, float* y, idx N, idx H, idx W,
                              idx C, idx M, idx OH, idx OW, idx ph, idx pw, idx TB,
                              bint split_m, float* v, float* mo, float* pbuf, float* obuf,
-                             int code, float a, float b) noexcept nogil:
+                             int code, float a, float b, const float* slope) noexcept nogil:
     """Slot ``t`` of ``nt`` of a 3x3 stride-1 conv by Winograd F(4,3): a range of blocks of
     ``TB`` tiles, or with ``split_m`` every block but a range of the output channels (a small
     map has too few tiles to share out; each slot then transforms the whole input itself).
@@ -1233,20 +1299,21 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
             ti = r // tw
             tj = r - ti * tw
             _wg_output_tile(mo, k, TB, mt, bias + c0, res, has_res, y, M, c0, n, OH, OW, ti * 4,
-                            tj * 4, obuf, obuf + 24 * M, code, a, b)
+                            tj * 4, obuf, obuf + 24 * M, code, a, b, conv_at(slope, c0))
 
 
 def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::1] bias,
                   const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                   idx M, idx OH, idx OW, idx ph, idx pw, idx TB, bint split_m,
                   float[:, ::1] vbuf, float[:, ::1] mbuf, float[:, ::1] pbuf,
-                  float[:, ::1] obuf, int code, float a, float b):
+                  float[:, ::1] obuf, int code, float a, float b, const float[::1] slope):
     """3x3, stride 1, dilation 1, one-group conv of ``x`` (N, H, W, C) into ``y``
     (N, OH, OW, M) by Winograd F(4,3) (``conv_winograd_slot``), split over ``nt`` slots.
-    ``u`` (36, C, M) the transformed weights, ``bias`` (M). Workspaces (nt, ...): ``vbuf``
-    36*TB*C, ``mbuf`` 36*TB*M, ``pbuf`` 72*C, ``obuf`` 40*M. Raises ValueError on short
-    operands."""
+    ``u`` (36, C, M) the transformed weights, ``bias`` (M), PRelu's ``slope`` (M; empty for
+    other activations). Workspaces (nt, ...): ``vbuf`` 36*TB*C, ``mbuf`` 36*TB*M, ``pbuf``
+    72*C, ``obuf`` 40*M. Raises ValueError on short operands."""
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, u, 36 * C * M)
+    conv_check_slope(slope, code, M, M)
     conv_check_ws(vbuf, nt, 36 * TB * C)
     conv_check_ws(mbuf, nt, 36 * TB * M)
     conv_check_ws(pbuf, nt, 72 * C)
@@ -1256,17 +1323,18 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
     cdef const float* pb_ = &bias[0]
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
+    cdef const float* ps = cptr(slope)
     cdef int t
     if nt <= 1:
         with nogil:
             conv_winograd_slot(0, 1, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph,
                                pw, TB, split_m, &vbuf[0, 0], &mbuf[0, 0], &pbuf[0, 0],
-                               &obuf[0, 0], code, a, b)
+                               &obuf[0, 0], code, a, b, ps)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_winograd_slot(t, nt, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph, pw,
                            TB, split_m, &vbuf[t, 0], &mbuf[t, 0], &pbuf[t, 0], &obuf[t, 0],
-                           code, a, b)
+                           code, a, b, ps)
 
 
 cdef enum:

@@ -56,13 +56,53 @@ cdef extern from *:
     #if defined(__AVX2__) && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
     #include <immintrin.h>
     #define SPRAT_PK 1
+    /* The epilogue of the last K block, in registers: + bias (one per column, or NULL),
+       + res (C's layout, or NULL), then activation ``code`` (common.pxi's codes; only those
+       sprat_pk_act_in_regs takes, else none here). bias, res and slope point at the tile's
+       first column (res at its first row). */
+    typedef struct {
+        const float* bias;
+        const float* res;
+        const float* slope;
+        int code;
+        float a, b;
+    } sprat_pk_epi;
+
+    static inline int sprat_pk_act_in_regs(int code) {
+        return code == 0 || code == 1 || code == 2 || code == 4 || code == 5 || code == 6
+            || code == 10;
+    }
+
+    /* NaN-keeping as act_inplace: _mm512_max_ps(zero, v) returns v when v is NaN */
+    __attribute__((target("avx512f"), always_inline))
+    static inline __m512 sprat_pk_act(__m512 v, int code, __m512 va, __m512 vb, __m512 sv) {
+        const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+        __m512 r;
+        switch (code) {
+        case 1: return _mm512_max_ps(zero, v);
+        case 2: return _mm512_min_ps(vb, _mm512_max_ps(va, v));
+        case 4: return _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(va, v, vb)));
+        case 5:
+            r = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
+            return _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, r)));
+        case 6:
+            r = _mm512_max_ps(zero, v);
+            return _mm512_fmadd_ps(va, _mm512_sub_ps(v, r), r);
+        case 10:
+            return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, sv);
+        default: return v;
+        }
+    }
+
     /* C[0:mr, 0:32] (=|+=) A[0:mr, 0:kc] @ P[0:kc, 0:32]; only the columns of masks c0 / c1
-       are stored. mr is a constant in every caller (the switch below), so the loops unroll
-       and the accumulators stay in registers. */
+       are stored, after the epilogue ``e`` when it is not NULL. mr is a constant in every
+       caller (the switch below), so the loops unroll and the accumulators stay in
+       registers. */
     __attribute__((target("avx512f"), always_inline))
     static inline void sprat_pk_tile(const int mr, Py_ssize_t kc, const float* a,
                                      Py_ssize_t lda, const float* p, float* c, Py_ssize_t ldc,
-                                     int acc, __mmask16 c0, __mmask16 c1, const int pf) {
+                                     int acc, __mmask16 c0, __mmask16 c1, const int pf,
+                                     const sprat_pk_epi* e) {
         __m512 x0[SPRAT_PK_MR], x1[SPRAT_PK_MR];
         for (int r = 0; r < mr; r++) {
             x0[r] = _mm512_setzero_ps();
@@ -88,19 +128,51 @@ cdef extern from *:
                 x0[r] = _mm512_add_ps(x0[r], _mm512_maskz_loadu_ps(c0, cr));
                 x1[r] = _mm512_add_ps(x1[r], _mm512_maskz_loadu_ps(c1, cr + 16));
             }
+        }
+        if (e != NULL) {
+            const __m512 va = _mm512_set1_ps(e->a), vb = _mm512_set1_ps(e->b);
+            __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+            if (e->bias != NULL) {
+                __m512 b0 = _mm512_maskz_loadu_ps(c0, e->bias);
+                __m512 b1 = _mm512_maskz_loadu_ps(c1, e->bias + 16);
+                for (int r = 0; r < mr; r++) {
+                    x0[r] = _mm512_add_ps(x0[r], b0);
+                    x1[r] = _mm512_add_ps(x1[r], b1);
+                }
+            }
+            if (e->res != NULL) {
+                for (int r = 0; r < mr; r++) {
+                    const float* rr = e->res + r * ldc;
+                    x0[r] = _mm512_add_ps(x0[r], _mm512_maskz_loadu_ps(c0, rr));
+                    x1[r] = _mm512_add_ps(x1[r], _mm512_maskz_loadu_ps(c1, rr + 16));
+                }
+            }
+            if (e->code == 10) {
+                s0 = _mm512_maskz_loadu_ps(c0, e->slope);
+                s1 = _mm512_maskz_loadu_ps(c1, e->slope + 16);
+            }
+            if (e->code != 0) {
+                for (int r = 0; r < mr; r++) {
+                    x0[r] = sprat_pk_act(x0[r], e->code, va, vb, s0);
+                    x1[r] = sprat_pk_act(x1[r], e->code, va, vb, s1);
+                }
+            }
+        }
+        for (int r = 0; r < mr; r++) {
+            float* cr = c + r * ldc;
             _mm512_mask_storeu_ps(cr, c0, x0[r]);
             _mm512_mask_storeu_ps(cr + 16, c1, x1[r]);
         }
     }
 
     #define SPRAT_PK_CASE(R) case R: \
-        if (pf) sprat_pk_tile(R, kc, a, lda, p, c, ldc, acc, c0, c1, 1); \
-        else sprat_pk_tile(R, kc, a, lda, p, c, ldc, acc, c0, c1, 0); \
+        if (pf) sprat_pk_tile(R, kc, a, lda, p, c, ldc, acc, c0, c1, 1, e); \
+        else sprat_pk_tile(R, kc, a, lda, p, c, ldc, acc, c0, c1, 0, e); \
         break;
     __attribute__((target("avx512f")))
     static void sprat_pk_rows(int mr, Py_ssize_t kc, const float* a, Py_ssize_t lda,
                               const float* p, float* c, Py_ssize_t ldc, int acc, __mmask16 c0,
-                              __mmask16 c1, int pf) {
+                              __mmask16 c1, int pf, const sprat_pk_epi* e) {
         switch (mr) {
         SPRAT_PK_CASE(12) SPRAT_PK_CASE(11) SPRAT_PK_CASE(10) SPRAT_PK_CASE(9)
         SPRAT_PK_CASE(8) SPRAT_PK_CASE(7) SPRAT_PK_CASE(6) SPRAT_PK_CASE(5)
@@ -112,11 +184,14 @@ cdef extern from *:
     /* C[0:m, n0:n1] = A[0:m, 0:K] @ W[:, n0:n1], W as panels ``packed`` (n0 a multiple of
        NR; panel q starts at packed + q * K * NR). Per panel: K in blocks of KC (the panel's
        block, KC x NR floats = 32 KiB, stays in L1 while every row block of A passes over it),
-       the C strip (m x NR) accumulates in L1/L2. */
+       the C strip (m x NR) accumulates in L1/L2. With ``e`` (not NULL) the last K block
+       applies the epilogue in registers: bias[n0:n1], res (C's layout and pitch, at C's
+       first row and column 0), activation e->code (sprat_pk_act_in_regs), slope[n0:n1]. */
     __attribute__((target("avx512f")))
-    static void sprat_pk_gemm(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
-                              const float* a, Py_ssize_t lda, const float* packed, float* c,
-                              Py_ssize_t ldc) {
+    static void sprat_pk_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                                  const float* a, Py_ssize_t lda, const float* packed, float* c,
+                                  Py_ssize_t ldc, const sprat_pk_epi* e) {
+        sprat_pk_epi t;
         for (Py_ssize_t j = n0; j < n1; j += SPRAT_PK_NR) {
             Py_ssize_t w = n1 - j < SPRAT_PK_NR ? n1 - j : SPRAT_PK_NR;
             __mmask16 c0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
@@ -126,11 +201,28 @@ cdef extern from *:
                 Py_ssize_t kc = K - k0 < SPRAT_PK_KC ? K - k0 : SPRAT_PK_KC;
                 for (Py_ssize_t i = 0; i < m; i += SPRAT_PK_MR) {
                     int mr = (int)(m - i < SPRAT_PK_MR ? m - i : SPRAT_PK_MR);
+                    const sprat_pk_epi* te = NULL;
+                    if (e != NULL && k0 + kc >= K) {
+                        t.bias = e->bias != NULL ? e->bias + j : NULL;
+                        t.res = e->res != NULL ? e->res + i * ldc + j : NULL;
+                        t.slope = e->slope != NULL ? e->slope + j : NULL;
+                        t.code = e->code;
+                        t.a = e->a;
+                        t.b = e->b;
+                        te = &t;
+                    }
                     sprat_pk_rows(mr, kc, a + i * lda + k0, lda, panel + k0 * SPRAT_PK_NR,
-                                  c + i * ldc + j, ldc, k0 > 0, c0, c1, i == 0);
+                                  c + i * ldc + j, ldc, k0 > 0, c0, c1, i == 0, te);
                 }
             }
         }
+    }
+
+    __attribute__((target("avx512f")))
+    static void sprat_pk_gemm(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                              const float* a, Py_ssize_t lda, const float* packed, float* c,
+                              Py_ssize_t ldc) {
+        sprat_pk_gemm_epi(m, n0, n1, K, a, lda, packed, c, ldc, NULL);
     }
 
     static int sprat_pk_available(void) {
@@ -139,6 +231,20 @@ cdef extern from *:
     }
     #else
     #define SPRAT_PK 0
+    typedef struct {
+        const float* bias;
+        const float* res;
+        const float* slope;
+        int code;
+        float a, b;
+    } sprat_pk_epi;
+    static inline int sprat_pk_act_in_regs(int code) { (void)code; return 0; }
+    static void sprat_pk_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                                  const float* a, Py_ssize_t lda, const float* packed, float* c,
+                                  Py_ssize_t ldc, const sprat_pk_epi* e) {
+        (void)m; (void)n0; (void)n1; (void)K; (void)a; (void)lda; (void)packed; (void)c;
+        (void)ldc; (void)e;
+    }
     static void sprat_pk_gemm(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
                               const float* a, Py_ssize_t lda, const float* packed, float* c,
                               Py_ssize_t ldc) {
@@ -150,6 +256,16 @@ cdef extern from *:
     """
     int SPRAT_PK_NR
     int SPRAT_PK_MR
+    ctypedef struct sprat_pk_epi:
+        const float* bias
+        const float* res
+        const float* slope
+        int code
+        float a, b
+    bint sprat_pk_act_in_regs(int code) noexcept nogil
+    void sprat_pk_gemm_epi(idx m, idx n0, idx n1, idx K, const float* a, idx lda,
+                           const float* packed, float* c, idx ldc,
+                           const sprat_pk_epi* e) noexcept nogil
     void sprat_pk_gemm(idx m, idx n0, idx n1, idx K, const float* a, idx lda,
                        const float* packed, float* c, idx ldc) noexcept nogil
     int sprat_pk_available() noexcept nogil
