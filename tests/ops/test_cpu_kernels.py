@@ -884,11 +884,11 @@ def test_conv_im2col_splits(xs, ws, attrs, split_m):
     ((1, 160, 7, 7), (136, 160, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # 2 threads: ranges
     ((2, 16, 47), (64, 16, 5), {"pads": [2, 2], "strides": [2]}, True),
     ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # M 16
-    ((1, 3, 20, 20), (48, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # K 27
+    ((1, 3, 20, 20), (48, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),  # K 27
 ])
 def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, pays, packed, monkeypatch):
     """One-group im2col convs take the packed GEMM on an AVX-512F CPU (``conv.PACKED_IM2COL``)
-    where ``conv.packed_pays`` (K > 32, M > 16); elsewhere, or with the path turned off, the
+    where ``conv.packed_pays`` (M > 16); elsewhere, or with the path turned off, the
     per-block BLAS calls: both equal to the reference at 1 and 2 threads."""
     from sprat.backends.cpu import conv
 
@@ -1212,8 +1212,8 @@ def test_pack_panels_layout_in_parts(k, n, monkeypatch):
     ((2, 96, 5, 5), 264, "HardSwish", True),   # columns past a 32-column panel
     ((1, 40, 56, 56), 240, "Clip", True),      # an expansion: many row blocks
     ((1, 320, 7, 7), 1280, None, True),
-    ((1, 24, 56, 56), 144, "Clip", False),     # K 24: BLAS (``conv.packed_pays``)
-    ((1, 128, 9, 9), 16, None, False)])        # M 16: BLAS
+    ((1, 24, 56, 56), 144, "Clip", True),      # K 24
+    ((1, 128, 9, 9), 16, None, False)])        # M 16: BLAS (``conv.packed_pays``)
 def test_conv_pointwise_on_the_packed_gemm(xs, m, act, pays):
     from sprat.backends.cpu import conv
 

@@ -68,19 +68,19 @@ PACKED_POINTWISE = PACKED
 PACKED_IM2COL = PACKED
 
 
-def packed_pays(k: int, m: int) -> bool:
-    """Whether a one-group conv GEMM of depth ``k`` (C*kh*kw) into ``m`` output channels runs
-    faster on the packed micro-kernel (12 x 32 tile of Y in registers) than on BLAS: not when
-    a tile's few k steps cannot pay for loading and storing it, nor when most of each 32-wide
-    panel is zero padding. Measured on 1x1 convs (sprat / onnxruntime, BLAS against packed,
-    1 thread): K 16-24 BLAS ahead at every M (16->96@112 0.65 vs 1.11, 24->144@56 0.61 vs
-    0.83), M 16 BLAS ahead at every K (128->16@55 0.70 vs 0.84), K 40-144 with M 24-240 the
-    packed path ahead (144->24@56 0.74 vs 0.63, 40->240@28 1.11 vs 0.97); im2col 3->16 stems
-    1.17 vs 1.58, 3->32 (K 27) even."""
-    return k > PACKED_MIN_K and m > PACKED_MIN_M
+def packed_pays(m: int) -> bool:
+    """Whether a one-group conv GEMM into ``m`` output channels runs
+    faster on the packed micro-kernel (12 x 32 tile of Y in registers, bias, residual and
+    activation applied before its stores) than on BLAS: not when most of each 32-wide panel
+    is zero padding. Measured on 1x1 convs (sprat / onnxruntime, BLAS against packed, 1 / 2
+    threads): M 16 or less BLAS ahead at every K (32->16@112 0.56 vs 0.80, 128->16@55 0.70 vs
+    0.77, 16->8@80 0.78 vs 1.27), M 24 and more the packed path ahead or even from K 8 up
+    (8->32@80 0.54 vs 0.44, 32->64@32 1.12 vs 0.82, 24->24@56 0.70 vs 0.57, 16->96@112 0.78 vs
+    0.77, 144->24@56 0.73 vs 0.56; 2 threads the same way); im2col 3->16 stems 1.17 vs 1.58.
+    No depth of the GEMM (K = C*kh*kw, 8 to 1152 measured) favoured BLAS."""
+    return m > PACKED_MIN_M
 
 
-PACKED_MIN_K = 32
 PACKED_MIN_M = 16
 IM2COL_PACKED_BYTES = 1 << 20
 # NOTE: on one thread a map of fewer than 16 tiles (10x10) runs faster as im2col/shift GEMMs
@@ -312,7 +312,7 @@ class ConvKernel(CpuKernel):
             # NOTE: memory="low": the model's (M, C/G) weight, read transposed by the GEMM
             self.w_stored = self.memory == "low"
             if (PACKED_POINTWISE and self.packed_pointwise and group == 1 and not self.w_stored
-                    and packed_pays(c, m)):
+                    and packed_pays(m)):
                 # the GEMM with weights packed once (``linalg``'s, AVX-512 CPUs): Y (P, M) =
                 # X (P, C) @ W^T + bias (+ residual), activation in its epilogue
                 self.panels = self.w = self.shared("w_panels", lambda: pack_panels(
@@ -353,7 +353,7 @@ class ConvKernel(CpuKernel):
                                scratch(nt, 72 * c), scratch(nt, 40 * m))
         elif (sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS
               and n * oh * ow > ck.FEW_ROWS
-              and not (PACKED_IM2COL and packed_pays(kh * kw * c, m))):
+              and not (PACKED_IM2COL and packed_pays(m))):
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
                 wv.transpose(2, 3, 1, 0)).ravel())  # (kh, kw, C, M)
@@ -369,7 +369,7 @@ class ConvKernel(CpuKernel):
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
             kk = kh * kw * cg
-            self.im2col_packed = PACKED_IM2COL and group == 1 and packed_pays(kk, m)
+            self.im2col_packed = PACKED_IM2COL and group == 1 and packed_pays(m)
             if self.im2col_packed:
                 self.w = self.shared("im2col_panels", lambda: pack_panels(
                     np.ascontiguousarray(wg).reshape(kk, m)))
