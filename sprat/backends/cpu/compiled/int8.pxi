@@ -264,17 +264,32 @@ cdef extern from *:
     }
     #endif
 
+#if defined(__AVX2__)
+    /* The second requantisation of 8 columns (see sprat_i8_finish): clamp(rint(q * a + b),
+       lo2, hi2), each operation rounded (no FMA: the caller's table check computes the same) */
+    static inline __attribute__((always_inline)) __m256 sprat_i8_post(__m256 q, const float* post,
+                                                                      Py_ssize_t pld) {
+        __m256 r = _mm256_add_ps(_mm256_mul_ps(q, _mm256_loadu_ps(post)),
+                                 _mm256_loadu_ps(post + pld));
+        r = _mm256_round_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        return _mm256_min_ps(_mm256_max_ps(r, _mm256_loadu_ps(post + 2 * pld)),
+                             _mm256_loadu_ps(post + 3 * pld));
+    }
+#endif
+
     /* The epilogue of one tile row: n <= 16 int32 sums t, first corrected for the zero points
        when ct != NULL (the VNNI path multiplies raw operands: t += za * ct[j] - rs * zb[j],
        ct[j] = K * zb[j] - colsum_b[j], rs = the row's sum of A, zb at zb_step), plus the int32
        bias ib (may be NULL) -> kind 0: int32; kind 1: float32 float(t) * s (+ bias); kind 2: requantized,
-       rint(float(t) * s [/ qdiv]) + zp clamped to [lo, hi], stored as u8 (q_signed 0) or s8.
-       s, bias, ib point at the row's first column; s_step 0: one scale for every column. */
+       rint(float(t) * s [/ qdiv]) + zp clamped to [lo, hi], then (post != NULL, a second
+       requantisation per column: post[j], post[pld + j], post[2 pld + j], post[3 pld + j] =
+       a, b, lo2, hi2) clamp(rint(q * a + b), lo2, hi2), stored as u8 (q_signed 0) or s8.
+       s, bias, ib, post point at the row's first column; s_step 0: one scale for every column. */
     static void sprat_i8_finish(const int32_t* t, Py_ssize_t n, const int32_t* ct, int32_t za,
                                 int32_t rs, const int32_t* zb, int zb_step, int kind, void* y,
                                 const float* s, int s_step, const float* bias,
                                 const int32_t* ib, float qdiv, float zp, float lo, float hi,
-                                int q_signed) {
+                                int q_signed, const float* post, Py_ssize_t pld) {
         int32_t v[SPRAT_I8_NR];
         float f[SPRAT_I8_NR];
     #if defined(__AVX2__)
@@ -327,6 +342,10 @@ cdef extern from *:
             f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
             f0 = _mm256_min_ps(_mm256_max_ps(f0, vlo), vhi);
             f1 = _mm256_min_ps(_mm256_max_ps(f1, vlo), vhi);
+            if (post != NULL) {
+                f0 = sprat_i8_post(f0, post, pld);
+                f1 = sprat_i8_post(f1, post + 8, pld);
+            }
             _mm256_storeu_si256((__m256i*)v, _mm256_cvtps_epi32(f0));
             _mm256_storeu_si256((__m256i*)(v + 8), _mm256_cvtps_epi32(f1));
             if (q_signed)
@@ -370,6 +389,12 @@ cdef extern from *:
             float r = rintf(f[j]) + zp;
             f[j] = r < lo ? lo : (r > hi ? hi : r);
         }
+        if (post != NULL)
+            for (Py_ssize_t j = 0; j < n; j++) {
+                float r = rintf(f[j] * post[j] + post[pld + j]);
+                f[j] = r < post[2 * pld + j] ? post[2 * pld + j]
+                       : (r > post[3 * pld + j] ? post[3 * pld + j] : r);
+            }
         if (q_signed) {
             int8_t* yq = (int8_t*)y;
             for (Py_ssize_t j = 0; j < n; j++)
@@ -391,7 +416,8 @@ cdef extern from *:
                                       const int32_t* zb, int kind, unsigned char* y,
                                       Py_ssize_t ldy, const float* s, int s_step,
                                       const float* bias, const int32_t* ib, float qdiv,
-                                      float zp, float lo, float hi, int q_signed) {
+                                      float zp, float lo, float hi, int q_signed,
+                                      const float* post, Py_ssize_t pld) {
         Py_ssize_t j = 0;
         int esize = kind == 2 ? 1 : 4;
     #if defined(__AVX2__)
@@ -432,6 +458,8 @@ cdef extern from *:
                 f = _mm256_add_ps(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                                   vz);
                 f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+                if (post != NULL)
+                    f = sprat_i8_post(f, post + j, pld);
                 __m256i qi = _mm256_cvtps_epi32(f);
                 __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi),
                                             _mm256_extracti128_si256(qi, 1));
@@ -447,7 +475,8 @@ cdef extern from *:
                                 za[r * za_step] + za_add, rs != NULL ? rs[r] : 0,
                                 zb != NULL ? zb + j : NULL, 1, kind, y + r * ldy + j * esize,
                                 s + j * s_step, s_step, bias != NULL ? bias + j : NULL,
-                                ib != NULL ? ib + j : NULL, qdiv, zp, lo, hi, q_signed);
+                                ib != NULL ? ib + j : NULL, qdiv, zp, lo, hi, q_signed,
+                                post != NULL ? post + j : NULL, pld);
     }
 
     /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
@@ -553,14 +582,15 @@ cdef extern from *:
                                       const int* zb, int zb_step, int kind, void* y,
                                       const float* s, int s_step, const float* bias,
                                       const int* ib, float qdiv, float zp, float lo, float hi,
-                                      int q_signed) noexcept nogil
+                                      int q_signed, const float* post, idx pld) noexcept nogil
     void i8_finish_block "sprat_i8_finish_block" (const int* t, idx ldt, idx rows, idx n,
                                                   const int* ct, const int* za, int za_step,
                                                   int za_add, const int* rs, const int* zb,
                                                   int kind, unsigned char* y, idx ldy,
                                                   const float* s, int s_step, const float* bias,
                                                   const int* ib, float qdiv, float zp, float lo,
-                                                  float hi, int q_signed) noexcept nogil
+                                                  float hi, int q_signed, const float* post,
+                                                  idx pld) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
     int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
     void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
@@ -860,6 +890,7 @@ cdef struct i8_gemm_t:
     int q_signed
     int act
     float pa, pb
+    const float* post
 
 
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
@@ -873,7 +904,7 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
                     g.N * g.esize, g.scale + j0 * g.s_step, g.s_step,
                     g.bias + j0 if g.bias != NULL else NULL,
                     g.ibias + j0 if g.ibias != NULL else NULL, g.qdiv, g.zp, g.lo, g.hi,
-                    g.q_signed)
+                    g.q_signed, g.post + j0 if g.post != NULL else NULL, g.N)
     cdef idx r
     if g.act != A_NONE and g.kind == I8_OUT_F32:
         for r in range(rows):
@@ -942,7 +973,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             const unsigned char[::1] b, const int[::1] bcol, int path, const idx[:, ::1] offs,
             idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
-            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0):
+            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0,
+            const float[::1] post=None):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
@@ -951,7 +983,9 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     ``acc (M, N) = (A_i - a_zp) @ (B_i - b_zp)`` in int32, exactly, then by ``kind``:
     ``I8_OUT_I32``: Y = acc (+ ibias); ``I8_OUT_F32``: Y = float(acc (+ ibias)) * scale
     (+ bias), float32; ``I8_OUT_Q8``: Y = saturate(rint(float(acc (+ ibias)) * scale
-    [/ qdiv]) + zp) to [lo, hi], int8 when ``q_signed`` else uint8 (``qdiv`` 0: no division).
+    [/ qdiv]) + zp) to [lo, hi], then with ``post`` (4 N floats: a, b, lo2, hi2 per column; a
+    quantized conv's fused lookup, ``qconv.py``) ``clamp(rint(Y * a + b), lo2, hi2)``, int8
+    when ``q_signed`` else uint8 (``qdiv`` 0: no division).
     A float32 output then gets the fused activation ``act`` (``ACT_CODES``, params pa, pb).
 
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
@@ -991,6 +1025,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
         raise ValueError("i8_gemm: an operand or workspace is too short")
     if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
         raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
+    if post is not None and post.shape[0] not in (0, 4 * N):
+        raise ValueError("i8_gemm: post must hold 4 * N floats")
     g.a, g.rowsum = &a_ws[0, 0], &rowsum[0] if rowsum.shape[0] else NULL
     g.b, g.bcol, g.path = &b[0], &bcol[0] if bcol.shape[0] else NULL, path
     g.y, g.offs = &y[0], &offs[0, 0]
@@ -1004,6 +1040,7 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     g.ibias = &ibias[0] if ibias.shape[0] else NULL
     g.qdiv, g.zp, g.lo, g.hi, g.q_signed = qdiv, zp, lo, hi, q_signed
     g.act, g.pa, g.pb = act, pa, pb
+    g.post = &post[0] if post is not None and post.shape[0] and kind == I8_OUT_Q8 else NULL
     # NOTE: the vnni and amx paths correct for A's zero point in the epilogue, shifted as the
     # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
