@@ -101,10 +101,67 @@ cdef extern from *:
                 y[m] = (uint8_t)(int32_t)v;
         }
     }
+
+    /* sprat_q_out over rows x M sums (t, row pitch M) into y (row pitch M bytes): 16 channels
+       at a time across the rows, the per-channel terms loaded once per 16 channels (a
+       depthwise conv's output row) and kept in registers; the same operations, so the same
+       bits; the channels past a multiple of 16 row by row. */
+    static void sprat_q_out_rows(const int32_t* t, Py_ssize_t rows, Py_ssize_t M,
+                                 const float* mult, float zp, float lo, float hi,
+                                 const float* post, Py_ssize_t pld, int is_signed,
+                                 unsigned char* y) {
+        Py_ssize_t m = 0;
+    #if defined(__AVX2__)
+        const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        for (; m + 16 <= M; m += 16) {
+            const __m256 s0 = _mm256_loadu_ps(mult + m), s1 = _mm256_loadu_ps(mult + m + 8);
+            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz, pl0 = vz, pl1 = vz, ph0 = vz, ph1 = vz;
+            if (post != NULL) {
+                pa0 = _mm256_loadu_ps(post + m);
+                pa1 = _mm256_loadu_ps(post + m + 8);
+                pb0 = _mm256_loadu_ps(post + pld + m);
+                pb1 = _mm256_loadu_ps(post + pld + m + 8);
+                pl0 = _mm256_loadu_ps(post + 2 * pld + m);
+                pl1 = _mm256_loadu_ps(post + 2 * pld + m + 8);
+                ph0 = _mm256_loadu_ps(post + 3 * pld + m);
+                ph1 = _mm256_loadu_ps(post + 3 * pld + m + 8);
+            }
+            for (Py_ssize_t r = 0; r < rows; r++) {
+                const int32_t* tr = t + r * M + m;
+                __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)tr)), s0);
+                __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)(tr + 8))), s1);
+                f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+                f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+                f0 = _mm256_min_ps(_mm256_max_ps(f0, vlo), vhi);
+                f1 = _mm256_min_ps(_mm256_max_ps(f1, vlo), vhi);
+                if (post != NULL) {
+                    f0 = _mm256_round_ps(_mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    f1 = _mm256_round_ps(_mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    f0 = _mm256_min_ps(_mm256_max_ps(f0, pl0), ph0);
+                    f1 = _mm256_min_ps(_mm256_max_ps(f1, pl1), ph1);
+                }
+                __m256i w = _mm256_permute4x64_epi64(
+                    _mm256_packs_epi32(_mm256_cvtps_epi32(f0), _mm256_cvtps_epi32(f1)), 0xD8);
+                __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
+                __m128i b = is_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
+                _mm_storeu_si128((__m128i*)(y + r * M + m), b);
+            }
+        }
+    #endif
+        if (m < M)
+            for (Py_ssize_t r = 0; r < rows; r++)
+                sprat_q_out(t + r * M + m, M - m, mult + m, zp, lo, hi,
+                            post != NULL ? post + m : NULL, pld, is_signed, y + r * M + m);
+    }
     #pragma GCC pop_options
     """
     void sprat_q_out(const int* t, idx M, const float* mult, float zp, float lo, float hi,
                      const float* post, idx pld, int is_signed, unsigned char* y) nogil
+    void sprat_q_out_rows(const int* t, idx rows, idx M, const float* mult, float zp, float lo,
+                          float hi, const float* post, idx pld, int is_signed,
+                          unsigned char* y) nogil
 
 
 cdef void _qrequant_rows(const float* acc, idx lda, int S, idx p0, idx p1, idx M,
@@ -577,9 +634,7 @@ cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float x
         if kind == 2:
             memcpy(y32 + o, tout, OW * C * sizeof(int))
             continue
-        for ow in range(OW):
-            sprat_q_out(tout + ow * C, C, mult, zp, lo, hi, post, C, kind == 1,
-                        y8 + o + ow * C)
+        sprat_q_out_rows(tout, OW, C, mult, zp, lo, hi, post, C, kind == 1, y8 + o)
 
 
 def qdw_workspace(idx W, idx C, idx OW, idx kh, idx kw, idx sw, idx dh, idx dw, idx pw):
