@@ -858,6 +858,55 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
             o[K] = 0
 
 
+cdef void _im2col_rows_raw(const unsigned char* x, bint a_signed, int padv, idx r0, idx r1,
+                           idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
+                           idx dh, idx dw, idx ph, idx pw, unsigned char* out, idx pitch,
+                           int* rowsum) noexcept nogil:
+    """``i8_im2col_rows`` for the raw (vnni, amx) paths: a kernel row whose taps all lie in
+    the map (no dilation along x) is one run of ``kw * C`` bytes, copied by one loop (NOTE: a
+    3-channel stem's taps were a ``memcpy`` call of 3 bytes each, and the im2col most of its
+    time); the row's sum is taken over the packed bytes at the end."""
+    cdef idx r, n, rem, oy, ox, i, j, iy, ix, ix0, c, K = kh * kw * C, k, run = kw * C
+    cdef int acc
+    cdef unsigned char flip = 0x80 if a_signed else 0
+    cdef unsigned char* o8
+    cdef unsigned char* d
+    cdef const unsigned char* src
+    for r in range(r0, r1):
+        n = r // (OH * OW)
+        rem = r - n * OH * OW
+        oy = rem // OW
+        ox = rem - oy * OW
+        o8 = out + r * pitch
+        ix0 = ox * sw - pw
+        for i in range(kh):
+            iy = oy * sh - ph + i * dh
+            d = o8 + i * run
+            if iy < 0 or iy >= H:
+                memset(d, padv, run)
+                continue
+            if dw == 1 and ix0 >= 0 and ix0 + kw <= W:
+                src = x + ((n * H + iy) * W + ix0) * C
+                for c in range(run):
+                    d[c] = src[c] ^ flip
+                continue
+            for j in range(kw):
+                ix = ix0 + j * dw
+                k = j * C
+                if ix < 0 or ix >= W:
+                    memset(d + k, padv, C)
+                    continue
+                src = x + ((n * H + iy) * W + ix) * C
+                for c in range(C):
+                    d[k + c] = src[c] ^ flip
+        acc = 0
+        for k in range(K):
+            acc = acc + o8[k]
+        for k in range(K, 4 * ((K + 3) // 4)):
+            o8[k] = 0
+        rowsum[r] = acc
+
+
 cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, idx r1, idx H,
                          idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
                          idx dw, idx ph, idx pw, unsigned char* out, idx pitch, int path,
@@ -876,6 +925,10 @@ cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, 
     cdef const unsigned char* src
     # NOTE: the raw paths store int8 A shifted by +128, its zero point too
     padv = (zp + 128) if a_signed else zp
+    if raw:
+        _im2col_rows_raw(x, a_signed, padv, r0, r1, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
+                         ph, pw, out, pitch, rowsum)
+        return
     for r in range(r0, r1):
         n = r // (OH * OW)
         rem = r - n * OH * OW
