@@ -422,7 +422,10 @@ cdef extern from *:
                                          int s_step, const int32_t* ib, float zp, float lo,
                                          float hi, int q_signed, const float* post,
                                          Py_ssize_t pld) {
-        const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        const __m256 vz = _mm256_set1_ps(zp);
+        const __m256 vneg = _mm256_set1_ps(-1073741824.0f), vpos = _mm256_set1_ps(1073741824.0f);
+        const __m256i izp = _mm256_set1_epi32((int32_t)zp), ilo = _mm256_set1_epi32((int32_t)lo);
+        const __m256i ihi = _mm256_set1_epi32((int32_t)hi);
         const __m256i zero = _mm256_setzero_si256();
         int zb_any = 0;
         if (ct != NULL)
@@ -446,16 +449,17 @@ cdef extern from *:
             }
             const __m256 s0 = s_step ? _mm256_loadu_ps(s + j) : _mm256_set1_ps(s[0]);
             const __m256 s1 = s_step ? _mm256_loadu_ps(s + j + 8) : s0;
-            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz, pl0 = vz, pl1 = vz, ph0 = vz, ph1 = vz;
+            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz;
+            __m256i pl0 = izp, pl1 = izp, ph0 = izp, ph1 = izp;
             if (post != NULL) {
                 pa0 = _mm256_loadu_ps(post + j);
                 pa1 = _mm256_loadu_ps(post + j + 8);
                 pb0 = _mm256_loadu_ps(post + pld + j);
                 pb1 = _mm256_loadu_ps(post + pld + j + 8);
-                pl0 = _mm256_loadu_ps(post + 2 * pld + j);
-                pl1 = _mm256_loadu_ps(post + 2 * pld + j + 8);
-                ph0 = _mm256_loadu_ps(post + 3 * pld + j);
-                ph1 = _mm256_loadu_ps(post + 3 * pld + j + 8);
+                pl0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + j));
+                pl1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + j + 8));
+                ph0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + j));
+                ph1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + j + 8));
             }
             for (Py_ssize_t r = 0; r < rows; r++) {
                 __m256i v0 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(t + r * ldt + j)), o0);
@@ -467,21 +471,23 @@ cdef extern from *:
                 }
                 __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
                 __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
-                f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-                f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-                f0 = _mm256_min_ps(_mm256_max_ps(f0, vlo), vhi);
-                f1 = _mm256_min_ps(_mm256_max_ps(f1, vlo), vhi);
+                /* NOTE: rint(f) + zp clamped to [lo, hi] in int32 (cvtps2dq rounds half to even
+                   in the default rounding mode, as rint): equal to the float form, with fewer
+                   float operations (the epilogue is bound by them). f is first clamped to
+                   +-2^30: beyond, both forms give lo or hi, and cvtps2dq would overflow */
+                __m256i i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, vneg), vpos));
+                __m256i i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, vneg), vpos));
+                i0 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i0, izp), ilo), ihi);
+                i1 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i1, izp), ilo), ihi);
                 if (post != NULL) {
-                    f0 = _mm256_round_ps(_mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                    f1 = _mm256_round_ps(_mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                    f0 = _mm256_min_ps(_mm256_max_ps(f0, pl0), ph0);
-                    f1 = _mm256_min_ps(_mm256_max_ps(f1, pl1), ph1);
+                    /* clamp(rint(q * a + b), lo2, hi2): |q * a + b| stays far below 2^31 */
+                    i0 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i0), pa0), pb0));
+                    i1 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i1), pa1), pb1));
+                    i0 = _mm256_min_epi32(_mm256_max_epi32(i0, pl0), ph0);
+                    i1 = _mm256_min_epi32(_mm256_max_epi32(i1, pl1), ph1);
                 }
                 /* NOTE: the values are within the type's range: the packs do not saturate */
-                __m256i w = _mm256_permute4x64_epi64(
-                    _mm256_packs_epi32(_mm256_cvtps_epi32(f0), _mm256_cvtps_epi32(f1)), 0xD8);
+                __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
                 __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
                 __m128i b = q_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
                 _mm_storeu_si128((__m128i*)(y + r * ldy + j), b);
@@ -1061,7 +1067,10 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
     cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, yo, a0
     cdef int tile[6 * 16]
-    cdef int block[32 * 32]
+    cdef int block[2 * 32 * 32]
+    cdef int cur = 0
+    cdef bint pending = False
+    cdef idx p_row = 0, p_i0 = 0, p_j0 = 0, p_mr = 0, p_nr = 0, p_yo = 0
     cdef const unsigned char* bb
     cdef const unsigned char* ar
     if g.path == I8_AMX:
@@ -1085,8 +1094,15 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
                     mr = min(<idx>32, m1 - i0)
                     i8_amx_block(g.a + (a0 + i0) * g.pitch, g.pitch,
                                  <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
-                                 block, mr > 16, nr > 16)
-                    i8_finish_rows(g, block, 32, a0 + i0, i0, j0, mr, nr, yo)
+                                 block + cur * 1024, mr > 16, nr > 16)
+                    # NOTE: the epilogue of the block before, while this one's tile stores
+                    # retire (read at once, they stalled the epilogue's loads)
+                    if pending:
+                        i8_finish_rows(g, block + (1 - cur) * 1024, 32, p_row, p_i0, p_j0, p_mr,
+                                       p_nr, p_yo)
+                    pending = True
+                    p_row, p_i0, p_j0, p_mr, p_nr, p_yo = a0 + i0, i0, j0, mr, nr, yo
+                    cur = 1 - cur
                     i0 += mr
                 j0 += nr
             continue
@@ -1105,6 +1121,8 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
                 i8_finish_rows(g, tile, 16, a0 + i0, i0, j0, mr, nr, yo)
                 i0 += mr
             j0 += nr
+    if pending:
+        i8_finish_rows(g, block + (1 - cur) * 1024, 32, p_row, p_i0, p_j0, p_mr, p_nr, p_yo)
     if g.path == I8_AMX:
         i8_amx_end()
 

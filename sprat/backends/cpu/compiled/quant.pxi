@@ -112,38 +112,44 @@ cdef extern from *:
                                  unsigned char* y) {
         Py_ssize_t m = 0;
     #if defined(__AVX2__)
-        const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        const __m256 vz = _mm256_set1_ps(zp);
+        const __m256 vneg = _mm256_set1_ps(-1073741824.0f), vpos = _mm256_set1_ps(1073741824.0f);
+        const __m256i izp = _mm256_set1_epi32((int32_t)zp), ilo = _mm256_set1_epi32((int32_t)lo);
+        const __m256i ihi = _mm256_set1_epi32((int32_t)hi);
         for (; m + 16 <= M; m += 16) {
             const __m256 s0 = _mm256_loadu_ps(mult + m), s1 = _mm256_loadu_ps(mult + m + 8);
-            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz, pl0 = vz, pl1 = vz, ph0 = vz, ph1 = vz;
+            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz;
+            __m256i pl0 = izp, pl1 = izp, ph0 = izp, ph1 = izp;
             if (post != NULL) {
                 pa0 = _mm256_loadu_ps(post + m);
                 pa1 = _mm256_loadu_ps(post + m + 8);
                 pb0 = _mm256_loadu_ps(post + pld + m);
                 pb1 = _mm256_loadu_ps(post + pld + m + 8);
-                pl0 = _mm256_loadu_ps(post + 2 * pld + m);
-                pl1 = _mm256_loadu_ps(post + 2 * pld + m + 8);
-                ph0 = _mm256_loadu_ps(post + 3 * pld + m);
-                ph1 = _mm256_loadu_ps(post + 3 * pld + m + 8);
+                pl0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + m));
+                pl1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + m + 8));
+                ph0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + m));
+                ph1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + m + 8));
             }
             for (Py_ssize_t r = 0; r < rows; r++) {
                 const int32_t* tr = t + r * M + m;
                 __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)tr)), s0);
                 __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)(tr + 8))), s1);
-                f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-                f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-                f0 = _mm256_min_ps(_mm256_max_ps(f0, vlo), vhi);
-                f1 = _mm256_min_ps(_mm256_max_ps(f1, vlo), vhi);
+                /* NOTE: rint(f) + zp clamped to [lo, hi] in int32 (cvtps2dq rounds half to even
+                   in the default rounding mode, as rint): equal to the float form, with fewer
+                   float operations (the epilogue is bound by them). f is first clamped to
+                   +-2^30: beyond, both forms give lo or hi, and cvtps2dq would overflow */
+                __m256i i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, vneg), vpos));
+                __m256i i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, vneg), vpos));
+                i0 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i0, izp), ilo), ihi);
+                i1 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i1, izp), ilo), ihi);
                 if (post != NULL) {
-                    f0 = _mm256_round_ps(_mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                    f1 = _mm256_round_ps(_mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                    f0 = _mm256_min_ps(_mm256_max_ps(f0, pl0), ph0);
-                    f1 = _mm256_min_ps(_mm256_max_ps(f1, pl1), ph1);
+                    /* clamp(rint(q * a + b), lo2, hi2): |q * a + b| stays far below 2^31 */
+                    i0 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i0), pa0), pb0));
+                    i1 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i1), pa1), pb1));
+                    i0 = _mm256_min_epi32(_mm256_max_epi32(i0, pl0), ph0);
+                    i1 = _mm256_min_epi32(_mm256_max_epi32(i1, pl1), ph1);
                 }
-                __m256i w = _mm256_permute4x64_epi64(
-                    _mm256_packs_epi32(_mm256_cvtps_epi32(f0), _mm256_cvtps_epi32(f1)), 0xD8);
+                __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
                 __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
                 __m128i b = is_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
                 _mm_storeu_si128((__m128i*)(y + r * M + m), b);
