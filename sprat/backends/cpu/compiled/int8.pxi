@@ -698,7 +698,7 @@ cdef enum:
     I8_MAX_K = 33025  # K * 255 * 255 < 2**31: the int32 sums are exact
     # NOTE: packing A is a copy at memory speed (~5 us for 128 x 384): below this many bytes
     # one thread packs it rather than paying a second parallel region per call
-    I8_PACK_PARALLEL = 1 << 18
+    I8_PACK_PARALLEL = 1 << 17
 
 
 #: the output kinds of ``i8_gemm``, for the Python side
@@ -1214,7 +1214,9 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
                              a_ws.shape[1], path, g.rowsum)
             i8_items(gp, 0, items)
         return
-    if not a_packed and rows * K < I8_PACK_PARALLEL:
+    # NOTE: the bytes the pack writes (rows of the padded pitch: a 1x1 conv of 16 channels
+    # writes 64 per pixel on AMX), not those it reads
+    if not a_packed and rows * a_ws.shape[1] < I8_PACK_PARALLEL:
         with nogil:
             i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws, a_ws.shape[1],
                          path, g.rowsum)
