@@ -345,7 +345,7 @@ class QConvKernel(CpuKernel):
         # (``qconv_depthwise``), each output row requantised while in cache
         self.direct_dw = len(self.parts) == 1 and k.algo == "depthwise"
         if self.direct_dw:
-            n, h, w, c, _, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = k.geom
+            _, _, w, c, _, _, ow, kh, kw, _, sw, dh, dw, _, pw = k.geom
             sizes = ck.qdw_workspace(w, c, ow, kh, kw, sw, dh, dw, pw)
             self.direct_dw = sizes is not None
         if self.direct_dw:
