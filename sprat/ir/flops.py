@@ -51,6 +51,8 @@ def node_flops(node: Node, ins: list[TensorInfo | None], outs: list[TensorInfo])
     op = node.op_type
     attrs = node.attrs
     out_elems = outs[0].size if outs else 0
+    if attrs.get("_lookup"):
+        ins = ins[:-1]  # the lookup table is the extra last input
     if attrs.get("_residual"):
         ins = ins[:-1]  # the residual operand is the extra last input
     if attrs.get("_bias"):

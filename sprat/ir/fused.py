@@ -21,6 +21,11 @@ These let a pass fuse work into a node without inventing a new op type, and let 
   QuantizeLinear): the node's spec is that float graph, so a backend may accumulate in float32
   with rounding (results within 1 LSB of the float graph's, as QLinearConv's integer ones are);
   the reference backend computes QLinearConv exactly.
+- ``_lookup=True`` (QLinearConv, ``passes.fuse_qdq.fuse_conv_lookup``): the node has one
+  extra input, last (after the residual, if any), a constant uint8/int8 table (C, 256) or
+  (1, 256): the first output, uint8/int8 after any activation, is mapped channel by channel
+  (axis 1, the last axis in NHWC) through it, ``y[..., c, ...] = table[c, y - min(y's type)]``
+  (QLinearLookup's definition), and has the table's dtype.
 - ``_expand=True`` (``EXPAND``; Cast / DequantizeLinear / Reshape nodes made by
   ``sprat convert --weights``): the node computes a compressed weight's float32 value; the
   Interpreter folds these nodes into constants once at load (``sprat.weights.expand``).

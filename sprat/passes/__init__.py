@@ -12,7 +12,7 @@ from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fuse_gelu, fuse_matmul_bias
-from .fuse_qdq import fuse_lookup, fuse_qdq
+from .fuse_qdq import fuse_conv_lookup, fuse_lookup, fuse_qdq
 from .fuse_quant import fuse_integer_matmul
 from .layout import to_nhwc
 from .transposes import optimize_transposes
@@ -36,6 +36,7 @@ DEFAULT_PIPELINE = [
     ("fuse_matmul_bias", fuse_matmul_bias),
     ("fuse_residual", fuse_residual),
     ("fuse_activation", fuse_activation),
+    ("fuse_conv_lookup", fuse_conv_lookup),  # NOTE: after fuse_activation (a Clip goes first)
 ]
 
 

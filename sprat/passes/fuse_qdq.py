@@ -12,6 +12,10 @@
    Clip, Relu, Mul by a per-channel constant, ...) -> QuantizeLinear`` becomes
    ``QLinearLookup(x_q, table)`` (sprat-internal: a (C, 256) table of the chain's results,
    computed by the reference kernels, so equal to the unfused chain bit for bit).
+3. ``fuse_conv_lookup`` (last, on the NHWC graph): a ``QLinearLookup`` that alone reads a
+   ``QLinearConv``'s output becomes that conv's ``_lookup`` (``sprat.ir.fused``): the conv's
+   epilogue maps its requantised values through the table (an unfolded BatchNormalization
+   between two quantized convs, as onnxruntime's quantizer leaves it without pre-processing).
 
 Conv conditions: activations uint8/int8 with per-tensor scale and zero point; weights constant
 uint8/int8 per tensor or per output channel (axis 0); the bias constant int32 with zero point 0
@@ -342,6 +346,40 @@ def fuse_lookup(g: Graph) -> Graph:
         q.op_type, q.inputs, q.attrs = "QLinearLookup", [xp[0], t], {"axis": 1}
         for node in ops:
             node.op_type = DEAD
+        consumers, producers = g.consumers(), g.producers()
+    g.nodes = [n for n in g.nodes if n.op_type != DEAD]
+    return remove_dead(g)
+
+
+def fuse_conv_lookup(g: Graph) -> Graph:
+    """``QLinearConv -> QLinearLookup`` along the conv's channel axis (the lookup the only
+    reader of the conv's output) becomes the QLinearConv with ``_lookup=True`` and the table as
+    its last input (``sprat.ir.fused``): a backend may then map each requantised value through
+    its channel's table row before storing it, one pass over memory less. Exact: the node
+    computes what the two did. Runs last (after ``layout``, whose axis it reads, and after
+    ``fuse_activation``, which folds a Clip into the conv first)."""
+    consumers, producers = g.consumers(), g.producers()
+    for lut in g.nodes:
+        if lut.op_type != "QLinearLookup" or len(lut.inputs) != 2:
+            continue
+        conv = producers.get(lut.inputs[0])
+        table = _const(g, lut.inputs[1])
+        if (conv is None or conv.op_type != "QLinearConv" or len(conv.outputs) != 1
+                or single_consumer(g, consumers, conv.outputs[0]) is not lut
+                or any(k in conv.attrs for k in ("_lookup", "_residual", "_bias"))
+                or table is None or table.ndim != 2 or table.shape[1] != 256):
+            continue
+        w = _const(g, conv.inputs[3])
+        if w is None:
+            continue
+        rank = w.ndim  # NOTE: the conv's input and output have the weight's rank
+        channel = rank - 1 if conv.attrs.get("_layout") == "NHWC" else 1
+        if int(lut.attrs.get("axis", 1)) % rank != channel or table.shape[0] not in (1, w.shape[0]):
+            continue
+        conv.inputs = list(conv.inputs) + [MISSING] * (9 - len(conv.inputs)) + [lut.inputs[1]]
+        conv.attrs["_lookup"] = True
+        conv.outputs = [lut.outputs[0]]
+        lut.op_type = DEAD
         consumers, producers = g.consumers(), g.producers()
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
     return remove_dead(g)

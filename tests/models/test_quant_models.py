@@ -67,7 +67,9 @@ def test_qoperator_mobilenet_v2_equals_the_spec(qoperator_mobilenet):
     # DequantizeLinear and QuantizeLinear (BatchNormalization, Clip) to a few ulps
     report = check(path, feeds, rtol=1e-6, atol=0.0)
     assert report.ok, report.summary(verbose=True)
-    assert len(report.nodes) > 100  # every quantized intermediate compared, not the output only
+    # NOTE: every quantized intermediate sprat computes is compared, not the output only (the
+    # 51 conv outputs each read by a lookup are fused away: ``passes.fuse_qdq.fuse_conv_lookup``)
+    assert len(report.nodes) > 70
 
 
 @pytest.fixture(scope="module")

@@ -726,6 +726,8 @@ def test_transpose_forms(shape, perm):
     check("Transpose", [a], {"perm": list(perm)})
     check("Transpose", [(a * 100).astype(np.int32)], {"perm": list(perm)})
     check("Transpose", [(a * 100).astype(np.int64)], {"perm": list(perm)})
+    check("Transpose", [(a * 100).astype(np.int8)], {"perm": list(perm)})  # bytes
+    check("Transpose", [(a > 0)], {"perm": list(perm)})
 
 
 def check_multi(op, inputs, attrs, consts, n_out):

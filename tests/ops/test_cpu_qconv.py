@@ -144,6 +144,126 @@ def test_qlinear_conv_worst_case_needs_parts_and_stays_exact(c, k, conv_path):
               consts, rtol=0)
 
 
+def _bn_table(m, in_dt, out_dt, seed, clip=True):
+    """(m, 256) tables of DequantizeLinear -> an affine map per channel (a BatchNormalization,
+    gamma of either sign and of magnitudes from 1e-3 to 30) -> Clip(0, 6) -> QuantizeLinear, in
+    float32 as the reference kernels compute such a chain (``passes.fuse_qdq.fuse_lookup``)."""
+    rng = np.random.default_rng(seed)
+    q = np.arange(np.iinfo(in_dt).min, np.iinfo(in_dt).max + 1).astype(np.float32)
+    s_in, zp_in = np.float32(0.037), np.float32(rng.integers(-20, 20))
+    gamma = (np.exp(rng.uniform(np.log(1e-3), np.log(30), m))
+             * rng.choice([-1, 1], m)).astype(np.float32)
+    beta = rng.normal(0, 2, m).astype(np.float32)
+    v = ((q[None, :] - zp_in) * s_in) * gamma[:, None] + beta[:, None]
+    if clip:
+        v = np.clip(v, np.float32(0), np.float32(6))
+    info = np.iinfo(out_dt)
+    zp_out = np.float32(info.min + 3)
+    return np.clip(np.rint(v / np.float32(0.0271)) + zp_out, info.min, info.max).astype(out_dt)
+
+
+def _lookup_inputs(kind, m, in_dt, out_dt, seed=0):
+    """A fused lookup's table: ``bn`` (a second requantisation reproduces every channel),
+    ``random`` (none), ``mixed`` (every third channel random), ``one`` (one row for all)."""
+    if kind == "one":
+        return _bn_table(1, in_dt, out_dt, seed)
+    t = _bn_table(m, in_dt, out_dt, seed, clip=seed % 2 == 0)
+    if kind == "random":
+        return _q((m, 256), out_dt, seed + 7)
+    if kind == "mixed":
+        t[::3] = _q((len(t[::3]), 256), out_dt, seed + 7)
+    return t
+
+
+LOOKUP_CASES = [  # (n, h, w, c, m, k, group, attrs)
+    (1, 9, 11, 16, 24, 1, 1, {}),  # 1x1: the NHWC input itself on the integer GEMM
+    (2, 23, 21, 67, 83, 1, 1, {}),  # several GEMM blocks, ragged
+    (1, 12, 13, 8, 40, 3, 1, {"strides": [2, 2], "pads": [1, 0, 1, 1]}),  # im2col
+    (2, 10, 11, 40, 40, 3, 40, {"pads": [1, 1, 1, 1]}),  # depthwise
+    (1, 14, 13, 20, 20, 3, 20, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (1, 9, 9, 16, 32, 3, 4, {"pads": [1, 1, 1, 1]}),  # grouped: the float32 parts' epilogue
+]
+
+
+@pytest.mark.parametrize("n,h,w,c,m,k,group,attrs", LOOKUP_CASES)
+@pytest.mark.parametrize("table", ["bn", "random", "mixed", "one"])
+@pytest.mark.parametrize("xdt,ydt,tdt", [(_U8, _U8, _U8), (_S8, _S8, _S8), (_S8, _S8, _U8)])
+def test_qlinear_conv_fused_lookup(n, h, w, c, m, k, group, attrs, table, xdt, ydt, tdt,
+                                   conv_path):
+    """A QLinearConv with its QLinearLookup fused (``_lookup``, ``fuse_conv_lookup``): the
+    epilogue's second requantisation and the fixed channels equal the reference's table."""
+    ins, consts = _qlinear_inputs(n, h, w, c, m, k, group=group, xdt=xdt, seed=m + k)
+    ins[7] = np.asarray(_q((), ydt, 5))
+    ins.append(_lookup_inputs(table, m, ydt, tdt, seed=k + group))
+    consts = consts + (len(ins) - 1,)
+    check_cpu("QLinearConv", ins, {**fused(), "_lookup": True, "kernel_shape": [k, k],
+                                   "group": group, **attrs}, consts, rtol=0)
+
+
+def test_qlinear_conv_fused_lookup_after_clip_and_without_bias(conv_path):
+    """The fused Clip narrows the values the table is read at; no bias: the table after an
+    absent input."""
+    ins, consts = _qlinear_inputs(1, 8, 8, 16, 16, 3, bias=False)
+    ins.append(None)
+    ins.append(_lookup_inputs("mixed", 16, _U8, _S8, seed=3))
+    attrs = {**fused("Clip", (40, 200)), "_lookup": True, "kernel_shape": [3, 3],
+             "pads": [1, 1, 1, 1]}
+    check_cpu("QLinearConv", ins, attrs, consts + (9,), rtol=0)
+
+
+def test_lookup_stage_reproduces_affine_tables_and_fixes_the_rest():
+    """Over many BatchNormalization + Clip tables (gamma of both signs, 1e-3 .. 30), u8 and s8
+    either side: every channel is a second requantisation, equal to its table at every value
+    the conv can give; random tables are all left to the fix-up; each result equals the
+    table."""
+    from sprat.backends.cpu.qconv import _post_eval, lookup_stage
+
+    for seed, (ind, outd) in enumerate(itertools.product((_U8, _S8), (_U8, _S8))):
+        for lo, hi in ((None, None), (10, 100)):
+            info = np.iinfo(ind)
+            lo = info.min if lo is None else lo + (info.min if ind == _S8 else 0)
+            hi = info.max if hi is None else hi + (info.min if ind == _S8 else 0)
+            for table, affine in ((_bn_table(512, ind, outd, seed), True),
+                                  (_bn_table(512, ind, outd, seed, clip=False), True),
+                                  (_q((64, 256), outd, seed), False)):
+                m = table.shape[0]
+                post, chans, tables = lookup_stage(table, m, lo, hi, ind, outd)
+                assert chans.size == 0 if affine else chans.size == m
+                a, b, l2, h2 = post.reshape(4, m)[:, :, None]
+                q = np.arange(lo, hi + 1, dtype=np.float32)[None, :]
+                got = _post_eval(a, b, l2, h2, q).astype(np.int64)
+                idx = np.arange(lo, hi + 1) - info.min
+                want = table[:, idx].astype(np.int64)
+                kept = np.setdiff1d(np.arange(m), chans)
+                assert np.array_equal(got[kept], want[kept])
+                # NOTE: a channel left to the fix-up stores the table's index, which
+                # ``qlookup_channels`` reads back through the channel's row
+                index = got[chans] - np.iinfo(outd).min
+                assert np.array_equal(index, np.broadcast_to(idx, index.shape))
+                assert np.array_equal(tables.view(outd).reshape(-1, 256), table[chans])
+
+
+DW_CASES = [  # (h, w, c, k, attrs): the direct depthwise kernel's blocks and edges
+    (10, 11, 48, 3, {"pads": [1, 1, 1, 1]}),  # 16-channel blocks, 4-pixel blocks + 3 left
+    (9, 9, 24, 3, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # one 16 + one 8 block
+    (7, 13, 21, 3, {"pads": [0, 2, 1, 0]}),  # 16 + 5 scalar channels, uneven pads
+    (12, 12, 16, 5, {"pads": [4, 3, 2, 4], "dilations": [2, 1]}),  # a ring of 9 rows
+    (6, 30, 8, 7, {"strides": [1, 3], "pads": [3, 3, 3, 3]}),
+    (1, 1, 960, 3, {"pads": [1, 1, 1, 1]}),  # one pixel: every tap but the centre outside
+]
+
+
+@pytest.mark.parametrize("h,w,c,k,attrs", DW_CASES)
+@pytest.mark.parametrize("xdt", [_U8, _S8])
+def test_qlinear_conv_depthwise_direct(h, w, c, k, attrs, xdt):
+    """The direct depthwise kernel over a family of shapes; ConvInteger's int32 output too."""
+    ins, consts = _qlinear_inputs(2, h, w, c, c, k, group=c, xdt=xdt, seed=c + k)
+    full = {**fused(), "kernel_shape": [k, k], "group": c, **attrs}
+    assert _kernel("QLinearConv", ins, full, consts).direct_dw
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
+    check_cpu("ConvInteger", [ins[0], ins[3], ins[2]], full, (1, 2), rtol=0)
+
+
 def test_exact_parts_bound():
     rng = np.random.default_rng(0)
     w = rng.integers(-127, 128, (64, 512, 3, 3))

@@ -91,6 +91,89 @@ def exact_parts(w: np.ndarray, amax: int, limit: int = EXACT_LIMIT) -> list[tupl
     return parts
 
 
+#: the width of b's feasible interval (in output steps) at which ``lookup_stage`` stops
+#: searching for a better slope
+WIDTH_ENOUGH = 1e-3
+
+
+def _post_eval(a, b, lo2, hi2, q):
+    """``clamp(rint(q * a + b), lo2, hi2)`` in float32, each operation rounded: what the
+    kernels' second requantisation computes (``sprat_q_out``, ``sprat_i8_post``)."""
+    v = np.rint((q * a).astype(np.float32) + b).astype(np.float32)
+    return np.minimum(np.maximum(v, lo2), hi2)
+
+
+def lookup_stage(table: np.ndarray, m: int, lo: float, hi: float, in_dtype, out_dtype):
+    """The fused lookup of a QLinearConv (``_lookup``, ``passes.fuse_qdq.fuse_conv_lookup``) as
+    a second requantisation in the kernels' epilogue where it is one: per output channel
+    ``c`` the table row ``T[c]`` (256 values of ``out_dtype`` indexed by ``q - min(in_dtype)``)
+    over the values ``q`` in ``[lo, hi]`` the conv's first requantisation gives equals
+    ``clamp(rint(q * a + b), lo2, hi2)`` in float32 (an unfolded BatchNormalization, Clip,
+    Relu, ... between quantized convs: an affine map of q, rounded and clamped).
+
+    ``a`` and ``b`` are fitted (the widest feasible ``b`` interval over ``a``, a concave
+    function: golden-section search), then every table value is checked with the kernels'
+    float32 operations (``_post_eval``); a channel that fails (a table no such map gives,
+    e.g. a Sigmoid's) is left as the identity onto the table's index and fixed after the conv
+    (``ck.qlookup_channels``). So the result equals the table's exactly, always.
+
+    Returns ``(post, chans, tables)``: ``post`` float32 (4 * m,) = a, b, lo2, hi2 per channel;
+    ``chans`` int32 (k,) the channels to fix and ``tables`` uint8 (k * 256,) their rows."""
+    t = np.broadcast_to(np.asarray(table), (m, 256))
+    imin = int(np.iinfo(in_dtype).min)
+    omin, omax = (float(v) for v in (np.iinfo(out_dtype).min, np.iinfo(out_dtype).max))
+    q = np.arange(int(lo), int(hi) + 1, dtype=np.float64)
+    tv = t[:, q.astype(np.int64) - imin].astype(np.float64)  # (m, n)
+    lo2, hi2 = tv.min(axis=1, keepdims=True), tv.max(axis=1, keepdims=True)
+    # NOTE: rint(x) equals an unclamped value v iff x in [v - 1/2, v + 1/2]; clamped values
+    # only bound x from one side
+    below = np.where(tv == hi2, np.inf, tv + 0.5)
+    above = np.where(tv == lo2, -np.inf, tv - 0.5)
+    below = np.where(tv == lo2, lo2 + 0.5, below)
+    above = np.where(tv == hi2, hi2 - 0.5, above)
+
+    def width(a):
+        return (below - a * q).min(axis=1) - (above - a * q).max(axis=1)
+
+    # NOTE: width is concave in a (a min of lines minus a max of lines): golden section. A
+    # feasible slope lies within 1 / (qj - qi) of the unclamped values' end points' slope;
+    # without two unclamped values, up to the whole output range per step
+    mid = (tv > lo2) & (tv < hi2)
+    n = q.size
+    i0 = np.where(mid.any(axis=1), mid.argmax(axis=1), 0)
+    i1 = np.where(mid.any(axis=1), n - 1 - mid[:, ::-1].argmax(axis=1), 0)
+    rows = np.arange(m)
+    span = np.maximum(i1 - i0, 1).astype(np.float64)
+    a0 = (tv[rows, i1] - tv[rows, i0]) / span
+    r = np.where(i1 - i0 >= 2, 1.5 / span, omax - omin + 1)
+    x0, x1 = np.where(i1 - i0 >= 2, a0 - r, -r), np.where(i1 - i0 >= 2, a0 + r, r)
+    g = (np.sqrt(5.0) - 1) / 2
+    c, d = x1 - g * (x1 - x0), x0 + g * (x1 - x0)
+    wc, wd = width(c[:, None]), width(d[:, None])
+    for _ in range(48):
+        # NOTE: a width of 1e-3 of a step leaves room for float32's rounding of q * a + b
+        # (q * a is within 256, its ulp 2^-15): stop there, or at the maximum
+        if (np.maximum(wc, wd) > WIDTH_ENOUGH).all():
+            break
+        left = wc > wd  # NOTE: the maximum lies in [x0, d]: drop (d, x1]; else drop [x0, c)
+        x1, x0 = np.where(left, d, x1), np.where(left, x0, c)
+        c, d = np.where(left, x1 - g * (x1 - x0), d), np.where(left, c, x0 + g * (x1 - x0))
+        new = width(np.where(left, c, d)[:, None])
+        wc, wd = np.where(left, new, wd), np.where(left, wc, new)
+    a = np.where(wc > wd, c, d)
+    b = ((below - a[:, None] * q).min(axis=1) + (above - a[:, None] * q).max(axis=1)) / 2
+    flat = lo2[:, 0] == hi2[:, 0]
+    a, b = np.where(flat, 0.0, a), np.where(flat, lo2[:, 0], b)
+    post = np.stack([a, b, lo2[:, 0], hi2[:, 0]]).astype(np.float32)
+    got = _post_eval(post[0][:, None], post[1][:, None], post[2][:, None], post[3][:, None],
+                     q.astype(np.float32)[None, :])
+    bad = np.flatnonzero(~(np.isfinite(post).all(axis=0) & (got == tv).all(axis=1)))
+    # NOTE: the identity onto the index: q - min(in) + min(out) lies in out's range
+    post[:, bad] = np.array([[1.0], [omin - imin], [omin], [omax]], np.float32)
+    tables = np.ascontiguousarray(t[bad]).view(np.uint8).reshape(-1)
+    return np.ascontiguousarray(post.reshape(-1)), bad.astype(np.int32), tables
+
+
 def _winograd_shape(w: np.ndarray, attrs: dict) -> bool:
     """Whether ``conv.ConvKernel`` may run this conv by Winograd F(4,3): 3x3, stride 1, no
     dilation, one group, enough channels (the map size is checked at its prepare)."""
@@ -113,7 +196,12 @@ def _const(info, size=None):
 def _plan(node, ins):
     """What the kernel needs from a QLinearConv / ConvInteger node, or None when it cannot run
     it exactly: dict(x, w (int64, zero point subtracted), xz, parts, mult, yz, ydt, bias)."""
-    ins = list(ins) + [None] * 9
+    ins = list(ins)
+    table = ins.pop() if node.attrs.get("_lookup") else None
+    if table is not None and (node.op_type != "QLinearConv" or table.value is None
+                              or table.dtype not in _Q8):
+        return None
+    ins += [None] * 9
     if node.op_type == "QLinearConv":
         x, xs, xz, w, ws, wz, ys, yz, b = ins[:9]
     else:
@@ -172,7 +260,13 @@ def _plan(node, ins):
         return None
     plan.update(kind=1 if yz.dtype == np.int8 else 0,
                 mult=np.ascontiguousarray(np.broadcast_to(mult, (m,)), np.float32),
-                yz=float(np.float32(yzv[0])), lo=lo, hi=hi)
+                yz=float(np.float32(yzv[0])), lo=lo, hi=hi, table=None)
+    if table is not None:
+        tv = np.asarray(table.value)
+        if tv.ndim != 2 or tv.shape[0] not in (1, m) or tv.shape[1] != 256:
+            return None
+        # NOTE: the store's type is the table's
+        plan.update(kind=1 if table.dtype == np.int8 else 0, table=tv, in_dtype=yz.dtype)
     return plan
 
 
@@ -201,6 +295,15 @@ class QConvKernel(CpuKernel):
         self.c = x.shape[-1]
         self.p_out = int(np.prod(y.shape[:-1]))
         self.m = y.shape[-1]
+        self.post, self.fix = np.zeros(0, np.float32), None
+        if plan.get("table") is not None:
+            lo, hi, table, m = self.lo, self.hi, plan["table"], self.m
+            ind, outd = plan["in_dtype"], table.dtype
+            post, chans, tables = self.shared(
+                "lookup", lambda: list(lookup_stage(table, m, lo, hi, ind, outd)))
+            self.post = post
+            if chans.size:
+                self.fix = (chans, tables)
         attrs = {k: v for k, v in node.attrs.items() if k in _CONV_ATTRS}
         attrs["_layout"] = "NHWC"
         # NOTE: run never reads the quantized weight (packed by the integer GEMM or as float32
@@ -242,9 +345,12 @@ class QConvKernel(CpuKernel):
         # (``qconv_depthwise``), each output row requantised while in cache
         self.direct_dw = len(self.parts) == 1 and k.algo == "depthwise"
         if self.direct_dw:
+            _, _, w, c, _, _, ow, kh, kw, _, sw, dh, dw, _, pw = k.geom
+            sizes = ck.qdw_workspace(w, c, ow, kh, kw, sw, dh, dw, pw)
+            self.direct_dw = sizes is not None
+        if self.direct_dw:
             self.nt = k.nt
-            ow = k.geom[6]
-            self.workspaces = (scratch(self.nt, ow * self.m), scratch(self.nt, self.m, np.int32))
+            self.workspaces = (scratch(self.nt, sizes[0]), scratch(self.nt, sizes[1], np.int32))
             return
         if self.fused:
             nt = k.nt
@@ -318,8 +424,18 @@ class QConvKernel(CpuKernel):
                 self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)), v(self.scale),
                 v(np.zeros(0, np.float32)), v(ibias), 0.0, self.yz, self.lo, self.hi,
                 self.kind == 1)
-        calls.append((ck.i8_gemm, args))
-        return calls
+        calls.append((ck.i8_gemm, args + (0, 0.0, 0.0, v(self.post))))
+        return self._fixed(calls, y)
+
+    def _fixed(self, calls, y):
+        """``calls`` and, when some channels of a fused lookup are not a second requantisation
+        (``lookup_stage``), their table applied in place after."""
+        if self.fix is None:
+            return calls
+        chans, tables = self.fix
+        return calls + [(ck.qlookup_channels, (self.nt, y.reshape(-1).view(np.uint8),
+                                               self.p_out, self.m, chans, tables,
+                                               self.kind == 1))]
 
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
@@ -337,16 +453,16 @@ class QConvKernel(CpuKernel):
         if self.direct_dw:
             k = self.inner[0]
             n, h, w, c, _, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = k.geom
-            return [(ck.qconv_depthwise, (self.nt, xb, self.signed, self.xz, k.w, n, h, w, c, oh,
-                                          ow, kh, kw, sh, sw, dh, dw, ph, pw, self.bias,
-                                          self.mult, self.yz, self.lo, self.hi, self.kind, y8,
-                                          y32, bufs[0], bufs[1]))]
+            return self._fixed([(ck.qconv_depthwise, (
+                self.nt, xb, self.signed, self.xz, k.w, n, h, w, c, oh, ow, kh, kw, sh, sw, dh,
+                dw, ph, pw, self.bias, self.mult, self.yz, self.lo, self.hi, self.kind, y8, y32,
+                bufs[0], bufs[1], self.post))], y)
         xf, acc, iscratch = bufs[0], bufs[1], bufs[2]
         if self.fused:
-            return [(ck.qconv_pointwise, (self.nt, xb, self.signed, self.xz, self.inner[0].w,
-                                          self.p_out, self.c, self.m, self.blk, self.bias,
-                                          self.mult, self.yz, self.lo, self.hi, self.kind, y8,
-                                          y32, xf, acc, iscratch))]
+            return self._fixed([(ck.qconv_pointwise, (
+                self.nt, xb, self.signed, self.xz, self.inner[0].w, self.p_out, self.c, self.m,
+                self.blk, self.bias, self.mult, self.yz, self.lo, self.hi, self.kind, y8, y32, xf,
+                acc, iscratch, self.post))], y)
         calls = []
         at = 3
         for s, ((c0, c1), k) in enumerate(zip(self.parts, self.inner)):
@@ -359,5 +475,5 @@ class QConvKernel(CpuKernel):
             calls.append(k._args_for(xin, acc[s], None, kb))
         calls.append((ck.qconv_requant, (self.nt, acc, len(self.parts), self.p_out, self.m,
                                          self.bias, self.mult, self.yz, self.lo, self.hi,
-                                         self.kind, y8, y32, iscratch)))
-        return calls
+                                         self.kind, y8, y32, iscratch, self.post)))
+        return self._fixed(calls, y)

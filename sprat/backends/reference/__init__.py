@@ -3,7 +3,7 @@
 Each family module (``ops_*.py``) ends with ``OPS = {"OpType": fn}``; ``fn(*inputs, **attrs)``
 takes NumPy arrays (None for an absent optional input) and the spec attributes as keyword
 arguments with the spec defaults, and returns one array or a tuple of arrays. The generic
-``sprat.ir.fused`` attributes (layout, residual, activation) are applied here, once, for all ops.
+``sprat.ir.fused`` attributes (layout, bias, residual, activation, lookup) are applied here, once, for all ops.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     fn = load_ops()[node.op_type]
     attrs, internal = split_attrs(node.attrs)
     ins = list(ins)
+    table = ins.pop() if internal.get("_lookup") else None
     residual = ins.pop() if internal.get("_residual") else None
     bias = ins.pop() if internal.get("_bias") else None
     nhwc = internal.get("_layout") == "NHWC"
@@ -47,6 +48,10 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
         outs[0] = outs[0] + residual
     outs[0] = apply_activation(outs[0], internal.get("_activation"), internal.get("_act_params", ()),
                                channel_axis=-1 if nhwc else 1)
+    if table is not None:
+        from .ops_quant import qlinear_lookup
+
+        outs[0] = qlinear_lookup(outs[0], table, axis=-1 if nhwc else 1)
     return [np.asarray(o) for o in outs]
 
 

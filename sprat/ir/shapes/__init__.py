@@ -43,6 +43,9 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     if fn is None:
         raise ShapeError(f"node {node.name!r}: no shape function for op {node.op_type!r}")
     attrs, internal = split_attrs(node.attrs)
+    table = None
+    if internal.get("_lookup"):
+        ins, table = ins[:-1], ins[-1]
     if internal.get("_residual"):
         ins = ins[:-1]
     if internal.get("_bias"):
@@ -65,6 +68,11 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     if nhwc:
         s, dt = outs[0]
         outs = [(permute_shape(s, NCHW_TO_NHWC[len(s)]), dt)] + list(outs[1:])
+    if table is not None:
+        if table.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)) or len(table.shape) != 2:
+            raise ShapeError(f"node {node.name!r} ({node.op_type}): a _lookup table must be "
+                             f"uint8/int8 (C, 256), got {table.dtype} {list(table.shape)}")
+        outs = [(outs[0][0], table.dtype)] + list(outs[1:])
     return [(tuple(int(d) for d in s), np.dtype(dt)) for s, dt in outs]
 
 

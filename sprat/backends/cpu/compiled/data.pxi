@@ -457,6 +457,54 @@ def swap_small(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx N, id
         _swap_small(px, py, t * N // nt, (t + 1) * N // nt, A, B)
 
 
+cdef void _swap_tiles8(const unsigned char* x, unsigned char* y, idx lo, idx hi, idx A, idx B,
+                       idx L, idx sa, idx sb) noexcept nogil:
+    """``_swap_tiles`` for 1-byte elements (a quantized map's NCHW -> NHWC)."""
+    cdef idx ta = (A + sa - 1) // sa
+    cdef idx tb = (B + sb - 1) // sb
+    cdef idx t, n, r, a0, b0, a1, b1, base, a, b, s, d
+    for t in range(lo, hi):
+        n = t // (ta * tb)
+        r = t - n * ta * tb
+        a0 = (r // tb) * sa
+        b0 = (r % tb) * sb
+        a1 = min(A, a0 + sa)
+        b1 = min(B, b0 + sb)
+        base = n * A * B * L
+        if L == 1:
+            for b in range(b0, b1):
+                s = base + b
+                d = base + b * A
+                for a in range(a0, a1):
+                    y[d + a] = x[s + a * B]
+            continue
+        for b in range(b0, b1):
+            for a in range(a0, a1):
+                memcpy(y + base + (b * A + a) * L, x + base + (a * B + b) * L, L)
+
+
+def swap_tiles8(int nt, const unsigned char[::1] x, unsigned char[::1] y, idx total, idx A,
+                idx B, idx L, idx sa, idx sb):
+    """``swap_tiles`` of flat 1-byte arrays (uint8 / int8 / bool). Raises ValueError on short
+    operands."""
+    cdef idx ta = (A + sa - 1) // sa if sa > 0 else 0
+    cdef idx tb = (B + sb - 1) // sb if sb > 0 else 0
+    if total <= 0:
+        return
+    if (sa <= 0 or sb <= 0 or ta * tb <= 0 or x.shape[0] < (total // (ta * tb)) * A * B * L
+            or y.shape[0] < x.shape[0]):
+        raise ValueError("swap_tiles8: operands too short or tiles empty")
+    cdef const unsigned char* px = &x[0]
+    cdef unsigned char* py = &y[0]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _swap_tiles8(px, py, 0, total, A, B, L, sa, sb)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _swap_tiles8(px, py, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
+
+
 # ---- LRN across channels, NHWC ------------------------------------------------------------------
 
 

@@ -264,17 +264,32 @@ cdef extern from *:
     }
     #endif
 
+#if defined(__AVX2__)
+    /* The second requantisation of 8 columns (see sprat_i8_finish): clamp(rint(q * a + b),
+       lo2, hi2), each operation rounded (no FMA: the caller's table check computes the same) */
+    static inline __attribute__((always_inline)) __m256 sprat_i8_post(__m256 q, const float* post,
+                                                                      Py_ssize_t pld) {
+        __m256 r = _mm256_add_ps(_mm256_mul_ps(q, _mm256_loadu_ps(post)),
+                                 _mm256_loadu_ps(post + pld));
+        r = _mm256_round_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        return _mm256_min_ps(_mm256_max_ps(r, _mm256_loadu_ps(post + 2 * pld)),
+                             _mm256_loadu_ps(post + 3 * pld));
+    }
+#endif
+
     /* The epilogue of one tile row: n <= 16 int32 sums t, first corrected for the zero points
        when ct != NULL (the VNNI path multiplies raw operands: t += za * ct[j] - rs * zb[j],
        ct[j] = K * zb[j] - colsum_b[j], rs = the row's sum of A, zb at zb_step), plus the int32
        bias ib (may be NULL) -> kind 0: int32; kind 1: float32 float(t) * s (+ bias); kind 2: requantized,
-       rint(float(t) * s [/ qdiv]) + zp clamped to [lo, hi], stored as u8 (q_signed 0) or s8.
-       s, bias, ib point at the row's first column; s_step 0: one scale for every column. */
+       rint(float(t) * s [/ qdiv]) + zp clamped to [lo, hi], then (post != NULL, a second
+       requantisation per column: post[j], post[pld + j], post[2 pld + j], post[3 pld + j] =
+       a, b, lo2, hi2) clamp(rint(q * a + b), lo2, hi2), stored as u8 (q_signed 0) or s8.
+       s, bias, ib, post point at the row's first column; s_step 0: one scale for every column. */
     static void sprat_i8_finish(const int32_t* t, Py_ssize_t n, const int32_t* ct, int32_t za,
                                 int32_t rs, const int32_t* zb, int zb_step, int kind, void* y,
                                 const float* s, int s_step, const float* bias,
                                 const int32_t* ib, float qdiv, float zp, float lo, float hi,
-                                int q_signed) {
+                                int q_signed, const float* post, Py_ssize_t pld) {
         int32_t v[SPRAT_I8_NR];
         float f[SPRAT_I8_NR];
     #if defined(__AVX2__)
@@ -327,6 +342,10 @@ cdef extern from *:
             f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
             f0 = _mm256_min_ps(_mm256_max_ps(f0, vlo), vhi);
             f1 = _mm256_min_ps(_mm256_max_ps(f1, vlo), vhi);
+            if (post != NULL) {
+                f0 = sprat_i8_post(f0, post, pld);
+                f1 = sprat_i8_post(f1, post + 8, pld);
+            }
             _mm256_storeu_si256((__m256i*)v, _mm256_cvtps_epi32(f0));
             _mm256_storeu_si256((__m256i*)(v + 8), _mm256_cvtps_epi32(f1));
             if (q_signed)
@@ -370,6 +389,12 @@ cdef extern from *:
             float r = rintf(f[j]) + zp;
             f[j] = r < lo ? lo : (r > hi ? hi : r);
         }
+        if (post != NULL)
+            for (Py_ssize_t j = 0; j < n; j++) {
+                float r = rintf(f[j] * post[j] + post[pld + j]);
+                f[j] = r < post[2 * pld + j] ? post[2 * pld + j]
+                       : (r > post[3 * pld + j] ? post[3 * pld + j] : r);
+            }
         if (q_signed) {
             int8_t* yq = (int8_t*)y;
             for (Py_ssize_t j = 0; j < n; j++)
@@ -381,6 +406,97 @@ cdef extern from *:
         }
     }
 
+#if defined(__AVX2__)
+    /* The requantizing epilogue (kind 2) of sprat_i8_finish_block for one A zero point za and
+       no division, 16 columns at a time; returns the columns done (a multiple of 16). The
+       same operations in the same order as sprat_i8_finish, so the same bits; NOTE: the
+       per-column terms are computed once per 16 columns (ib + za * ct folded into one int32
+       offset: the wrapping sums are the same modulo 2^32; rs * zb skipped when every zb is 0,
+       a symmetric weight), kept in registers across the rows (locals: the byte stores would
+       otherwise force reloads), and the 16 results leave as one 16-byte store: the epilogue
+       was most of a 1x1 conv's time at small K (MobileNetV2's 16 -> 96 expansion). */
+    static Py_ssize_t sprat_i8_finish_q8(const int32_t* t, Py_ssize_t ldt, Py_ssize_t rows,
+                                         Py_ssize_t n, const int32_t* ct, int32_t za,
+                                         const int32_t* rs, const int32_t* zb,
+                                         unsigned char* y, Py_ssize_t ldy, const float* s,
+                                         int s_step, const int32_t* ib, float zp, float lo,
+                                         float hi, int q_signed, const float* post,
+                                         Py_ssize_t pld) {
+        const __m256 vz = _mm256_set1_ps(zp);
+        const __m256 vneg = _mm256_set1_ps(-1073741824.0f), vpos = _mm256_set1_ps(1073741824.0f);
+        const __m256i izp = _mm256_set1_epi32((int32_t)zp), ilo = _mm256_set1_epi32((int32_t)lo);
+        const __m256i ihi = _mm256_set1_epi32((int32_t)hi);
+        const __m256i zero = _mm256_setzero_si256();
+        int zb_any = 0;
+        if (ct != NULL)
+            for (Py_ssize_t k = 0; k < n; k++)
+                zb_any |= zb[k];
+        Py_ssize_t j = 0;
+        for (; j + 16 <= n; j += 16) {
+            __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)(ib + j)) : zero;
+            __m256i o1 = ib != NULL ? _mm256_loadu_si256((const __m256i*)(ib + j + 8)) : zero;
+            __m256i z0 = zero, z1 = zero;
+            if (ct != NULL) {
+                __m256i vza = _mm256_set1_epi32(za);
+                o0 = _mm256_add_epi32(o0, _mm256_mullo_epi32(
+                    vza, _mm256_loadu_si256((const __m256i*)(ct + j))));
+                o1 = _mm256_add_epi32(o1, _mm256_mullo_epi32(
+                    vza, _mm256_loadu_si256((const __m256i*)(ct + j + 8))));
+                if (zb_any) {
+                    z0 = _mm256_loadu_si256((const __m256i*)(zb + j));
+                    z1 = _mm256_loadu_si256((const __m256i*)(zb + j + 8));
+                }
+            }
+            const __m256 s0 = s_step ? _mm256_loadu_ps(s + j) : _mm256_set1_ps(s[0]);
+            const __m256 s1 = s_step ? _mm256_loadu_ps(s + j + 8) : s0;
+            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz;
+            __m256i pl0 = izp, pl1 = izp, ph0 = izp, ph1 = izp;
+            if (post != NULL) {
+                pa0 = _mm256_loadu_ps(post + j);
+                pa1 = _mm256_loadu_ps(post + j + 8);
+                pb0 = _mm256_loadu_ps(post + pld + j);
+                pb1 = _mm256_loadu_ps(post + pld + j + 8);
+                pl0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + j));
+                pl1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + j + 8));
+                ph0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + j));
+                ph1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + j + 8));
+            }
+            for (Py_ssize_t r = 0; r < rows; r++) {
+                __m256i v0 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(t + r * ldt + j)), o0);
+                __m256i v1 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(t + r * ldt + j + 8)), o1);
+                if (zb_any) {
+                    __m256i vrs = _mm256_set1_epi32(rs[r]);
+                    v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(vrs, z0));
+                    v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(vrs, z1));
+                }
+                __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
+                __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
+                /* NOTE: rint(f) + zp clamped to [lo, hi] in int32 (cvtps2dq rounds half to even
+                   in the default rounding mode, as rint): equal to the float form, with fewer
+                   float operations (the epilogue is bound by them). f is first clamped to
+                   +-2^30: beyond, both forms give lo or hi, and cvtps2dq would overflow */
+                __m256i i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, vneg), vpos));
+                __m256i i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, vneg), vpos));
+                i0 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i0, izp), ilo), ihi);
+                i1 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i1, izp), ilo), ihi);
+                if (post != NULL) {
+                    /* clamp(rint(q * a + b), lo2, hi2): |q * a + b| stays far below 2^31 */
+                    i0 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i0), pa0), pb0));
+                    i1 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i1), pa1), pb1));
+                    i0 = _mm256_min_epi32(_mm256_max_epi32(i0, pl0), ph0);
+                    i1 = _mm256_min_epi32(_mm256_max_epi32(i1, pl1), ph1);
+                }
+                /* NOTE: the values are within the type's range: the packs do not saturate */
+                __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
+                __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
+                __m128i b = q_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
+                _mm_storeu_si128((__m128i*)(y + r * ldy + j), b);
+            }
+        }
+        return j;
+    }
+#endif
+
     /* The epilogue of a block of rows x n sums (t, row pitch ldt) into Y's rows (y, pitch ldy
        bytes): as sprat_i8_finish row by row, but 8 columns at a time across the rows, so the
        per-column terms (ct, zb, s, bias, ib) are loaded once per block. za and rs: A's zero
@@ -391,12 +507,16 @@ cdef extern from *:
                                       const int32_t* zb, int kind, unsigned char* y,
                                       Py_ssize_t ldy, const float* s, int s_step,
                                       const float* bias, const int32_t* ib, float qdiv,
-                                      float zp, float lo, float hi, int q_signed) {
+                                      float zp, float lo, float hi, int q_signed,
+                                      const float* post, Py_ssize_t pld) {
         Py_ssize_t j = 0;
         int esize = kind == 2 ? 1 : 4;
     #if defined(__AVX2__)
         const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
         const __m256 vd = _mm256_set1_ps(qdiv);
+        if (kind == 2 && za_step == 0 && qdiv == 0.0f && n >= 16)
+            j = sprat_i8_finish_q8(t, ldt, rows, n, ct, za[0] + za_add, rs, zb, y, ldy, s,
+                                   s_step, ib, zp, lo, hi, q_signed, post, pld);
         for (; j + 8 <= n; j += 8) {
             __m256i ctv = _mm256_setzero_si256(), zbv = ctv, ibv = ctv;
             if (ct != NULL) {
@@ -432,6 +552,8 @@ cdef extern from *:
                 f = _mm256_add_ps(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                                   vz);
                 f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+                if (post != NULL)
+                    f = sprat_i8_post(f, post + j, pld);
                 __m256i qi = _mm256_cvtps_epi32(f);
                 __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi),
                                             _mm256_extracti128_si256(qi, 1));
@@ -447,7 +569,8 @@ cdef extern from *:
                                 za[r * za_step] + za_add, rs != NULL ? rs[r] : 0,
                                 zb != NULL ? zb + j : NULL, 1, kind, y + r * ldy + j * esize,
                                 s + j * s_step, s_step, bias != NULL ? bias + j : NULL,
-                                ib != NULL ? ib + j : NULL, qdiv, zp, lo, hi, q_signed);
+                                ib != NULL ? ib + j : NULL, qdiv, zp, lo, hi, q_signed,
+                                post != NULL ? post + j : NULL, pld);
     }
 
     /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
@@ -553,14 +676,15 @@ cdef extern from *:
                                       const int* zb, int zb_step, int kind, void* y,
                                       const float* s, int s_step, const float* bias,
                                       const int* ib, float qdiv, float zp, float lo, float hi,
-                                      int q_signed) noexcept nogil
+                                      int q_signed, const float* post, idx pld) noexcept nogil
     void i8_finish_block "sprat_i8_finish_block" (const int* t, idx ldt, idx rows, idx n,
                                                   const int* ct, const int* za, int za_step,
                                                   int za_add, const int* rs, const int* zb,
                                                   int kind, unsigned char* y, idx ldy,
                                                   const float* s, int s_step, const float* bias,
                                                   const int* ib, float qdiv, float zp, float lo,
-                                                  float hi, int q_signed) noexcept nogil
+                                                  float hi, int q_signed, const float* post,
+                                                  idx pld) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
     int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
     void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
@@ -574,7 +698,7 @@ cdef enum:
     I8_MAX_K = 33025  # K * 255 * 255 < 2**31: the int32 sums are exact
     # NOTE: packing A is a copy at memory speed (~5 us for 128 x 384): below this many bytes
     # one thread packs it rather than paying a second parallel region per call
-    I8_PACK_PARALLEL = 1 << 18
+    I8_PACK_PARALLEL = 1 << 17
 
 
 #: the output kinds of ``i8_gemm``, for the Python side
@@ -740,6 +864,55 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
             o[K] = 0
 
 
+cdef void _im2col_rows_raw(const unsigned char* x, bint a_signed, int padv, idx r0, idx r1,
+                           idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
+                           idx dh, idx dw, idx ph, idx pw, unsigned char* out, idx pitch,
+                           int* rowsum) noexcept nogil:
+    """``i8_im2col_rows`` for the raw (vnni, amx) paths: a kernel row whose taps all lie in
+    the map (no dilation along x) is one run of ``kw * C`` bytes, copied by one loop (NOTE: a
+    3-channel stem's taps were a ``memcpy`` call of 3 bytes each, and the im2col most of its
+    time); the row's sum is taken over the packed bytes at the end."""
+    cdef idx r, n, rem, oy, ox, i, j, iy, ix, ix0, c, K = kh * kw * C, k, run = kw * C
+    cdef int acc
+    cdef unsigned char flip = 0x80 if a_signed else 0
+    cdef unsigned char* o8
+    cdef unsigned char* d
+    cdef const unsigned char* src
+    for r in range(r0, r1):
+        n = r // (OH * OW)
+        rem = r - n * OH * OW
+        oy = rem // OW
+        ox = rem - oy * OW
+        o8 = out + r * pitch
+        ix0 = ox * sw - pw
+        for i in range(kh):
+            iy = oy * sh - ph + i * dh
+            d = o8 + i * run
+            if iy < 0 or iy >= H:
+                memset(d, padv, run)
+                continue
+            if dw == 1 and ix0 >= 0 and ix0 + kw <= W:
+                src = x + ((n * H + iy) * W + ix0) * C
+                for c in range(run):
+                    d[c] = src[c] ^ flip
+                continue
+            for j in range(kw):
+                ix = ix0 + j * dw
+                k = j * C
+                if ix < 0 or ix >= W:
+                    memset(d + k, padv, C)
+                    continue
+                src = x + ((n * H + iy) * W + ix) * C
+                for c in range(C):
+                    d[k + c] = src[c] ^ flip
+        acc = 0
+        for k in range(K):
+            acc = acc + o8[k]
+        for k in range(K, 4 * ((K + 3) // 4)):
+            o8[k] = 0
+        rowsum[r] = acc
+
+
 cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, idx r1, idx H,
                          idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
                          idx dw, idx ph, idx pw, unsigned char* out, idx pitch, int path,
@@ -758,6 +931,10 @@ cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, 
     cdef const unsigned char* src
     # NOTE: the raw paths store int8 A shifted by +128, its zero point too
     padv = (zp + 128) if a_signed else zp
+    if raw:
+        _im2col_rows_raw(x, a_signed, padv, r0, r1, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
+                         ph, pw, out, pitch, rowsum)
+        return
     for r in range(r0, r1):
         n = r // (OH * OW)
         rem = r - n * OH * OW
@@ -860,6 +1037,7 @@ cdef struct i8_gemm_t:
     int q_signed
     int act
     float pa, pb
+    const float* post
 
 
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
@@ -873,7 +1051,7 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
                     g.N * g.esize, g.scale + j0 * g.s_step, g.s_step,
                     g.bias + j0 if g.bias != NULL else NULL,
                     g.ibias + j0 if g.ibias != NULL else NULL, g.qdiv, g.zp, g.lo, g.hi,
-                    g.q_signed)
+                    g.q_signed, g.post + j0 if g.post != NULL else NULL, g.N)
     cdef idx r
     if g.act != A_NONE and g.kind == I8_OUT_F32:
         for r in range(rows):
@@ -889,7 +1067,10 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
     cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, yo, a0
     cdef int tile[6 * 16]
-    cdef int block[32 * 32]
+    cdef int block[2 * 32 * 32]
+    cdef int cur = 0
+    cdef bint pending = False
+    cdef idx p_row = 0, p_i0 = 0, p_j0 = 0, p_mr = 0, p_nr = 0, p_yo = 0
     cdef const unsigned char* bb
     cdef const unsigned char* ar
     if g.path == I8_AMX:
@@ -913,8 +1094,15 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
                     mr = min(<idx>32, m1 - i0)
                     i8_amx_block(g.a + (a0 + i0) * g.pitch, g.pitch,
                                  <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
-                                 block, mr > 16, nr > 16)
-                    i8_finish_rows(g, block, 32, a0 + i0, i0, j0, mr, nr, yo)
+                                 block + cur * 1024, mr > 16, nr > 16)
+                    # NOTE: the epilogue of the block before, while this one's tile stores
+                    # retire (read at once, they stalled the epilogue's loads)
+                    if pending:
+                        i8_finish_rows(g, block + (1 - cur) * 1024, 32, p_row, p_i0, p_j0, p_mr,
+                                       p_nr, p_yo)
+                    pending = True
+                    p_row, p_i0, p_j0, p_mr, p_nr, p_yo = a0 + i0, i0, j0, mr, nr, yo
+                    cur = 1 - cur
                     i0 += mr
                 j0 += nr
             continue
@@ -933,6 +1121,8 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
                 i8_finish_rows(g, tile, 16, a0 + i0, i0, j0, mr, nr, yo)
                 i0 += mr
             j0 += nr
+    if pending:
+        i8_finish_rows(g, block + (1 - cur) * 1024, 32, p_row, p_i0, p_j0, p_mr, p_nr, p_yo)
     if g.path == I8_AMX:
         i8_amx_end()
 
@@ -942,7 +1132,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             const unsigned char[::1] b, const int[::1] bcol, int path, const idx[:, ::1] offs,
             idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
-            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0):
+            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0,
+            const float[::1] post=None):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
@@ -951,7 +1142,9 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     ``acc (M, N) = (A_i - a_zp) @ (B_i - b_zp)`` in int32, exactly, then by ``kind``:
     ``I8_OUT_I32``: Y = acc (+ ibias); ``I8_OUT_F32``: Y = float(acc (+ ibias)) * scale
     (+ bias), float32; ``I8_OUT_Q8``: Y = saturate(rint(float(acc (+ ibias)) * scale
-    [/ qdiv]) + zp) to [lo, hi], int8 when ``q_signed`` else uint8 (``qdiv`` 0: no division).
+    [/ qdiv]) + zp) to [lo, hi], then with ``post`` (4 N floats: a, b, lo2, hi2 per column; a
+    quantized conv's fused lookup, ``qconv.py``) ``clamp(rint(Y * a + b), lo2, hi2)``, int8
+    when ``q_signed`` else uint8 (``qdiv`` 0: no division).
     A float32 output then gets the fused activation ``act`` (``ACT_CODES``, params pa, pb).
 
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
@@ -991,6 +1184,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
         raise ValueError("i8_gemm: an operand or workspace is too short")
     if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
         raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
+    if post is not None and post.shape[0] not in (0, 4 * N):
+        raise ValueError("i8_gemm: post must hold 4 * N floats")
     g.a, g.rowsum = &a_ws[0, 0], &rowsum[0] if rowsum.shape[0] else NULL
     g.b, g.bcol, g.path = &b[0], &bcol[0] if bcol.shape[0] else NULL, path
     g.y, g.offs = &y[0], &offs[0, 0]
@@ -1004,6 +1199,7 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     g.ibias = &ibias[0] if ibias.shape[0] else NULL
     g.qdiv, g.zp, g.lo, g.hi, g.q_signed = qdiv, zp, lo, hi, q_signed
     g.act, g.pa, g.pb = act, pa, pb
+    g.post = &post[0] if post is not None and post.shape[0] and kind == I8_OUT_Q8 else NULL
     # NOTE: the vnni and amx paths correct for A's zero point in the epilogue, shifted as the
     # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
@@ -1018,7 +1214,9 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
                              a_ws.shape[1], path, g.rowsum)
             i8_items(gp, 0, items)
         return
-    if not a_packed and rows * K < I8_PACK_PARALLEL:
+    # NOTE: the bytes the pack writes (rows of the padded pitch: a 1x1 conv of 16 channels
+    # writes 64 per pixel on AMX), not those it reads
+    if not a_packed and rows * a_ws.shape[1] < I8_PACK_PARALLEL:
         with nogil:
             i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws, a_ws.shape[1],
                          path, g.rowsum)

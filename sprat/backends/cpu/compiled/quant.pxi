@@ -49,9 +49,131 @@ def qconv_unpack(int nt, const unsigned char[::1] x, bint signed_, float zp, idx
         _qunpack_rows(px, signed_, zp, t * P // nt, (t + 1) * P // nt, C, c0, cs, py)
 
 
+cdef extern from *:
+    """
+    #include <math.h>
+    #include <stdint.h>
+    #if defined(__AVX2__)
+    #include <immintrin.h>
+    #endif
+    #pragma GCC push_options
+    #pragma GCC optimize("no-reciprocal-math", "no-associative-math", "fp-contract=off")
+    /* y[m] = clamp(rint(float(t[m]) * mult[m]) + zp, lo, hi) for m < M, then with post (4 rows
+       of pld floats: a, b, lo2, hi2 per channel; a quantized conv's fused lookup, ``qconv.py``)
+       clamp(rint(y * a + b), lo2, hi2); stored as uint8, or int8 when is_signed. NOTE: each
+       operation rounded as written (no FMA, true products): qconv.py's table check and the
+       reference compute the same */
+    static void sprat_q_out(const int32_t* t, Py_ssize_t M, const float* mult, float zp,
+                            float lo, float hi, const float* post, Py_ssize_t pld, int is_signed,
+                            unsigned char* y) {
+        Py_ssize_t m = 0;
+    #if defined(__AVX2__)
+        const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        for (; m + 8 <= M; m += 8) {
+            __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)(t + m))),
+                                     _mm256_loadu_ps(mult + m));
+            f = _mm256_add_ps(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+            if (post != NULL) {
+                f = _mm256_add_ps(_mm256_mul_ps(f, _mm256_loadu_ps(post + m)),
+                                  _mm256_loadu_ps(post + pld + m));
+                f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                f = _mm256_min_ps(_mm256_max_ps(f, _mm256_loadu_ps(post + 2 * pld + m)),
+                                  _mm256_loadu_ps(post + 3 * pld + m));
+            }
+            __m256i qi = _mm256_cvtps_epi32(f);
+            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+            w = is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+            _mm_storel_epi64((__m128i*)(y + m), w);
+        }
+    #endif
+        for (; m < M; m++) {
+            float v = nearbyintf((float)t[m] * mult[m]) + zp;
+            v = v < lo ? lo : (v > hi ? hi : v);
+            if (post != NULL) {
+                v = nearbyintf(v * post[m] + post[pld + m]);
+                v = v < post[2 * pld + m] ? post[2 * pld + m]
+                    : (v > post[3 * pld + m] ? post[3 * pld + m] : v);
+            }
+            if (is_signed)
+                ((int8_t*)y)[m] = (int8_t)(int32_t)v;
+            else
+                y[m] = (uint8_t)(int32_t)v;
+        }
+    }
+
+    /* sprat_q_out over rows x M sums (t, row pitch M) into y (row pitch M bytes): 16 channels
+       at a time across the rows, the per-channel terms loaded once per 16 channels (a
+       depthwise conv's output row) and kept in registers; the same operations, so the same
+       bits; the channels past a multiple of 16 row by row. */
+    static void sprat_q_out_rows(const int32_t* t, Py_ssize_t rows, Py_ssize_t M,
+                                 const float* mult, float zp, float lo, float hi,
+                                 const float* post, Py_ssize_t pld, int is_signed,
+                                 unsigned char* y) {
+        Py_ssize_t m = 0;
+    #if defined(__AVX2__)
+        const __m256 vz = _mm256_set1_ps(zp);
+        const __m256 vneg = _mm256_set1_ps(-1073741824.0f), vpos = _mm256_set1_ps(1073741824.0f);
+        const __m256i izp = _mm256_set1_epi32((int32_t)zp), ilo = _mm256_set1_epi32((int32_t)lo);
+        const __m256i ihi = _mm256_set1_epi32((int32_t)hi);
+        for (; m + 16 <= M; m += 16) {
+            const __m256 s0 = _mm256_loadu_ps(mult + m), s1 = _mm256_loadu_ps(mult + m + 8);
+            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz;
+            __m256i pl0 = izp, pl1 = izp, ph0 = izp, ph1 = izp;
+            if (post != NULL) {
+                pa0 = _mm256_loadu_ps(post + m);
+                pa1 = _mm256_loadu_ps(post + m + 8);
+                pb0 = _mm256_loadu_ps(post + pld + m);
+                pb1 = _mm256_loadu_ps(post + pld + m + 8);
+                pl0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + m));
+                pl1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + m + 8));
+                ph0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + m));
+                ph1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + m + 8));
+            }
+            for (Py_ssize_t r = 0; r < rows; r++) {
+                const int32_t* tr = t + r * M + m;
+                __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)tr)), s0);
+                __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)(tr + 8))), s1);
+                /* NOTE: rint(f) + zp clamped to [lo, hi] in int32 (cvtps2dq rounds half to even
+                   in the default rounding mode, as rint): equal to the float form, with fewer
+                   float operations (the epilogue is bound by them). f is first clamped to
+                   +-2^30: beyond, both forms give lo or hi, and cvtps2dq would overflow */
+                __m256i i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, vneg), vpos));
+                __m256i i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, vneg), vpos));
+                i0 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i0, izp), ilo), ihi);
+                i1 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i1, izp), ilo), ihi);
+                if (post != NULL) {
+                    /* clamp(rint(q * a + b), lo2, hi2): |q * a + b| stays far below 2^31 */
+                    i0 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i0), pa0), pb0));
+                    i1 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i1), pa1), pb1));
+                    i0 = _mm256_min_epi32(_mm256_max_epi32(i0, pl0), ph0);
+                    i1 = _mm256_min_epi32(_mm256_max_epi32(i1, pl1), ph1);
+                }
+                __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
+                __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
+                __m128i b = is_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
+                _mm_storeu_si128((__m128i*)(y + r * M + m), b);
+            }
+        }
+    #endif
+        if (m < M)
+            for (Py_ssize_t r = 0; r < rows; r++)
+                sprat_q_out(t + r * M + m, M - m, mult + m, zp, lo, hi,
+                            post != NULL ? post + m : NULL, pld, is_signed, y + r * M + m);
+    }
+    #pragma GCC pop_options
+    """
+    void sprat_q_out(const int* t, idx M, const float* mult, float zp, float lo, float hi,
+                     const float* post, idx pld, int is_signed, unsigned char* y) nogil
+    void sprat_q_out_rows(const int* t, idx rows, idx M, const float* mult, float zp, float lo,
+                          float hi, const float* post, idx pld, int is_signed,
+                          unsigned char* y) nogil
+
+
 cdef void _qrequant_rows(const float* acc, idx lda, int S, idx p0, idx p1, idx M,
                          const int* bias, const float* mult, float zp, float lo, float hi,
-                         int kind, unsigned char* y8, int* y32, int* t) noexcept nogil:
+                         int kind, unsigned char* y8, int* y32, int* t,
+                         const float* post) noexcept nogil:
     """Rows ``p0 .. p1`` of the epilogue (see ``qconv_requant``); ``t`` scratch of M ints."""
     cdef idx p, m, o
     cdef int s
@@ -71,27 +193,24 @@ cdef void _qrequant_rows(const float* acc, idx lda, int S, idx p0, idx p1, idx M
         if kind == 2:
             for m in range(M):
                 y32[o + m] = t[m]
-        elif kind == 1:
-            for m in range(M):
-                v = nearbyintf(<float>t[m] * mult[m]) + zp
-                v = fmin32(fmax32(v, lo), hi)
-                (<signed char*>y8)[o + m] = <signed char><int>v
         else:
-            for m in range(M):
-                v = nearbyintf(<float>t[m] * mult[m]) + zp
-                v = fmin32(fmax32(v, lo), hi)
-                y8[o + m] = <unsigned char><int>v
+            sprat_q_out(t, M, mult, zp, lo, hi, post, M, kind == 1, y8 + o)
 
 
 def qconv_requant(int nt, const float[:, ::1] acc, int S, idx P, idx M, const int[::1] bias,
                   const float[::1] mult, float zp, float lo, float hi, int kind,
-                  unsigned char[::1] y8, int[::1] y32, int[:, ::1] scratch):
+                  unsigned char[::1] y8, int[::1] y32, int[:, ::1] scratch,
+                  const float[::1] post):
     """The epilogue of a quantized conv over ``P`` pixels of ``M`` channels (NHWC):
     ``t = bias[m] + sum_s int32(acc[s, p*M + m])`` (``S`` parts, each integer-valued), then
     ``kind`` 2: ``y32 = t`` (ConvInteger); 0 / 1: ``y8`` (the bytes of a uint8 / int8 map) =
     ``clamp(round_half_even(float32(t) * mult[m]) + zp, lo, hi)`` (QLinearConv, ONNX
     QLinearConv-10 as onnxruntime requantises; ``lo``/``hi`` the type's range narrowed by a fused
-    clamp). ``scratch`` (nt, >= M) int32. Raises ValueError on short operands."""
+    clamp), then, ``post`` not empty (4 M floats: a, b, lo2, hi2 per channel, a fused lookup),
+    ``clamp(round_half_even(y * a + b), lo2, hi2)``. ``scratch`` (nt, >= M) int32. Raises
+    ValueError on short operands."""
+    if post.shape[0] not in (0, 4 * M):
+        raise ValueError("qconv_requant: post must hold 0 or 4 * M floats")
     if (acc.shape[0] < S or acc.shape[1] < P * M or bias.shape[0] < M or mult.shape[0] < M
             or scratch.shape[0] < max(nt, 1) or scratch.shape[1] < M
             or (kind == 2 and y32.shape[0] < P * M) or (kind != 2 and y8.shape[0] < P * M)):
@@ -104,15 +223,16 @@ def qconv_requant(int nt, const float[:, ::1] acc, int S, idx P, idx M, const in
     cdef const float* pm = &mult[0]
     cdef unsigned char* p8 = &y8[0] if kind != 2 else NULL
     cdef int* p32 = &y32[0] if kind == 2 else NULL
+    cdef const float* pp = &post[0] if post.shape[0] else NULL
     cdef int t
     if nt <= 1:
         with nogil:
             _qrequant_rows(pa, lda, S, 0, P, M, pb, pm, zp, lo, hi, kind, p8, p32,
-                           &scratch[0, 0])
+                           &scratch[0, 0], pp)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _qrequant_rows(pa, lda, S, t * P // nt, (t + 1) * P // nt, M, pb, pm, zp, lo, hi, kind,
-                       p8, p32, &scratch[t, 0])
+                       p8, p32, &scratch[t, 0], pp)
 
 
 # ---- QuantizeLinear / DequantizeLinear, per tensor ------------------------------------------
@@ -317,7 +437,7 @@ cdef void _qpointwise_slot(idx t, idx nt, const unsigned char* x, bint signed_, 
                            const float* w, idx P, idx C, idx M, idx blk, const int* bias,
                            const float* mult, float zp, float lo, float hi, int kind,
                            unsigned char* y8, int* y32, float* xb, float* acc,
-                           int* scr) noexcept nogil:
+                           int* scr, const float* post) noexcept nogil:
     cdef idx nb = (P + blk - 1) // blk
     cdef idx bi, p0, rows
     for bi in range(t * nb // nt, (t + 1) * nb // nt):
@@ -327,20 +447,23 @@ cdef void _qpointwise_slot(idx t, idx nt, const unsigned char* x, bint signed_, 
         sgemm(False, False, rows, M, C, 1.0, xb, C, w, M, 0.0, acc, M)
         _qrequant_rows(acc, 0, 1, 0, rows, M, bias, mult, zp, lo, hi, kind,
                        y8 + p0 * M if kind != 2 else NULL, y32 + p0 * M if kind == 2 else NULL,
-                       scr)
+                       scr, post)
 
 
 def qconv_pointwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
                     const float[::1] w, idx P, idx C, idx M, idx blk, const int[::1] bias,
                     const float[::1] mult, float zp, float lo, float hi, int kind,
                     unsigned char[::1] y8, int[::1] y32, float[:, ::1] xbuf,
-                    float[:, ::1] abuf, int[:, ::1] scratch):
+                    float[:, ::1] abuf, int[:, ::1] scratch, const float[::1] post):
     """A 1x1, stride-1, one-group quantized conv of ``x`` (P, C) (bytes of uint8/int8 NHWC)
     in one pass: per block of ``blk`` pixels, ``x - xz`` widened into ``xbuf``, one float32
     GEMM with ``w`` (C, M) (the integer weights minus their zero points) into ``abuf`` (exact:
     the caller checks the 2^24 bound, see ``qconv.py``) and the epilogue of ``qconv_requant``
-    into ``y8`` / ``y32``, while the block is in cache. Workspaces (nt, ...): ``xbuf`` blk*C,
-    ``abuf`` blk*M floats, ``scratch`` M ints. Raises ValueError on short operands."""
+    into ``y8`` / ``y32`` (``post`` as there), while the block is in cache. Workspaces (nt,
+    ...): ``xbuf`` blk*C, ``abuf`` blk*M floats, ``scratch`` M ints. Raises ValueError on short
+    operands."""
+    if post.shape[0] not in (0, 4 * M):
+        raise ValueError("qconv_pointwise: post must hold 0 or 4 * M floats")
     if (x.shape[0] < P * C or w.shape[0] < C * M or bias.shape[0] < M or mult.shape[0] < M
             or xbuf.shape[0] < nt or xbuf.shape[1] < blk * C or abuf.shape[0] < nt
             or abuf.shape[1] < blk * M or scratch.shape[0] < nt or scratch.shape[1] < M
@@ -354,102 +477,203 @@ def qconv_pointwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
     cdef const float* pm = &mult[0]
     cdef unsigned char* p8 = &y8[0] if kind != 2 else NULL
     cdef int* p32 = &y32[0] if kind == 2 else NULL
+    cdef const float* pp = &post[0] if post.shape[0] else NULL
     cdef int t
     if nt <= 1:
         with nogil:
             _qpointwise_slot(0, 1, px, signed_, xz, pw, P, C, M, blk, pb, pm, zp, lo, hi, kind,
-                             p8, p32, &xbuf[0, 0], &abuf[0, 0], &scratch[0, 0])
+                             p8, p32, &xbuf[0, 0], &abuf[0, 0], &scratch[0, 0], pp)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _qpointwise_slot(t, nt, px, signed_, xz, pw, P, C, M, blk, pb, pm, zp, lo, hi, kind,
-                         p8, p32, &xbuf[t, 0], &abuf[t, 0], &scratch[t, 0])
+                         p8, p32, &xbuf[t, 0], &abuf[t, 0], &scratch[t, 0], pp)
 
 
-# ---- QLinearConv depthwise, direct: taps summed per output row, then requantised -------------
+# ---- QLinearConv depthwise, direct: register-blocked taps over float rows, requantised ------
 
 cdef extern from *:
     """
+    #include <string.h>
     #if defined(__AVX2__) && defined(__FMA__)
     #include <immintrin.h>
     #endif
-    /* acc[ow * C + c] += (x[(ow * sw) * C + c] - xz) * w[c] for ow in [0, n): one tap of a
-       depthwise conv over a run of output pixels whose input pixels all lie in the map. NOTE:
-       8 channels at a time on AVX2 (bytes widened in registers); the compiler's vectorised
-       loop over an unknown channel count cost ~1 ns a product at 8 channels */
-    static void sprat_qdw_taps(const unsigned char *x, int is_signed, float xz, const float *w,
-                               float *acc, Py_ssize_t n, Py_ssize_t C, Py_ssize_t sw) {
-        for (Py_ssize_t o = 0; o < n; o++) {
-            const unsigned char *xp = x + o * sw * C;
-            float *a = acc + o * C;
-            Py_ssize_t c = 0;
+    /* buf (Wp * C floats) = [pl zero pixels, x[0:W] - xz, pr zero pixels]: one input row of a
+       depthwise conv widened once for the kh output rows that read it; the zero pixels are the
+       padding (x's zero point minus itself), so the taps need no bounds. */
+    static void sprat_qdw_widen(const unsigned char* x, int is_signed, float xz, Py_ssize_t W,
+                                Py_ssize_t C, Py_ssize_t pl, Py_ssize_t pr, float* buf) {
+        Py_ssize_t n = W * C, i = 0;
+        float* o = buf + pl * C;
+        memset(buf, 0, pl * C * sizeof(float));
+        memset(o + n, 0, pr * C * sizeof(float));
     #if defined(__AVX2__) && defined(__FMA__)
-            __m256 vz = _mm256_set1_ps(xz);
-            for (; c + 8 <= C; c += 8) {
-                __m128i b = _mm_loadl_epi64((const __m128i *)(xp + c));
-                __m256i i32 = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
-                __m256 v = _mm256_sub_ps(_mm256_cvtepi32_ps(i32), vz);
-                _mm256_storeu_ps(a + c, _mm256_fmadd_ps(v, _mm256_loadu_ps(w + c),
-                                                        _mm256_loadu_ps(a + c)));
-            }
+        __m256 vz = _mm256_set1_ps(xz);
+        for (; i + 8 <= n; i += 8) {
+            __m128i b = _mm_loadl_epi64((const __m128i*)(x + i));
+            __m256i v = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+            _mm256_storeu_ps(o + i, _mm256_sub_ps(_mm256_cvtepi32_ps(v), vz));
+        }
     #endif
-            if (is_signed) {
-                const signed char *sp = (const signed char *)xp;
-                for (; c < C; c++) a[c] += ((float)sp[c] - xz) * w[c];
-            } else {
-                for (; c < C; c++) a[c] += ((float)xp[c] - xz) * w[c];
+        if (is_signed)
+            for (; i < n; i++) o[i] = (float)((const signed char*)x)[i] - xz;
+        else
+            for (; i < n; i++) o[i] = (float)x[i] - xz;
+    }
+
+    #if defined(__AVX2__) && defined(__FMA__)
+    /* np (1..4) output pixels x nv (1 or 2) vectors of 8 channels from channel c: the sums over
+       the taps of rows[i][(ow * sw + j * dw) * C + c] * w[(i * kw + j) * C + c], + bias, as
+       int32 into t[ow * C + c]. NOTE: the accumulators stay in registers across the taps (the
+       former kernel loaded and stored its float row for each tap); 4 x 16 is 8 of AVX2's 16 */
+    static inline __attribute__((always_inline)) void sprat_qdw_block(
+            const float* const* rows, int kh, int kw, Py_ssize_t C, Py_ssize_t sw,
+            Py_ssize_t dw, const float* w, const int* bias, Py_ssize_t ow0, Py_ssize_t c,
+            const int np, const int nv, int* t) {
+        __m256 acc[4][2];
+        for (int p = 0; p < np; p++)
+            for (int v = 0; v < nv; v++)
+                acc[p][v] = _mm256_setzero_ps();
+        for (int i = 0; i < kh; i++) {
+            if (rows[i] == NULL) continue;
+            const float* r = rows[i] + ow0 * sw * C + c;
+            for (int j = 0; j < kw; j++) {
+                const float* q = r + j * dw * C;
+                const float* wt = w + (i * kw + j) * C + c;
+                for (int v = 0; v < nv; v++) {
+                    __m256 wv = _mm256_loadu_ps(wt + 8 * v);
+                    for (int p = 0; p < np; p++)
+                        acc[p][v] = _mm256_fmadd_ps(_mm256_loadu_ps(q + p * sw * C + 8 * v), wv,
+                                                    acc[p][v]);
+                }
             }
         }
+        for (int v = 0; v < nv; v++) {
+            __m256i b = _mm256_loadu_si256((const __m256i*)(bias + c + 8 * v));
+            for (int p = 0; p < np; p++)
+                _mm256_storeu_si256((__m256i*)(t + (ow0 + p) * C + c + 8 * v),
+                                    _mm256_add_epi32(_mm256_cvtps_epi32(acc[p][v]), b));
+        }
+    }
+    #endif
+
+    /* One output row of a depthwise conv: t[ow * C + c] (int32) = bias[c] + the exact sum over
+       the kh x kw taps (rows[i] NULL: tap row i outside the map) for ow < OW. */
+    static void sprat_qdw_row(const float* const* rows, int kh, int kw, Py_ssize_t OW,
+                              Py_ssize_t C, Py_ssize_t sw, Py_ssize_t dw, const float* w,
+                              const int* bias, int* t) {
+        Py_ssize_t ow = 0, c0 = 0;
+    #if defined(__AVX2__) && defined(__FMA__)
+        for (; ow + 4 <= OW; ow += 4) {
+            Py_ssize_t c = 0;
+            for (; c + 16 <= C; c += 16)
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 4, 2, t);
+            for (; c + 8 <= C; c += 8)
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 4, 1, t);
+        }
+        for (; ow < OW; ow++) {
+            Py_ssize_t c = 0;
+            for (; c + 16 <= C; c += 16)
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 1, 2, t);
+            for (; c + 8 <= C; c += 8)
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 1, 1, t);
+        }
+        c0 = C - C % 8;
+    #endif
+        if (c0 == C)
+            return;
+        for (ow = 0; ow < OW; ow++)
+            for (Py_ssize_t c = c0; c < C; c++) {
+                float a = 0.0f;
+                for (int i = 0; i < kh; i++) {
+                    if (rows[i] == NULL) continue;
+                    const float* r = rows[i] + ow * sw * C + c;
+                    for (int j = 0; j < kw; j++)
+                        a += r[j * dw * C] * w[(i * kw + j) * C + c];
+                }
+                t[ow * C + c] = bias[c] + (int)a;
+            }
     }
     """
-    void sprat_qdw_taps(const unsigned char* x, int is_signed, float xz, const float* w,
-                        float* acc, idx n, idx C, idx sw) nogil
+    void sprat_qdw_widen(const unsigned char* x, int is_signed, float xz, idx W, idx C, idx pl,
+                         idx pr, float* buf) nogil
+    void sprat_qdw_row(const float* const* rows, int kh, int kw, idx OW, idx C, idx sw, idx dw,
+                       const float* w, const int* bias, int* t) nogil
+
+
+cdef enum:
+    QDW_MAX_TAPS = 64  # kernel rows a direct depthwise conv holds (span (kh-1)*dh + 1)
 
 
 cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
                     const float* w, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
                     idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, const int* bias,
                     const float* mult, float zp, float lo, float hi, int kind,
-                    unsigned char* y8, int* y32, float* acc, int* scr) noexcept nogil:
+                    unsigned char* y8, int* y32, float* fbuf, int* ibuf,
+                    const float* post) noexcept nogil:
     cdef idx nr = N * OH
-    cdef idx r, n, oh, i, j, ih, o, off, lo_, hi_
+    cdef idx span = (kh - 1) * dh + 1
+    cdef idx pr = max(<idx>0, (OW - 1) * sw + (kw - 1) * dw - pw - (W - 1))
+    cdef idx wp = (pw + W + pr) * C
+    cdef idx r, n, oh, i, ih, slot, ow, o
+    cdef int* tags = ibuf + OW * C
+    cdef const float* rows[QDW_MAX_TAPS]
+    cdef int* tout = ibuf
+    for i in range(span):
+        tags[i] = -1
     for r in range(t * nr // nt, (t + 1) * nr // nt):
         n = r // OH
         oh = r - n * OH
-        memset(acc, 0, OW * C * sizeof(float))
         for i in range(kh):
             ih = oh * sh - ph + i * dh
             if ih < 0 or ih >= H:
+                rows[i] = NULL
                 continue
-            for j in range(kw):
-                # the output pixels whose tap j lands in the map: iw = ow * sw + off in [0, W)
-                off = j * dw - pw
-                lo_ = 0 if off >= 0 else (-off + sw - 1) // sw
-                hi_ = (W - 1 - off) // sw + 1 if W - 1 - off >= 0 else 0
-                if hi_ > OW:
-                    hi_ = OW
-                if hi_ > lo_:
-                    sprat_qdw_taps(x + ((n * H + ih) * W + lo_ * sw + off) * C, signed_, xz,
-                                   w + (i * kw + j) * C, acc + lo_ * C, hi_ - lo_, C, sw)
+            # NOTE: a ring of the last ``span`` input rows, each widened once per slot
+            slot = ih % span
+            if tags[slot] != n * H + ih:
+                sprat_qdw_widen(x + (n * H + ih) * W * C, signed_, xz, W, C, pw, pr,
+                                fbuf + slot * wp)
+                tags[slot] = <int>(n * H + ih)
+            rows[i] = fbuf + slot * wp
+        sprat_qdw_row(rows, <int>kh, <int>kw, OW, C, sw, dw, w, bias, tout)
         o = r * OW * C
-        _qrequant_rows(acc, 0, 1, 0, OW, C, bias, mult, zp, lo, hi, kind,
-                       y8 + o if kind != 2 else NULL, y32 + o if kind == 2 else NULL, scr)
+        if kind == 2:
+            memcpy(y32 + o, tout, OW * C * sizeof(int))
+            continue
+        sprat_q_out_rows(tout, OW, C, mult, zp, lo, hi, post, C, kind == 1, y8 + o)
+
+
+def qdw_workspace(idx W, idx C, idx OW, idx kh, idx kw, idx sw, idx dh, idx dw, idx pw):
+    """(floats, ints) per slot of ``qconv_depthwise``: the ring of widened input rows and the
+    int32 output row with the ring's tags; None when the kernel rows span more than it holds."""
+    cdef idx span = (kh - 1) * dh + 1
+    if span > QDW_MAX_TAPS or kh > QDW_MAX_TAPS:
+        return None
+    cdef idx pr = max(<idx>0, (OW - 1) * sw + (kw - 1) * dw - pw - (W - 1))
+    return span * (pw + W + pr) * C, OW * C + span
 
 
 def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
                     const float[::1] w, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh,
                     idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
                     const int[::1] bias, const float[::1] mult, float zp, float lo, float hi,
-                    int kind, unsigned char[::1] y8, int[::1] y32, float[:, ::1] abuf,
-                    int[:, ::1] scratch):
+                    int kind, unsigned char[::1] y8, int[::1] y32, float[:, ::1] fbuf,
+                    int[:, ::1] ibuf, const float[::1] post):
     """A depthwise (group == C == M) quantized conv of ``x`` (N, H, W, C) (bytes of uint8/int8
-    NHWC) into ``y`` (N, OH, OW, C), directly: per output row the taps ``(x - xz) * w`` are
-    summed in float32 (exact: the caller checks the 2^24 bound), ``w`` (kh, kw, C) the integer
-    weights minus their zero points; then the epilogue of ``qconv_requant``. Output rows split
-    over ``nt`` slots; workspaces (nt, ...): ``abuf`` OW*C floats, ``scratch`` C ints. Raises
-    ValueError on short operands."""
+    NHWC) into ``y`` (N, OH, OW, C), directly: each input row widened once to float32 ``x -
+    xz`` (zero pixels for the padding), then per output row the taps summed in registers, 4
+    pixels x 16 channels at a time (exact: the caller checks the 2^24 bound), ``w`` (kh, kw,
+    C) the integer weights minus their zero points; then the epilogue of ``qconv_requant``
+    (``post`` as there). Output rows split over ``nt`` slots; workspaces (nt, ...) of the sizes
+    ``qdw_workspace`` gives: ``fbuf`` floats, ``ibuf`` ints. Raises ValueError on short
+    operands or a kernel taller than the kernel holds."""
+    sizes = qdw_workspace(W, C, OW, kh, kw, sw, dh, dw, pw)
+    if sizes is None:
+        raise ValueError("qconv_depthwise: the kernel's rows span more than it holds")
     if (x.shape[0] < N * H * W * C or w.shape[0] < kh * kw * C or bias.shape[0] < C
-            or mult.shape[0] < C or abuf.shape[0] < nt or abuf.shape[1] < OW * C
-            or scratch.shape[0] < nt or scratch.shape[1] < C
+            or mult.shape[0] < C or fbuf.shape[0] < nt or fbuf.shape[1] < sizes[0]
+            or ibuf.shape[0] < nt or ibuf.shape[1] < sizes[1]
+            or post.shape[0] not in (0, 4 * C)
             or (kind == 2 and y32.shape[0] < N * OH * OW * C)
             or (kind != 2 and y8.shape[0] < N * OH * OW * C)):
         raise ValueError("qconv_depthwise: operands too short")
@@ -461,12 +685,54 @@ def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
     cdef const float* pm = &mult[0]
     cdef unsigned char* p8 = &y8[0] if kind != 2 else NULL
     cdef int* p32 = &y32[0] if kind == 2 else NULL
+    cdef const float* pp = &post[0] if post.shape[0] else NULL
     cdef int t
     if nt <= 1:
         with nogil:
             _qdw_slot(0, 1, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
-                      pw, pb, pm, zp, lo, hi, kind, p8, p32, &abuf[0, 0], &scratch[0, 0])
+                      pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[0, 0], &ibuf[0, 0], pp)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _qdw_slot(t, nt, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
-                  pw, pb, pm, zp, lo, hi, kind, p8, p32, &abuf[t, 0], &scratch[t, 0])
+                  pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[t, 0], &ibuf[t, 0], pp)
+
+
+# ---- A fused lookup's channels that no second requantisation reproduces ----------------------
+
+cdef void _qlookup_channels_rows(unsigned char* y, idx p0, idx p1, idx C, const int* chans,
+                                 idx k, const unsigned char* tables,
+                                 unsigned char flip) noexcept nogil:
+    cdef idx p, i
+    cdef unsigned char* yr
+    for p in range(p0, p1):
+        yr = y + p * C
+        for i in range(k):
+            yr[chans[i]] = tables[i * 256 + (yr[chans[i]] ^ flip)]
+
+
+def qlookup_channels(int nt, unsigned char[::1] y, idx P, idx C, const int[::1] chans,
+                     const unsigned char[::1] tables, bint signed_):
+    """In place, for the ``k`` channels ``chans`` of ``y`` (P, C) (bytes of a uint8 map, or
+    int8 with ``signed_``): ``y[p, chans[i]] = tables[i, y[p, chans[i]] - min]`` (``tables``
+    (k, 256) bytes): the channels of a quantized conv's fused lookup that its epilogue left as
+    the table's index (``qconv.py``). Raises ValueError on short operands."""
+    cdef idx k = chans.shape[0]
+    cdef idx i
+    if y.shape[0] < P * C or tables.shape[0] < k * 256:
+        raise ValueError("qlookup_channels: operands too short")
+    for i in range(k):
+        if chans[i] < 0 or chans[i] >= C:
+            raise ValueError("qlookup_channels: channel out of range")
+    if P * C == 0 or k == 0:
+        return
+    cdef unsigned char* py = &y[0]
+    cdef const int* pc = &chans[0]
+    cdef const unsigned char* pt = &tables[0]
+    cdef unsigned char flip = 0x80 if signed_ else 0
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _qlookup_channels_rows(py, 0, P, C, pc, k, pt, flip)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qlookup_channels_rows(py, t * P // nt, (t + 1) * P // nt, C, pc, k, pt, flip)
