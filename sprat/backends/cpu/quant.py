@@ -175,10 +175,12 @@ class _Int8Gemm(CpuKernel):
         return s
 
     def _gemm(self, ws, a, kind, y, a_packed=False, bias=None, ibias=None, qdiv=0.0, zp=0.0,
-              lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1, a_zp_rows=None):
+              lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1, a_zp_rows=None,
+              tfl=()):
         """One ``i8_gemm`` call; the caller has set A's zero point (``ws.buffers[1][0]``,
         unless ``a_zp_rows``) and the scale (the first ``n_scale`` values of buffer 2); a B
-        that is not constant is packed here from ``b``, ``b_zp``."""
+        that is not constant is packed here from ``b``, ``b_zp``. ``tfl``: the constant
+        ``(tfl_ms, tfl_scale)`` views of TFLite's epilogues (``tflite.py``)."""
         bufs = ws.buffers
         # NOTE: the argument tuple is made once per binding of the arrays (and scalars) and
         # kept in the workspace's memo: building it costs a few microseconds a call
@@ -203,7 +205,8 @@ class _Int8Gemm(CpuKernel):
                 v(bufs[3]), a_packed, v(packed), v(bcol), self.path, v(self.offs), self.M,
                 self.N, self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)),
                 v(bufs[2][:n_scale]), v(self.empty_f if bias is None else bias),
-                v(self.empty_i if ibias is None else ibias), qdiv, zp, lo, hi, q_signed, *act)
+                v(self.empty_i if ibias is None else ibias), qdiv, zp, lo, hi, q_signed, *act,
+                *tfl)
         if self.b_packed is not None:
             ws.memo = (key, (a, y, bias, ibias), args)
         ck.i8_gemm(*args)

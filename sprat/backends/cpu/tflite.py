@@ -3,6 +3,11 @@
 The same fixed-point arithmetic as the reference kernels (``sprat.backends.reference.
 ops_tflite``, LiteRT's reference kernels bit for bit), in ``compiled/tflite.pxi``:
 
+- TflConv: a quantized conv (NHWC), on the quantized conv kernel (``qconv.QConvKernel``: the
+  integer GEMM, or the float32-exact depthwise / 1x1 / im2col paths) with TFLite's
+  requantisation in its epilogue (``sprat_tfl_requant_row``), no int32 map in memory;
+- TflFullyConnected: on the integer GEMM (``quant._Int8Gemm``) with the reference kernel's
+  double requantisation in the GEMM's epilogue;
 - TflRequantize: int32 (a conv's or fully-connected's exact sums) or int8/uint8 -> int8/uint8,
   per tensor or per channel along the last axis (or an axis with only size-1 axes after it);
   TflRescale (the fully-connected's float requantisation) likewise from int32;
@@ -18,11 +23,15 @@ elementwise or over the last axis: any layout.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ...dtypes import CODE_TO_NUMPY
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from .compiled import kernels as ck
+from .qconv import QConvKernel, _plan
+from .quant import _OUT, _Int8Gemm
 
 _Q8 = (np.dtype(np.int8), np.dtype(np.uint8))
 _KIND = {np.dtype(np.int32): 0, np.dtype(np.int8): 1, np.dtype(np.uint8): 2}
@@ -261,3 +270,87 @@ class TflQuantizeKernel(CpuKernel):
     def run(self, ins, outs, ws):
         ck.quantize8(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.n, self.scale, self.zp,
                      self.signed, True)
+
+
+def _tfl_conv_plan(node, ins):
+    """QConvKernel's plan of a TflConv node (its first four inputs are ConvInteger's) with
+    TFLite's requantisation as epilogue kind 3: ``mult`` the float32 view of the int32
+    multipliers then shifts, the int32 bias, the output zero point and clamp. None when the
+    conv kernel cannot run it or a parameter is not a constant of 1 or M values."""
+    ins = list(ins) + [None] * (7 - len(ins))
+    if _to(node) not in _Q8 or any(p is None for p in ins[4:6]):
+        return None
+    # NOTE: the plan of the ConvInteger it contains (same attributes, its first four inputs)
+    plan = _plan(dataclasses.replace(node, op_type="ConvInteger"), ins[:4])
+    if plan is None:
+        return None
+    m = plan["w"].shape[0]
+    mult, shift = _params(ins[4], m), _params(ins[5], m)
+    bias = np.zeros(m, _I32) if ins[6] is None else _params(ins[6], m)
+    if mult is None or shift is None or bias is None:
+        return None
+    a = node.attrs
+    plan.update(kind=3, mult=np.concatenate([mult, shift]).view(np.float32), bias=bias,
+                yz=float(int(a.get("output_zero_point", 0))), lo=float(int(a.get("qmin", -128))),
+                hi=float(int(a.get("qmax", 127))))
+    return plan
+
+
+class TflConvKernel(QConvKernel):
+    """TflConv (``ops_tflite.tfl_conv``) in NHWC: x int8/uint8 (N, H, W, C), w constant
+    (M, C/group, kh, kw), x_zero_point and w_zero_point constant scalars, multiplier, shift and
+    bias constant int32 of 1 or M values -> y int8/uint8 (N, OH, OW, M). The quantized conv's
+    exact sums (``qconv.py``: the same paths as ConvInteger) requantised in its epilogue."""
+
+    plan_of = staticmethod(_tfl_conv_plan)
+
+
+class TflFullyConnectedKernel(_Int8Gemm):
+    """TflFullyConnected (``ops_tflite.tfl_fully_connected``): x int8/uint8 (N, K), w constant
+    int8/uint8 (K, O), x_zero_point and w_zero_point constant scalars, scale constant float64
+    and bias constant int32 of 1 or O values -> y int8/uint8 (N, O), on the integer GEMM with
+    the double requantisation in its epilogue."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) not in (5, 6) \
+                or _to(node) not in _Q8:
+            return False
+        x, w, xz, wz, scale = ins[:5]
+        bias = ins[5] if len(ins) > 5 else None
+        if x is None or w is None or w.value is None or xz is None or xz.value is None:
+            return False
+        if np.dtype(x.dtype) not in _Q8 or np.dtype(w.dtype) not in _Q8 or len(x.shape) != 2 \
+                or len(w.shape) != 2 or x.shape[1] != w.shape[0]:
+            return False
+        n = w.shape[1]
+        return (1 <= w.shape[0] <= ck.I8_K_LIMIT and xz.size == 1 and xz.dtype == x.dtype
+                and (wz is None or (wz.value is not None and wz.size == 1
+                                    and wz.dtype == w.dtype))
+                and _params(scale, n, np.float64) is not None
+                and (bias is None or _params(bias, n) is not None))
+
+    def prepare(self, ins, outs):
+        self.bind_constants(ins, (3,))
+        self._prepare_gemm(ins[0], ins[1])
+        n = self.N
+        self.xz = int(np.asarray(ins[2].value).reshape(-1)[0])
+        bias = ins[5] if len(ins) > 5 else None
+        self.ibias = self.shared("bias", lambda: np.zeros(n, _I32) if bias is None
+                                 else _params(bias, n))
+        scale = self.shared("scale", lambda: _params(ins[4], n, np.float64))
+        self.tfl = (None, ck.i8_view(scale))
+        a = self.node.attrs
+        self.consts_q = (float(int(a.get("output_zero_point", 0))), float(int(a.get("qmin", -128))),
+                         float(int(a.get("qmax", 127))))
+
+    def _b_zp(self):
+        return self.consts.get(3)
+
+    def run(self, ins, outs, ws):
+        bufs = ws.buffers
+        bufs[1][0] = self.xz
+        bufs[2][0] = 1.0
+        zp, lo, hi = self.consts_q
+        self._gemm(ws, ins[0], _OUT["tflite_rescale"], outs[0], ibias=self.ibias, zp=zp, lo=lo,
+                   hi=hi, tfl=self.tfl)

@@ -571,6 +571,8 @@ cdef enum:
     I8_OUT_I32 = 0   # int32 sums (MatMulInteger)
     I8_OUT_F32 = 1   # float(sum) * scale (+ bias) (MatMulIntegerToFloat, Cast + Mul)
     I8_OUT_Q8 = 2    # requantized u8 / s8 (QLinearMatMul, QGemm with y_scale)
+    I8_OUT_TFL = 3   # TFLite's fixed-point requantisation to u8 / s8 (TflConv)
+    I8_OUT_TFL_RESCALE = 4  # TFLite's double requantisation to u8 / s8 (TflFullyConnected)
     I8_MAX_K = 33025  # K * 255 * 255 < 2**31: the int32 sums are exact
     # NOTE: packing A is a copy at memory speed (~5 us for 128 x 384): below this many bytes
     # one thread packs it rather than paying a second parallel region per call
@@ -578,7 +580,8 @@ cdef enum:
 
 
 #: the output kinds of ``i8_gemm``, for the Python side
-I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8}
+I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8,
+            "tflite": I8_OUT_TFL, "tflite_rescale": I8_OUT_TFL_RESCALE}
 #: the largest K the int32 sums hold exactly
 I8_K_LIMIT = I8_MAX_K
 
@@ -860,6 +863,8 @@ cdef struct i8_gemm_t:
     int q_signed
     int act
     float pa, pb
+    const int* tfl_ms
+    const double* tfl_scale
 
 
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
@@ -867,6 +872,27 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
     """The epilogue of ``rows`` x ``n`` sums ``t`` (row pitch ``ldt``) of A's rows from
     ``row`` (among all rows), columns j0.., into Y's rows from ``yrow`` of the batch at ``yo``."""
     cdef bint raw = g.path != I8_INT16
+    cdef idx r
+    cdef int* ti
+    if g.kind == I8_OUT_TFL or g.kind == I8_OUT_TFL_RESCALE:
+        # NOTE: TFLite's epilogues (``tflite.pxi``): the sums corrected for the zero points in
+        # place (the int32 epilogue into the tile itself), then requantised row by row
+        ti = <int*>t
+        i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL,
+                        g.za + row * g.za_step, g.za_step, g.za_add,
+                        g.rowsum + row if raw else NULL, g.bcol + j0 if raw else NULL,
+                        I8_OUT_I32, <unsigned char*>ti, ldt * 4, g.scale, 0, NULL, NULL, 0.0,
+                        0.0, 0.0, 0.0, 0)
+        for r in range(rows):
+            if g.kind == I8_OUT_TFL:
+                sprat_tfl_requant_row(ti + r * ldt, n, g.tfl_ms + j0, g.tfl_ms + g.N + j0,
+                                      g.ibias + j0 if g.ibias != NULL else NULL, <int>g.zp,
+                                      <int>g.lo, <int>g.hi, g.y + yo + (yrow + r) * g.N + j0)
+            else:
+                sprat_tfl_rescale(ti + r * ldt, g.y + yo + (yrow + r) * g.N + j0, 0, 1, n,
+                                  g.tfl_scale + j0, g.ibias + j0, <int>g.zp, <int>g.lo,
+                                  <int>g.hi)
+        return
     i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL, g.za + row * g.za_step,
                     g.za_step, g.za_add, g.rowsum + row if raw else NULL,
                     g.bcol + j0 if raw else NULL, g.kind, g.y + (yo + yrow * g.N + j0) * g.esize,
@@ -874,7 +900,6 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
                     g.bias + j0 if g.bias != NULL else NULL,
                     g.ibias + j0 if g.ibias != NULL else NULL, g.qdiv, g.zp, g.lo, g.hi,
                     g.q_signed)
-    cdef idx r
     if g.act != A_NONE and g.kind == I8_OUT_F32:
         for r in range(rows):
             act_inplace(<float*>(g.y) + yo + (yrow + r) * g.N + j0, n, g.act, g.pa, g.pb)
@@ -942,7 +967,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             const unsigned char[::1] b, const int[::1] bcol, int path, const idx[:, ::1] offs,
             idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
-            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0):
+            float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0,
+            const int[::1] tfl_ms=None, const double[::1] tfl_scale=None):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
@@ -953,6 +979,10 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     (+ bias), float32; ``I8_OUT_Q8``: Y = saturate(rint(float(acc (+ ibias)) * scale
     [/ qdiv]) + zp) to [lo, hi], int8 when ``q_signed`` else uint8 (``qdiv`` 0: no division).
     A float32 output then gets the fused activation ``act`` (``ACT_CODES``, params pa, pb).
+    TFLite's epilogues (TflConv, TflFullyConnected; ``tflite.pxi``), u8 / s8 bytes:
+    ``I8_OUT_TFL``: Y = clamp(MBQM(acc + ibias, m[j], s[j]) + zp, lo, hi), ``tfl_ms`` (2N
+    int32) the multipliers then the shifts; ``I8_OUT_TFL_RESCALE``: Y = clamp(round_half_away(
+    double(acc + ibias) * tfl_scale[j]) + zp, lo, hi), ``tfl_scale`` N doubles, ibias given.
 
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
     ``a_zp`` its zero point (1 value, or one per row of ``a`` with ``a_zp_rows``); ``a_ws``
@@ -987,8 +1017,12 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             or a_zp.shape[0] < (rows if a_zp_rows else 1)
             or (path != I8_INT16 and (rowsum.shape[0] < rows or bcol.shape[0] < 2 * N))
             or b.shape[0] < i8_packed_b_bytes(K, N, path)
-            or y.shape[0] < offs.shape[0] * M * N * (1 if kind == I8_OUT_Q8 else 4)):
+            or y.shape[0] < offs.shape[0] * M * N * (1 if kind >= I8_OUT_Q8 else 4)):
         raise ValueError("i8_gemm: an operand or workspace is too short")
+    if ((kind == I8_OUT_TFL and (tfl_ms is None or tfl_ms.shape[0] < 2 * N))
+            or (kind == I8_OUT_TFL_RESCALE and (tfl_scale is None or tfl_scale.shape[0] < N
+                                                or ibias.shape[0] != N))):
+        raise ValueError("i8_gemm: TFLite's epilogue needs its multipliers, shifts or scales")
     if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
         raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
     g.a, g.rowsum = &a_ws[0, 0], &rowsum[0] if rowsum.shape[0] else NULL
@@ -997,7 +1031,9 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     g.nbatch, g.M, g.N, g.K = offs.shape[0], M, N, K
     g.kp, g.kq, g.pitch, g.rb, g.cb = (K + 1) // 2, i8_kq(K, path), a_ws.shape[1], rb, cb
     g.kind = kind
-    g.esize = 4 if kind != I8_OUT_Q8 else 1
+    g.esize = 4 if kind < I8_OUT_Q8 else 1
+    g.tfl_ms = &tfl_ms[0] if kind == I8_OUT_TFL else NULL
+    g.tfl_scale = &tfl_scale[0] if kind == I8_OUT_TFL_RESCALE else NULL
     g.scale = &scale[0]
     g.s_step = 1 if scale.shape[0] > 1 else 0
     g.bias = &bias[0] if bias.shape[0] else NULL
@@ -1072,7 +1108,7 @@ def i8_dynamic_quantize(const float[::1] x, unsigned char[::1] y, short[:, ::1] 
 
 
 def i8_view(a):
-    """``a`` (a C-contiguous ndarray: uint8 1-D/2-D, int32, float32 or intp 1-D/2-D) as a
+    """``a`` (a C-contiguous ndarray: uint8 1-D/2-D, int32, float32, float64 1-D or intp 2-D) as a
     Cython typed memoryview object, which ``i8_gemm`` takes without a buffer request (as
     ``conv_view`` for the conv entries: an argument tuple of these, built once per binding,
     saves microseconds per call). Read-only arrays give read-only views. Raises ValueError
@@ -1085,6 +1121,7 @@ def i8_view(a):
     cdef float[::1] f32
     cdef const float[::1] cf32
     cdef const idx[:, ::1] offs
+    cdef const double[::1] cf64
     cdef str kind = a.dtype.kind
     cdef int size = a.dtype.itemsize
     if kind == 'u' and size == 1:
@@ -1108,6 +1145,9 @@ def i8_view(a):
             return f32
         cf32 = a
         return cf32
+    if kind == 'f' and size == 8 and a.ndim == 1:
+        cf64 = a
+        return cf64
     if kind == 'i' and size == sizeof(idx) and a.ndim == 2:
         offs = a
         return offs

@@ -161,6 +161,31 @@ cdef extern from *:
         else { TFL_REQUANTIZE_ROWS(uint8_t) }
     }
 
+    /* One row of n int32 sums t (a conv's or GEMM's tile row): clamp(MBQM(t[c] + bias[c],
+       mult[c], shift[c]) + ozp, lo, hi) as bytes into y; bias may be NULL (already added).
+       The epilogue of TflConv on the integer GEMM (``int8.pxi``, ``i8_finish_rows``) and on
+       the float32 conv paths (``quant.pxi``, ``_qrequant_rows``) */
+    static void sprat_tfl_requant_row(const int32_t *t, Py_ssize_t n, const int32_t *mult,
+                                      const int32_t *shift, const int32_t *bias, int32_t ozp,
+                                      int32_t lo, int32_t hi, unsigned char *y) {
+        Py_ssize_t c = 0;
+        #if defined(__AVX2__)
+        const __m256i vozp = _mm256_set1_epi32(ozp);
+        const __m256i vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+        for (; c + 8 <= n; c += 8) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(t + c));
+            if (bias != NULL)
+                v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(bias + c)));
+            tfl_store8(y + c, tfl_mbqm8(v, _mm256_loadu_si256((const __m256i *)(mult + c)),
+                       _mm256_loadu_si256((const __m256i *)(shift + c))), vozp, vlo, vhi);
+        }
+        #endif
+        for (; c < n; c++) {
+            int64_t v = (int64_t)t[c] + (bias != NULL ? bias[c] : 0);
+            y[c] = tfl_clamp((int64_t)tfl_mbqm(tfl_wrap32(v), mult[c], shift[c]) + ozp, lo, hi);
+        }
+    }
+
     /* rows [r0, r1) of C int32 values: clamp(round_half_away((double)(x + bias[c]) *
        scale[c]) + ozp), the rounding as the reference's sign(r) * floor(|r| + 0.5) */
     static void sprat_tfl_rescale(const int32_t *x, unsigned char *y, Py_ssize_t r0,
@@ -335,6 +360,9 @@ cdef extern from *:
     void sprat_tfl_requantize(const unsigned char* x, int kind, unsigned char* y, idx r0,
                               idx r1, idx C, const int* mult, const int* shift, const int* bias,
                               int izp, int ozp, int lo, int hi) nogil
+    void sprat_tfl_requant_row(const int* t, idx n, const int* mult, const int* shift,
+                               const int* bias, int ozp, int lo, int hi,
+                               unsigned char* y) nogil
     void sprat_tfl_rescale(const int* x, unsigned char* y, idx r0, idx r1, idx C,
                            const double* scale, const int* bias, int ozp, int lo, int hi) nogil
     void sprat_tfl_pool(int avg, const unsigned char* x, int kind, unsigned char* y, idx q0,
