@@ -450,6 +450,42 @@ cdef extern from *:
                                 ib != NULL ? ib + j : NULL, qdiv, zp, lo, hi, q_signed);
     }
 
+    /* The raw paths' finish of one A row of K bytes (in a row of ``room`` >= K bytes): int8
+       bytes shifted to u8 (flip: XOR 0x80) in place, and the row's sum; bytes past K within
+       the last 32-byte step may be zeroed. NOTE: 32 bytes a step on AVX2 (vpsadbw sums), the
+       last step masked; the byte loops of the im2col cost most of a small-channel conv's time */
+    static int32_t sprat_i8_row_fix(unsigned char* o, Py_ssize_t K, Py_ssize_t room, int flip) {
+        Py_ssize_t k = 0;
+        int64_t acc = 0;
+    #if defined(__AVX2__)
+        const __m256i f = _mm256_set1_epi8(flip ? (char)0x80 : 0), z = _mm256_setzero_si256();
+        __m256i s = z;
+        for (; k + 32 <= K; k += 32) {
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(o + k)), f);
+            _mm256_storeu_si256((__m256i*)(o + k), v);
+            s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
+        }
+        if (k < K && k + 32 <= room) {
+            const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+            __m256i valid = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)(K - k)), iota);
+            __m256i v = _mm256_and_si256(
+                _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(o + k)), f), valid);
+            _mm256_storeu_si256((__m256i*)(o + k), v);
+            s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
+            k = K;
+        }
+        acc = _mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1)
+              + _mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3);
+    #endif
+        if (flip)
+            for (Py_ssize_t i = k; i < K; i++)
+                o[i] ^= 0x80;
+        for (; k < K; k++)
+            acc += o[k];
+        return (int32_t)acc;
+    }
+
     /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
     static void sprat_i8_minmax(const float* x, Py_ssize_t n, float* lo, float* hi) {
         Py_ssize_t i = 0;
@@ -562,6 +598,7 @@ cdef extern from *:
                                                   const int* ib, float qdiv, float zp, float lo,
                                                   float hi, int q_signed) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
+    int i8_row_fix "sprat_i8_row_fix" (unsigned char* o, idx K, idx room, int flip) noexcept nogil
     int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
     void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
                                           unsigned char* y, short* a16) noexcept nogil
@@ -707,7 +744,7 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
     to a multiple of 4 and sum each row into ``rowsum`` (past that, AMX reads bytes that
     meet B's zero quads)."""
     cdef idx r, k, kend
-    cdef int z, acc
+    cdef int z
     cdef short* o
     cdef unsigned char* o8
     cdef const unsigned char* ar
@@ -716,19 +753,11 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
         ar = a + r * K
         if path != I8_INT16:
             o8 = out + r * pitch
-            acc = 0
-            if a_signed:
-                for k in range(K):
-                    o8[k] = ar[k] ^ 0x80
-                    acc += o8[k]
-            else:
-                memcpy(o8, ar, K)
-                for k in range(K):
-                    acc += ar[k]
+            memcpy(o8, ar, K)
+            rowsum[r] = i8_row_fix(o8, K, pitch, a_signed)
             kend = 4 * ((K + 3) // 4)
             for k in range(K, kend):
                 o8[k] = 0
-            rowsum[r] = acc
             continue
         z = zp[r] if zp_rows else zp[0]
         o = <short*>(out + r * pitch)
@@ -751,16 +780,13 @@ cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, 
     ``i8_pack_rows`` packs A: row ``r`` (output pixel ``(n, oy, ox)``) holds the taps
     ``(i, j)`` in order, C channels each, a tap outside the map reading the zero point (so it
     adds nothing)."""
-    cdef idx r, n, rem, oy, ox, i, j, iy, ix, c, K = kh * kw * C, k
-    cdef int acc, padv
+    cdef idx r, n, rem, oy, ox, i, j, iy, ix, ix0, c, K = kh * kw * C, k
     cdef bint raw = path != I8_INT16
     cdef unsigned char* o8
-    cdef unsigned char* d
     cdef short* o
     cdef short* d16
     cdef const unsigned char* src
-    # NOTE: the raw paths store int8 A shifted by +128, its zero point too
-    padv = (zp + 128) if a_signed else zp
+    cdef unsigned char zbyte = <unsigned char>(zp & 0xFF)
     for r in range(r0, r1):
         n = r // (OH * OW)
         rem = r - n * OH * OW
@@ -768,42 +794,43 @@ cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, 
         ox = rem - oy * OW
         o8 = out + r * pitch
         o = <short*>o8
-        acc = 0
+        ix0 = ox * sw - pw
         for i in range(kh):
             iy = oy * sh - ph + i * dh
+            k = i * kw * C
+            if raw:
+                # NOTE: the raw paths copy the input's bytes (the zero point's byte in the
+                # padding), a row of taps in one copy where it lies in the map, then shift
+                # int8 to u8 and sum the row at once (``i8_row_fix``)
+                if iy < 0 or iy >= H:
+                    memset(o8 + k, zbyte, kw * C)
+                elif dw == 1 and ix0 >= 0 and ix0 + kw <= W:
+                    memcpy(o8 + k, x + ((n * H + iy) * W + ix0) * C, kw * C)
+                else:
+                    for j in range(kw):
+                        ix = ix0 + j * dw
+                        if ix < 0 or ix >= W:
+                            memset(o8 + k + j * C, zbyte, C)
+                        else:
+                            memcpy(o8 + k + j * C, x + ((n * H + iy) * W + ix) * C, C)
+                continue
             for j in range(kw):
-                ix = ox * sw - pw + j * dw
-                k = (i * kw + j) * C
+                ix = ix0 + j * dw
+                d16 = o + k + j * C
                 if iy < 0 or iy >= H or ix < 0 or ix >= W:
-                    if raw:
-                        memset(o8 + k, padv, C)
-                        acc += padv * <int>C
-                    else:
-                        memset(o + k, 0, C * sizeof(short))
+                    memset(d16, 0, C * sizeof(short))
                     continue
                 src = x + ((n * H + iy) * W + ix) * C
-                if raw:
-                    d = o8 + k
-                    if a_signed:
-                        for c in range(C):
-                            d[c] = src[c] ^ 0x80
-                            acc += d[c]
-                    else:
-                        memcpy(d, src, C)
-                        for c in range(C):
-                            acc += src[c]
+                if a_signed:
+                    for c in range(C):
+                        d16[c] = <short>((<const signed char*>src)[c] - zp)
                 else:
-                    d16 = o + k
-                    if a_signed:
-                        for c in range(C):
-                            d16[c] = <short>((<const signed char*>src)[c] - zp)
-                    else:
-                        for c in range(C):
-                            d16[c] = <short>(src[c] - zp)
+                    for c in range(C):
+                        d16[c] = <short>(src[c] - zp)
         if raw:
+            rowsum[r] = i8_row_fix(o8, K, pitch, a_signed)
             for k in range(K, 4 * ((K + 3) // 4)):
                 o8[k] = 0
-            rowsum[r] = acc
         elif K % 2:
             o[K] = 0
 

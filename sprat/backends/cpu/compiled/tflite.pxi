@@ -66,27 +66,23 @@ cdef extern from *:
     #if defined(__AVX2__)
     #include <immintrin.h>
     /* MBQM of 8 int32 lanes, each with its multiplier and shift (the scalar tfl_mbqm): the
-       doubling high multiply on even and odd lanes (vpmuldq), truncated by a logical shift
-       (the quotient fits 32 bits, so the low dword is exact), then RoundingDivideByPOT with
-       AVX2's per-lane arithmetic shifts */
+       doubling high multiply on even and odd lanes (vpmuldq). NOTE: gemmlowp's nudge and
+       truncating division, ``(ab + (ab >= 0 ? 2^30 : 1 - 2^30)) / 2^31``, equal the floor of
+       ``(ab + 2^30) / 2^31`` for every ab (for ab < 0 with u = ab + 2^30: -floor((-u - 1) /
+       2^31 + 1) = floor(u / 2^31)), so one add and a shift: the quotient fits 32 bits, so the
+       low dword of a logical shift is exact. Then RoundingDivideByPOT with AVX2's per-lane
+       arithmetic shifts */
     static inline __m256i tfl_mbqm8(__m256i x, __m256i m, __m256i shift) {
         const __m256i zero = _mm256_setzero_si256();
         __m256i left = _mm256_max_epi32(shift, zero);
         __m256i right = _mm256_sub_epi32(left, shift);
         __m256i a = _mm256_sllv_epi32(x, left);
-        const __m256i pos = _mm256_set1_epi64x((int64_t)1 << 30);
-        const __m256i neg = _mm256_set1_epi64x(1 - ((int64_t)1 << 30));
-        const __m256i low31 = _mm256_set1_epi64x(0x7FFFFFFF);
-        __m256i ab[2];
-        for (int k = 0; k < 2; k++) {
-            __m256i p = k ? _mm256_mul_epi32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(m, 32))
-                          : _mm256_mul_epi32(a, m);
-            __m256i sign = _mm256_cmpgt_epi64(zero, p);
-            __m256i t = _mm256_add_epi64(p, _mm256_blendv_epi8(pos, neg, sign));
-            __m256i tsign = _mm256_cmpgt_epi64(zero, t);
-            ab[k] = _mm256_srli_epi64(_mm256_add_epi64(t, _mm256_and_si256(tsign, low31)), 31);
-        }
-        __m256i h = _mm256_blend_epi32(ab[0], _mm256_slli_epi64(ab[1], 32), 0xAA);
+        const __m256i nudge = _mm256_set1_epi64x((int64_t)1 << 30);
+        __m256i p0 = _mm256_add_epi64(_mm256_mul_epi32(a, m), nudge);
+        __m256i p1 = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(a, 32),
+                                                       _mm256_srli_epi64(m, 32)), nudge);
+        /* the odd lanes: bits 31..62 of p1 into the high dword, p1 << 1 */
+        __m256i h = _mm256_blend_epi32(_mm256_srli_epi64(p0, 31), _mm256_slli_epi64(p1, 1), 0xAA);
         const __m256i imin = _mm256_set1_epi32(INT32_MIN);
         __m256i sat = _mm256_and_si256(_mm256_cmpeq_epi32(a, imin), _mm256_cmpeq_epi32(m, imin));
         h = _mm256_blendv_epi8(h, _mm256_set1_epi32(INT32_MAX), sat);
