@@ -40,6 +40,8 @@ _I32 = np.int32
 # NOTE: the float elementwise kernels' threshold (not measured for these ops: the tensors of
 # the full-integer models in the zoo are all below it)
 PARALLEL_MIN = PARALLEL_MIN_ELEMENTS
+#: the largest pooling window the compiled kernel sums in int32 (255 * 2^23 < 2^31)
+POOL_MAX_WINDOW = 1 << 23
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:
@@ -155,8 +157,9 @@ class TflPoolKernel(CpuKernel):
             return False
         h, w, oh, ow, kh, kw, sh, sw, top, left = geom
         # NOTE: every window must overlap the image (TFLite's padding ensures it; a window in
-        # the padding only would average nothing)
-        return (top < kh and left < kw and (oh - 1) * sh - top < h and (ow - 1) * sw - left < w)
+        # the padding only would average nothing); the compiled sums are int32
+        return (top < kh and left < kw and (oh - 1) * sh - top < h and (ow - 1) * sw - left < w
+                and kh * kw <= POOL_MAX_WINDOW)
 
     @staticmethod
     def _geometry(node, shape):

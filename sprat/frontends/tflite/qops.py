@@ -46,6 +46,8 @@ from .quant import (
 )
 
 _I32 = np.int32
+#: float32 holds every integer up to this magnitude exactly
+EXACT_F32 = 1 << 24
 
 
 def _t(b, op, k: int, out: bool = False):
@@ -467,12 +469,20 @@ def mean(b, op, name):
     s = min(n.bit_length() - 1, 32, 31 + shift)
     m, shift = ((m << s) // n), shift - s
     x = b.value(op.inputs[0])
-    x32 = b.tmp(f"{name}/int32", like=x, dtype=np.dtype(np.int32))
-    b.node("Cast", [x], [x32], {"to": to_code(np.int32)}, f"{name}/cast")
     y = b.value(op.outputs[0])
-    total = b.tmp(f"{name}/sum", like=y, dtype=np.dtype(np.int32))
-    b.node("ReduceSum", [x32, b.const_value(f"{name}/axes", axes)], [total],
+    # NOTE: below 2^24 / 255 values a float32 sum of the bytes is the exact integer (the
+    # compiled ReduceSum runs on float32; int32 runs on the reference kernel)
+    exact_f32 = n * 255 < EXACT_F32
+    dt = np.dtype(np.float32 if exact_f32 else np.int32)
+    xs = b.tmp(f"{name}/{dt}", like=x, dtype=dt)
+    b.node("Cast", [x], [xs], {"to": to_code(dt)}, f"{name}/cast")
+    total = b.tmp(f"{name}/sum", like=y, dtype=dt)
+    b.node("ReduceSum", [xs, b.const_value(f"{name}/axes", axes)], [total],
            {"keepdims": keep}, f"{name}/sum")
+    if exact_f32:
+        t32 = b.tmp(f"{name}/sum_int32", like=total, dtype=np.dtype(np.int32))
+        b.node("Cast", [total], [t32], {"to": to_code(np.int32)}, f"{name}/sum_int32")
+        total = t32
     _requantize(b, total, y, yt, [m], [shift], name, input_zero_point=zero_point_of(xt) * n)
 
 

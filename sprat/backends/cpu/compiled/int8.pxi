@@ -995,7 +995,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
             float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0,
-            const int[::1] tfl_ms=None, const double[::1] tfl_scale=None):
+            const int[::1] tfl_ms=None, const double[::1] tfl_scale=None,
+            I8GemmCall into=None):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
@@ -1022,15 +1023,15 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     (batch, ``rb`` rows, ``cb`` columns; cb a multiple of 16, for AMX rb too), split over ``nt``
     slots; A is packed first (rows split over the slots). Raises ValueError when K exceeds
     ``I8_K_LIMIT``, a block size is wrong, the path is not available on this CPU, or an
-    operand is too short."""
+    operand is too short. ``into``: check the arguments and bind them to that call object
+    (``I8GemmCall``) instead of running."""
+    cdef i8_run_t run
     cdef i8_gemm_t g
     cdef idx rows = a.shape[0] // K if K > 0 and not a_packed else 0
     cdef idx i
-    cdef int t
     if a_packed:  # NOTE: the rows the batches read
         for i in range(offs.shape[0]):
             rows = max(rows, offs[i, 0] + M)
-    cdef unsigned char* pws
     if M <= 0 or N <= 0:
         return
     if K > I8_MAX_K or K <= 0:
@@ -1071,26 +1072,68 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
     g.za_add = 128 if a_signed and path != I8_INT16 else 0
-    cdef const i8_gemm_t* gp = &g
-    cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
-    pws = &a_ws[0, 0]
-    if nt <= 1:
-        with nogil:
-            if not a_packed:
-                i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws,
-                             a_ws.shape[1], path, g.rowsum)
-            i8_items(gp, 0, items)
+    run.g = g
+    run.nt, run.a_signed, run.a_zp_rows, run.a_packed = nt, a_signed, a_zp_rows, a_packed
+    run.a = &a[0] if a.shape[0] else NULL
+    run.a_zp, run.rows, run.K = &a_zp[0], rows, K
+    run.pws, run.pitch = &a_ws[0, 0], a_ws.shape[1]
+    run.items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    if into is not None:
+        into.run = run
         return
-    if not a_packed and rows * K < I8_PACK_PARALLEL:
-        with nogil:
-            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws, a_ws.shape[1],
-                         path, g.rowsum)
-    elif not a_packed:
-        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, t * rows // nt,
-                         (t + 1) * rows // nt, K, pws, a_ws.shape[1], path, g.rowsum)
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+    with nogil:
+        i8_gemm_exec(&run)
+
+
+cdef struct i8_run_t:
+    # one ``i8_gemm`` call, checked: the GEMM, then how A is packed and the work split
+    i8_gemm_t g
+    int nt
+    bint a_signed, a_zp_rows, a_packed
+    const unsigned char* a
+    const int* a_zp
+    idx rows, K, pitch, items
+    unsigned char* pws
+
+
+cdef void i8_gemm_exec(i8_run_t* r) noexcept nogil:
+    """Run a checked ``i8_gemm``: A packed (rows split over the slots when large), then the
+    work items over ``nt`` slots."""
+    cdef const i8_gemm_t* gp = &r.g
+    cdef int t, nt = r.nt
+    cdef idx rows = r.rows, items = r.items
+    if nt <= 1:
+        if not r.a_packed:
+            i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, r.K, r.pws, r.pitch,
+                         r.g.path, <int*>r.g.rowsum)
+        i8_items(gp, 0, items)
+        return
+    if not r.a_packed and rows * r.K < I8_PACK_PARALLEL:
+        i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, r.K, r.pws, r.pitch,
+                     r.g.path, <int*>r.g.rowsum)
+    elif not r.a_packed:
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+            i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, t * rows // nt,
+                         (t + 1) * rows // nt, r.K, r.pws, r.pitch, r.g.path, <int*>r.g.rowsum)
+    for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
         i8_items(gp, t * items // nt, (t + 1) * items // nt)
+
+
+cdef class I8GemmCall:
+    """One ``i8_gemm`` call with its arguments checked and bound once: ``I8GemmCall(args)``
+    (the argument tuple of ``i8_gemm``, kept alive here), then ``call()`` runs it. NOTE: a
+    kernel makes one per binding of its arrays: parsing ``i8_gemm``'s 30 arguments costs
+    ~1.3 us a call, most of a small quantized conv's time. Raises as ``i8_gemm``."""
+    cdef i8_run_t run
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        i8_gemm(*args, into=self)
+
+    def __call__(self):
+        with nogil:
+            i8_gemm_exec(&self.run)
 
 
 # ---- DynamicQuantizeLinear ------------------------------------------------------------------
