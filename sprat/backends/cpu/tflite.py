@@ -48,6 +48,19 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
+def _view(a: np.ndarray):
+    """``a``'s bytes as a typed memoryview object (``ck.i8_view``). NOTE: the kernels below
+    build their argument tuples once per binding of their arrays (``bound_call``), with such
+    views: an ndarray argument costs a buffer request per call, and on these models' small
+    tensors the calls' Python overhead was most of the time"""
+    return ck.i8_view(_bytes(a))
+
+
+def _flat(a: np.ndarray):
+    """``a`` (int32 or float32) flattened, as a typed memoryview object."""
+    return ck.i8_view(a.reshape(-1))
+
+
 def _slots(kernel: CpuKernel, n: int) -> int:
     return kernel.threads if n >= PARALLEL_MIN else 1
 
@@ -106,8 +119,10 @@ class TflRequantizeKernel(CpuKernel):
         self.nt = _slots(self, n)
 
     def run(self, ins, outs, ws):
-        ck.tfl_requantize(self.nt, _bytes(ins[0]), self.kind, _bytes(outs[0]), self.rows, self.c,
-                          self.mult, self.shift, self.bias, *self.consts)
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_requantize, (
+            self.nt, _view(x), self.kind, _view(y), self.rows, self.c, ck.i8_view(self.mult),
+            ck.i8_view(self.shift), ck.i8_view(self.bias), *self.consts)))
 
 
 class TflRescaleKernel(CpuKernel):
@@ -139,8 +154,10 @@ class TflRescaleKernel(CpuKernel):
         self.nt = _slots(self, n)
 
     def run(self, ins, outs, ws):
-        ck.tfl_rescale(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.rows, self.c,
-                       self.scale, self.bias, *self.consts)
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_rescale, (
+            self.nt, _flat(x), _view(y), self.rows, self.c, ck.i8_view(self.scale),
+            ck.i8_view(self.bias), *self.consts)))
 
 
 class TflPoolKernel(CpuKernel):
@@ -186,8 +203,10 @@ class TflPoolKernel(CpuKernel):
         self.nt = _slots(self, n) if shape[0] * oh > 1 else 1
 
     def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
         avg, kind, *geom = self.args
-        ck.tfl_pool(self.nt, avg, _bytes(ins[0]), kind, _bytes(outs[0]), *geom)
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_pool, (
+            self.nt, avg, _view(x), kind, _view(y), *geom)))
 
 
 _BINARY = {"TflAdd": 0, "TflSub": 1, "TflMul": 2}
@@ -221,9 +240,11 @@ class TflBinaryKernel(CpuKernel):
         self.nt = _slots(self, self.n)
 
     def run(self, ins, outs, ws):
+        a, b, y = ins[0], ins[1], outs[0]
         sa, sb = self.steps
-        ck.tfl_binary(self.nt, self.op, _bytes(ins[0]), sa, _bytes(ins[1]), sb, self.kind,
-                      _bytes(outs[0]), self.n, self.params)
+        self.bound_call(ws, (a, b, y), lambda: (ck.tfl_binary, (
+            self.nt, self.op, _view(a), sa, _view(b), sb, self.kind, _view(y), self.n,
+            ck.i8_view(self.params))))
 
 
 class TflSoftmaxKernel(CpuKernel):
@@ -248,8 +269,10 @@ class TflSoftmaxKernel(CpuKernel):
         self.workspaces = (scratch(self.nt, max(1, self.length), np.int32),)
 
     def run(self, ins, outs, ws):
-        ck.tfl_softmax(self.nt, _bytes(ins[0]), self.kind, _bytes(outs[0]), self.rows,
-                       self.length, *self.consts, ws.buffers[0])
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_softmax, (
+            self.nt, _view(x), self.kind, _view(y), self.rows, self.length, *self.consts,
+            ws.buffers[0])))
 
 
 class TflQuantizeKernel(CpuKernel):
@@ -271,8 +294,9 @@ class TflQuantizeKernel(CpuKernel):
         self.nt = _slots(self, self.n)
 
     def run(self, ins, outs, ws):
-        ck.quantize8(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.n, self.scale, self.zp,
-                     self.signed, True)
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.quantize8, (
+            self.nt, _flat(x), _view(y), self.n, self.scale, self.zp, self.signed, True)))
 
 
 def _tfl_conv_plan(node, ins):
