@@ -365,19 +365,29 @@ class TflFullyConnectedKernel(_Int8Gemm):
         bias = ins[5] if len(ins) > 5 else None
         self.ibias = self.shared("bias", lambda: np.zeros(n, _I32) if bias is None
                                  else _params(bias, n))
-        scale = self.shared("scale", lambda: _params(ins[4], n, np.float64))
-        self.tfl = (None, ck.i8_view(scale))
+        self.scale64 = self.shared("scale", lambda: _params(ins[4], n, np.float64))
         a = self.node.attrs
         self.consts_q = (float(int(a.get("output_zero_point", 0))), float(int(a.get("qmin", -128))),
                          float(int(a.get("qmax", 127))))
+        # NOTE: A's zero point and the (unused) float scale are constants here, not the
+        # workspaces ``_Int8Gemm._gemm`` refreshes every run: the call is bound once
+        self.a_zp = np.array([self.xz], np.int32)
+        self.one = np.ones(1, np.float32)
 
     def _b_zp(self):
         return self.consts.get(3)
 
-    def run(self, ins, outs, ws):
-        bufs = ws.buffers
-        bufs[1][0] = self.xz
-        bufs[2][0] = 1.0
+    def _call(self, x, y, bufs):
+        v = ck.i8_view
+        packed, bcol = self.b_packed
         zp, lo, hi = self.consts_q
-        self._gemm(ws, ins[0], _OUT["tflite_rescale"], outs[0], ibias=self.ibias, zp=zp, lo=lo,
-                   hi=hi, tfl=self.tfl)
+        args = (self.nt, v(_bytes(x)), self.a_signed, v(self.a_zp), False, v(bufs[0]),
+                v(bufs[3]), False, v(packed), v(bcol), self.path, v(self.offs), self.M, self.N,
+                self.K, self.rb, self.cb, _OUT["tflite_rescale"], v(_bytes(y)), v(self.one),
+                v(self.empty_f), v(self.ibias), 0.0, zp, lo, hi, False, 0, 0.0, 0.0, None,
+                v(self.scale64))
+        return ck.I8GemmCall(args), ()
+
+    def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: self._call(x, y, ws.buffers))

@@ -1119,20 +1119,64 @@ cdef void i8_gemm_exec(i8_run_t* r) noexcept nogil:
         i8_items(gp, t * items // nt, (t + 1) * items // nt)
 
 
+cdef struct i8_col_t:
+    # the byte im2col that fills a conv's A operand before its ``i8_gemm``
+    const unsigned char* x
+    bint a_signed
+    int zp
+    idx rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw
+
+
+cdef void i8_im2col_exec(const i8_col_t* c, const i8_run_t* r) noexcept nogil:
+    """``i8_im2col`` into the A workspace of the checked call ``r`` (rows over its slots)."""
+    cdef int t, nt = r.nt
+    if nt <= 1:
+        i8_im2col_rows(c.x, c.a_signed, c.zp, 0, c.rows, c.H, c.W, c.C, c.OH, c.OW, c.kh, c.kw,
+                       c.sh, c.sw, c.dh, c.dw, c.ph, c.pw, r.pws, r.pitch, r.g.path,
+                       <int*>r.g.rowsum)
+        return
+    for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+        i8_im2col_rows(c.x, c.a_signed, c.zp, t * c.rows // nt, (t + 1) * c.rows // nt, c.H,
+                       c.W, c.C, c.OH, c.OW, c.kh, c.kw, c.sh, c.sw, c.dh, c.dw, c.ph, c.pw,
+                       r.pws, r.pitch, r.g.path, <int*>r.g.rowsum)
+
+
 cdef class I8GemmCall:
     """One ``i8_gemm`` call with its arguments checked and bound once: ``I8GemmCall(args)``
-    (the argument tuple of ``i8_gemm``, kept alive here), then ``call()`` runs it. NOTE: a
-    kernel makes one per binding of its arrays: parsing ``i8_gemm``'s 30 arguments costs
-    ~1.3 us a call, most of a small quantized conv's time. Raises as ``i8_gemm``."""
+    (the argument tuple of ``i8_gemm``, kept alive here), then ``call()`` runs it; with
+    ``im2col`` (``i8_im2col``'s arguments from ``x`` to ``pw``: a conv whose A is the byte
+    im2col of its input, ``a_packed``) the call fills A first. NOTE: a kernel makes one per
+    binding of its arrays: parsing ``i8_gemm``'s 30 arguments costs ~1.3 us a call, most of a
+    small quantized conv's time. Raises as ``i8_gemm`` / ``i8_im2col``."""
     cdef i8_run_t run
+    cdef i8_col_t col
+    cdef bint has_col
     cdef readonly tuple args
+    cdef readonly tuple im2col
 
-    def __init__(self, tuple args):
-        self.args = args
+    def __init__(self, tuple args, tuple im2col=None):
+        self.args, self.im2col = args, im2col
         i8_gemm(*args, into=self)
+        self.has_col = im2col is not None
+        if self.has_col:
+            self._bind_im2col(*im2col)
+
+    def _bind_im2col(self, const unsigned char[::1] x, bint a_signed, int zp, idx N, idx H,
+                     idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
+                     idx dw, idx ph, idx pw):
+        if (not self.run.a_packed or kh * kw * C != self.run.K or N * OH * OW > self.run.rows
+                or N * OH * OW != self.run.g.M or x.shape[0] < N * H * W * C or N * H * W * C == 0):
+            raise ValueError("I8GemmCall: the im2col does not fit the GEMM's packed A")
+        self.col.x, self.col.a_signed, self.col.zp = &x[0], a_signed, zp
+        self.col.rows, self.col.H, self.col.W, self.col.C = N * OH * OW, H, W, C
+        self.col.OH, self.col.OW, self.col.kh, self.col.kw = OH, OW, kh, kw
+        self.col.sh, self.col.sw, self.col.dh, self.col.dw = sh, sw, dh, dw
+        self.col.ph, self.col.pw = ph, pw
 
     def __call__(self):
         with nogil:
+            if self.has_col:
+                i8_im2col_exec(&self.col, &self.run)
             i8_gemm_exec(&self.run)
 
 
