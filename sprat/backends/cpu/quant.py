@@ -106,6 +106,16 @@ def _path() -> str:
 #: the integer GEMM's path (``_path``) and its code for ``ck.i8_gemm``
 PATH = _path()
 _PATH = ck.I8_PATHS[PATH]
+#: below this many rows of A the AVX-VNNI tile runs a product faster than AMX (a 16-row tile
+#: mostly idle, and its configuration per call): measured with TflFullyConnected at K, N in
+#: {128, 512, 640}, M 1-32: vnni 0.55-0.9x amx's time at M 1-4, 1.0-1.8x from M 8
+AMX_MIN_ROWS = 5
+
+
+def path_for(rows: int) -> str:
+    """The integer GEMM's path for a product with ``rows`` rows of A: ``PATH``, but ``vnni``
+    instead of ``amx`` below ``AMX_MIN_ROWS`` rows."""
+    return "vnni" if PATH == "amx" and rows < AMX_MIN_ROWS else PATH
 
 
 def _zp32(zp) -> np.ndarray:
@@ -139,16 +149,17 @@ class _Int8Gemm(CpuKernel):
         self.M = self.rows
         self.a_signed = a.dtype == _I8
         self.trans_b = trans_b
-        self.path = _PATH
-        self.raw = PATH != "int16"  # B and A stored as bytes, zero points in the epilogue
+        name = path_for(self.rows)
+        self.path = ck.I8_PATHS[name]
+        self.raw = name != "int16"  # B and A stored as bytes, zero points in the epilogue
         self.offs = np.zeros((1, 3), np.intp)
         macs = self.rows * self.N * self.K
         self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
-        self.rb, self.cb = _blocks(self.rows, self.N, self.nt, PATH == "amx")
+        self.rb, self.cb = _blocks(self.rows, self.N, self.nt, name == "amx")
         self.b_packed = None
         if b.value is not None:
             bv, zp, K, N, tb, path = b.value, self._b_zp(), self.K, self.N, trans_b, self.path
-            self.b_packed = self.shared(f"i8_b_{PATH}", lambda: pack_b(bv, zp, K, N, tb, path))
+            self.b_packed = self.shared(f"i8_b_{name}", lambda: pack_b(bv, zp, K, N, tb, path))
         self.empty_f = np.zeros(0, np.float32)
         self.empty_i = np.zeros(0, np.int32)
         rows = max(self.rows, 1)

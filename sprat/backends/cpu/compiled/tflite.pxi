@@ -189,7 +189,30 @@ cdef extern from *:
                                   const int32_t *bias, int32_t ozp, int32_t lo, int32_t hi) {
         double dlo = (double)lo - ozp, dhi = (double)hi - ozp;
         for (Py_ssize_t r = r0; r < r1; r++) {
-            for (Py_ssize_t c = 0; c < C; c++) {
+            Py_ssize_t c = 0;
+        #if defined(__AVX2__)
+            /* NOTE: 4 doubles a step, the scalar loop's operations one by one (IEEE double, no
+               contraction with intrinsics): the same bits. The scalar loop cost ~10 cycles a
+               value, most of a fully-connected layer's time at one row */
+            const __m256d vlo = _mm256_set1_pd(dlo), vhi = _mm256_set1_pd(dhi);
+            const __m256d half = _mm256_set1_pd(0.5), sign = _mm256_set1_pd(-0.0);
+            const __m128i vozp = _mm_set1_epi32(ozp);
+            for (; c + 4 <= C; c += 4) {
+                Py_ssize_t i = r * C + c;
+                __m128i xi = _mm_add_epi32(_mm_loadu_si128((const __m128i *)(x + i)),
+                                           _mm_loadu_si128((const __m128i *)(bias + c)));
+                __m256d v = _mm256_mul_pd(_mm256_cvtepi32_pd(xi), _mm256_loadu_pd(scale + c));
+                __m256d a = _mm256_floor_pd(_mm256_add_pd(_mm256_andnot_pd(sign, v), half));
+                v = _mm256_or_pd(a, _mm256_and_pd(sign, v));
+                v = _mm256_min_pd(_mm256_max_pd(v, vlo), vhi);
+                __m128i q = _mm_add_epi32(_mm256_cvttpd_epi32(v), vozp);
+                q = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+                                                      -1, -1, -1, -1, -1));
+                uint32_t w = (uint32_t)_mm_cvtsi128_si32(q);
+                memcpy(y + i, &w, 4);
+            }
+        #endif
+            for (; c < C; c++) {
                 Py_ssize_t i = r * C + c;
                 double v = (double)tfl_wrap32((int64_t)x[i] + bias[c]) * scale[c];
                 v = copysign(floor(fabs(v) + 0.5), v);
