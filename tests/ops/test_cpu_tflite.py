@@ -188,8 +188,9 @@ def test_quantize_rounds_half_away_from_zero(to):
 # TflConv: (x NHWC shape, M, kernel, strides, pads, group) covering each path of the quantized
 # conv kernel with TFLite's epilogue: the integer GEMM on the input itself (1x1) and on its byte
 # im2col (3x3, strided, padded, one input channel as the first layers have, taps beyond one
-# 32-byte step), tile rows and columns past a 16-column panel; the float32-exact depthwise path
-# and a grouped conv; maps above the parallel threshold (two slots)
+# 32-byte step), tile rows and columns past a 16-column panel; the depthwise kernel
+# (``tfl_depthwise``: 8-channel vectors and a scalar tail) and a grouped conv; maps above the
+# parallel threshold (two slots)
 CONVS = [((1, 6, 7, 8), 16, (1, 1), (1, 1), (0, 0, 0, 0), 1),
          ((1, 9, 10, 5), 20, (3, 3), (1, 1), (1, 1, 1, 1), 1),
          ((1, 59, 49, 1), 8, (3, 3), (2, 2), (0, 0, 1, 1), 1),
@@ -199,6 +200,7 @@ CONVS = [((1, 6, 7, 8), 16, (1, 1), (1, 1), (0, 0, 0, 0), 1),
          ((1, 25, 5, 64), 64, (3, 3), (1, 1), (1, 1, 1, 1), 64),
          ((1, 31, 27, 48), 48, (3, 3), (2, 2), (0, 0, 0, 0), 48),
          ((1, 96, 96, 8), 8, (3, 3), (1, 1), (1, 1, 1, 1), 8),
+         ((1, 10, 9, 12), 12, (5, 5), (2, 1), (2, 2, 2, 2), 12),
          ((1, 8, 9, 12), 12, (3, 3), (1, 1), (1, 1, 1, 1), 3)]
 
 
@@ -230,17 +232,26 @@ def test_conv(shape, m, kernel, strides, pads, group, dtype, per_channel, bias):
           consts=range(1, len(ins)))
 
 
-def test_conv_extreme_sums_and_multipliers():
+@pytest.mark.parametrize("group", [1, 20])
+def test_conv_dilated(group):
+    ins = _conv_inputs((1, 11, 12, 20), 20, (3, 3), group, I8, True, True)
+    exact("TflConv", ins, {"kernel_shape": [3, 3], "dilations": [2, 3], "pads": [2, 3, 2, 3],
+                           "group": group, "_layout": "NHWC", "output_zero_point": -7,
+                           "to": to_code(I8)}, consts=range(1, len(ins)))
+
+
+@pytest.mark.parametrize("group", [1, 64])
+def test_conv_extreme_sums_and_multipliers(group):
     # |x - x_zp| = 255 against |w| = 127 over 3x3x64 taps, multipliers of 1 - 2^-31 and shifts
     # from -19 to +3 (the left shift of a scale above 1): MBQM's saturating corners
-    shape, m = (1, 5, 6, 64), 24
+    shape, m = (1, 5, 6, 64), 24 if group == 1 else 64
     x = np.full(shape, 127, I8)
     x[0, ::2] = -128
-    w = RNG.choice(np.array([-127, 127], I8), (m, 64, 3, 3))
+    w = RNG.choice(np.array([-127, 127], I8), (m, 64 // group, 3, 3))
     mult, shift = multipliers(m)
     exact("TflConv", [x, w, np.array(-128, I8), None, mult, shift],
-          {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "_layout": "NHWC", "to": to_code(I8)},
-          consts=(1, 2, 4, 5))
+          {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": group, "_layout": "NHWC",
+           "to": to_code(I8)}, consts=(1, 2, 4, 5))
 
 
 def test_conv_refuses_runtime_parameters():

@@ -28,7 +28,7 @@ import dataclasses
 import numpy as np
 
 from ...dtypes import CODE_TO_NUMPY
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
+from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
 from .compiled import kernels as ck
 from .qconv import QConvKernel, _plan
 from .quant import _OUT, _Int8Gemm
@@ -326,10 +326,53 @@ def _tfl_conv_plan(node, ins):
 class TflConvKernel(QConvKernel):
     """TflConv (``ops_tflite.tfl_conv``) in NHWC: x int8/uint8 (N, H, W, C), w constant
     (M, C/group, kh, kw), x_zero_point and w_zero_point constant scalars, multiplier, shift and
-    bias constant int32 of 1 or M values -> y int8/uint8 (N, OH, OW, M). The quantized conv's
-    exact sums (``qconv.py``: the same paths as ConvInteger) requantised in its epilogue."""
+    bias constant int32 of 1 or M values -> y int8/uint8 (N, OH, OW, M). A depthwise conv of
+    depth multiplier 1 on ``ck.tfl_depthwise`` (taps summed in int32 registers, requantised
+    at once); the others: the quantized conv's exact sums (``qconv.py``: the same paths as
+    ConvInteger) requantised in its epilogue."""
 
     plan_of = staticmethod(_tfl_conv_plan)
+
+    def prepare(self, ins, outs):
+        plan = _tfl_conv_plan(self.node, ins)
+        x, y = ins[0], outs[0]
+        m = plan["w"].shape[0]
+        self.dw = (int(self.node.attrs.get("group", 1)) == x.shape[-1] == m
+                   and len(x.shape) == 4 and plan["w"].shape[1] == 1)
+        if not self.dw:
+            super().prepare(ins, outs)
+            return
+        from ...ir.shapes.nn import conv_geometry
+
+        a = self.node.attrs
+        wi = plan["w"]  # (C, 1, kh, kw), zero point subtracted
+        kern = list(wi.shape[2:])
+        _, pb, _, strides, dil = conv_geometry(x.shape[1:3], kern, a.get("strides"),
+                                               a.get("dilations"), a.get("pads"),
+                                               a.get("auto_pad", "NOTSET"))
+        n, h, w, c = x.shape
+        self.geom = (n, h, w, c, y.shape[1], y.shape[2], kern[0], kern[1], strides[0],
+                     strides[1], dil[0], dil[1], pb[0], pb[1])
+        self.w32 = self.shared("w_dw", lambda: np.ascontiguousarray(
+            wi.reshape(c, -1).T, np.int32).reshape(-1))
+        ms = plan["mult"].view(np.int32)
+        self.mult, self.shift = ms[:c].copy(), ms[c:].copy()
+        self.bias = plan["bias"]
+        self.q = (int(plan["yz"]), int(plan["lo"]), int(plan["hi"]))
+        self.xz, self.signed = int(plan["xz"]), x.dtype == np.int8
+        self.packed = (1,)
+        macs = int(np.prod(y.shape, dtype=np.int64)) * kern[0] * kern[1]
+        self.nt = self.threads if macs >= PARALLEL_MIN_MACS and n * y.shape[1] > 1 else 1
+
+    def run(self, ins, outs, ws):
+        if not self.dw:
+            super().run(ins, outs, ws)
+            return
+        x, y = ins[0], outs[0]
+        v = ck.i8_view
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_depthwise, (
+            self.nt, _view(x), self.signed, self.xz, v(self.w32), *self.geom, v(self.bias),
+            v(self.mult), v(self.shift), *self.q, _view(y))))
 
 
 class TflFullyConnectedKernel(_Int8Gemm):
