@@ -323,6 +323,15 @@ def _tfl_conv_plan(node, ins):
     return plan
 
 
+def _tap_pairs(wi: np.ndarray, c: int) -> np.ndarray:
+    """The depthwise weights ``wi`` (C, 1, kh, kw) as ``tfl_depthwise``'s pairs of
+    horizontally adjacent taps: (kh, kw - 1, C, 2) int16, flat (2 zeros when kw is 1)."""
+    w = np.moveaxis(wi.reshape(c, wi.shape[2], wi.shape[3]), 0, -1)  # (kh, kw, C)
+    if w.shape[1] < 2:
+        return np.zeros(2, np.int16)
+    return np.ascontiguousarray(np.stack([w[:, :-1], w[:, 1:]], axis=-1), np.int16).reshape(-1)
+
+
 class TflConvKernel(QConvKernel):
     """TflConv (``ops_tflite.tfl_conv``) in NHWC: x int8/uint8 (N, H, W, C), w constant
     (M, C/group, kh, kw), x_zero_point and w_zero_point constant scalars, multiplier, shift and
@@ -355,6 +364,7 @@ class TflConvKernel(QConvKernel):
                      strides[1], dil[0], dil[1], pb[0], pb[1])
         self.w32 = self.shared("w_dw", lambda: np.ascontiguousarray(
             wi.reshape(c, -1).T, np.int32).reshape(-1))
+        self.wp = self.shared("w_dw_pairs", lambda: _tap_pairs(wi, c))
         ms = plan["mult"].view(np.int32)
         self.mult, self.shift = ms[:c].copy(), ms[c:].copy()
         self.bias = plan["bias"]
@@ -371,7 +381,8 @@ class TflConvKernel(QConvKernel):
         x, y = ins[0], outs[0]
         v = ck.i8_view
         self.bound_call(ws, (x, y), lambda: (ck.tfl_depthwise, (
-            self.nt, _view(x), self.signed, self.xz, v(self.w32), *self.geom, v(self.bias),
+            self.nt, _view(x), self.signed, self.xz, v(self.w32), self.wp, *self.geom,
+            v(self.bias),
             v(self.mult), v(self.shift), *self.q, _view(y))))
 
 

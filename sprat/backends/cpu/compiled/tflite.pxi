@@ -271,15 +271,27 @@ cdef extern from *:
        depthwise_conv.h), NHWC int8/uint8 x (N, H, W, C) -> y (N, OH, OW, C), output rows [r0,
        r1) of the N * OH: per output pixel and 8 channels, the int32 sum of bias and the taps
        inside the map (x - xz) * w in a register, then TFLite's requantisation, stored.
-       w: (kh * kw, C) int32 (zero point subtracted). NOTE: nothing goes through memory
-       between the taps and the requantisation (the int32 or float32 map of a ConvInteger /
-       QLinearConv path cost 3-5x this on the small maps of keyword-spotting models) */
-    #define TFL_DW_VEC(CVT)                                                               \
+       w: (kh * kw, C) int32 (zero point subtracted); wp: the pairs of horizontally adjacent
+       taps (kh, kw - 1, C, 2) int16, for vpmaddwd: two taps' products summed in one step
+       (|x - xz|, |w| <= 255: each product and their sum exact in int32). NOTE: nothing goes
+       through memory between the taps and the requantisation (the int32 or float32 map of a
+       ConvInteger / QLinearConv path cost 3-5x this on the small maps of keyword-spotting
+       models) */
+    #define TFL_DW_VEC(CVT, CVT16)                                                        \
         for (; c + 8 <= C; c += 8) {                                                      \
             __m256i acc = _mm256_loadu_si256((const __m256i *)(bias + c));                \
             for (int i = i0; i < i1; i++) {                                               \
                 const unsigned char *xr = x + ((n * H + oy * sh - ph + i * dh) * W) * C + c; \
-                for (int j = j0; j < j1; j++) {                                           \
+                int j = j0;                                                               \
+                for (; j + 1 < j1; j += 2) {                                              \
+                    __m128i a = _mm_loadl_epi64((const __m128i *)(xr + (ix0 + j * dw) * C)); \
+                    __m128i b = _mm_loadl_epi64(                                          \
+                        (const __m128i *)(xr + (ix0 + (j + 1) * dw) * C));                \
+                    __m256i ab = _mm256_sub_epi16(CVT16(_mm_unpacklo_epi8(a, b)), vxz16); \
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ab, _mm256_loadu_si256( \
+                        (const __m256i *)(wp + ((i * (kw - 1) + j) * C + c) * 2))));      \
+                }                                                                         \
+                for (; j < j1; j++) {                                                     \
                     __m128i b = _mm_loadl_epi64((const __m128i *)(xr + (ix0 + j * dw) * C)); \
                     __m256i v = _mm256_sub_epi32(CVT(b), vxz);                            \
                     acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(v,                     \
@@ -290,7 +302,7 @@ cdef extern from *:
                        _mm256_loadu_si256((const __m256i *)(shift + c))), vozp, vlo, vhi); \
         }
     static void sprat_tfl_depthwise(const unsigned char *x, int is_signed, int32_t xz,
-                                    const int32_t *w, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                                    const int32_t *w, const int16_t *wp, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
                                     Py_ssize_t OH, Py_ssize_t OW, int kh, int kw, int sh, int sw,
                                     int dh, int dw, int ph, int pw, const int32_t *bias,
                                     const int32_t *mult, const int32_t *shift, int32_t ozp,
@@ -298,6 +310,7 @@ cdef extern from *:
                                     Py_ssize_t r1) {
     #if defined(__AVX2__)
         const __m256i vxz = _mm256_set1_epi32(xz), vozp = _mm256_set1_epi32(ozp);
+        const __m256i vxz16 = _mm256_set1_epi16((short)xz);
         const __m256i vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
     #endif
         for (Py_ssize_t r = r0; r < r1; r++) {
@@ -313,8 +326,8 @@ cdef extern from *:
                 unsigned char *yo = y + (r * OW + ox) * C;
                 Py_ssize_t c = 0;
     #if defined(__AVX2__)
-                if (is_signed) { TFL_DW_VEC(_mm256_cvtepi8_epi32) }
-                else { TFL_DW_VEC(_mm256_cvtepu8_epi32) }
+                if (is_signed) { TFL_DW_VEC(_mm256_cvtepi8_epi32, _mm256_cvtepi8_epi16) }
+                else { TFL_DW_VEC(_mm256_cvtepu8_epi32, _mm256_cvtepu8_epi16) }
     #endif
                 for (; c < C; c++) {
                     int64_t acc = bias[c];
@@ -464,7 +477,8 @@ cdef extern from *:
     void sprat_tfl_pool(int avg, const unsigned char* x, int kind, unsigned char* y, idx q0,
                         idx q1, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw, int sh,
                         int sw, int top, int left, int lo, int hi) nogil
-    void sprat_tfl_depthwise(const unsigned char* x, int is_signed, int xz, const int* w, idx H,
+    void sprat_tfl_depthwise(const unsigned char* x, int is_signed, int xz, const int* w,
+                             const short* wp, idx H,
                              idx W, idx C, idx OH, idx OW, int kh, int kw, int sh, int sw,
                              int dh, int dw, int ph, int pw, const int* bias, const int* mult,
                              const int* shift, int ozp, int lo, int hi, unsigned char* y,
@@ -548,19 +562,21 @@ def tfl_pool(int nt, bint avg, const unsigned char[::1] x, int kind, unsigned ch
 
 
 def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
-                  const int[::1] w, idx N, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw,
+                  const int[::1] w, const short[::1] wp, idx N, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw,
                   int sh, int sw, int dh, int dw, int ph, int pw, const int[::1] bias,
                   const int[::1] mult, const int[::1] shift, int ozp, int lo, int hi,
                   unsigned char[::1] y):
     """TFLite's quantized DEPTHWISE_CONV_2D with depth multiplier 1 (``ops_tflite.tfl_conv``
     with group == C == M) of the bytes of an int8 (``is_signed``) / uint8 NHWC map ``x`` (N,
     H, W, C), zero point ``xz``, into ``y`` (N, OH, OW, C): ``w`` (kh * kw * C) int32 weights
-    minus their zero point, strides, dilations and leading pads (ph, pw), per channel ``bias``,
+    minus their zero point (|w| <= 255), ``wp`` the pairs of horizontally adjacent
+    ones (kh, kw - 1, C, 2) int16 (at least 2 values), strides, dilations and leading pads (ph, pw), per channel ``bias``,
     ``mult``, ``shift`` (C int32 each), output zero point and clamp. Output rows split over
     ``nt`` slots; the int32 sums wrap as the reference's int32 accumulator and bias do, so
     the bits are equal for any input. Raises ValueError on short operands."""
     if (x.shape[0] < N * H * W * C or y.shape[0] < N * OH * OW * C or w.shape[0] < kh * kw * C
-            or bias.shape[0] < C or mult.shape[0] < C or shift.shape[0] < C):
+            or bias.shape[0] < C or mult.shape[0] < C or shift.shape[0] < C
+            or wp.shape[0] < max(2, kh * (kw - 1) * C * 2)):
         raise ValueError("tfl_depthwise: operands too short")
     if N * OH * OW * C == 0:
         return
@@ -568,13 +584,13 @@ def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
     cdef int t
     if nt <= 1:
         with nogil:
-            sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], H, W, C, OH, OW, kh, kw, sh, sw, dh,
-                                dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0], 0,
+            sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wp[0], H, W, C, OH, OW, kh, kw, sh,
+                                sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0], 0,
                                 rows)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
-                            ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
+        sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wp[0], H, W, C, OH, OW, kh, kw, sh,
+                            sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
                             t * rows // nt, (t + 1) * rows // nt)
 
 
