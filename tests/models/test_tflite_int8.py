@@ -118,5 +118,5 @@ def test_ai_edge_quantizer_models_equal_litert_reference(key):
     data = _quantized(key)
     g = convert_graph(data)
     counts = g.op_counts()
-    assert counts.get("ConvInteger", 0) > 10 and "Conv" not in counts, counts
+    assert counts.get("TflConv", 0) > 10 and "Conv" not in counts, counts
     check_exact(data)

@@ -1,5 +1,6 @@
-"""The cpu backend's TFLite integer kernels (``cpu/tflite.py`` on ``compiled/tflite.pxi``)
-against the reference kernels (``ops_tflite``, LiteRT's reference kernels bit for bit), one
+"""The cpu backend's TFLite integer kernels (``cpu/tflite.py`` on ``compiled/tflite.pxi``;
+TflConv and TflFullyConnected on the quantized conv kernel and the integer GEMM with TFLite's
+requantisation in their epilogues) against the reference kernels (``ops_tflite``, LiteRT's reference kernels bit for bit), one
 node at a time, at 1 and 2 threads, on the AVX2 build's 8-lane paths and their scalar
 remainders, and on the baseline build (``test_cpu_paths.py`` runs this file with
 ``SPRAT_CPU=baseline``). Every output must equal the reference's exactly.
@@ -11,6 +12,10 @@ Whole models run through these kernels against LiteRT in ``tests/models/test_tfl
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,7 +154,8 @@ def test_softmax(dtype, shape, beta):
     ((1, 7, 7, 24), (7, 7), (1, 1), (0, 0, 0, 0)),      # global, as the classifiers end
     ((2, 9, 10, 5), (3, 3), (2, 2), (1, 1, 1, 1)),      # clipped windows on every border
     ((1, 96, 96, 16), (2, 2), (2, 2), (0, 0, 0, 0)),    # two slots
-    ((1, 5, 6, 3), (3, 2), (1, 2), (0, 0, 2, 1))])      # SAME padding only after
+    ((1, 5, 6, 3), (3, 2), (1, 2), (0, 0, 2, 1)),       # SAME padding only after
+    ((1, 5, 4, 150), (5, 4), (1, 1), (0, 0, 0, 0))])    # channels past one 64-channel block
 def test_pooling(op, dtype, shape, kernel, strides, pads):
     lo, hi = (-128, 127) if dtype == I8 else (0, 255)
     exact(op, [q(shape, dtype)], {"kernel_shape": kernel, "strides": strides, "pads": pads,
@@ -177,3 +183,121 @@ def test_quantize_rounds_half_away_from_zero(to):
     x.reshape(-1)[:6] = [0.125, -0.125, 0.375, -0.375, 1e9, -1e9]  # exact halves, saturation
     exact("TflQuantize", [x], {"scale": scale, "zero_point": 3 if to == I8 else 128,
                                "to": to_code(to)})
+
+
+# TflConv: (x NHWC shape, M, kernel, strides, pads, group) covering each path of the quantized
+# conv kernel with TFLite's epilogue: the integer GEMM on the input itself (1x1) and on its byte
+# im2col (3x3, strided, padded, one input channel as the first layers have, taps beyond one
+# 32-byte step), tile rows and columns past a 16-column panel; the depthwise kernel
+# (``tfl_depthwise``: 8-channel vectors and a scalar tail) and a grouped conv; maps above the
+# parallel threshold (two slots)
+CONVS = [((1, 6, 7, 8), 16, (1, 1), (1, 1), (0, 0, 0, 0), 1),
+         ((1, 9, 10, 5), 20, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+         ((1, 59, 49, 1), 8, (3, 3), (2, 2), (0, 0, 1, 1), 1),
+         ((1, 50, 10, 1), 64, (10, 4), (2, 2), (4, 1, 4, 2), 1),
+         ((2, 7, 6, 40), 33, (3, 3), (2, 1), (1, 1, 1, 1), 1),
+         ((1, 48, 48, 16), 32, (1, 1), (1, 1), (0, 0, 0, 0), 1),
+         ((1, 25, 5, 64), 64, (3, 3), (1, 1), (1, 1, 1, 1), 64),
+         ((1, 31, 27, 48), 48, (3, 3), (2, 2), (0, 0, 0, 0), 48),
+         ((1, 96, 96, 8), 8, (3, 3), (1, 1), (1, 1, 1, 1), 8),
+         ((1, 10, 9, 12), 12, (5, 5), (2, 1), (2, 2, 2, 2), 12),
+         ((1, 8, 9, 12), 12, (3, 3), (1, 1), (1, 1, 1, 1), 3)]
+
+
+def _conv_inputs(shape, m, kernel, group, dtype, per_channel, bias, rng=RNG):
+    c = shape[-1]
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    x = q(shape, dtype, rng)
+    w = rng.integers(-127, 128, (m, c // group) + tuple(kernel)).astype(I8)
+    # NOTE: real multipliers: the products' scale over the output's, 1e-4 .. 1e-2
+    pairs = [quantize_multiplier(float(v)) for v in
+             rng.uniform(1e-4, 1e-2, m if per_channel else 1)]
+    mult = np.array([p[0] for p in pairs], I32)
+    shift = np.array([p[1] for p in pairs], I32)
+    ins = [x, w, np.array(int(rng.integers(lo, hi + 1)), dtype), None, mult, shift]
+    if bias:
+        ins.append(rng.integers(-20000, 20000, m).astype(I32))
+    return ins
+
+
+@pytest.mark.parametrize("shape,m,kernel,strides,pads,group", CONVS)
+@pytest.mark.parametrize("dtype,per_channel,bias", [(I8, True, True), (U8, False, False)])
+def test_conv(shape, m, kernel, strides, pads, group, dtype, per_channel, bias):
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    ins = _conv_inputs(shape, m, kernel, group, dtype, per_channel, bias)
+    exact("TflConv", ins, {"kernel_shape": list(kernel), "strides": list(strides),
+                           "pads": list(pads), "group": group, "_layout": "NHWC",
+                           "output_zero_point": 5 if dtype == I8 else 130, "qmin": lo + 1,
+                           "qmax": hi - 60, "to": to_code(dtype)},
+          consts=range(1, len(ins)))
+
+
+@pytest.mark.parametrize("group", [1, 20])
+def test_conv_dilated(group):
+    ins = _conv_inputs((1, 11, 12, 20), 20, (3, 3), group, I8, True, True)
+    exact("TflConv", ins, {"kernel_shape": [3, 3], "dilations": [2, 3], "pads": [2, 3, 2, 3],
+                           "group": group, "_layout": "NHWC", "output_zero_point": -7,
+                           "to": to_code(I8)}, consts=range(1, len(ins)))
+
+
+@pytest.mark.parametrize("group", [1, 64])
+def test_conv_extreme_sums_and_multipliers(group):
+    # |x - x_zp| = 255 against |w| = 127 over 3x3x64 taps, multipliers of 1 - 2^-31 and shifts
+    # from -19 to +3 (the left shift of a scale above 1): MBQM's saturating corners
+    shape, m = (1, 5, 6, 64), 24 if group == 1 else 64
+    x = np.full(shape, 127, I8)
+    x[0, ::2] = -128
+    w = RNG.choice(np.array([-127, 127], I8), (m, 64 // group, 3, 3))
+    mult, shift = multipliers(m)
+    exact("TflConv", [x, w, np.array(-128, I8), None, mult, shift],
+          {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": group, "_layout": "NHWC",
+           "to": to_code(I8)}, consts=(1, 2, 4, 5))
+
+
+def test_conv_refuses_runtime_parameters():
+    ins = _conv_inputs((1, 6, 7, 8), 16, (1, 1), 1, I8, True, True)
+    attrs = {"kernel_shape": [1, 1], "_layout": "NHWC", "to": to_code(I8)}
+    assert refused("TflConv", ins, attrs, consts=(1, 2))
+    assert refused("TflConv", ins, {**attrs, "to": to_code(I32)}, consts=range(1, 7))
+
+
+@pytest.mark.parametrize("n,k,o", [(1, 640, 128), (1, 64, 12), (3, 33, 17), (70, 96, 40),
+                                   (1, 8, 640)])
+@pytest.mark.parametrize("dtype,w_zp,bias", [(I8, False, True), (U8, True, False)])
+def test_fully_connected(n, k, o, dtype, w_zp, bias):
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    scale = np.exp(RNG.uniform(np.log(1e-5), np.log(1e-2), o))
+    scale[0] = 0.5  # exact halves of the odd sums: the rounding's ties
+    ins = [q((n, k), dtype), q((k, o), dtype), np.array(7 if dtype == I8 else 120, dtype),
+           np.array(3, dtype) if w_zp else None, scale]
+    if bias:
+        ins.append(RNG.integers(-50000, 50000, o).astype(I32))
+    exact("TflFullyConnected", ins,
+          {"output_zero_point": -3 if dtype == I8 else 128, "qmin": lo + 2, "qmax": hi,
+           "to": to_code(dtype)}, consts=[i for i in range(1, len(ins)) if ins[i] is not None])
+
+
+def test_fully_connected_refuses_runtime_weights():
+    ins = [q((1, 8), I8), q((8, 4), I8), np.array(0, I8), None, np.ones(4)]
+    assert refused("TflFullyConnected", ins, {"to": to_code(I8)}, consts=(2, 4))
+
+
+@pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
+def test_every_integer_path_this_cpu_has_passes_the_conv_and_fully_connected_tests():
+    """The TflConv / TflFullyConnected tests again with SPRAT_I8 forcing each slower integer
+    GEMM path the CPU has (int16: no zero-point correction in the epilogue; vnni: 6 x 16
+    tiles), as test_cpu_qconv.py does."""
+    from sprat.backends.cpu import quant
+    from sprat.backends.cpu.compiled import kernels
+
+    have = [p for p, ok in (("int16", True), ("vnni", kernels.i8_has_vnni())) if ok]
+    for path in have:
+        if path == quant.PATH:
+            continue
+        env = dict(os.environ, SPRAT_I8=path)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
+               "-k", "conv or fully_connected"]
+        proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout

@@ -11,9 +11,9 @@ import numpy as np
 from sprat.backends.reference import ops_tflite as T
 from sprat.frontends.tflite.quant import quantize_multiplier, round_half_away
 
-TESTED = frozenset({"TflRequantize", "TflRescale", "TflAdd", "TflSub", "TflMul", "TflPrelu",
-                    "TflAveragePool2D", "TflMaxPool2D", "TflResizeBilinear", "TflLookup",
-                    "TflSoftmax", "TflQuantize"})
+TESTED = frozenset({"TflRequantize", "TflRescale", "TflConv", "TflFullyConnected", "TflAdd",
+                    "TflSub", "TflMul", "TflPrelu", "TflAveragePool2D", "TflMaxPool2D",
+                    "TflResizeBilinear", "TflLookup", "TflSoftmax", "TflQuantize"})
 
 
 def test_tested_names_every_tfl_op():

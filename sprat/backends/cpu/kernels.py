@@ -89,6 +89,8 @@ KERNELS: dict = {
     # TFLite's integer kernels (full-integer models; sprat-internal ops, see ir/shapes/tflite)
     "TflRequantize": "tflite.TflRequantizeKernel",
     "TflRescale": "tflite.TflRescaleKernel",
+    "TflConv": "tflite.TflConvKernel",
+    "TflFullyConnected": "tflite.TflFullyConnectedKernel",
     "TflAdd": "tflite.TflBinaryKernel",
     "TflSub": "tflite.TflBinaryKernel",
     "TflMul": "tflite.TflBinaryKernel",

@@ -277,15 +277,18 @@ class QConvKernel(CpuKernel):
     output channel, B constant int32 (M)); output uint8/int8 (QLinearConv, y_zero_point's
     type) or int32 (ConvInteger)."""
 
+    #: the node's plan (``_plan``; ``tflite.TflConvKernel`` adds TFLite's requantisation)
+    plan_of = staticmethod(_plan)
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if node.attrs.get("_layout") != "NHWC" or node.attrs.get("_residual"):
             return False
-        return _plan(node, ins) is not None
+        return cls.plan_of(node, ins) is not None
 
     def prepare(self, ins, outs):
         node = self.node
-        plan = _plan(node, ins)
+        plan = self.plan_of(node, ins)
         x, y = ins[0], outs[0]
         self.kind, self.parts = plan["kind"], plan["parts"]
         self.xz, self.signed = float(plan["xz"]), x.dtype == np.int8
@@ -399,7 +402,8 @@ class QConvKernel(CpuKernel):
         self.rb, self.cb = _blocks(rows, m, self.nt, PATH == "amx")
         self.a_zp = np.array([plan["xz"]], np.int32)
         self.offs = np.zeros((1, 3), np.intp)
-        self.scale = self.mult if self.kind != 2 else np.ones(1, np.float32)
+        # NOTE: kind 3 (TflConv) requantises with the int32 multipliers in ``self.tfl_ms``
+        self.scale = self.mult if self.kind in (0, 1) else np.ones(1, np.float32)
         self.workspaces = (ws_of((ck.i8_a_rows(rows, _PATH), ck.i8_a_pitch(K, _PATH)), np.uint8),
                            ws_of((ck.i8_a_rows(rows, _PATH),), np.int32))
 
@@ -409,23 +413,26 @@ class QConvKernel(CpuKernel):
         v = ck.i8_view
         xb = x.reshape(-1).view(np.uint8)
         a_ws, rowsum = bufs[0], bufs[1]
-        kind = _OUT["int32"] if self.kind == 2 else _OUT["quantized"]
+        kind = {2: _OUT["int32"], 3: _OUT["tflite"]}.get(self.kind, _OUT["quantized"])
         ibias = self.bias if self.kind != 2 else np.zeros(0, np.int32)
         packed, bcol = self.b_packed
-        calls = []
+        im2col = None
         if not self.pointwise:
             n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
-            calls.append((ck.i8_im2col, (self.nt, xb, self.signed, int(self.a_zp[0]), n, h, w,
-                                         c, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, _PATH, a_ws,
-                                         rowsum)))
+            im2col = (xb, self.signed, int(self.a_zp[0]), n, h, w, c, oh, ow, kh, kw, sh, sw,
+                      dh, dw, ph, pw)
         a = np.zeros(0, np.uint8) if not self.pointwise else xb
         args = (self.nt, v(a), self.signed, v(self.a_zp), False, v(a_ws), v(rowsum),
                 not self.pointwise, v(packed), v(bcol), _PATH, v(self.offs), self.p_out, self.m,
                 self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)), v(self.scale),
                 v(np.zeros(0, np.float32)), v(ibias), 0.0, self.yz, self.lo, self.hi,
                 self.kind == 1)
-        calls.append((ck.i8_gemm, args + (0, 0.0, 0.0, v(self.post))))
-        return self._fixed(calls, y)
+        tfl_ms = v(self.mult.view(np.int32)) if self.kind == 3 else None
+        post = v(self.post) if self.kind in (0, 1) else None
+        args += (0, 0.0, 0.0, tfl_ms, None, post)
+        # NOTE: the im2col and GEMM bound once (``I8GemmCall``): parsing their arguments cost
+        # ~2 us a run, most of a small conv's time
+        return self._fixed([(ck.I8GemmCall(args, im2col), ())], y)
 
     def _fixed(self, calls, y):
         """``calls`` and, when some channels of a fused lookup are not a second requantisation

@@ -106,6 +106,16 @@ def _path() -> str:
 #: the integer GEMM's path (``_path``) and its code for ``ck.i8_gemm``
 PATH = _path()
 _PATH = ck.I8_PATHS[PATH]
+#: below this many rows of A the AVX-VNNI tile runs a product faster than AMX (a 16-row tile
+#: mostly idle, and its configuration per call): measured with TflFullyConnected at K, N in
+#: {128, 512, 640}, M 1-32: vnni 0.55-0.9x amx's time at M 1-4, 1.0-1.8x from M 8
+AMX_MIN_ROWS = 5
+
+
+def path_for(rows: int) -> str:
+    """The integer GEMM's path for a product with ``rows`` rows of A: ``PATH``, but ``vnni``
+    instead of ``amx`` below ``AMX_MIN_ROWS`` rows."""
+    return "vnni" if PATH == "amx" and rows < AMX_MIN_ROWS else PATH
 
 
 def _zp32(zp) -> np.ndarray:
@@ -139,16 +149,17 @@ class _Int8Gemm(CpuKernel):
         self.M = self.rows
         self.a_signed = a.dtype == _I8
         self.trans_b = trans_b
-        self.path = _PATH
-        self.raw = PATH != "int16"  # B and A stored as bytes, zero points in the epilogue
+        name = path_for(self.rows)
+        self.path = ck.I8_PATHS[name]
+        self.raw = name != "int16"  # B and A stored as bytes, zero points in the epilogue
         self.offs = np.zeros((1, 3), np.intp)
         macs = self.rows * self.N * self.K
         self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
-        self.rb, self.cb = _blocks(self.rows, self.N, self.nt, PATH == "amx")
+        self.rb, self.cb = _blocks(self.rows, self.N, self.nt, name == "amx")
         self.b_packed = None
         if b.value is not None:
             bv, zp, K, N, tb, path = b.value, self._b_zp(), self.K, self.N, trans_b, self.path
-            self.b_packed = self.shared(f"i8_b_{PATH}", lambda: pack_b(bv, zp, K, N, tb, path))
+            self.b_packed = self.shared(f"i8_b_{name}", lambda: pack_b(bv, zp, K, N, tb, path))
         self.empty_f = np.zeros(0, np.float32)
         self.empty_i = np.zeros(0, np.int32)
         rows = max(self.rows, 1)
@@ -175,10 +186,12 @@ class _Int8Gemm(CpuKernel):
         return s
 
     def _gemm(self, ws, a, kind, y, a_packed=False, bias=None, ibias=None, qdiv=0.0, zp=0.0,
-              lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1, a_zp_rows=None):
+              lo=0.0, hi=0.0, q_signed=False, b=None, b_zp=None, n_scale=1, a_zp_rows=None,
+              tfl=()):
         """One ``i8_gemm`` call; the caller has set A's zero point (``ws.buffers[1][0]``,
         unless ``a_zp_rows``) and the scale (the first ``n_scale`` values of buffer 2); a B
-        that is not constant is packed here from ``b``, ``b_zp``."""
+        that is not constant is packed here from ``b``, ``b_zp``. ``tfl``: the constant
+        ``(tfl_ms, tfl_scale)`` views of TFLite's epilogues (``tflite.py``)."""
         bufs = ws.buffers
         # NOTE: the argument tuple is made once per binding of the arrays (and scalars) and
         # kept in the workspace's memo: building it costs a few microseconds a call
@@ -187,7 +200,7 @@ class _Int8Gemm(CpuKernel):
                hi, q_signed, n_scale)
         memo = ws.memo
         if self.b_packed is not None and memo is not None and memo[0] == key:
-            ck.i8_gemm(*memo[2])
+            memo[2]()
             return
         if self.b_packed is None:
             packed, bcol = bufs[4], bufs[5]
@@ -203,9 +216,14 @@ class _Int8Gemm(CpuKernel):
                 v(bufs[3]), a_packed, v(packed), v(bcol), self.path, v(self.offs), self.M,
                 self.N, self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)),
                 v(bufs[2][:n_scale]), v(self.empty_f if bias is None else bias),
-                v(self.empty_i if ibias is None else ibias), qdiv, zp, lo, hi, q_signed, *act)
+                v(self.empty_i if ibias is None else ibias), qdiv, zp, lo, hi, q_signed, *act,
+                *tfl)
         if self.b_packed is not None:
-            ws.memo = (key, (a, y, bias, ibias), args)
+            # NOTE: the call bound once (``I8GemmCall``): parsing its arguments cost ~1.3 us
+            call = ck.I8GemmCall(args)
+            ws.memo = (key, (a, y, bias, ibias), call)
+            call()
+            return
         ck.i8_gemm(*args)
 
     empty_u8 = np.zeros(0, np.uint8)

@@ -3,6 +3,11 @@
 The same fixed-point arithmetic as the reference kernels (``sprat.backends.reference.
 ops_tflite``, LiteRT's reference kernels bit for bit), in ``compiled/tflite.pxi``:
 
+- TflConv: a quantized conv (NHWC), on the quantized conv kernel (``qconv.QConvKernel``: the
+  integer GEMM, or the float32-exact depthwise / 1x1 / im2col paths) with TFLite's
+  requantisation in its epilogue (``sprat_tfl_requant_row``), no int32 map in memory;
+- TflFullyConnected: on the integer GEMM (``quant._Int8Gemm``) with the reference kernel's
+  double requantisation in the GEMM's epilogue;
 - TflRequantize: int32 (a conv's or fully-connected's exact sums) or int8/uint8 -> int8/uint8,
   per tensor or per channel along the last axis (or an axis with only size-1 axes after it);
   TflRescale (the fully-connected's float requantisation) likewise from int32;
@@ -18,11 +23,15 @@ elementwise or over the last axis: any layout.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ...dtypes import CODE_TO_NUMPY
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
+from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
 from .compiled import kernels as ck
+from .qconv import QConvKernel, _plan
+from .quant import _OUT, _Int8Gemm
 
 _Q8 = (np.dtype(np.int8), np.dtype(np.uint8))
 _KIND = {np.dtype(np.int32): 0, np.dtype(np.int8): 1, np.dtype(np.uint8): 2}
@@ -31,10 +40,25 @@ _I32 = np.int32
 # NOTE: the float elementwise kernels' threshold (not measured for these ops: the tensors of
 # the full-integer models in the zoo are all below it)
 PARALLEL_MIN = PARALLEL_MIN_ELEMENTS
+#: the largest pooling window the compiled kernel sums in int32 (255 * 2^23 < 2^31)
+POOL_MAX_WINDOW = 1 << 23
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
+
+
+def _view(a: np.ndarray):
+    """``a``'s bytes as a typed memoryview object (``ck.i8_view``). NOTE: the kernels below
+    build their argument tuples once per binding of their arrays (``bound_call``), with such
+    views: an ndarray argument costs a buffer request per call, and on these models' small
+    tensors the calls' Python overhead was most of the time"""
+    return ck.i8_view(_bytes(a))
+
+
+def _flat(a: np.ndarray):
+    """``a`` (int32 or float32) flattened, as a typed memoryview object."""
+    return ck.i8_view(a.reshape(-1))
 
 
 def _slots(kernel: CpuKernel, n: int) -> int:
@@ -95,8 +119,10 @@ class TflRequantizeKernel(CpuKernel):
         self.nt = _slots(self, n)
 
     def run(self, ins, outs, ws):
-        ck.tfl_requantize(self.nt, _bytes(ins[0]), self.kind, _bytes(outs[0]), self.rows, self.c,
-                          self.mult, self.shift, self.bias, *self.consts)
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_requantize, (
+            self.nt, _view(x), self.kind, _view(y), self.rows, self.c, ck.i8_view(self.mult),
+            ck.i8_view(self.shift), ck.i8_view(self.bias), *self.consts)))
 
 
 class TflRescaleKernel(CpuKernel):
@@ -128,8 +154,10 @@ class TflRescaleKernel(CpuKernel):
         self.nt = _slots(self, n)
 
     def run(self, ins, outs, ws):
-        ck.tfl_rescale(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.rows, self.c,
-                       self.scale, self.bias, *self.consts)
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_rescale, (
+            self.nt, _flat(x), _view(y), self.rows, self.c, ck.i8_view(self.scale),
+            ck.i8_view(self.bias), *self.consts)))
 
 
 class TflPoolKernel(CpuKernel):
@@ -146,8 +174,9 @@ class TflPoolKernel(CpuKernel):
             return False
         h, w, oh, ow, kh, kw, sh, sw, top, left = geom
         # NOTE: every window must overlap the image (TFLite's padding ensures it; a window in
-        # the padding only would average nothing)
-        return (top < kh and left < kw and (oh - 1) * sh - top < h and (ow - 1) * sw - left < w)
+        # the padding only would average nothing); the compiled sums are int32
+        return (top < kh and left < kw and (oh - 1) * sh - top < h and (ow - 1) * sw - left < w
+                and kh * kw <= POOL_MAX_WINDOW)
 
     @staticmethod
     def _geometry(node, shape):
@@ -174,8 +203,10 @@ class TflPoolKernel(CpuKernel):
         self.nt = _slots(self, n) if shape[0] * oh > 1 else 1
 
     def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
         avg, kind, *geom = self.args
-        ck.tfl_pool(self.nt, avg, _bytes(ins[0]), kind, _bytes(outs[0]), *geom)
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_pool, (
+            self.nt, avg, _view(x), kind, _view(y), *geom)))
 
 
 _BINARY = {"TflAdd": 0, "TflSub": 1, "TflMul": 2}
@@ -209,9 +240,11 @@ class TflBinaryKernel(CpuKernel):
         self.nt = _slots(self, self.n)
 
     def run(self, ins, outs, ws):
+        a, b, y = ins[0], ins[1], outs[0]
         sa, sb = self.steps
-        ck.tfl_binary(self.nt, self.op, _bytes(ins[0]), sa, _bytes(ins[1]), sb, self.kind,
-                      _bytes(outs[0]), self.n, self.params)
+        self.bound_call(ws, (a, b, y), lambda: (ck.tfl_binary, (
+            self.nt, self.op, _view(a), sa, _view(b), sb, self.kind, _view(y), self.n,
+            ck.i8_view(self.params))))
 
 
 class TflSoftmaxKernel(CpuKernel):
@@ -236,8 +269,10 @@ class TflSoftmaxKernel(CpuKernel):
         self.workspaces = (scratch(self.nt, max(1, self.length), np.int32),)
 
     def run(self, ins, outs, ws):
-        ck.tfl_softmax(self.nt, _bytes(ins[0]), self.kind, _bytes(outs[0]), self.rows,
-                       self.length, *self.consts, ws.buffers[0])
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_softmax, (
+            self.nt, _view(x), self.kind, _view(y), self.rows, self.length, *self.consts,
+            ws.buffers[0])))
 
 
 class TflQuantizeKernel(CpuKernel):
@@ -259,5 +294,154 @@ class TflQuantizeKernel(CpuKernel):
         self.nt = _slots(self, self.n)
 
     def run(self, ins, outs, ws):
-        ck.quantize8(self.nt, ins[0].reshape(-1), _bytes(outs[0]), self.n, self.scale, self.zp,
-                     self.signed, True)
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.quantize8, (
+            self.nt, _flat(x), _view(y), self.n, self.scale, self.zp, self.signed, True)))
+
+
+def _tfl_conv_plan(node, ins):
+    """QConvKernel's plan of a TflConv node (its first four inputs are ConvInteger's) with
+    TFLite's requantisation as epilogue kind 3: ``mult`` the float32 view of the int32
+    multipliers then shifts, the int32 bias, the output zero point and clamp. None when the
+    conv kernel cannot run it or a parameter is not a constant of 1 or M values."""
+    ins = list(ins) + [None] * (7 - len(ins))
+    if _to(node) not in _Q8 or any(p is None for p in ins[4:6]):
+        return None
+    # NOTE: the plan of the ConvInteger it contains (same attributes, its first four inputs)
+    plan = _plan(dataclasses.replace(node, op_type="ConvInteger"), ins[:4])
+    if plan is None:
+        return None
+    m = plan["w"].shape[0]
+    mult, shift = _params(ins[4], m), _params(ins[5], m)
+    bias = np.zeros(m, _I32) if ins[6] is None else _params(ins[6], m)
+    if mult is None or shift is None or bias is None:
+        return None
+    a = node.attrs
+    plan.update(kind=3, mult=np.concatenate([mult, shift]).view(np.float32), bias=bias,
+                yz=float(int(a.get("output_zero_point", 0))), lo=float(int(a.get("qmin", -128))),
+                hi=float(int(a.get("qmax", 127))))
+    return plan
+
+
+def _tap_pairs(wi: np.ndarray, c: int) -> np.ndarray:
+    """The depthwise weights ``wi`` (C, 1, kh, kw) as ``tfl_depthwise``'s pairs of
+    horizontally adjacent taps: (kh, kw - 1, C, 2) int16, flat (2 zeros when kw is 1)."""
+    w = np.moveaxis(wi.reshape(c, wi.shape[2], wi.shape[3]), 0, -1)  # (kh, kw, C)
+    if w.shape[1] < 2:
+        return np.zeros(2, np.int16)
+    return np.ascontiguousarray(np.stack([w[:, :-1], w[:, 1:]], axis=-1), np.int16).reshape(-1)
+
+
+class TflConvKernel(QConvKernel):
+    """TflConv (``ops_tflite.tfl_conv``) in NHWC: x int8/uint8 (N, H, W, C), w constant
+    (M, C/group, kh, kw), x_zero_point and w_zero_point constant scalars, multiplier, shift and
+    bias constant int32 of 1 or M values -> y int8/uint8 (N, OH, OW, M). A depthwise conv of
+    depth multiplier 1 on ``ck.tfl_depthwise`` (taps summed in int32 registers, requantised
+    at once); the others: the quantized conv's exact sums (``qconv.py``: the same paths as
+    ConvInteger) requantised in its epilogue."""
+
+    plan_of = staticmethod(_tfl_conv_plan)
+
+    def prepare(self, ins, outs):
+        plan = _tfl_conv_plan(self.node, ins)
+        x, y = ins[0], outs[0]
+        m = plan["w"].shape[0]
+        self.dw = (int(self.node.attrs.get("group", 1)) == x.shape[-1] == m
+                   and len(x.shape) == 4 and plan["w"].shape[1] == 1)
+        if not self.dw:
+            super().prepare(ins, outs)
+            return
+        from ...ir.shapes.nn import conv_geometry
+
+        a = self.node.attrs
+        wi = plan["w"]  # (C, 1, kh, kw), zero point subtracted
+        kern = list(wi.shape[2:])
+        _, pb, _, strides, dil = conv_geometry(x.shape[1:3], kern, a.get("strides"),
+                                               a.get("dilations"), a.get("pads"),
+                                               a.get("auto_pad", "NOTSET"))
+        n, h, w, c = x.shape
+        self.geom = (n, h, w, c, y.shape[1], y.shape[2], kern[0], kern[1], strides[0],
+                     strides[1], dil[0], dil[1], pb[0], pb[1])
+        self.w32 = self.shared("w_dw", lambda: np.ascontiguousarray(
+            wi.reshape(c, -1).T, np.int32).reshape(-1))
+        self.wp = self.shared("w_dw_pairs", lambda: _tap_pairs(wi, c))
+        ms = plan["mult"].view(np.int32)
+        self.mult, self.shift = ms[:c].copy(), ms[c:].copy()
+        self.bias = plan["bias"]
+        self.q = (int(plan["yz"]), int(plan["lo"]), int(plan["hi"]))
+        self.xz, self.signed = int(plan["xz"]), x.dtype == np.int8
+        self.packed = (1,)
+        macs = int(np.prod(y.shape, dtype=np.int64)) * kern[0] * kern[1]
+        self.nt = self.threads if macs >= PARALLEL_MIN_MACS and n * y.shape[1] > 1 else 1
+
+    def run(self, ins, outs, ws):
+        if not self.dw:
+            super().run(ins, outs, ws)
+            return
+        x, y = ins[0], outs[0]
+        v = ck.i8_view
+        self.bound_call(ws, (x, y), lambda: (ck.tfl_depthwise, (
+            self.nt, _view(x), self.signed, self.xz, v(self.w32), self.wp, *self.geom,
+            v(self.bias),
+            v(self.mult), v(self.shift), *self.q, _view(y))))
+
+
+class TflFullyConnectedKernel(_Int8Gemm):
+    """TflFullyConnected (``ops_tflite.tfl_fully_connected``): x int8/uint8 (N, K), w constant
+    int8/uint8 (K, O), x_zero_point and w_zero_point constant scalars, scale constant float64
+    and bias constant int32 of 1 or O values -> y int8/uint8 (N, O), on the integer GEMM with
+    the double requantisation in its epilogue."""
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        if any(k.startswith("_") for k in node.attrs) or len(ins) not in (5, 6) \
+                or _to(node) not in _Q8:
+            return False
+        x, w, xz, wz, scale = ins[:5]
+        bias = ins[5] if len(ins) > 5 else None
+        if x is None or w is None or w.value is None or xz is None or xz.value is None:
+            return False
+        if np.dtype(x.dtype) not in _Q8 or np.dtype(w.dtype) not in _Q8 or len(x.shape) != 2 \
+                or len(w.shape) != 2 or x.shape[1] != w.shape[0]:
+            return False
+        n = w.shape[1]
+        return (1 <= w.shape[0] <= ck.I8_K_LIMIT and xz.size == 1 and xz.dtype == x.dtype
+                and (wz is None or (wz.value is not None and wz.size == 1
+                                    and wz.dtype == w.dtype))
+                and _params(scale, n, np.float64) is not None
+                and (bias is None or _params(bias, n) is not None))
+
+    def prepare(self, ins, outs):
+        self.bind_constants(ins, (3,))
+        self._prepare_gemm(ins[0], ins[1])
+        n = self.N
+        self.xz = int(np.asarray(ins[2].value).reshape(-1)[0])
+        bias = ins[5] if len(ins) > 5 else None
+        self.ibias = self.shared("bias", lambda: np.zeros(n, _I32) if bias is None
+                                 else _params(bias, n))
+        self.scale64 = self.shared("scale", lambda: _params(ins[4], n, np.float64))
+        a = self.node.attrs
+        self.consts_q = (float(int(a.get("output_zero_point", 0))), float(int(a.get("qmin", -128))),
+                         float(int(a.get("qmax", 127))))
+        # NOTE: A's zero point and the (unused) float scale are constants here, not the
+        # workspaces ``_Int8Gemm._gemm`` refreshes every run: the call is bound once
+        self.a_zp = np.array([self.xz], np.int32)
+        self.one = np.ones(1, np.float32)
+
+    def _b_zp(self):
+        return self.consts.get(3)
+
+    def _call(self, x, y, bufs):
+        v = ck.i8_view
+        packed, bcol = self.b_packed
+        zp, lo, hi = self.consts_q
+        args = (self.nt, v(_bytes(x)), self.a_signed, v(self.a_zp), False, v(bufs[0]),
+                v(bufs[3]), False, v(packed), v(bcol), self.path, v(self.offs), self.M, self.N,
+                self.K, self.rb, self.cb, _OUT["tflite_rescale"], v(_bytes(y)), v(self.one),
+                v(self.empty_f), v(self.ibias), 0.0, zp, lo, hi, False, 0, 0.0, 0.0, None,
+                v(self.scale64))
+        return ck.I8GemmCall(args), ()
+
+    def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: self._call(x, y, ws.buffers))

@@ -186,6 +186,35 @@ def tfl_rescale(x, scale, bias=None, axis=-1, output_zero_point=0, qmin=-128, qm
     return (v.astype(_I64) + int(output_zero_point)).astype(CODE_TO_NUMPY[int(to)])
 
 
+def tfl_conv(x, w, x_zero_point, w_zero_point, multiplier, shift, bias=None,
+             output_zero_point=0, qmin=-128, qmax=127, to=3, **conv_attrs):
+    """TFLite's quantized CONV_2D / DEPTHWISE_CONV_2D (reference/integer_ops/conv.h,
+    depthwise_conv.h) in one node: ConvInteger-10 (x (N, C, *S) and w (M, C/group, *K)
+    uint8/int8 with their zero points, Conv-11 attributes) then ``tfl_requantize`` per output
+    channel (multiplier, shift int32 of 1 or M, bias int32 (M,) optional) -> (N, M, *S_out)
+    of ONNX type ``to``. The same arithmetic as ConvInteger followed by TflRequantize (the
+    frontend emitted those two until the cpu backend fused the requantisation into its
+    conv epilogues)."""
+    from .ops_quant import conv_integer
+
+    acc = conv_integer(x, w, x_zero_point, w_zero_point, **conv_attrs)
+    return tfl_requantize(acc, multiplier, shift, bias, axis=1,
+                          output_zero_point=output_zero_point, qmin=qmin, qmax=qmax, to=to)
+
+
+def tfl_fully_connected(x, w, x_zero_point, w_zero_point, scale, bias=None,
+                        output_zero_point=0, qmin=-128, qmax=127, to=3):
+    """TFLite's quantized FULLY_CONNECTED as LiteRT's reference kernel computes it
+    (reference/integer_ops/fully_connected.h): MatMulInteger-10 of x (N, K) and w (K, O)
+    uint8/int8 with their zero points, then ``tfl_rescale`` per output (scale float64 of 1 or
+    O, bias int32 (O,) optional) -> (N, O) of ONNX type ``to``."""
+    from .ops_quant import matmul_integer
+
+    acc = matmul_integer(x, w, x_zero_point, w_zero_point)
+    return tfl_rescale(acc, scale, bias, axis=-1, output_zero_point=output_zero_point,
+                       qmin=qmin, qmax=qmax, to=to)
+
+
 def _scaled(x, zero_point, left_shift, multiplier, shift):
     v = wrap32((np.asarray(x, _I64) - int(zero_point)) << int(left_shift))
     return multiply_by_quantized_multiplier(v, multiplier, shift)
@@ -362,6 +391,8 @@ def tfl_quantize(x, scale=1.0, zero_point=0, to=3):
 OPS = {
     "TflRequantize": tfl_requantize,
     "TflRescale": tfl_rescale,
+    "TflConv": tfl_conv,
+    "TflFullyConnected": tfl_fully_connected,
     "TflAdd": tfl_add,
     "TflSub": tfl_sub,
     "TflMul": tfl_mul,

@@ -4,7 +4,8 @@ Each reproduces TFLite's integer kernel (tensorflow/lite/kernels/internal/refere
 integer_ops/*, the ``Prepare`` of each kernel for the parameters): products accumulate exactly
 in ConvInteger / MatMulInteger (ONNX; the input zero point subtracted, padding with it, as
 TFLite skips padded taps) and ``TflRequantize`` applies TFLite's fixed-point multiplier, the
-output zero point and the fused activation clamp. Elementwise and softmax ops become the
+output zero point and the fused activation clamp; a conv or fully-connected op is one node
+(``TflConv`` / ``TflFullyConnected``: the exact sums and that requantisation). Elementwise and softmax ops become the
 sprat-internal ``Tfl*`` ops (``sprat.backends.reference.ops_tflite``); ops that only move bytes
 (RESHAPE, CONCATENATION with equal parameters, PAD with the zero point, ...) keep their float
 translators, whose ONNX ops are exact on integers. DEQUANTIZE of a runtime tensor is ONNX
@@ -45,6 +46,8 @@ from .quant import (
 )
 
 _I32 = np.int32
+#: float32 holds every integer up to this magnitude exactly
+EXACT_F32 = 1 << 24
 
 
 def _t(b, op, k: int, out: bool = False):
@@ -101,17 +104,21 @@ def _w_zero_point(b, wt, name: str):
 
 
 def _conv(b, op, name: str, attrs: dict, w_perm, w_scale_axis: int):
+    """One TflConv node: ConvInteger's exact sums and TFLite's requantisation per output
+    channel (``ops_tflite.tfl_conv``), which the cpu backend runs in its conv epilogue."""
     xt, wt, yt = _t(b, op, 0), _t(b, op, 1), _t(b, op, 0, out=True)
-    w = _int_weights(b, op, w_perm, name)
-    ins = [b.value(op.inputs[0]), w, _zp_const(b, f"{name}/x_zero_point", xt)]
-    wzp = _w_zero_point(b, wt, name)
-    if wzp != MISSING:
-        ins.append(wzp)
-    y = b.value(op.outputs[0])
-    acc = b.tmp(f"{name}/acc", like=y, dtype=np.dtype(np.int32))
-    b.node("ConvInteger", ins, [acc], attrs, f"{name}/conv")
     mult, shift = conv_multipliers(xt, wt, yt)
-    _requantize(b, acc, y, yt, mult, shift, name, _bias(b, op, 2, name), _fused(op))
+    lo, hi = activation_range(_fused(op), yt)
+    ins = [b.value(op.inputs[0]), _int_weights(b, op, w_perm, name),
+           _zp_const(b, f"{name}/x_zero_point", xt), _w_zero_point(b, wt, name),
+           b.const_value(f"{name}/multiplier", np.asarray(mult, _I32)),
+           b.const_value(f"{name}/shift", np.asarray(shift, _I32))]
+    bias = _bias(b, op, 2, name)
+    if bias is not None:
+        ins.append(bias)
+    b.node("TflConv", ins, [b.value(op.outputs[0])],
+           {**attrs, "output_zero_point": zero_point_of(yt), "qmin": lo, "qmax": hi,
+            "to": to_code(yt.dtype)}, name)
 
 
 def conv_2d(b, op, name):
@@ -204,13 +211,6 @@ def fully_connected(b, op, name):
                [x2], name=f"{name}/flatten")
         x = x2
     n_rows = b.g.values[x].shape[0]
-    w = _int_weights(b, op, (1, 0), name)
-    ins = [x, w, _zp_const(b, f"{name}/x_zero_point", xt)]
-    wzp = _w_zero_point(b, wt, name)
-    if wzp != MISSING:
-        ins.append(wzp)
-    acc = b.tmp(f"{name}/acc", dtype=np.dtype(np.int32), shape=(n_rows, n_out))
-    b.node("MatMulInteger", ins, [acc], None, f"{name}/matmul")
     y = b.value(op.outputs[0])
     rows = y
     if tuple(b.g.values[y].shape) != (n_rows, n_out):
@@ -218,12 +218,14 @@ def fully_connected(b, op, name):
     # NOTE: LiteRT's reference FULLY_CONNECTED requantizes in double (round half away from
     # zero), not with the fixed-point multiplier of its conv kernels and optimized FC
     lo, hi = activation_range(_fused(op), yt)
-    ins = [acc, b.const_value(f"{name}/scale", conv_scales(xt, wt, yt))]
+    ins = [x, _int_weights(b, op, (1, 0), name), _zp_const(b, f"{name}/x_zero_point", xt),
+           _w_zero_point(b, wt, name), b.const_value(f"{name}/scale", conv_scales(xt, wt, yt))]
     bias = _bias(b, op, 2, name)
     if bias is not None:
         ins.append(bias)
-    b.node("TflRescale", ins, [rows], {"axis": -1, "output_zero_point": zero_point_of(yt),
-                                       "qmin": lo, "qmax": hi, "to": to_code(yt.dtype)}, name)
+    b.node("TflFullyConnected", ins, [rows],
+           {"output_zero_point": zero_point_of(yt), "qmin": lo, "qmax": hi,
+            "to": to_code(yt.dtype)}, name)
     if rows == y:
         return
     b.node("Reshape", [rows, b.const_value(f"{name}/out_shape",
@@ -467,12 +469,20 @@ def mean(b, op, name):
     s = min(n.bit_length() - 1, 32, 31 + shift)
     m, shift = ((m << s) // n), shift - s
     x = b.value(op.inputs[0])
-    x32 = b.tmp(f"{name}/int32", like=x, dtype=np.dtype(np.int32))
-    b.node("Cast", [x], [x32], {"to": to_code(np.int32)}, f"{name}/cast")
     y = b.value(op.outputs[0])
-    total = b.tmp(f"{name}/sum", like=y, dtype=np.dtype(np.int32))
-    b.node("ReduceSum", [x32, b.const_value(f"{name}/axes", axes)], [total],
+    # NOTE: below 2^24 / 255 values a float32 sum of the bytes is the exact integer (the
+    # compiled ReduceSum runs on float32; int32 runs on the reference kernel)
+    exact_f32 = n * 255 < EXACT_F32
+    dt = np.dtype(np.float32 if exact_f32 else np.int32)
+    xs = b.tmp(f"{name}/{dt}", like=x, dtype=dt)
+    b.node("Cast", [x], [xs], {"to": to_code(dt)}, f"{name}/cast")
+    total = b.tmp(f"{name}/sum", like=y, dtype=dt)
+    b.node("ReduceSum", [xs, b.const_value(f"{name}/axes", axes)], [total],
            {"keepdims": keep}, f"{name}/sum")
+    if exact_f32:
+        t32 = b.tmp(f"{name}/sum_int32", like=total, dtype=np.dtype(np.int32))
+        b.node("Cast", [total], [t32], {"to": to_code(np.int32)}, f"{name}/sum_int32")
+        total = t32
     _requantize(b, total, y, yt, [m], [shift], name, input_zero_point=zero_point_of(xt) * n)
 
 

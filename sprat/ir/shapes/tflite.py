@@ -74,6 +74,41 @@ def tfl_rescale(ins, axis=-1, to=3, **_):
     return [(shape, _to(op, to))]
 
 
+def _per_channel(op: str, ins, names, n: int, dtypes) -> None:
+    for name, p, dt in zip(names, ins, dtypes):
+        if p is None:
+            continue
+        if np.dtype(p.dtype) != np.dtype(dt):
+            raise ShapeError(f"{op}: {name} must be {np.dtype(dt)}, got {np.dtype(p.dtype)}")
+        size = int(np.prod(p.shape, dtype=np.int64))
+        if size not in (1, n):
+            raise ShapeError(f"{op}: {name} has {size} elements, expected 1 or {n}")
+
+
+def tfl_conv(ins, to=3, output_zero_point=0, qmin=-128, qmax=127, **conv_attrs):
+    """TflConv(x (N, C, *S), w (M, C/group, *K) uint8/int8, x_zero_point, w_zero_point?,
+    multiplier, shift (int32, 1 or M), bias (int32, 1 or M)?) -> (N, M, *S_out) of type ``to``
+    (ConvInteger's shape)."""
+    from .quant import conv_integer
+
+    (shape, _), = conv_integer(list(ins[:4]), **conv_attrs)
+    _per_channel("TflConv", ins[4:7], ("multiplier", "shift", "bias"), int(shape[1]),
+                 (_I32, _I32, _I32))
+    return [(shape, _to("TflConv", to))]
+
+
+def tfl_fully_connected(ins, to=3, output_zero_point=0, qmin=-128, qmax=127):
+    """TflFullyConnected(x (N, K), w (K, O) uint8/int8, x_zero_point, w_zero_point?, scale
+    (float64, 1 or O), bias (int32, 1 or O)?) -> (N, O) of type ``to`` (MatMulInteger's
+    shape)."""
+    from .quant import matmul_integer
+
+    (shape, _), = matmul_integer(list(ins[:4]))
+    _per_channel("TflFullyConnected", ins[4:6], ("scale", "bias"), int(shape[-1]),
+                 (np.float64, _I32))
+    return [(shape, _to("TflFullyConnected", to))]
+
+
 def tfl_binary(ins, **_):
     """TflAdd / TflSub / TflMul / TflPrelu(a, b) int8/uint8 of one dtype -> the broadcast shape,
     a's dtype."""
@@ -139,6 +174,8 @@ def tfl_quantize(ins, to=3, **_):
 SHAPES = {
     "TflRequantize": tfl_requantize,
     "TflRescale": tfl_rescale,
+    "TflConv": tfl_conv,
+    "TflFullyConnected": tfl_fully_connected,
     "TflAdd": tfl_binary,
     "TflSub": tfl_binary,
     "TflMul": tfl_binary,

@@ -573,6 +573,42 @@ cdef extern from *:
                                 post != NULL ? post + j : NULL, pld);
     }
 
+    /* The raw paths' finish of one A row of K bytes (in a row of ``room`` >= K bytes): int8
+       bytes shifted to u8 (flip: XOR 0x80) in place, and the row's sum; bytes past K within
+       the last 32-byte step may be zeroed. NOTE: 32 bytes a step on AVX2 (vpsadbw sums), the
+       last step masked; the byte loops of the im2col cost most of a small-channel conv's time */
+    static int32_t sprat_i8_row_fix(unsigned char* o, Py_ssize_t K, Py_ssize_t room, int flip) {
+        Py_ssize_t k = 0;
+        int64_t acc = 0;
+    #if defined(__AVX2__)
+        const __m256i f = _mm256_set1_epi8(flip ? (char)0x80 : 0), z = _mm256_setzero_si256();
+        __m256i s = z;
+        for (; k + 32 <= K; k += 32) {
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(o + k)), f);
+            _mm256_storeu_si256((__m256i*)(o + k), v);
+            s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
+        }
+        if (k < K && k + 32 <= room) {
+            const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+            __m256i valid = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)(K - k)), iota);
+            __m256i v = _mm256_and_si256(
+                _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(o + k)), f), valid);
+            _mm256_storeu_si256((__m256i*)(o + k), v);
+            s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
+            k = K;
+        }
+        acc = _mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1)
+              + _mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3);
+    #endif
+        if (flip)
+            for (Py_ssize_t i = k; i < K; i++)
+                o[i] ^= 0x80;
+        for (; k < K; k++)
+            acc += o[k];
+        return (int32_t)acc;
+    }
+
     /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
     static void sprat_i8_minmax(const float* x, Py_ssize_t n, float* lo, float* hi) {
         Py_ssize_t i = 0;
@@ -686,6 +722,7 @@ cdef extern from *:
                                                   float hi, int q_signed, const float* post,
                                                   idx pld) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
+    int i8_row_fix "sprat_i8_row_fix" (unsigned char* o, idx K, idx room, int flip) noexcept nogil
     int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
     void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
                                           unsigned char* y, short* a16) noexcept nogil
@@ -695,6 +732,8 @@ cdef enum:
     I8_OUT_I32 = 0   # int32 sums (MatMulInteger)
     I8_OUT_F32 = 1   # float(sum) * scale (+ bias) (MatMulIntegerToFloat, Cast + Mul)
     I8_OUT_Q8 = 2    # requantized u8 / s8 (QLinearMatMul, QGemm with y_scale)
+    I8_OUT_TFL = 3   # TFLite's fixed-point requantisation to u8 / s8 (TflConv)
+    I8_OUT_TFL_RESCALE = 4  # TFLite's double requantisation to u8 / s8 (TflFullyConnected)
     I8_MAX_K = 33025  # K * 255 * 255 < 2**31: the int32 sums are exact
     # NOTE: packing A is a copy at memory speed (~5 us for 128 x 384): below this many bytes
     # one thread packs it rather than paying a second parallel region per call
@@ -702,7 +741,8 @@ cdef enum:
 
 
 #: the output kinds of ``i8_gemm``, for the Python side
-I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8}
+I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8,
+            "tflite": I8_OUT_TFL, "tflite_rescale": I8_OUT_TFL_RESCALE}
 #: the largest K the int32 sums hold exactly
 I8_K_LIMIT = I8_MAX_K
 
@@ -828,7 +868,7 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
     to a multiple of 4 and sum each row into ``rowsum`` (past that, AMX reads bytes that
     meet B's zero quads)."""
     cdef idx r, k, kend
-    cdef int z, acc
+    cdef int z
     cdef short* o
     cdef unsigned char* o8
     cdef const unsigned char* ar
@@ -837,19 +877,11 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
         ar = a + r * K
         if path != I8_INT16:
             o8 = out + r * pitch
-            acc = 0
-            if a_signed:
-                for k in range(K):
-                    o8[k] = ar[k] ^ 0x80
-                    acc += o8[k]
-            else:
-                memcpy(o8, ar, K)
-                for k in range(K):
-                    acc += ar[k]
+            memcpy(o8, ar, K)
+            rowsum[r] = i8_row_fix(o8, K, pitch, a_signed)
             kend = 4 * ((K + 3) // 4)
             for k in range(K, kend):
                 o8[k] = 0
-            rowsum[r] = acc
             continue
         z = zp[r] if zp_rows else zp[0]
         o = <short*>(out + r * pitch)
@@ -921,20 +953,13 @@ cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, 
     ``i8_pack_rows`` packs A: row ``r`` (output pixel ``(n, oy, ox)``) holds the taps
     ``(i, j)`` in order, C channels each, a tap outside the map reading the zero point (so it
     adds nothing)."""
-    cdef idx r, n, rem, oy, ox, i, j, iy, ix, c, K = kh * kw * C, k
-    cdef int acc, padv
+    cdef idx r, n, rem, oy, ox, i, j, iy, ix, ix0, c, K = kh * kw * C, k
     cdef bint raw = path != I8_INT16
     cdef unsigned char* o8
-    cdef unsigned char* d
     cdef short* o
     cdef short* d16
     cdef const unsigned char* src
-    # NOTE: the raw paths store int8 A shifted by +128, its zero point too
-    padv = (zp + 128) if a_signed else zp
-    if raw:
-        _im2col_rows_raw(x, a_signed, padv, r0, r1, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
-                         ph, pw, out, pitch, rowsum)
-        return
+    cdef unsigned char zbyte = <unsigned char>(zp & 0xFF)
     for r in range(r0, r1):
         n = r // (OH * OW)
         rem = r - n * OH * OW
@@ -942,42 +967,43 @@ cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, 
         ox = rem - oy * OW
         o8 = out + r * pitch
         o = <short*>o8
-        acc = 0
+        ix0 = ox * sw - pw
         for i in range(kh):
             iy = oy * sh - ph + i * dh
+            k = i * kw * C
+            if raw:
+                # NOTE: the raw paths copy the input's bytes (the zero point's byte in the
+                # padding), a row of taps in one copy where it lies in the map, then shift
+                # int8 to u8 and sum the row at once (``i8_row_fix``)
+                if iy < 0 or iy >= H:
+                    memset(o8 + k, zbyte, kw * C)
+                elif dw == 1 and ix0 >= 0 and ix0 + kw <= W:
+                    memcpy(o8 + k, x + ((n * H + iy) * W + ix0) * C, kw * C)
+                else:
+                    for j in range(kw):
+                        ix = ix0 + j * dw
+                        if ix < 0 or ix >= W:
+                            memset(o8 + k + j * C, zbyte, C)
+                        else:
+                            memcpy(o8 + k + j * C, x + ((n * H + iy) * W + ix) * C, C)
+                continue
             for j in range(kw):
-                ix = ox * sw - pw + j * dw
-                k = (i * kw + j) * C
+                ix = ix0 + j * dw
+                d16 = o + k + j * C
                 if iy < 0 or iy >= H or ix < 0 or ix >= W:
-                    if raw:
-                        memset(o8 + k, padv, C)
-                        acc += padv * <int>C
-                    else:
-                        memset(o + k, 0, C * sizeof(short))
+                    memset(d16, 0, C * sizeof(short))
                     continue
                 src = x + ((n * H + iy) * W + ix) * C
-                if raw:
-                    d = o8 + k
-                    if a_signed:
-                        for c in range(C):
-                            d[c] = src[c] ^ 0x80
-                            acc += d[c]
-                    else:
-                        memcpy(d, src, C)
-                        for c in range(C):
-                            acc += src[c]
+                if a_signed:
+                    for c in range(C):
+                        d16[c] = <short>((<const signed char*>src)[c] - zp)
                 else:
-                    d16 = o + k
-                    if a_signed:
-                        for c in range(C):
-                            d16[c] = <short>((<const signed char*>src)[c] - zp)
-                    else:
-                        for c in range(C):
-                            d16[c] = <short>(src[c] - zp)
+                    for c in range(C):
+                        d16[c] = <short>(src[c] - zp)
         if raw:
+            rowsum[r] = i8_row_fix(o8, K, pitch, a_signed)
             for k in range(K, 4 * ((K + 3) // 4)):
                 o8[k] = 0
-            rowsum[r] = acc
         elif K % 2:
             o[K] = 0
 
@@ -1038,6 +1064,8 @@ cdef struct i8_gemm_t:
     int act
     float pa, pb
     const float* post
+    const int* tfl_ms
+    const double* tfl_scale
 
 
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
@@ -1045,6 +1073,27 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
     """The epilogue of ``rows`` x ``n`` sums ``t`` (row pitch ``ldt``) of A's rows from
     ``row`` (among all rows), columns j0.., into Y's rows from ``yrow`` of the batch at ``yo``."""
     cdef bint raw = g.path != I8_INT16
+    cdef idx r
+    cdef int* ti
+    if g.kind == I8_OUT_TFL or g.kind == I8_OUT_TFL_RESCALE:
+        # NOTE: TFLite's epilogues (``tflite.pxi``): the sums corrected for the zero points in
+        # place (the int32 epilogue into the tile itself), then requantised row by row
+        ti = <int*>t
+        i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL,
+                        g.za + row * g.za_step, g.za_step, g.za_add,
+                        g.rowsum + row if raw else NULL, g.bcol + j0 if raw else NULL,
+                        I8_OUT_I32, <unsigned char*>ti, ldt * 4, g.scale, 0, NULL, NULL, 0.0,
+                        0.0, 0.0, 0.0, 0, NULL, 0)
+        for r in range(rows):
+            if g.kind == I8_OUT_TFL:
+                sprat_tfl_requant_row(ti + r * ldt, n, g.tfl_ms + j0, g.tfl_ms + g.N + j0,
+                                      g.ibias + j0 if g.ibias != NULL else NULL, <int>g.zp,
+                                      <int>g.lo, <int>g.hi, g.y + yo + (yrow + r) * g.N + j0)
+            else:
+                sprat_tfl_rescale(ti + r * ldt, g.y + yo + (yrow + r) * g.N + j0, 0, 1, n,
+                                  g.tfl_scale + j0, g.ibias + j0, <int>g.zp, <int>g.lo,
+                                  <int>g.hi)
+        return
     i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL, g.za + row * g.za_step,
                     g.za_step, g.za_add, g.rowsum + row if raw else NULL,
                     g.bcol + j0 if raw else NULL, g.kind, g.y + (yo + yrow * g.N + j0) * g.esize,
@@ -1052,7 +1101,6 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
                     g.bias + j0 if g.bias != NULL else NULL,
                     g.ibias + j0 if g.ibias != NULL else NULL, g.qdiv, g.zp, g.lo, g.hi,
                     g.q_signed, g.post + j0 if g.post != NULL else NULL, g.N)
-    cdef idx r
     if g.act != A_NONE and g.kind == I8_OUT_F32:
         for r in range(rows):
             act_inplace(<float*>(g.y) + yo + (yrow + r) * g.N + j0, n, g.act, g.pa, g.pb)
@@ -1133,7 +1181,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             idx M, idx N, idx K, idx rb, idx cb, int kind, unsigned char[::1] y,
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
             float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0,
-            const float[::1] post=None):
+            const int[::1] tfl_ms=None, const double[::1] tfl_scale=None,
+            const float[::1] post=None, I8GemmCall into=None):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
@@ -1146,6 +1195,10 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     quantized conv's fused lookup, ``qconv.py``) ``clamp(rint(Y * a + b), lo2, hi2)``, int8
     when ``q_signed`` else uint8 (``qdiv`` 0: no division).
     A float32 output then gets the fused activation ``act`` (``ACT_CODES``, params pa, pb).
+    TFLite's epilogues (TflConv, TflFullyConnected; ``tflite.pxi``), u8 / s8 bytes:
+    ``I8_OUT_TFL``: Y = clamp(MBQM(acc + ibias, m[j], s[j]) + zp, lo, hi), ``tfl_ms`` (2N
+    int32) the multipliers then the shifts; ``I8_OUT_TFL_RESCALE``: Y = clamp(round_half_away(
+    double(acc + ibias) * tfl_scale[j]) + zp, lo, hi), ``tfl_scale`` N doubles, ibias given.
 
     ``a``: the bytes of every A row (rows of K; int8 viewed as uint8 with ``a_signed``) and
     ``a_zp`` its zero point (1 value, or one per row of ``a`` with ``a_zp_rows``); ``a_ws``
@@ -1158,15 +1211,15 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     (batch, ``rb`` rows, ``cb`` columns; cb a multiple of 16, for AMX rb too), split over ``nt``
     slots; A is packed first (rows split over the slots). Raises ValueError when K exceeds
     ``I8_K_LIMIT``, a block size is wrong, the path is not available on this CPU, or an
-    operand is too short."""
+    operand is too short. ``into``: check the arguments and bind them to that call object
+    (``I8GemmCall``) instead of running."""
+    cdef i8_run_t run
     cdef i8_gemm_t g
     cdef idx rows = a.shape[0] // K if K > 0 and not a_packed else 0
     cdef idx i
-    cdef int t
     if a_packed:  # NOTE: the rows the batches read
         for i in range(offs.shape[0]):
             rows = max(rows, offs[i, 0] + M)
-    cdef unsigned char* pws
     if M <= 0 or N <= 0:
         return
     if K > I8_MAX_K or K <= 0:
@@ -1180,8 +1233,12 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             or a_zp.shape[0] < (rows if a_zp_rows else 1)
             or (path != I8_INT16 and (rowsum.shape[0] < rows or bcol.shape[0] < 2 * N))
             or b.shape[0] < i8_packed_b_bytes(K, N, path)
-            or y.shape[0] < offs.shape[0] * M * N * (1 if kind == I8_OUT_Q8 else 4)):
+            or y.shape[0] < offs.shape[0] * M * N * (1 if kind >= I8_OUT_Q8 else 4)):
         raise ValueError("i8_gemm: an operand or workspace is too short")
+    if ((kind == I8_OUT_TFL and (tfl_ms is None or tfl_ms.shape[0] < 2 * N))
+            or (kind == I8_OUT_TFL_RESCALE and (tfl_scale is None or tfl_scale.shape[0] < N
+                                                or ibias.shape[0] != N))):
+        raise ValueError("i8_gemm: TFLite's epilogue needs its multipliers, shifts or scales")
     if scale.shape[0] not in (1, N) or bias.shape[0] not in (0, N) or ibias.shape[0] not in (0, N):
         raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
     if post is not None and post.shape[0] not in (0, 4 * N):
@@ -1192,7 +1249,9 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     g.nbatch, g.M, g.N, g.K = offs.shape[0], M, N, K
     g.kp, g.kq, g.pitch, g.rb, g.cb = (K + 1) // 2, i8_kq(K, path), a_ws.shape[1], rb, cb
     g.kind = kind
-    g.esize = 4 if kind != I8_OUT_Q8 else 1
+    g.esize = 4 if kind < I8_OUT_Q8 else 1
+    g.tfl_ms = &tfl_ms[0] if kind == I8_OUT_TFL else NULL
+    g.tfl_scale = &tfl_scale[0] if kind == I8_OUT_TFL_RESCALE else NULL
     g.scale = &scale[0]
     g.s_step = 1 if scale.shape[0] > 1 else 0
     g.bias = &bias[0] if bias.shape[0] else NULL
@@ -1204,28 +1263,114 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
     g.za_add = 128 if a_signed and path != I8_INT16 else 0
-    cdef const i8_gemm_t* gp = &g
-    cdef idx items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
-    pws = &a_ws[0, 0]
+    run.g = g
+    run.nt, run.a_signed, run.a_zp_rows, run.a_packed = nt, a_signed, a_zp_rows, a_packed
+    run.a = &a[0] if a.shape[0] else NULL
+    run.a_zp, run.rows, run.K = &a_zp[0], rows, K
+    run.pws, run.pitch = &a_ws[0, 0], a_ws.shape[1]
+    run.items = g.nbatch * ((M + rb - 1) // rb) * ((N + cb - 1) // cb)
+    if into is not None:
+        into.run = run
+        return
+    with nogil:
+        i8_gemm_exec(&run)
+
+
+cdef struct i8_run_t:
+    # one ``i8_gemm`` call, checked: the GEMM, then how A is packed and the work split
+    i8_gemm_t g
+    int nt
+    bint a_signed, a_zp_rows, a_packed
+    const unsigned char* a
+    const int* a_zp
+    idx rows, K, pitch, items
+    unsigned char* pws
+
+
+cdef void i8_gemm_exec(i8_run_t* r) noexcept nogil:
+    """Run a checked ``i8_gemm``: A packed (rows split over the slots when large), then the
+    work items over ``nt`` slots."""
+    cdef const i8_gemm_t* gp = &r.g
+    cdef int t, nt = r.nt
+    cdef idx rows = r.rows, items = r.items
     if nt <= 1:
-        with nogil:
-            if not a_packed:
-                i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws,
-                             a_ws.shape[1], path, g.rowsum)
-            i8_items(gp, 0, items)
+        if not r.a_packed:
+            i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, r.K, r.pws, r.pitch,
+                         r.g.path, <int*>r.g.rowsum)
+        i8_items(gp, 0, items)
         return
     # NOTE: the bytes the pack writes (rows of the padded pitch: a 1x1 conv of 16 channels
     # writes 64 per pixel on AMX), not those it reads
-    if not a_packed and rows * a_ws.shape[1] < I8_PACK_PARALLEL:
-        with nogil:
-            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, 0, rows, K, pws, a_ws.shape[1],
-                         path, g.rowsum)
-    elif not a_packed:
-        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            i8_pack_rows(&a[0], a_signed, &a_zp[0], a_zp_rows, t * rows // nt,
-                         (t + 1) * rows // nt, K, pws, a_ws.shape[1], path, g.rowsum)
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+    if not r.a_packed and rows * r.pitch < I8_PACK_PARALLEL:
+        i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, r.K, r.pws, r.pitch,
+                     r.g.path, <int*>r.g.rowsum)
+    elif not r.a_packed:
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+            i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, t * rows // nt,
+                         (t + 1) * rows // nt, r.K, r.pws, r.pitch, r.g.path, <int*>r.g.rowsum)
+    for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
         i8_items(gp, t * items // nt, (t + 1) * items // nt)
+
+
+cdef struct i8_col_t:
+    # the byte im2col that fills a conv's A operand before its ``i8_gemm``
+    const unsigned char* x
+    bint a_signed
+    int zp
+    idx rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw
+
+
+cdef void i8_im2col_exec(const i8_col_t* c, const i8_run_t* r) noexcept nogil:
+    """``i8_im2col`` into the A workspace of the checked call ``r`` (rows over its slots)."""
+    cdef int t, nt = r.nt
+    if nt <= 1:
+        i8_im2col_rows(c.x, c.a_signed, c.zp, 0, c.rows, c.H, c.W, c.C, c.OH, c.OW, c.kh, c.kw,
+                       c.sh, c.sw, c.dh, c.dw, c.ph, c.pw, r.pws, r.pitch, r.g.path,
+                       <int*>r.g.rowsum)
+        return
+    for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+        i8_im2col_rows(c.x, c.a_signed, c.zp, t * c.rows // nt, (t + 1) * c.rows // nt, c.H,
+                       c.W, c.C, c.OH, c.OW, c.kh, c.kw, c.sh, c.sw, c.dh, c.dw, c.ph, c.pw,
+                       r.pws, r.pitch, r.g.path, <int*>r.g.rowsum)
+
+
+cdef class I8GemmCall:
+    """One ``i8_gemm`` call with its arguments checked and bound once: ``I8GemmCall(args)``
+    (the argument tuple of ``i8_gemm``, kept alive here), then ``call()`` runs it; with
+    ``im2col`` (``i8_im2col``'s arguments from ``x`` to ``pw``: a conv whose A is the byte
+    im2col of its input, ``a_packed``) the call fills A first. NOTE: a kernel makes one per
+    binding of its arrays: parsing ``i8_gemm``'s 30 arguments costs ~1.3 us a call, most of a
+    small quantized conv's time. Raises as ``i8_gemm`` / ``i8_im2col``."""
+    cdef i8_run_t run
+    cdef i8_col_t col
+    cdef bint has_col
+    cdef readonly tuple args
+    cdef readonly tuple im2col
+
+    def __init__(self, tuple args, tuple im2col=None):
+        self.args, self.im2col = args, im2col
+        i8_gemm(*args, into=self)
+        self.has_col = im2col is not None
+        if self.has_col:
+            self._bind_im2col(*im2col)
+
+    def _bind_im2col(self, const unsigned char[::1] x, bint a_signed, int zp, idx N, idx H,
+                     idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
+                     idx dw, idx ph, idx pw):
+        if (not self.run.a_packed or kh * kw * C != self.run.K or N * OH * OW > self.run.rows
+                or N * OH * OW != self.run.g.M or x.shape[0] < N * H * W * C or N * H * W * C == 0):
+            raise ValueError("I8GemmCall: the im2col does not fit the GEMM's packed A")
+        self.col.x, self.col.a_signed, self.col.zp = &x[0], a_signed, zp
+        self.col.rows, self.col.H, self.col.W, self.col.C = N * OH * OW, H, W, C
+        self.col.OH, self.col.OW, self.col.kh, self.col.kw = OH, OW, kh, kw
+        self.col.sh, self.col.sw, self.col.dh, self.col.dw = sh, sw, dh, dw
+        self.col.ph, self.col.pw = ph, pw
+
+    def __call__(self):
+        with nogil:
+            if self.has_col:
+                i8_im2col_exec(&self.col, &self.run)
+            i8_gemm_exec(&self.run)
 
 
 # ---- DynamicQuantizeLinear ------------------------------------------------------------------
@@ -1270,7 +1415,7 @@ def i8_dynamic_quantize(const float[::1] x, unsigned char[::1] y, short[:, ::1] 
 
 
 def i8_view(a):
-    """``a`` (a C-contiguous ndarray: uint8 1-D/2-D, int32, float32 or intp 1-D/2-D) as a
+    """``a`` (a C-contiguous ndarray: uint8 1-D/2-D, int32, float32, float64 1-D or intp 2-D) as a
     Cython typed memoryview object, which ``i8_gemm`` takes without a buffer request (as
     ``conv_view`` for the conv entries: an argument tuple of these, built once per binding,
     saves microseconds per call). Read-only arrays give read-only views. Raises ValueError
@@ -1283,6 +1428,7 @@ def i8_view(a):
     cdef float[::1] f32
     cdef const float[::1] cf32
     cdef const idx[:, ::1] offs
+    cdef const double[::1] cf64
     cdef str kind = a.dtype.kind
     cdef int size = a.dtype.itemsize
     if kind == 'u' and size == 1:
@@ -1306,6 +1452,9 @@ def i8_view(a):
             return f32
         cf32 = a
         return cf32
+    if kind == 'f' and size == 8 and a.ndim == 1:
+        cf64 = a
+        return cf64
     if kind == 'i' and size == sizeof(idx) and a.ndim == 2:
         offs = a
         return offs

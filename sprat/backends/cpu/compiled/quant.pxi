@@ -193,6 +193,10 @@ cdef void _qrequant_rows(const float* acc, idx lda, int S, idx p0, idx p1, idx M
         if kind == 2:
             for m in range(M):
                 y32[o + m] = t[m]
+        elif kind == 3:
+            # NOTE: TflConv (``tflite.pxi``): ``mult`` holds the int32 multipliers, then shifts
+            sprat_tfl_requant_row(t, M, <const int*>mult, <const int*>mult + M, NULL, <int>zp,
+                                  <int>lo, <int>hi, y8 + o)
         else:
             sprat_q_out(t, M, mult, zp, lo, hi, post, M, kind == 1, y8 + o)
 
@@ -206,9 +210,11 @@ def qconv_requant(int nt, const float[:, ::1] acc, int S, idx P, idx M, const in
     ``kind`` 2: ``y32 = t`` (ConvInteger); 0 / 1: ``y8`` (the bytes of a uint8 / int8 map) =
     ``clamp(round_half_even(float32(t) * mult[m]) + zp, lo, hi)`` (QLinearConv, ONNX
     QLinearConv-10 as onnxruntime requantises; ``lo``/``hi`` the type's range narrowed by a fused
-    clamp), then, ``post`` not empty (4 M floats: a, b, lo2, hi2 per channel, a fused lookup),
-    ``clamp(round_half_even(y * a + b), lo2, hi2)``. ``scratch`` (nt, >= M) int32. Raises
-    ValueError on short operands."""
+    clamp); 3: ``y8 = clamp(MBQM(t, m[m], s[m]) + zp, lo, hi)``, TFLite's fixed-point
+    requantisation (TflConv), ``mult`` then the float32 view of 2M int32: M multipliers ``m``,
+    M shifts ``s``. Kinds 0 and 1, ``post`` not empty (4 M floats: a, b, lo2, hi2 per channel,
+    a fused lookup): then ``clamp(round_half_even(y * a + b), lo2, hi2)``. ``scratch`` (nt,
+    >= M) int32. Raises ValueError on short operands."""
     if post.shape[0] not in (0, 4 * M):
         raise ValueError("qconv_requant: post must hold 0 or 4 * M floats")
     if (acc.shape[0] < S or acc.shape[1] < P * M or bias.shape[0] < M or mult.shape[0] < M

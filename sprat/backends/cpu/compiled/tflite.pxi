@@ -66,27 +66,23 @@ cdef extern from *:
     #if defined(__AVX2__)
     #include <immintrin.h>
     /* MBQM of 8 int32 lanes, each with its multiplier and shift (the scalar tfl_mbqm): the
-       doubling high multiply on even and odd lanes (vpmuldq), truncated by a logical shift
-       (the quotient fits 32 bits, so the low dword is exact), then RoundingDivideByPOT with
-       AVX2's per-lane arithmetic shifts */
+       doubling high multiply on even and odd lanes (vpmuldq). NOTE: gemmlowp's nudge and
+       truncating division, ``(ab + (ab >= 0 ? 2^30 : 1 - 2^30)) / 2^31``, equal the floor of
+       ``(ab + 2^30) / 2^31`` for every ab (for ab < 0 with u = ab + 2^30: -floor((-u - 1) /
+       2^31 + 1) = floor(u / 2^31)), so one add and a shift: the quotient fits 32 bits, so the
+       low dword of a logical shift is exact. Then RoundingDivideByPOT with AVX2's per-lane
+       arithmetic shifts */
     static inline __m256i tfl_mbqm8(__m256i x, __m256i m, __m256i shift) {
         const __m256i zero = _mm256_setzero_si256();
         __m256i left = _mm256_max_epi32(shift, zero);
         __m256i right = _mm256_sub_epi32(left, shift);
         __m256i a = _mm256_sllv_epi32(x, left);
-        const __m256i pos = _mm256_set1_epi64x((int64_t)1 << 30);
-        const __m256i neg = _mm256_set1_epi64x(1 - ((int64_t)1 << 30));
-        const __m256i low31 = _mm256_set1_epi64x(0x7FFFFFFF);
-        __m256i ab[2];
-        for (int k = 0; k < 2; k++) {
-            __m256i p = k ? _mm256_mul_epi32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(m, 32))
-                          : _mm256_mul_epi32(a, m);
-            __m256i sign = _mm256_cmpgt_epi64(zero, p);
-            __m256i t = _mm256_add_epi64(p, _mm256_blendv_epi8(pos, neg, sign));
-            __m256i tsign = _mm256_cmpgt_epi64(zero, t);
-            ab[k] = _mm256_srli_epi64(_mm256_add_epi64(t, _mm256_and_si256(tsign, low31)), 31);
-        }
-        __m256i h = _mm256_blend_epi32(ab[0], _mm256_slli_epi64(ab[1], 32), 0xAA);
+        const __m256i nudge = _mm256_set1_epi64x((int64_t)1 << 30);
+        __m256i p0 = _mm256_add_epi64(_mm256_mul_epi32(a, m), nudge);
+        __m256i p1 = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(a, 32),
+                                                       _mm256_srli_epi64(m, 32)), nudge);
+        /* the odd lanes: bits 31..62 of p1 into the high dword, p1 << 1 */
+        __m256i h = _mm256_blend_epi32(_mm256_srli_epi64(p0, 31), _mm256_slli_epi64(p1, 1), 0xAA);
         const __m256i imin = _mm256_set1_epi32(INT32_MIN);
         __m256i sat = _mm256_and_si256(_mm256_cmpeq_epi32(a, imin), _mm256_cmpeq_epi32(m, imin));
         h = _mm256_blendv_epi8(h, _mm256_set1_epi32(INT32_MAX), sat);
@@ -161,6 +157,31 @@ cdef extern from *:
         else { TFL_REQUANTIZE_ROWS(uint8_t) }
     }
 
+    /* One row of n int32 sums t (a conv's or GEMM's tile row): clamp(MBQM(t[c] + bias[c],
+       mult[c], shift[c]) + ozp, lo, hi) as bytes into y; bias may be NULL (already added).
+       The epilogue of TflConv on the integer GEMM (``int8.pxi``, ``i8_finish_rows``) and on
+       the float32 conv paths (``quant.pxi``, ``_qrequant_rows``) */
+    static void sprat_tfl_requant_row(const int32_t *t, Py_ssize_t n, const int32_t *mult,
+                                      const int32_t *shift, const int32_t *bias, int32_t ozp,
+                                      int32_t lo, int32_t hi, unsigned char *y) {
+        Py_ssize_t c = 0;
+        #if defined(__AVX2__)
+        const __m256i vozp = _mm256_set1_epi32(ozp);
+        const __m256i vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+        for (; c + 8 <= n; c += 8) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(t + c));
+            if (bias != NULL)
+                v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(bias + c)));
+            tfl_store8(y + c, tfl_mbqm8(v, _mm256_loadu_si256((const __m256i *)(mult + c)),
+                       _mm256_loadu_si256((const __m256i *)(shift + c))), vozp, vlo, vhi);
+        }
+        #endif
+        for (; c < n; c++) {
+            int64_t v = (int64_t)t[c] + (bias != NULL ? bias[c] : 0);
+            y[c] = tfl_clamp((int64_t)tfl_mbqm(tfl_wrap32(v), mult[c], shift[c]) + ozp, lo, hi);
+        }
+    }
+
     /* rows [r0, r1) of C int32 values: clamp(round_half_away((double)(x + bias[c]) *
        scale[c]) + ozp), the rounding as the reference's sign(r) * floor(|r| + 0.5) */
     static void sprat_tfl_rescale(const int32_t *x, unsigned char *y, Py_ssize_t r0,
@@ -168,7 +189,30 @@ cdef extern from *:
                                   const int32_t *bias, int32_t ozp, int32_t lo, int32_t hi) {
         double dlo = (double)lo - ozp, dhi = (double)hi - ozp;
         for (Py_ssize_t r = r0; r < r1; r++) {
-            for (Py_ssize_t c = 0; c < C; c++) {
+            Py_ssize_t c = 0;
+        #if defined(__AVX2__)
+            /* NOTE: 4 doubles a step, the scalar loop's operations one by one (IEEE double, no
+               contraction with intrinsics): the same bits. The scalar loop cost ~10 cycles a
+               value, most of a fully-connected layer's time at one row */
+            const __m256d vlo = _mm256_set1_pd(dlo), vhi = _mm256_set1_pd(dhi);
+            const __m256d half = _mm256_set1_pd(0.5), sign = _mm256_set1_pd(-0.0);
+            const __m128i vozp = _mm_set1_epi32(ozp);
+            for (; c + 4 <= C; c += 4) {
+                Py_ssize_t i = r * C + c;
+                __m128i xi = _mm_add_epi32(_mm_loadu_si128((const __m128i *)(x + i)),
+                                           _mm_loadu_si128((const __m128i *)(bias + c)));
+                __m256d v = _mm256_mul_pd(_mm256_cvtepi32_pd(xi), _mm256_loadu_pd(scale + c));
+                __m256d a = _mm256_floor_pd(_mm256_add_pd(_mm256_andnot_pd(sign, v), half));
+                v = _mm256_or_pd(a, _mm256_and_pd(sign, v));
+                v = _mm256_min_pd(_mm256_max_pd(v, vlo), vhi);
+                __m128i q = _mm_add_epi32(_mm256_cvttpd_epi32(v), vozp);
+                q = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+                                                      -1, -1, -1, -1, -1));
+                uint32_t w = (uint32_t)_mm_cvtsi128_si32(q);
+                memcpy(y + i, &w, 4);
+            }
+        #endif
+            for (; c < C; c++) {
                 Py_ssize_t i = r * C + c;
                 double v = (double)tfl_wrap32((int64_t)x[i] + bias[c]) * scale[c];
                 v = copysign(floor(fabs(v) + 0.5), v);
@@ -181,31 +225,121 @@ cdef extern from *:
     /* TFLite's quantized AVERAGE_POOL_2D (avg 1) / MAX_POOL_2D (avg 0) over NHWC int8/uint8
        (reference/integer_ops/pooling.h): the window clipped to the image, the average of its
        values rounded half away from zero (C integer division), clamped to [lo, hi]; output
-       rows [q0, q1) of the N * OH rows */
+       rows [q0, q1) of the N * OH rows. NOTE: int32 sums (the caller keeps windows below
+       2^23 pixels), 64 channels at a time over the window's pixels, so the inner loop runs
+       along contiguous channels (vectorised) instead of striding by C per value */
+    #define TFL_POOL_ACC(T)                                                               \
+        for (Py_ssize_t iy = ya; iy < yb; iy++)                                           \
+            for (Py_ssize_t ix = xa; ix < xb; ix++) {                                     \
+                const T *p = (const T *)x + ((n * H + iy) * W + ix) * C + c0;             \
+                if (avg)                                                                  \
+                    for (Py_ssize_t c = 0; c < cn; c++) acc[c] += p[c];                   \
+                else                                                                      \
+                    for (Py_ssize_t c = 0; c < cn; c++) acc[c] = p[c] > acc[c] ? p[c] : acc[c]; \
+            }
     static void sprat_tfl_pool(int avg, const unsigned char *x, int kind, unsigned char *y,
                                Py_ssize_t q0, Py_ssize_t q1, Py_ssize_t H, Py_ssize_t W,
                                Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW, int kh, int kw,
                                int sh, int sw, int top, int left, int32_t lo, int32_t hi) {
+        int32_t acc[64];
         for (Py_ssize_t q = q0; q < q1; q++) {
             Py_ssize_t n = q / OH, oy = q % OH;
             Py_ssize_t y0 = oy * sh - top, ya = y0 < 0 ? 0 : y0, yb = y0 + kh < H ? y0 + kh : H;
             for (Py_ssize_t ox = 0; ox < OW; ox++) {
                 Py_ssize_t x0 = ox * sw - left, xa = x0 < 0 ? 0 : x0;
                 Py_ssize_t xb = x0 + kw < W ? x0 + kw : W;
-                int64_t count = (int64_t)(yb - ya) * (xb - xa);
+                int32_t count = (int32_t)((yb - ya) * (xb - xa));
                 unsigned char *out = y + (q * OW + ox) * C;
-                for (Py_ssize_t c = 0; c < C; c++) {
-                    int64_t acc = avg ? 0 : INT64_MIN;
-                    for (Py_ssize_t iy = ya; iy < yb; iy++)
-                        for (Py_ssize_t ix = xa; ix < xb; ix++) {
-                            int64_t v = tfl_load(x, kind, ((n * H + iy) * W + ix) * C + c);
-                            if (avg) acc += v; else if (v > acc) acc = v;
+                for (Py_ssize_t c0 = 0; c0 < C; c0 += 64) {
+                    Py_ssize_t cn = C - c0 < 64 ? C - c0 : 64;
+                    for (Py_ssize_t c = 0; c < cn; c++) acc[c] = avg ? 0 : INT32_MIN;
+                    if (kind == 1) { TFL_POOL_ACC(int8_t) } else { TFL_POOL_ACC(uint8_t) }
+                    for (Py_ssize_t c = 0; c < cn; c++) {
+                        int32_t v = acc[c];
+                        if (avg && count > 0) {
+                            int32_t half = count / 2;
+                            v = v > 0 ? (v + half) / count : -((half - v) / count);
                         }
-                    if (avg && count > 0) {
-                        int64_t half = count / 2;
-                        acc = acc > 0 ? (acc + half) / count : -((half - acc) / count);
+                        out[c0 + c] = tfl_clamp(v, lo, hi);
                     }
-                    out[c] = tfl_clamp(acc, lo, hi);
+                }
+            }
+        }
+    }
+
+    /* TFLite's quantized DEPTHWISE_CONV_2D, depth multiplier 1 (reference/integer_ops/
+       depthwise_conv.h), NHWC int8/uint8 x (N, H, W, C) -> y (N, OH, OW, C), output rows [r0,
+       r1) of the N * OH: per output pixel and 8 channels, the int32 sum of bias and the taps
+       inside the map (x - xz) * w in a register, then TFLite's requantisation, stored.
+       w: (kh * kw, C) int32 (zero point subtracted); wp: the pairs of horizontally adjacent
+       taps (kh, kw - 1, C, 2) int16, for vpmaddwd: two taps' products summed in one step
+       (|x - xz|, |w| <= 255: each product and their sum exact in int32). NOTE: nothing goes
+       through memory between the taps and the requantisation (the int32 or float32 map of a
+       ConvInteger / QLinearConv path cost 3-5x this on the small maps of keyword-spotting
+       models) */
+    #define TFL_DW_VEC(CVT, CVT16)                                                        \
+        for (; c + 8 <= C; c += 8) {                                                      \
+            __m256i acc = _mm256_loadu_si256((const __m256i *)(bias + c));                \
+            for (int i = i0; i < i1; i++) {                                               \
+                const unsigned char *xr = x + ((n * H + oy * sh - ph + i * dh) * W) * C + c; \
+                int j = j0;                                                               \
+                for (; j + 1 < j1; j += 2) {                                              \
+                    __m128i a = _mm_loadl_epi64((const __m128i *)(xr + (ix0 + j * dw) * C)); \
+                    __m128i b = _mm_loadl_epi64(                                          \
+                        (const __m128i *)(xr + (ix0 + (j + 1) * dw) * C));                \
+                    __m256i ab = _mm256_sub_epi16(CVT16(_mm_unpacklo_epi8(a, b)), vxz16); \
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ab, _mm256_loadu_si256( \
+                        (const __m256i *)(wp + ((i * (kw - 1) + j) * C + c) * 2))));      \
+                }                                                                         \
+                for (; j < j1; j++) {                                                     \
+                    __m128i b = _mm_loadl_epi64((const __m128i *)(xr + (ix0 + j * dw) * C)); \
+                    __m256i v = _mm256_sub_epi32(CVT(b), vxz);                            \
+                    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(v,                     \
+                        _mm256_loadu_si256((const __m256i *)(w + (i * kw + j) * C + c)))); \
+                }                                                                         \
+            }                                                                             \
+            tfl_store8(yo + c, tfl_mbqm8(acc, _mm256_loadu_si256((const __m256i *)(mult + c)), \
+                       _mm256_loadu_si256((const __m256i *)(shift + c))), vozp, vlo, vhi); \
+        }
+    static void sprat_tfl_depthwise(const unsigned char *x, int is_signed, int32_t xz,
+                                    const int32_t *w, const int16_t *wp, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                                    Py_ssize_t OH, Py_ssize_t OW, int kh, int kw, int sh, int sw,
+                                    int dh, int dw, int ph, int pw, const int32_t *bias,
+                                    const int32_t *mult, const int32_t *shift, int32_t ozp,
+                                    int32_t lo, int32_t hi, unsigned char *y, Py_ssize_t r0,
+                                    Py_ssize_t r1) {
+    #if defined(__AVX2__)
+        const __m256i vxz = _mm256_set1_epi32(xz), vozp = _mm256_set1_epi32(ozp);
+        const __m256i vxz16 = _mm256_set1_epi16((short)xz);
+        const __m256i vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+    #endif
+        for (Py_ssize_t r = r0; r < r1; r++) {
+            Py_ssize_t n = r / OH, oy = r % OH;
+            int i0 = 0, i1 = kh;  /* the taps' rows inside the map */
+            while (i0 < kh && oy * sh - ph + i0 * dh < 0) i0++;
+            while (i1 > i0 && oy * sh - ph + (i1 - 1) * dh >= H) i1--;
+            for (Py_ssize_t ox = 0; ox < OW; ox++) {
+                Py_ssize_t ix0 = ox * sw - pw;
+                int j0 = 0, j1 = kw;
+                while (j0 < kw && ix0 + j0 * dw < 0) j0++;
+                while (j1 > j0 && ix0 + (j1 - 1) * dw >= W) j1--;
+                unsigned char *yo = y + (r * OW + ox) * C;
+                Py_ssize_t c = 0;
+    #if defined(__AVX2__)
+                if (is_signed) { TFL_DW_VEC(_mm256_cvtepi8_epi32, _mm256_cvtepi8_epi16) }
+                else { TFL_DW_VEC(_mm256_cvtepu8_epi32, _mm256_cvtepu8_epi16) }
+    #endif
+                for (; c < C; c++) {
+                    int64_t acc = bias[c];
+                    for (int i = i0; i < i1; i++)
+                        for (int j = j0; j < j1; j++) {
+                            Py_ssize_t k = ((n * H + oy * sh - ph + i * dh) * W + ix0 + j * dw) * C + c;
+                            int64_t v = (is_signed ? (int64_t)((const signed char *)x)[k]
+                                                   : (int64_t)x[k]) - xz;
+                            acc += v * w[(i * kw + j) * C + c];
+                        }
+                    yo[c] = tfl_clamp((int64_t)tfl_mbqm(tfl_wrap32(acc), mult[c], shift[c]) + ozp,
+                                      lo, hi);
                 }
             }
         }
@@ -335,11 +469,20 @@ cdef extern from *:
     void sprat_tfl_requantize(const unsigned char* x, int kind, unsigned char* y, idx r0,
                               idx r1, idx C, const int* mult, const int* shift, const int* bias,
                               int izp, int ozp, int lo, int hi) nogil
+    void sprat_tfl_requant_row(const int* t, idx n, const int* mult, const int* shift,
+                               const int* bias, int ozp, int lo, int hi,
+                               unsigned char* y) nogil
     void sprat_tfl_rescale(const int* x, unsigned char* y, idx r0, idx r1, idx C,
                            const double* scale, const int* bias, int ozp, int lo, int hi) nogil
     void sprat_tfl_pool(int avg, const unsigned char* x, int kind, unsigned char* y, idx q0,
                         idx q1, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw, int sh,
                         int sw, int top, int left, int lo, int hi) nogil
+    void sprat_tfl_depthwise(const unsigned char* x, int is_signed, int xz, const int* w,
+                             const short* wp, idx H,
+                             idx W, idx C, idx OH, idx OW, int kh, int kw, int sh, int sw,
+                             int dh, int dw, int ph, int pw, const int* bias, const int* mult,
+                             const int* shift, int ozp, int lo, int hi, unsigned char* y,
+                             idx r0, idx r1) nogil
     void sprat_tfl_binary(int op, const unsigned char* a, idx sa, const unsigned char* b,
                           idx sb, int kind, unsigned char* y, idx i0, idx i1,
                           const int* p) nogil
@@ -416,6 +559,39 @@ def tfl_pool(int nt, bint avg, const unsigned char[::1] x, int kind, unsigned ch
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         sprat_tfl_pool(avg, &x[0], kind, &y[0], t * rows // nt, (t + 1) * rows // nt, H, W, C,
                        OH, OW, kh, kw, sh, sw, top, left, lo, hi)
+
+
+def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
+                  const int[::1] w, const short[::1] wp, idx N, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw,
+                  int sh, int sw, int dh, int dw, int ph, int pw, const int[::1] bias,
+                  const int[::1] mult, const int[::1] shift, int ozp, int lo, int hi,
+                  unsigned char[::1] y):
+    """TFLite's quantized DEPTHWISE_CONV_2D with depth multiplier 1 (``ops_tflite.tfl_conv``
+    with group == C == M) of the bytes of an int8 (``is_signed``) / uint8 NHWC map ``x`` (N,
+    H, W, C), zero point ``xz``, into ``y`` (N, OH, OW, C): ``w`` (kh * kw * C) int32 weights
+    minus their zero point (|w| <= 255), ``wp`` the pairs of horizontally adjacent
+    ones (kh, kw - 1, C, 2) int16 (at least 2 values), strides, dilations and leading pads (ph, pw), per channel ``bias``,
+    ``mult``, ``shift`` (C int32 each), output zero point and clamp. Output rows split over
+    ``nt`` slots; the int32 sums wrap as the reference's int32 accumulator and bias do, so
+    the bits are equal for any input. Raises ValueError on short operands."""
+    if (x.shape[0] < N * H * W * C or y.shape[0] < N * OH * OW * C or w.shape[0] < kh * kw * C
+            or bias.shape[0] < C or mult.shape[0] < C or shift.shape[0] < C
+            or wp.shape[0] < max(2, kh * (kw - 1) * C * 2)):
+        raise ValueError("tfl_depthwise: operands too short")
+    if N * OH * OW * C == 0:
+        return
+    cdef idx rows = N * OH
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wp[0], H, W, C, OH, OW, kh, kw, sh,
+                                sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0], 0,
+                                rows)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wp[0], H, W, C, OH, OW, kh, kw, sh,
+                            sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
+                            t * rows // nt, (t + 1) * rows // nt)
 
 
 def tfl_binary(int nt, int op, const unsigned char[::1] a, idx sa, const unsigned char[::1] b,
