@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -340,20 +337,9 @@ def test_i8_im2col_errors():
 def test_every_integer_path_this_cpu_has_passes_these_tests():
     """This file again with SPRAT_I8 forcing each slower integer GEMM path the CPU has (as
     test_cpu_quant.py; the baseline build's scalar path runs from ``test_cpu_paths.py``)."""
-    from sprat.backends.cpu import quant
-    from sprat.backends.cpu.compiled import kernels
+    from test_cpu_quant import rerun_on_other_integer_paths
 
-    have = [p for p, ok in (("int16", True), ("vnni", kernels.i8_has_vnni())) if ok]
-    for path in have:
-        if path == quant.PATH:
-            continue
-        env = dict(os.environ, SPRAT_I8=path)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
-               "-k", "conv and not float"]
-        proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[2],
-                              capture_output=True, text=True, timeout=600, env=env)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout
+    rerun_on_other_integer_paths(__file__, "-k", "conv and not float")
 
 
 def test_qconv_refusals():

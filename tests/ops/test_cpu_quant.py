@@ -231,18 +231,24 @@ def test_packed_b_layout_and_errors():
                         False)
 
 
-@pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
-def test_every_integer_path_this_cpu_has_passes_these_tests():
-    """This file again with SPRAT_I8 forcing each slower path the CPU has (the default run
-    took the fastest: ``quant.PATH``; the baseline build's scalar path runs from
-    ``test_cpu_paths.py``)."""
+def rerun_on_other_integer_paths(test_file: str, *pytest_args: str) -> None:
+    """Run ``test_file`` (with ``pytest_args``, e.g. ``-k``) again with SPRAT_I8 forcing each
+    slower integer GEMM path the CPU has (the default run took the fastest: ``quant.PATH``;
+    the baseline build's scalar path runs from ``test_cpu_paths.py``); asserts each passes."""
     have = [p for p, ok in (("int16", True), ("vnni", kernels.i8_has_vnni())) if ok]
     for path in have:
         if path == quant.PATH:
             continue
         env = dict(os.environ, SPRAT_I8=path)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__]
-        proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[2],
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test_file,
+               *pytest_args]
+        proc = subprocess.run(cmd, check=False, cwd=Path(test_file).resolve().parents[2],
                               capture_output=True, text=True, timeout=600, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert " passed" in proc.stdout
+
+
+@pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
+def test_every_integer_path_this_cpu_has_passes_these_tests():
+    """This file again on every slower integer GEMM path the CPU has."""
+    rerun_on_other_integer_paths(__file__)

@@ -21,9 +21,13 @@ def _case(direction, init, bias, seq_lens, seed=0, S=7, B=3, I=5, H=4):
             f(dirs, B, H) if init else None, f(dirs, B, H) if init else None]
     node = Node("LSTM", "lstm", list(range(7)), [7, 8, 9],
                 {"direction": direction, "hidden_size": H})
-    infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if k in (1, 2, 3, 4) else None)
-             for k, a in enumerate(arrs)]
-    return node, arrs, infos
+    return node, arrs, _infos(arrs)
+
+
+def _infos(arrs):
+    """The LSTM inputs' infos: W, R, B and sequence_lens constant."""
+    return [None if a is None else TensorInfo(a.shape, a.dtype, a if k in (1, 2, 3, 4) else None)
+            for k, a in enumerate(arrs)]
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
@@ -51,8 +55,7 @@ def test_bidirectional_lstm_on_two_threads(memory):
     # NOTE: weights scaled down so 40 steps stay contractive: with unit-variance weights the
     # recurrence is chaotic and float32 rounding differences grow past any fixed tolerance
     arrs[1], arrs[2] = arrs[1] * 0.2, arrs[2] * 0.2
-    infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if k in (1, 2, 3, 4) else None)
-             for k, a in enumerate(arrs)]
+    infos = _infos(arrs)
     ref = evaluate(node, arrs)
     kernel = LSTMKernel(node, 2)
     kernel.memory = memory
@@ -82,9 +85,7 @@ def test_lstm_units_split_over_two_threads(direction, init, hidden, monkeypatch)
     for seq in (9, 10):
         node, arrs, _ = _case(direction, init, True, False, S=seq, B=2, I=12, H=hidden)
         arrs[1], arrs[2] = arrs[1] * (2 / hidden) ** 0.5, arrs[2] * (2 / hidden) ** 0.5
-        infos = [None if a is None else TensorInfo(a.shape, a.dtype,
-                                                   a if k in (1, 2, 3, 4) else None)
-                 for k, a in enumerate(arrs)]
+        infos = _infos(arrs)
         ref = evaluate(node, arrs)
         kernel = LSTMKernel(node, 2)
         kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
@@ -112,8 +113,7 @@ def test_lstm_units_split_in_a_team_of_one():
         "from sprat.ir.tensorinfo import TensorInfo\n"
         "rnn.LSTM_SPLIT_BYTES = 0\n"
         "node, arrs, _ = t._case('bidirectional', True, True, False, S=5, B=2, I=6, H=40)\n"
-        "infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if k in (1, 2, 3, 4)"
-        " else None) for k, a in enumerate(arrs)]\n"
+        "infos = t._infos(arrs)\n"
         "ref = t.evaluate(node, arrs)\n"
         "k = t.LSTMKernel(node, 2)\n"
         "k.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])\n"

@@ -1,7 +1,7 @@
 """The cpu backend's TFLite integer kernels (``cpu/tflite.py`` on ``compiled/tflite.pxi``;
 TflConv and TflFullyConnected on the quantized conv kernel and the integer GEMM with TFLite's
-requantisation in their epilogues) against the reference kernels (``ops_tflite``, LiteRT's reference kernels bit for bit), one
-node at a time, at 1 and 2 threads, on the AVX2 build's 8-lane paths and their scalar
+requantisation in their epilogues) against the reference kernels (``ops_tflite``, LiteRT's
+reference kernels bit for bit), one node at a time, at 1 and 2 threads, on the AVX2 build's 8-lane paths and their scalar
 remainders, and on the baseline build (``test_cpu_paths.py`` runs this file with
 ``SPRAT_CPU=baseline``). Every output must equal the reference's exactly.
 
@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cpu_quant import exact, q, refused
+from test_cpu_quant import exact, q, refused, rerun_on_other_integer_paths
 
 from sprat.dtypes import to_code
 from sprat.frontends.tflite.quant import quantize_multiplier
@@ -287,17 +284,4 @@ def test_every_integer_path_this_cpu_has_passes_the_conv_and_fully_connected_tes
     """The TflConv / TflFullyConnected tests again with SPRAT_I8 forcing each slower integer
     GEMM path the CPU has (int16: no zero-point correction in the epilogue; vnni: 6 x 16
     tiles), as test_cpu_qconv.py does."""
-    from sprat.backends.cpu import quant
-    from sprat.backends.cpu.compiled import kernels
-
-    have = [p for p, ok in (("int16", True), ("vnni", kernels.i8_has_vnni())) if ok]
-    for path in have:
-        if path == quant.PATH:
-            continue
-        env = dict(os.environ, SPRAT_I8=path)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
-               "-k", "conv or fully_connected"]
-        proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[2],
-                              capture_output=True, text=True, timeout=600, env=env)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout
+    rerun_on_other_integer_paths(__file__, "-k", "conv or fully_connected")

@@ -62,15 +62,8 @@ def tfl_rescale(ins, axis=-1, to=3, **_):
         raise ShapeError(f"{op}: x must be int32, got {np.dtype(x.dtype)}")
     shape = tuple(x.shape)
     n = shape[axis] if shape else 1
-    for name, p, dt in (("scale", ins[1], np.float64), ("bias", ins[2] if len(ins) > 2 else None,
-                                                        np.int32)):
-        if p is None:
-            continue
-        if np.dtype(p.dtype) != np.dtype(dt):
-            raise ShapeError(f"{op}: {name} must be {np.dtype(dt)}, got {np.dtype(p.dtype)}")
-        size = int(np.prod(p.shape, dtype=np.int64))
-        if size not in (1, n):
-            raise ShapeError(f"{op}: {name} has {size} elements, expected 1 or {n}")
+    _per_channel(op, [ins[1], ins[2] if len(ins) > 2 else None], ("scale", "bias"), n,
+                 (np.float64, np.int32))
     return [(shape, _to(op, to))]
 
 
