@@ -847,6 +847,16 @@ def test_winograd_small_map_splits_output_channels(m):
     check("Conv", ins, attrs, consts=(1, 2))
 
 
+def _residual_conv(xs, ws, attrs, act):
+    """The inputs (x NHWC, W, bias, residual of the output's shape) and attrs of a conv of
+    ``xs`` by weights ``ws`` with a fused residual and activation ``act``."""
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
+    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    return ([x, w, randn(ws[0], seed=3), randn(*shape, seed=4)],
+            {**attrs, **fused(act, residual=True)})
+
+
 def _prepared_conv(ins, attrs, threads):
     node, infos = make("Conv", ins, attrs, consts=(1, 2))
     (shape, dtype), = infer(node, infos)
@@ -868,11 +878,7 @@ def _prepared_conv(ins, attrs, threads):
 ])
 def test_conv_im2col_splits(xs, ws, attrs, split_m):
     # the work split of ``conv.im2col_blocks``: equal to the reference at 1 and 2 threads
-    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
-    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
-    (shape, _), = infer(node, infos)
-    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
-    attrs = {**attrs, **fused("HardSwish", residual=True)}
+    ins, attrs = _residual_conv(xs, ws, attrs, "HardSwish")
     kernel = _prepared_conv(ins, attrs, 2)
     assert kernel.algo == "im2col" and kernel.split_m == split_m
     assert _prepared_conv(ins, attrs, 1).split_m is False
@@ -897,11 +903,7 @@ def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, pays, packed, monkeypatch
     if packed and not conv.PACKED_IM2COL:
         pytest.skip("the packed GEMM needs an AVX-512F CPU")
     monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
-    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
-    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
-    (shape, _), = infer(node, infos)
-    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
-    attrs = {**attrs, **fused("Relu", residual=True)}
+    ins, attrs = _residual_conv(xs, ws, attrs, "Relu")
     for threads in (1, 2):
         kernel = _prepared_conv(ins, attrs, threads)
         assert kernel.algo == "im2col"
@@ -965,11 +967,7 @@ def test_conv_shift_column_blocks(xs, ws, attrs, cols, monkeypatch):
     from sprat.backends.cpu import conv
 
     monkeypatch.setattr(conv, "PACKED_IM2COL", False)  # NOTE: it would replace shift
-    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
-    node, infos = make("Conv", [x, w, randn(ws[0], seed=3)], {**attrs, **fused()}, consts=(1, 2))
-    (shape, _), = infer(node, infos)
-    ins = [x, w, randn(ws[0], seed=3), randn(*shape, seed=4)]
-    attrs = {**attrs, **fused("Relu", residual=True)}
+    ins, attrs = _residual_conv(xs, ws, attrs, "Relu")
     kernel = _prepared_conv(ins, attrs, 2)
     assert kernel.algo == "shift" and kernel.cols == cols
     check("Conv", ins, attrs, consts=(1, 2))

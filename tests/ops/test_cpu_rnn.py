@@ -24,6 +24,20 @@ def _case(direction, init, bias, seq_lens, seed=0, S=7, B=3, I=5, H=4):
     return node, arrs, _infos(arrs)
 
 
+def _run_twice(kernel, arrs, ref, threads, tol):
+    """Run a prepared kernel twice on ``threads`` threads (the second run must not depend on
+    state left by the first) against the reference outputs ``ref``, within ``tol``."""
+    from sprat.backends.cpu import limits
+
+    ws = Workspace.allocate(kernel, np.nan)
+    with limits(threads):
+        for _ in range(2):
+            outs = [np.full_like(r, np.nan) for r in ref]
+            kernel.run(arrs, outs, ws)
+            for got, want in zip(outs, ref):
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 def _infos(arrs):
     """The LSTM inputs' infos: W, R, B and sequence_lens constant."""
     return [None if a is None else TensorInfo(a.shape, a.dtype, a if k in (1, 2, 3, 4) else None)
@@ -40,12 +54,7 @@ def test_lstm_matches_reference(direction, init, bias, seq_lens):
     ref = evaluate(node, arrs)
     kernel = LSTMKernel(node, 1)
     kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
-    ws = Workspace.allocate(kernel, np.nan)
-    for _ in range(2):  # a second run must not depend on state left by the first
-        outs = [np.full_like(r, np.nan) for r in ref]
-        kernel.run(arrs, outs, ws)
-        for got, want in zip(outs, ref):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _run_twice(kernel, arrs, ref, 1, 1e-5)
 
 
 @pytest.mark.parametrize("memory", ["normal", "low"])
@@ -61,15 +70,7 @@ def test_bidirectional_lstm_on_two_threads(memory):
     kernel.memory = memory
     kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
     assert kernel.par
-    ws = Workspace.allocate(kernel, np.nan)
-    from sprat.backends.cpu import limits
-
-    with limits(2):
-        for _ in range(2):
-            outs = [np.full_like(r, np.nan) for r in ref]
-            kernel.run(arrs, outs, ws)
-            for got, want in zip(outs, ref):
-                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    _run_twice(kernel, arrs, ref, 2, 1e-4)
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
@@ -79,7 +80,7 @@ def test_lstm_units_split_over_two_threads(direction, init, hidden, monkeypatch)
     """Above ``rnn.LSTM_SPLIT_BYTES`` of R^T a direction's hidden units are split over the
     threads (one barrier a step): equal to the reference, slots cut at multiples of 8 units
     (60 = 24 + 36), states handed over through the second buffer on odd and even step counts."""
-    from sprat.backends.cpu import limits, rnn
+    from sprat.backends.cpu import rnn
 
     monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 16 * 48 * 48)
     for seq in (9, 10):
@@ -90,13 +91,7 @@ def test_lstm_units_split_over_two_threads(direction, init, hidden, monkeypatch)
         kernel = LSTMKernel(node, 2)
         kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
         assert kernel.units == 2
-        ws = Workspace.allocate(kernel, np.nan)
-        with limits(2):
-            for _ in range(2):
-                outs = [np.full_like(r, np.nan) for r in ref]
-                kernel.run(arrs, outs, ws)
-                for got, want in zip(outs, ref):
-                    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        _run_twice(kernel, arrs, ref, 2, 1e-4)
 
 
 def test_lstm_units_split_in_a_team_of_one():
@@ -155,20 +150,13 @@ def _gru_case(direction, init, bias, lbr, seed=0, S=7, B=3, n_in=5, H=4, scale=1
 
 
 def _run_gru(node, arrs, infos, threads):
-    from sprat.backends.cpu import limits
     from sprat.backends.cpu.rnn import GRUKernel
 
     assert CpuBackend().has_fast_kernel(node, infos)
     ref = evaluate(node, arrs)
     kernel = GRUKernel(node, threads)
     kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
-    ws = Workspace.allocate(kernel, np.nan)
-    with limits(threads):
-        for _ in range(2):  # a second run must not depend on state left by the first
-            outs = [np.full_like(r, np.nan) for r in ref]
-            kernel.run(arrs, outs, ws)
-            for got, want in zip(outs, ref):
-                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _run_twice(kernel, arrs, ref, threads, 1e-5)
     return kernel
 
 
