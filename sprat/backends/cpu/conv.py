@@ -66,6 +66,9 @@ PACKED_POINTWISE = PACKED
 # 64->64 over 400 1.32 vs 1.06; 2 threads the same or better but for a 24 us 1-D k7 conv over 50
 # frames (0.61 vs 0.77)
 PACKED_IM2COL = PACKED
+IM2COL_PACKED_BYTES = 1 << 20
+#: output channels up to which a conv GEMM stays on BLAS (``packed_pays``)
+PACKED_MIN_M = 16
 
 
 def packed_pays(m: int) -> bool:
@@ -81,8 +84,6 @@ def packed_pays(m: int) -> bool:
     return m > PACKED_MIN_M
 
 
-PACKED_MIN_M = 16
-IM2COL_PACKED_BYTES = 1 << 20
 # NOTE: on one thread a map of fewer than 16 tiles (10x10) runs faster as im2col/shift GEMMs
 # (NudeNet 320: 0.96-0.97x the time); on two threads Winograd splits its output channels and
 # stays ahead (without it 1.05-1.06x the time), so the minimum applies to one thread only.
