@@ -197,3 +197,22 @@ def test_gru_refuses_what_it_does_not_implement():
     ck.gru(np.zeros(S * B * n_in, np.float32), *args)
     with pytest.raises(ValueError, match="too short"):
         ck.gru(x, *args)
+
+
+def test_lstm_units_split_packs_per_slot_count(monkeypatch):
+    """Kernels of one model share packed weights (the Interpreter's PackCache); the LSTM's
+    unit-split columns depend on the slot count, so a 2-slot and a 3-slot kernel each pack their
+    own, and both equal the reference."""
+    from sprat.backends.cpu import rnn
+    from sprat.backends.base import PackCache
+
+    monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 0)
+    node, arrs, _ = _case("bidirectional", False, True, False, S=6, B=2, I=10, H=48)
+    arrs[1], arrs[2] = arrs[1] * 0.2, arrs[2] * 0.2
+    ref = evaluate(node, arrs)
+    packs = PackCache()
+    for threads in (2, 3, 2):
+        kernel = LSTMKernel(node, threads, packs)
+        kernel.prepare(_infos(arrs), [TensorInfo(r.shape, r.dtype) for r in ref])
+        assert kernel.units == threads
+        _run_twice(kernel, arrs, ref, threads, 1e-4)

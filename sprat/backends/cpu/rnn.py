@@ -44,14 +44,15 @@ def _plain_recurrence(node, ins, acts) -> bool:
                                 and not np.any(seq_lens.value != x.shape[0]))
 
 
-def _pack_transposed(kernel, w, r, order=None) -> tuple[np.ndarray, np.ndarray]:
+def _pack_transposed(kernel, w, r, slots=0) -> tuple[np.ndarray, np.ndarray]:
     """W^T and R^T of every direction, float32, one flat row each (shared per model), their
-    columns in ``order`` when given (``lstm_unit_order``); the kernel declares W and R packed
-    (``Kernel.packed``: their mapped pages are given back)."""
+    columns in ``lstm_unit_order`` of ``slots`` slots when given (the tag names the slot
+    count: sessions of other thread counts share the model's packs); the kernel declares W and
+    R packed (``Kernel.packed``: their mapped pages are given back)."""
     dirs = w.shape[0]
     kernel.packed = (1, 2)
-    cols = slice(None) if order is None else order
-    tag = "" if order is None else f"_units{len(order)}"
+    cols = lstm_unit_order(w.shape[1] // 4, slots) if slots else slice(None)
+    tag = f"_units{slots}" if slots else ""
     return (kernel.shared("wt_all" + tag, lambda: np.stack([
                 np.ascontiguousarray(w[d].T[:, cols], dtype=np.float32).reshape(-1)
                 for d in range(dirs)])),
@@ -108,16 +109,15 @@ class LSTMKernel(CpuKernel):
         hid = self.hidden
         self.units = (self.threads if not self.r_trans and self.threads >= 2
                       and 16 * hid * hid > LSTM_SPLIT_BYTES and hid >= 8 * self.threads else 0)
-        order = lstm_unit_order(hid, self.units) if self.units else None
         if not self.r_trans:
-            self.w, self.r = _pack_transposed(self, w, r, order)
+            self.w, self.r = _pack_transposed(self, w, r, self.units)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = np.zeros((self.dirs, four_h), np.float32)
         else:
             self.bias = np.ascontiguousarray(b[:, :four_h] + b[:, four_h:], np.float32)
-        if order is not None:
-            self.bias = np.ascontiguousarray(self.bias[:, order])
+        if self.units:
+            self.bias = np.ascontiguousarray(self.bias[:, lstm_unit_order(hid, self.units)])
         self.has_h0 = len(ins) > 5 and ins[5] is not None
         self.has_c0 = len(ins) > 6 and ins[6] is not None
         # scratch, once per shape, one slice per direction
