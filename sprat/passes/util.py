@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir.graph import MISSING, Graph
 
 DEAD = "__dead__"  # op_type a pass gives a node it has made redundant; drop_dead removes them
@@ -62,8 +64,6 @@ def scaled_per_channel(g: Graph, w: int, vec, before, producers: dict) -> int | 
     """A value holding ``w * vec`` scaled per output channel (axis 0): a float64 product stored
     as float32 when ``w`` is a constant; a ``Mul`` placed before node ``before`` when ``w`` is
     computed from constants only (the session folds it at prepare); else None."""
-    import numpy as np
-
     vec = np.asarray(vec, np.float64)
     data = g.values[w].data
     if data is not None:
