@@ -203,8 +203,8 @@ def test_lstm_units_split_packs_per_slot_count(monkeypatch):
     """Kernels of one model share packed weights (the Interpreter's PackCache); the LSTM's
     unit-split columns depend on the slot count, so a 2-slot and a 3-slot kernel each pack their
     own, and both equal the reference."""
-    from sprat.backends.cpu import rnn
     from sprat.backends.base import PackCache
+    from sprat.backends.cpu import rnn
 
     monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 0)
     node, arrs, _ = _case("bidirectional", False, True, False, S=6, B=2, I=10, H=48)
