@@ -211,6 +211,177 @@ def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[:
                             split_m, code, a, b, ps)
 
 
+# ---- pointwise with a channel scale (squeeze-and-excitation, ``_scale``) ------------------
+# ``y = act((x * s) @ W + bias (+ res))`` with ``s`` one factor per input channel (per image,
+# or one row for all): ``(x * s) W = x (diag(s) W)``, so either the weight's K rows are scaled
+# (once per call and slot, into the slot's workspace; then the GEMM reads x in place) or each
+# block of x's rows is scaled into the slot's workspace while it is in cache, right before its
+# GEMM. ``conv.py`` picks the cheaper at prepare (``scale_weight_pays``); either way the Mul's
+# pass over the whole map (read x, write x * s, read it again) is gone.
+
+cdef struct conv_se_t:
+    const float* x
+    const float* s
+    const float* w      # packed panels (``packed``) or the (C, M) pointwise weight
+    const float* bias   # M floats (packed) or the tiled row bias (``nbias`` floats)
+    idx nbias
+    const float* res
+    bint has_res
+    float* y
+    idx P, C, M, hw
+    bint per_image, packed, scale_w, split_m, wt
+    idx rb, cb          # rows x columns per work item (packed); pixels per block (BLAS: rb)
+    int code
+    float a, b
+    const float* slope
+
+
+cdef void conv_scale_rows(conv_dst d, const float* src, idx nrows, idx width, const float* s,
+                          idx period) noexcept nogil:
+    """``d[r, :] = src[r, :] * s[r % period]`` for ``nrows`` rows of ``width`` floats: the K
+    rows of a (K, M) weight (``period`` = K), or of packed panels one after another."""
+    cdef idx r, j
+    cdef float f
+    cdef const float* sr
+    for r in range(nrows):
+        f = s[r % period]
+        sr = src + r * width
+        for j in range(width):
+            d[r * width + j] = sr[j] * f
+
+
+cdef void conv_scale_pixels(conv_dst d, const float* x, idx p0, idx p1, idx C, const float* s,
+                            idx hw, bint per_image) noexcept nogil:
+    """``d[p - p0, :] = x[p, :] * s[image of p, :]`` for the pixels [p0, p1) of (P, C) maps of
+    ``hw`` pixels each; ``s`` one row of C factors per image (``per_image``) or one for all."""
+    cdef idx p, k
+    cdef const float* sr
+    cdef const float* xr
+    for p in range(p0, p1):
+        sr = s + (p // hw) * C if per_image else s
+        xr = x + p * C
+        for k in range(C):
+            d[(p - p0) * C + k] = xr[k] * sr[k]
+
+
+cdef void conv_se_packed(const conv_se_t* q, idx t, idx nt, float* ws) noexcept nogil:
+    """Slot ``t`` of ``nt`` on the packed-weight GEMM: work items of ``rb`` rows x ``cb``
+    columns as ``gemm_packed`` deals them out, the epilogue in registers."""
+    cdef idx ncb = (q.M + q.cb - 1) // q.cb
+    cdef idx items = ((q.P + q.rb - 1) // q.rb) * ncb
+    cdef idx lo = t * items // nt
+    cdef idx hi = (t + 1) * items // nt
+    cdef idx it, m0, m1, n0, n1, r, pan0, pan1, last = -1
+    cdef idx K = q.C
+    cdef bint act_regs = sprat_pk_act_in_regs(q.code)
+    cdef const float* w = q.w
+    cdef const float* a
+    cdef sprat_pk_epi e
+    if hi <= lo:
+        return
+    e.bias, e.slope, e.a, e.b = q.bias, q.slope, q.a, q.b
+    e.code = q.code if act_regs else A_NONE
+    if q.scale_w:
+        # NOTE: only the panels of the column blocks this slot's items cover (a column split
+        # of a small map gives each slot half of them)
+        if hi - lo >= ncb or lo % ncb > (hi - 1) % ncb:
+            pan0, pan1 = 0, (q.M + SPRAT_PK_NR - 1) // SPRAT_PK_NR
+        else:
+            pan0 = (lo % ncb) * q.cb // SPRAT_PK_NR
+            pan1 = (min(q.M, ((hi - 1) % ncb + 1) * q.cb) + SPRAT_PK_NR - 1) // SPRAT_PK_NR
+        conv_scale_rows(ws + pan0 * K * SPRAT_PK_NR, q.w + pan0 * K * SPRAT_PK_NR,
+                        (pan1 - pan0) * K, SPRAT_PK_NR, q.s, K)
+        w = ws
+    for it in range(lo, hi):
+        m0 = (it // ncb) * q.rb
+        n0 = (it % ncb) * q.cb
+        m1 = min(q.P, m0 + q.rb)
+        n1 = min(q.M, n0 + q.cb)
+        if q.scale_w:
+            a = q.x + m0 * K
+        else:
+            if m0 != last:  # NOTE: items of one row block follow each other: scaled once
+                conv_scale_pixels(ws, q.x, m0, m1, K, q.s, q.hw, q.per_image)
+                last = m0
+            a = ws
+        e.res = q.res + m0 * q.M if q.has_res else NULL
+        sprat_pk_gemm_epi(m1 - m0, n0, n1, K, a, K, w, q.y + m0 * q.M, q.M, &e)
+        if not act_regs and q.code != A_NONE:
+            for r in range(m0, m1):
+                act_inplace(q.y + r * q.M + n0, n1 - n0, q.code, q.a, q.b)
+
+
+cdef void conv_se_blas(const conv_se_t* q, idx t, idx nt, float* ws) noexcept nogil:
+    """Slot ``t`` of ``nt`` on ``conv_pointwise_slot`` (BLAS, blocks of ``rb`` pixels)."""
+    cdef idx nb = (q.P + q.rb - 1) // q.rb
+    cdef idx bi, p0, rows, b0, b1
+    if q.scale_w:
+        conv_scale_rows(ws, q.w, q.C, q.M, q.s, q.C)
+        conv_pointwise_slot(t, nt, q.x, ws, q.bias, q.nbias, q.res, q.has_res, q.y, q.P, q.C,
+                            q.M, 1, q.rb, False, q.split_m, q.code, q.a, q.b, q.slope)
+        return
+    if q.split_m:
+        b0, b1 = 0, nb
+    else:
+        b0, b1 = t * nb // nt, (t + 1) * nb // nt
+    for bi in range(b0, b1):
+        p0 = bi * q.rb
+        rows = min(q.rb, q.P - p0)
+        conv_scale_pixels(ws, q.x, p0, p0 + rows, q.C, q.s, q.hw, q.per_image)
+        # NOTE: with split_m every slot scales every block and computes its channels of it
+        conv_pointwise_slot(t if q.split_m else 0, nt if q.split_m else 1, ws, q.w, q.bias,
+                            q.nbias, conv_at(q.res, p0 * q.M), q.has_res, q.y + p0 * q.M, rows,
+                            q.C, q.M, 1, rows, q.wt, q.split_m, q.code, q.a, q.b, q.slope)
+
+
+def conv_pointwise_scaled(int nt, const float[::1] x, const float[::1] s, bint per_image, idx hw,
+                          const float[::1] w, bint packed, bint wt, bint scale_w,
+                          const float[::1] bias, const float[::1] res, bint has_res,
+                          float[::1] y, idx P, idx C, idx M, idx rb, idx cb, bint split_m,
+                          float[:, ::1] ws, int code, float a, float b,
+                          const float[::1] slope):
+    """1x1 conv, stride 1, no padding, one group, of the scaled input:
+    ``y (P, M) = act((x (P, C) * s) @ W + bias (+ res))``. ``s``: C floats, or with
+    ``per_image`` C per image of ``hw`` pixels (P / hw rows). ``w``: the packed panels of
+    ``gemm_packed`` (``packed``; work items of ``rb`` rows x ``cb`` columns, ``bias`` M
+    floats, PRelu's ``slope`` M) or the (C, M) pointwise weight of ``conv_pointwise`` (with
+    ``wt`` the model's (M, C); blocks of ``rb`` pixels, ``split_m``; ``bias`` and ``slope``
+    tiled). ``scale_w``: scale the weight (each slot into its row of ``ws``: the weight's
+    size), else x's rows (a row of ``ws`` holds ``rb`` pixels); not with ``per_image`` or
+    ``wt``. Raises ValueError on short operands or
+    workspace, a bad block size, or ``packed`` where ``packed_gemm_available()`` is false."""
+    cdef idx wlen = ((M + SPRAT_PK_NR - 1) // SPRAT_PK_NR) * SPRAT_PK_NR * C if packed else C * M
+    conv_check(x, P * C, y, P * M, res, has_res, w, wlen)
+    conv_check_slope(slope, code, bias.shape[0], M)
+    if (rb < 1 or cb < 1 or hw < 1 or P % hw or (scale_w and (per_image or wt))
+            or (packed and wt)
+            or s.shape[0] < (P // hw if per_image else 1) * C
+            or (packed and (cb % SPRAT_PK_NR or not sprat_pk_available()))):
+        raise ValueError(f"conv_pointwise_scaled: bad blocks ({rb}, {cb}), images of {hw} "
+                         f"pixels, {s.shape[0]} scale floats or packed weights unavailable")
+    conv_check_ws(ws, nt, wlen if scale_w else rb * C)
+    cdef conv_se_t q
+    q.x, q.s, q.w, q.bias, q.nbias = &x[0], &s[0], &w[0], &bias[0], bias.shape[0]
+    q.res, q.has_res, q.y = cptr(res), has_res, &y[0]
+    q.P, q.C, q.M, q.hw = P, C, M, hw
+    q.per_image, q.packed, q.scale_w, q.split_m, q.wt = per_image, packed, scale_w, split_m, wt
+    q.rb, q.cb, q.code, q.a, q.b, q.slope = rb, cb, code, a, b, cptr(slope)
+    cdef const conv_se_t* qp = &q
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            if packed:
+                conv_se_packed(qp, 0, 1, &ws[0, 0])
+            else:
+                conv_se_blas(qp, 0, 1, &ws[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        if packed:
+            conv_se_packed(qp, t, nt, &ws[t, 0])
+        else:
+            conv_se_blas(qp, t, nt, &ws[t, 0])
+
+
 # ---- shift-GEMM: stride 1, one group ---------------------------------------------------------
 
 cdef void conv_shift_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
