@@ -66,6 +66,10 @@ def _median_us(fn, seconds):
     return statistics.median(ts) * 1e6
 
 
+def _runner(kernel, ins, y, ws):
+    return lambda: kernel.run(ins, [y], ws)
+
+
 def case(hw, k, m, threads, seconds):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, hw, hw, k)).astype(np.float32)
@@ -89,7 +93,7 @@ def case(hw, k, m, threads, seconds):
             conv.scale_weight_pays = pays
         outs[mode] = y
         auto = "w" if kern.scaled[1] else "x"
-        fns[mode] = (lambda kern, y, ws: lambda: kern.run([x, w, b, s], [y], ws))(kern, y, ws)
+        fns[mode] = _runner(kern, [x, w, b, s], y, ws)
     times = {name: [] for name in fns}
     with threading.limits(threads):
         for _ in range(3):
