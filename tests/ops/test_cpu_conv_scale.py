@@ -1,13 +1,15 @@
-"""The 1x1 conv with a fused squeeze-excite channel scale (``_scale``, ``passes.fuse_scale``)
-against the reference kernel (``x * s`` then the conv), at 1 and 2 threads, in both of its
-modes (the weight scaled per slot, or the input rows per block), on the packed-weight GEMM
-(AVX-512F CPUs) and on the BLAS path; run on the forced baseline build by ``test_cpu_paths``."""
+"""The squeeze-excite fusions against the reference kernel at 1 and 2 threads: the 1x1 conv
+with the channel scale (``_scale``, ``passes.fuse_scale``; ``x * s`` then the conv) in both of
+its modes (the weight scaled per slot, or the input rows per block), on the packed-weight GEMM
+(AVX-512F CPUs) and on the BLAS path; the depthwise conv with its global average pool
+(``_mean``, ``passes.fuse_mean``), summed in the blocked kernel's epilogue or pooled after the
+other kernels. Run on the forced baseline build too by ``test_cpu_paths``."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from opcheck import DEFAULT_RTOL, fused, nhwc, randn
+from opcheck import DEFAULT_RTOL, fused, nhwc, randn, readonly
 from opcheck import check_cpu as check
 from opcheck import cpu_refuses as refuses
 from opcheck import make_node as make
@@ -17,6 +19,7 @@ from sprat.backends.cpu import CpuBackend, conv, limits
 from sprat.backends.cpu.compiled import kernels as ck
 from sprat.backends.reference import evaluate
 from sprat.errors import ShapeError
+from sprat.ir.graph import Node
 from sprat.ir.shapes import infer
 from sprat.ir.tensorinfo import TensorInfo
 
@@ -166,3 +169,63 @@ def test_compiled_scaled_conv_checks_its_operands():
                 {"packed": True, "wt": True}):
         with pytest.raises(ValueError):
             call(**bad)
+
+
+# ---- the depthwise conv with its global average pool fused (``_mean``) ---------------------
+
+def _run_mean(x, w, b, attrs, threads):
+    """(reference, cpu) outputs (y, mean) of a depthwise Conv with ``_mean`` (two outputs),
+    the cpu kernel run twice into garbage-filled outputs and workspaces."""
+    from opcheck import garbage
+
+    ins = [x, readonly(w), readonly(b)]
+    node = Node("Conv", "conv", [0, 1, 2], [3, 4], {**attrs, "_mean": True})
+    infos = [TensorInfo(x.shape, x.dtype), TensorInfo(w.shape, w.dtype, ins[1]),
+             TensorInfo(b.shape, b.dtype, ins[2])]
+    shapes = infer(node, infos)
+    assert len(shapes) == 2
+    backend = CpuBackend(threads)
+    assert backend.has_fast_kernel(node, infos)
+    kernel = backend.make_kernel(node, infos)
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
+    outs = [garbage(s, d) for s, d in shapes]
+    ws = Workspace.allocate(kernel, np.nan)
+    with limits(threads):
+        kernel.run(ins, outs, ws)
+        first = [o.copy() for o in outs]
+        kernel.run(ins, outs, ws)
+    for a, b_ in zip(first, outs):
+        np.testing.assert_array_equal(a, b_)
+    return evaluate(node, ins), outs, kernel
+
+
+@pytest.mark.parametrize("xs,k,stride,act", [
+    ((1, 32, 28, 28), 3, 1, "Silu"),        # blocked kernel (AVX2 build), one channel tile
+    ((2, 144, 14, 13), 5, 2, "HardSwish"),  # two images, uneven map
+    ((1, 480, 7, 7), 5, 1, "Relu"),         # several channel tiles per row
+    ((1, 20, 9, 9), 3, 1, "Tanh"),          # an activation after the kernel; C % 8 != 0
+    ((1, 24, 11, 10), 7, 1, "Relu"),        # 7-wide: the tap-by-tap kernel, then the pool
+    ((2, 16, 40), 3, 1, "Relu"),            # 1-D
+])
+def test_depthwise_conv_with_its_mean_equals_the_reference(xs, k, stride, act):
+    c = xs[1]
+    x = nhwc(randn(*xs, seed=1))
+    w = randn(c, 1, *([k] * (len(xs) - 2)), seed=2, scale=0.3)
+    b = randn(c, seed=3)
+    attrs = {**fused(act), "group": c, "kernel_shape": [k] * (len(xs) - 2),
+             "pads": [k // 2] * (2 * (len(xs) - 2)), "strides": [stride] * (len(xs) - 2)}
+    for threads in (1, 2):
+        want, got, kernel = _run_mean(x, w, b, attrs, threads)
+        assert kernel.algo == "depthwise" and kernel.mean
+        assert kernel.blocked == (ck.DEPTHWISE_BLOCKED and k in (3, 5))
+        assert got[1].shape == (xs[0], *([1] * (len(xs) - 2)), c)
+        for g, e in zip(got, want):
+            assert np.abs(g - e).max() <= DEFAULT_RTOL * max(1.0, float(np.abs(e).max()))
+
+
+def test_mean_refused_on_convs_that_are_not_depthwise():
+    x, w, b = nhwc(randn(1, 16, 6, 6, seed=1)), randn(8, 16, 1, 1, seed=2), randn(8, seed=3)
+    node = Node("Conv", "conv", [0, 1, 2], [3, 4], {**fused(), "_mean": True})
+    infos = [TensorInfo(x.shape, x.dtype), TensorInfo(w.shape, w.dtype, w),
+             TensorInfo(b.shape, b.dtype, b)]
+    assert not CpuBackend(1).has_fast_kernel(node, infos)

@@ -1,6 +1,8 @@
-"""``passes.fuse_scale``: a squeeze-excite channel scale ``Mul(x, s)`` read by a 1x1 conv only
-becomes the conv's ``_scale`` input; everywhere else the Mul stays. Every graph is checked
-against onnxruntime on the cpu and the reference backends at 1 and 2 threads."""
+"""The squeeze-excite passes: ``fuse_scale`` (a channel scale ``Mul(x, s)`` read by a 1x1 conv
+only becomes the conv's ``_scale`` input; everywhere else the Mul stays) and ``fuse_mean`` (the
+GlobalAveragePool of a depthwise conv's output becomes the conv's ``_mean`` output). Every
+graph is checked against onnxruntime on the cpu and the reference backends at 1 and 2
+threads."""
 
 from __future__ import annotations
 
@@ -154,3 +156,42 @@ def test_not_into_a_conv_whose_weight_is_not_constant():
     w = inits.pop("p.w")
     g = _check(_model(nodes, inits, inputs=[("p.w", w)]), inputs=[("p.w", w)])
     assert g.op_counts().get("Mul") == 1 and not _scaled(g)
+
+
+# ---- fuse_mean: the squeeze (GlobalAveragePool) taken by the depthwise conv ----------------
+
+def _dw_block(group=C, pool_of="a"):
+    """x -> 1x1 conv to C channels -> 3x3 conv (``group``) + Relu "a" -> SE over
+    ``pool_of`` -> Mul -> 1x1 projection to 8 -> y."""
+    inits = {"e.w": _f32(C, 8, 1, 1, scale=0.3), "d.w": _f32(C, C // group, 3, 3, scale=0.3),
+             "d.b": _f32(C), "p.w": _f32(8, C, 1, 1, scale=0.3)}
+    se_nodes, se_inits = _se(pool_of)
+    nodes = [h.make_node("Conv", ["x", "e.w"], ["e"]),
+             h.make_node("Conv", ["e", "d.w", "d.b"], ["d"], pads=[1, 1, 1, 1], group=group),
+             h.make_node("Relu", ["d"], ["a"]),
+             *se_nodes,
+             h.make_node("Mul", ["a", "s"], ["m"]),
+             h.make_node("Conv", ["m", "p.w"], ["y"])]
+    return nodes, {**inits, **se_inits}
+
+
+def _pooled(g):
+    return [n for n in g.nodes if n.op_type == "Conv" and n.attrs.get("_mean")]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_squeeze_fuses_into_the_depthwise_conv(n):
+    nodes, inits = _dw_block()
+    g = _check(_model(nodes, inits, n=n), n=n)
+    assert "GlobalAveragePool" not in g.op_counts()
+    (dw,) = _pooled(g)
+    assert dw.attrs.get("_activation") == "Relu" and len(dw.outputs) == 2
+    assert g.values[dw.outputs[1]].shape == (n, 1, 1, C)
+    assert len(_scaled(g)) == 1
+
+
+def test_the_squeeze_stays_a_pool_after_other_convs():
+    # a grouped (not depthwise) conv, and a pool of a full conv's output
+    for nodes, inits in (_dw_block(group=4), _dw_block(pool_of="e")):
+        g = _check(_model(nodes, inits))
+        assert g.op_counts().get("GlobalAveragePool") == 1 and not _pooled(g)

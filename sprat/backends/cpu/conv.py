@@ -243,6 +243,8 @@ class ConvKernel(CpuKernel):
             return False
         if node.attrs.get("_scale") and not _scale_ok(node, x, w, scale_input(node, ins)):
             return False
+        if node.attrs.get("_mean") and not (group == c == m > 1 and len(node.outputs) == 2):
+            return False
         return group >= 1 and c % group == 0 and m % group == 0 and w.shape[1] * group == c
 
     def prepare(self, ins, outs):
@@ -312,6 +314,12 @@ class ConvKernel(CpuKernel):
                 self.wt = self.bt = self.empty
             if slope is not None and not self.blocked:
                 self.slope = self.shared(f"slope_tiled{seg}", lambda: np.tile(slope, seg))
+            if node.attrs.get("_mean"):
+                # NOTE: the blocked kernel sums each output row in its epilogue, per slot; the
+                # others are followed by the reduce kernel's global average pool
+                self.mean = True
+                self.workspaces = ((scratch(nt, n * c, np.float64), scratch(nt, c))
+                                   if self.blocked else (scratch(nt, ck.REDUCE_CHUNK, np.float64),))
         elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
             self.algo = "pointwise"
             cg, mg = c // group, m // group
@@ -399,6 +407,8 @@ class ConvKernel(CpuKernel):
 
     #: ``_scale``: (per_image, scale_w) of ``conv_pointwise_scaled``, or None
     scaled = None
+    #: ``_mean``: the second output is the global average pool of the first (depthwise only)
+    mean = False
 
     def _prepare_scale(self, scale, n, hw, c, m):
         """A squeeze-excite scale on the pointwise algorithm: scale the weight or the input
@@ -418,7 +428,27 @@ class ConvKernel(CpuKernel):
         s = ins[-2 if self.has_res else -1] if self.scaled is not None else None
         # NOTE: the argument tuple (tens of arguments) is built once per binding: rebuilding it
         # cost ~3 us a call on small convs
+        if self.mean:
+            mean = outs[1]
+            self.bound_call(ws, (x, y, r, mean), lambda: self._mean_args(x, y, r, mean,
+                                                                         ws.buffers))
+            return
         self.bound_call(ws, (x, y, r, s), lambda: self._args_for(x, y, r, ws.buffers, s))
+
+    def _mean_args(self, xa, ya, ra, mean, bufs):
+        """(fn, args) of a depthwise conv with ``_mean``: the blocked kernel given the mean
+        and its scratch, or the conv then the reduce kernel's global average pool."""
+        n, c, oh, ow = self.geom[0], self.geom[3], self.geom[5], self.geom[6]
+        if self.algo == "depthwise" and self.blocked:
+            fn, args = self._args_for(xa, ya, ra, ())
+            return fn, (*args, mean.reshape(-1), *bufs)
+        fn, args = self._args_for(xa, ya, ra, ())
+        pool = (ya.reshape(-1), mean.reshape(-1), n, oh * ow, c, ck.MEAN, self.nt, bufs[0])
+
+        def conv_then_pool(*a):
+            fn(*a)
+            ck.reduce_ori(*pool)
+        return conv_then_pool, args
 
     def _args_for(self, xa, ya, ra, bufs, sa=None):
         x, y = xa.reshape(-1), ya.reshape(-1)

@@ -71,6 +71,11 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     if nhwc:
         s, dt = outs[0]
         outs = [(permute_shape(s, NCHW_TO_NHWC[len(s)]), dt)] + list(outs[1:])
+    if internal.get("_mean"):
+        s, dt = outs[0]
+        keep = (0, len(s) - 1) if nhwc else (0, 1)
+        outs = [outs[0], (tuple(d if i in keep else 1 for i, d in enumerate(s)), dt)] + list(
+            outs[1:])
     if table is not None:
         if table.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)) or len(table.shape) != 2:
             raise ShapeError(f"node {node.name!r} ({node.op_type}): a _lookup table must be "

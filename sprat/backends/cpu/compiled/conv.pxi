@@ -1247,9 +1247,11 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
                                const float* res, bint has_res, float* y, idx N, idx H, idx W,
                                idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
                                idx ph, idx pw, idx ct, int code, float a, float b,
-                               const float* sp) noexcept nogil:
+                               const float* sp, double* psum, float* rowsum) noexcept nogil:
     """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units; the
-    activations without a register form (Tanh, Gelu) then run over the slot's outputs."""
+    activations without a register form (Tanh, Gelu) then run over the slot's outputs. With
+    ``psum`` (N*C doubles, the slot's own; NULL: none) each unit's output row, still in cache,
+    is summed per channel into it (``rowsum``: C floats of scratch), for ``_mean``."""
     cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
     cdef idx units = N * OH * ntile
     cdef idx u0 = t * units // nt
@@ -1257,26 +1259,70 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
     cdef idx u, q, c0, c1, ow
     sprat_dw_units(y, x, wp, bp, sp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw,
                    dh, ph, pw, ct, u0, u1, code, a, b)
-    if code == A_NONE or sprat_dw_act_in_regs(code):
-        return
-    for u in range(u0, u1):
-        q = u // ntile
-        c0 = (u - q * ntile) * ct * 8
-        c1 = min(C, c0 + ct * 8)
-        for ow in range(OW):
-            act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
+    if code != A_NONE and not sprat_dw_act_in_regs(code):
+        for u in range(u0, u1):
+            q = u // ntile
+            c0 = (u - q * ntile) * ct * 8
+            c1 = min(C, c0 + ct * 8)
+            for ow in range(OW):
+                act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
+    if psum != NULL:
+        memset(psum, 0, N * C * sizeof(double))
+        for u in range(u0, u1):
+            q = u // ntile
+            c0 = (u - q * ntile) * ct * 8
+            c1 = min(C, c0 + ct * 8)
+            conv_row_sums(psum + (q // OH) * C + c0, rowsum, y + q * OW * C + c0, OW, C, c1 - c0)
+
+
+cdef void conv_row_sums(double* acc, conv_dst rowsum, const float* y, idx npix, idx pitch,
+                        idx nc) noexcept nogil:
+    """``acc[:nc] += sum over p < npix of y[p * pitch : p * pitch + nc]``: one output row's
+    channel sums, in float32 over the row (vectorised, at most a few hundred terms), added
+    to the float64 partial sums (a whole map's mean keeps float64's precision, as
+    ``reduce_ori``'s global average pool does)."""
+    cdef idx p, c
+    for c in range(nc):
+        rowsum[c] = 0
+    for p in range(npix):
+        for c in range(nc):
+            rowsum[c] += y[p * pitch + c]
+    for c in range(nc):
+        acc[c] += rowsum[c]
+
+
+cdef void conv_means(float* mean, const double* psum, idx nt, idx n, idx count) noexcept nogil:
+    """``mean[:n] = psum[:n] / count`` (one slot)."""
+    conv_means_strided(mean, psum, nt, n, n, count)
+
+
+cdef void conv_means_strided(float* mean, const double* psum, idx nt, idx stride, idx n,
+                             idx count) noexcept nogil:
+    """``mean[:n] = sum over slots t < nt of psum[t * stride : t * stride + n] / count``."""
+    cdef idx j, t
+    cdef double v
+    for j in range(n):
+        v = 0
+        for t in range(nt):
+            v += psum[t * stride + j]
+        mean[j] = <float>(v / count)
 
 
 def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, const float[::1] bp,
                            const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W,
                            idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph,
-                           idx pw, idx ct, int code, float a, float b, const float[::1] slope):
+                           idx pw, idx ct, int code, float a, float b, const float[::1] slope,
+                           float[::1] mean=None, double[:, ::1] psum=None,
+                           float[:, ::1] rowsum=None):
     """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C) by the
     register-blocked kernel: ``kw`` 3 or 5, horizontal stride ``sw`` 1 or 2, horizontal
     dilation 1 (any ``kh``, vertical stride ``sh`` and dilation ``dh``); ``wp`` packed
     (ceil(C/8), kh, kw, 8) and ``bp`` (ceil(C/8)*8) zero past C (``conv.depthwise_pack``),
     PRelu's ``slope`` padded as ``bp`` (empty for other activations);
     units of (output row, ``ct`` blocks of 8 channels) split evenly over ``nt`` slots.
+    With ``mean`` (N*C floats; ``_mean``, a global average pool of ``y`` fused): ``mean[n, c]``
+    = the average of ``y[n, :, :, c]``, summed per slot in the units' epilogue while each row is
+    in cache (``psum`` (nt, >= N*C) and ``rowsum`` (nt, >= C) scratch), then added.
     Raises ValueError on short operands or an unsupported geometry, RuntimeError on a build
     without it (``DEPTHWISE_BLOCKED`` false)."""
     cdef idx cp = (C + 7) // 8 * 8
@@ -1296,15 +1342,31 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     cdef const float* ps = cptr(slope)
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
+    cdef double* pacc = NULL
+    cdef float* prow = NULL
+    cdef idx sstride = 0, rstride = 0
+    if mean is not None:
+        if (mean.shape[0] < N * C or psum is None or rowsum is None or psum.shape[0] < nt
+                or psum.shape[1] < N * C or rowsum.shape[0] < nt or rowsum.shape[1] < C):
+            raise ValueError("conv_depthwise_blocked: mean, psum or rowsum too short")
+        pacc, prow = &psum[0, 0], &rowsum[0, 0]
+        sstride, rstride = psum.shape[1], rowsum.shape[1]
     cdef int t
     if nt <= 1:
         with nogil:
             conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                                 sh, sw, dh, ph, pw, ct, code, a, b, ps)
+                                 sh, sw, dh, ph, pw, ct, code, a, b, ps, pacc, prow)
+            if pacc != NULL:
+                conv_means(&mean[0], pacc, 1, N * C, OH * OW)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                             sh, sw, dh, ph, pw, ct, code, a, b, ps)
+                             sh, sw, dh, ph, pw, ct, code, a, b, ps,
+                             pacc + t * sstride if pacc != NULL else NULL,
+                             prow + t * rstride if prow != NULL else NULL)
+    if pacc != NULL:
+        with nogil:
+            conv_means_strided(&mean[0], pacc, nt, sstride, N * C, OH * OW)
 
 
 # ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------
