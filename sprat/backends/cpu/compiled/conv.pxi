@@ -1281,13 +1281,28 @@ cdef void conv_row_sums(double* acc, conv_dst rowsum, const float* y, idx npix, 
     channel sums, in float32 over the row (vectorised, at most a few hundred terms), added
     to the float64 partial sums (a whole map's mean keeps float64's precision, as
     ``reduce_ori``'s global average pool does)."""
-    cdef idx p, c
-    for c in range(nc):
+    # NOTE: 32 channels at a time in a fixed-size accumulator the compiler keeps in
+    # registers (a row-long accumulator in memory costs a load and a store per 8 floats read:
+    # the sum cost a 3x3 depthwise conv of 32 channels on 112x112 ~16% of its time)
+    cdef float part[32]
+    cdef idx p, c, c0, j
+    for c0 in range(0, nc - nc % 32, 32):
+        for j in range(32):
+            part[j] = 0
+        for p in range(npix):
+            for j in range(32):
+                part[j] += y[p * pitch + c0 + j]
+        for j in range(32):
+            acc[c0 + j] += part[j]
+    c0 = nc - nc % 32
+    if c0 == nc:
+        return
+    for c in range(c0, nc):
         rowsum[c] = 0
     for p in range(npix):
-        for c in range(nc):
+        for c in range(c0, nc):
             rowsum[c] += y[p * pitch + c]
-    for c in range(nc):
+    for c in range(c0, nc):
         acc[c] += rowsum[c]
 
 
