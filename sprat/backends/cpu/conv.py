@@ -13,6 +13,10 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - shift-GEMM: stride 1, group 1, fewer than 128 channels, more than 3 output pixels -> kh*kw
   accumulating GEMMs over a padded band;
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
+Squeeze-excite fusions (``sprat.ir.fused``): a pointwise conv with ``_scale`` runs
+``conv_pointwise_scaled`` (the weight or the input rows scaled per slot, ``scale_weight_pays``);
+a depthwise conv with ``_mean`` also writes the global average pool of its output (summed in
+the blocked kernel's epilogue, else pooled after the conv).
 The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise[_blocked]``,
 ``conv_winograd``, ``conv_shift``, ``conv_im2col``); this module packs the weights, picks the
 algorithm and sizes the blocks and workspaces at prepare.
