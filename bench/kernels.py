@@ -61,10 +61,13 @@ class Case:
     """One op: ONNX nodes for onnxruntime, one sprat node, inputs (NCHW for ORT)."""
 
     def __init__(self, name, onnx_nodes, feeds, consts, sprat_attrs=None, nhwc=False,
-                 sprat_op=None):
+                 sprat_op=None, nchw_in=False):
         self.name, self.onnx_nodes, self.feeds, self.consts = name, onnx_nodes, feeds, consts
         self.sprat_attrs = dict(sprat_attrs or {})
         self.nhwc = nhwc
+        # NOTE: sprat reads the NCHW input itself (``_input_layout``: a model's first conv,
+        # whose input Transpose the converter drops); the output is NHWC
+        self.nchw_in = nchw_in
         self.sprat_op = sprat_op or onnx_nodes[0].op_type
 
     def ort_session(self, threads):
@@ -84,7 +87,7 @@ class Case:
     def sprat_kernel(self, threads):
         names = list(self.feeds) + list(self.consts)
         arrays = [self.feeds.get(k, self.consts.get(k)) for k in names]
-        if self.nhwc:
+        if self.nhwc and not self.nchw_in:
             arrays[0] = np.ascontiguousarray(arrays[0].transpose(0, 2, 3, 1))
         infos = [TensorInfo(a.shape, a.dtype, a if k in self.consts else None)
                  for k, a in zip(names, arrays)]
@@ -93,6 +96,8 @@ class Case:
         attrs.update(self.sprat_attrs)
         if self.nhwc:
             attrs["_layout"] = "NHWC"
+        if self.nchw_in:
+            attrs["_input_layout"] = "NCHW"
         node = Node(self.sprat_op, self.name, list(range(len(arrays))), [len(arrays)], attrs)
         backend = CpuBackend(threads)
         if not backend.supports(node, infos):
@@ -124,6 +129,20 @@ GEMM_CONV_FAMILY = [  # (kernel, stride, in channels, out channels, input map)
 ]
 
 
+# the stem family (--only stem): the first conv of image models, 3 input channels, as the
+# ONNX model has it (NCHW input; sprat reads it without a Transpose): (kernel, stride, out
+# channels, input map, activation) of MobileNetV2/V3, EfficientNet, MnasNet, RegNet (3x3 s2
+# 16-48), YOLOv5/v8 (6x6 s2 @640, 3x3 s2 @640), ResNet/Inception (7x7 s2 64), 5x5 s2 and
+# stride-1 3x3 stems; SiLU as onnxruntime runs it (Conv then Sigmoid * x), HardSwish its op
+STEM_FAMILY = [
+    (3, 2, 16, 224, "HardSwish"), (3, 2, 16, 320, "Relu"), (3, 2, 16, 640, "Silu"),
+    (3, 2, 24, 224, "Relu"), (3, 2, 24, 256, "Relu"), (3, 2, 32, 224, "Silu"),
+    (3, 2, 32, 256, "Relu"), (3, 2, 32, 416, "Silu"), (3, 2, 48, 320, "Relu"),
+    (3, 2, 48, 640, "Silu"), (7, 2, 64, 224, "Relu"), (5, 2, 24, 224, "Relu"),
+    (6, 2, 32, 640, "Silu"), (6, 2, 48, 320, "Silu"), (3, 1, 32, 224, "Relu"),
+]
+
+
 def cases():
     c = []
 
@@ -147,6 +166,21 @@ def cases():
     # channel counts and maps of MobileNetV2/V3, EfficientNet-B0 and MnasNet-like nets
     for k, s, ch, hw in DEPTHWISE_FAMILY:
         conv(f"dw{k} s{s} {ch}@{hw}", 1, ch, hw, hw, ch, k, s, k // 2, group=ch)
+
+    for k, s, cout, hw, act in STEM_FAMILY:
+        x = _randn(1, 3, hw, hw)
+        wt = _randn(cout, 3, k, k) * 0.1
+        b = _randn(cout)
+        p = 2 if k == 6 else k // 2
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[k, k],
+                                  strides=[s, s], pads=[p] * 4)]
+        if act == "Silu":
+            nodes += [helper.make_node("Sigmoid", ["t"], ["sg"]),
+                      helper.make_node("Mul", ["t", "sg"], ["y"])]
+        else:
+            nodes += [helper.make_node(act, ["t"], ["y"])]
+        c.append(Case(f"stem{k} s{s} 3->{cout}@{hw} {act.lower()}", nodes, {"x": x},
+                      {"w": wt, "b": b}, {"_activation": act}, nhwc=True, nchw_in=True))
 
     # the GEMM-conv family (--only gc): the convs that run as patch matrix + GEMM (stems,
     # strided 3x3 and 1x1 convs, 3x3 convs on maps too small for Winograd) of ResNet, VGG,

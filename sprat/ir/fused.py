@@ -5,6 +5,9 @@ These let a pass fuse work into a node without inventing a new op type, and let 
 
 - ``_layout="NHWC"``: the node's first input and first output are NHWC instead of the spec's NCHW
   (conv-family, pooling, normalisation and resize ops). Weights keep their ONNX layout.
+- ``_input_layout="NCHW"`` (with ``_layout="NHWC"``; Conv, ``passes.stem_input``): input 0
+  keeps the spec's NCHW layout, only output 0 is NHWC (the first conv of an image model reads
+  the model's NCHW input without a Transpose before it).
 - ``_residual=True``: the node has one extra input, last, added to its first output before the
   activation: ``Y = act(op(...) + R)``.
 - ``_bias=True`` (MatMul): the node has one extra input after its spec inputs (before the

@@ -17,6 +17,7 @@ from .fuse_mean import fuse_mean
 from .fuse_quant import fuse_integer_matmul
 from .fuse_scale import fuse_scale
 from .layout import to_nhwc
+from .stem_input import stem_input
 from .transposes import optimize_transposes
 
 DEFAULT_PIPELINE = [
@@ -41,6 +42,7 @@ DEFAULT_PIPELINE = [
     ("fuse_scale", fuse_scale),  # NOTE: after fuse_residual: the residual stays the last input
     ("fuse_mean", fuse_mean),  # NOTE: after fuse_activation: the pool reads the activated map
     ("fuse_conv_lookup", fuse_conv_lookup),  # NOTE: after fuse_activation (a Clip goes first)
+    ("stem_input", stem_input),  # NOTE: last: the fusions above match `_layout` convs only
 ]
 
 

@@ -12,14 +12,20 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
   Winograd F(4,3) (Lavin & Gray, CVPR 2016; MNN's choice for these convs);
 - shift-GEMM: stride 1, group 1, fewer than 128 channels, more than 3 output pixels -> kh*kw
   accumulating GEMMs over a padded band;
+- stem: one group, at most ``STEM_MAX_CHANNELS`` input channels (the first conv of an image
+  model) -> direct kernel, a tile of output pixels x channels in registers while the
+  C*kh*kw taps stream by (``compiled/stem.pxi``); it also reads an NCHW input
+  (``_input_layout="NCHW"``, set by ``passes.stem_input`` in place of the model input's
+  Transpose);
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
 Squeeze-excite fusions (``sprat.ir.fused``): a pointwise conv with ``_scale`` runs
 ``conv_pointwise_scaled`` (the weight or the input rows scaled per slot, ``scale_weight_pays``);
 a depthwise conv with ``_mean`` also writes the global average pool of its output (summed in
 the blocked kernel's epilogue, else pooled after the conv).
 The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise[_blocked]``,
-``conv_winograd``, ``conv_shift``, ``conv_im2col``); this module packs the weights, picks the
-algorithm and sizes the blocks and workspaces at prepare.
+``conv_winograd``, ``conv_shift``, ``conv_im2col``; ``compiled/stem.pxi``: ``conv_stem``);
+this module packs the weights, picks the algorithm and sizes the blocks and workspaces at
+prepare.
 ONNX Conv (opset 1..22): inputs X, W (M, C/group, kH, kW), optional B (M); attrs auto_pad,
 dilations, group, kernel_shape, pads, strides. 1-D conv (NWC) runs as 2-D with H = 1.
 """
@@ -31,6 +37,7 @@ import math
 import numpy as np
 
 from ...ir.shapes.nn import conv_geometry
+from ...ir.tensorinfo import TensorInfo
 from ._base import PARALLEL_MIN_MACS, CpuKernel, own_if_small, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, CHANNEL_ACT, PRELU, act_of, prelu_slope
@@ -202,6 +209,38 @@ def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
     return ct
 
 
+#: input channels up to which a one-group conv runs on the direct stem kernel (``stem_pays``)
+STEM_MAX_CHANNELS = 4
+
+
+def stem_pays(c: int, m: int, kh: int, kw: int, group: int) -> bool:
+    """Whether a conv of ``c`` -> ``m`` channels with a ``kh`` x ``kw`` kernel runs on the
+    direct stem kernel (``ck.conv_stem``) rather than im2col + GEMM: one group, at most
+    STEM_MAX_CHANNELS input channels, at most ``ck.STEM_MAX_TAPS`` taps (C*kh*kw), and a
+    build whose kernel runs (``ck.stem_tile``)."""
+    return (group == 1 and 1 <= c <= STEM_MAX_CHANNELS and c * kh * kw <= ck.STEM_MAX_TAPS
+            and ck.stem_tile(m)[1] > 0)
+
+
+def stem_pack(w: np.ndarray, nv: int) -> np.ndarray:
+    """Weights ``w`` (M, C, kh, kw) float32 -> flat (ceil(M/(16 nv)), C*kh*kw, 16 nv) float32,
+    channels past M zero: the layout ``ck.conv_stem`` reads (per block of 16*nv output
+    channels, one row of them per tap, taps in (c, i, j) order)."""
+    m = w.shape[0]
+    taps = int(np.prod(w.shape[1:]))
+    lanes = 16 * nv
+    nblk = -(-m // lanes)
+    wp = np.zeros((nblk * lanes, taps), np.float32)
+    wp[:m] = w.reshape(m, taps)
+    return np.ascontiguousarray(wp.reshape(nblk, lanes, taps).transpose(0, 2, 1)).ravel()
+
+
+def stem_row_buffer(ow: int, r: int, sw: int, kw: int, dw: int) -> int:
+    """Floats per input row of ``ck.conv_stem``'s row buffer: the last tile of at most ``r``
+    outputs of a row of ``ow`` reads up to here (its outputs past ``ow`` read zeros)."""
+    return (ow + r - 2) * sw + (kw - 1) * dw + 1
+
+
 def _split_inputs(node, ins):
     """(x, w, bias, residual) from a node's inputs; the residual is the extra last input, the
     ``_scale`` input (``scale_input``) the one before it."""
@@ -233,6 +272,15 @@ class ConvKernel(CpuKernel):
         if node.attrs.get("_layout") != "NHWC" or (act not in ACT and act not in CHANNEL_ACT):
             return False
         x, w, bias, res = _split_inputs(node, ins)
+        nchw = node.attrs.get("_input_layout")
+        if nchw is not None:  # NCHW input: only the stem kernel reads it (no _scale, _mean)
+            if (nchw != "NCHW" or node.attrs.get("_scale") or node.attrs.get("_mean")
+                    or x is None or w is None or len(x.shape) != 4
+                    or len(w.shape) != 4 or not stem_pays(
+                        x.shape[1], w.shape[0], w.shape[2], w.shape[3],
+                        int(node.attrs.get("group", 1)))):
+                return False
+            x = TensorInfo(tuple(x.shape[k] for k in (0, 2, 3, 1)), x.dtype)
         if x is None or w is None or w.value is None or len(x.shape) not in (3, 4):
             return False
         if len(w.shape) != len(x.shape) or x.dtype != np.float32 or w.dtype != np.float32:
@@ -263,6 +311,9 @@ class ConvKernel(CpuKernel):
             wv = wv[:, :, None, :]
         else:
             xs, ys = x.shape, y.shape
+        self.nchw = node.attrs.get("_input_layout") == "NCHW"
+        if self.nchw:
+            xs = (xs[0], xs[2], xs[3], xs[1])
         n, h, w_, c = xs
         _, oh, ow, m = ys
         kh, kw = wv.shape[2], wv.shape[3]
@@ -324,6 +375,12 @@ class ConvKernel(CpuKernel):
                 self.mean = True
                 self.workspaces = ((scratch(nt, n * c, np.float64), scratch(nt, c))
                                    if self.blocked else (scratch(nt, ck.REDUCE_CHUNK, np.float64),))
+        elif self.nchw or (not one_d and not (kh == kw == 1) and stem_pays(c, m, kh, kw, group)):
+            self.algo = "stem"
+            self.nv, r = ck.stem_tile(m)
+            self.w = self.shared(f"stem{self.nv}", lambda: stem_pack(wv, self.nv))
+            self.wb = stem_row_buffer(ow, r, sw, kw, dil[1])
+            self.workspaces = (scratch(nt, c * kh * self.wb),)
         elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
             self.algo = "pointwise"
             cg, mg = c // group, m // group
@@ -400,7 +457,7 @@ class ConvKernel(CpuKernel):
                 target = GEMM_ROWS
             self.blk, self.split_m = split_blocks(n * oh * ow, target, m, group, nt)
             self.workspaces = (scratch(nt, self.blk * kk),)
-        if self.algo in ("pointwise", "shift", "im2col"):  # their epilogues take it tiled
+        if self.algo in ("pointwise", "shift", "im2col", "stem"):  # their epilogues take it tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
             if slope is not None and self.panels is None:
                 self.slope = self.shared("slope_rows", lambda: tiled_bias(slope))
@@ -479,6 +536,9 @@ class ConvKernel(CpuKernel):
         elif algo == "shift":
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
                     ph, pw, self.rows, self.cols, *bufs, code, a, b, self.slope)
+        elif algo == "stem":
+            args = (x, self.nchw, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh,
+                    kw, sh, sw, dh, dw, ph, pw, self.nv, self.wb, *bufs, code, a, b, self.slope)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, *bufs, code, a, b, self.slope)
@@ -508,7 +568,7 @@ KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
           "pointwise_scaled": ck.conv_pointwise_scaled,
           "shift": ck.conv_shift, "im2col": ck.conv_im2col,
           "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
-          "depthwise_blocked": ck.conv_depthwise_blocked}
+          "depthwise_blocked": ck.conv_depthwise_blocked, "stem": ck.conv_stem}
 
 
 def scale_input(node, ins):

@@ -40,7 +40,7 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     if scale is not None:
         ins[0] = ins[0] * scale
     nhwc = internal.get("_layout") == "NHWC"
-    if nhwc:
+    if nhwc and internal.get("_input_layout") != "NCHW":
         ins[0] = np.ascontiguousarray(ins[0].transpose(NHWC_TO_NCHW[ins[0].ndim]))
     res = fn(*ins, **attrs)
     outs = list(res) if isinstance(res, (tuple, list)) else [res]

@@ -58,7 +58,8 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
         raise ShapeError(f"node {node.name!r} ({node.op_type}): an NHWC op needs a first input "
                          f"of rank {sorted(NHWC_TO_NCHW)}, got "
                          f"{None if not ins or ins[0] is None else list(ins[0].shape)}")
-    if nhwc:
+    # NOTE: ``_input_layout="NCHW"``: input 0 keeps the spec's layout, only output 0 is NHWC
+    if nhwc and internal.get("_input_layout") != "NCHW":
         x = ins[0]
         ins = [TensorInfo(permute_shape(x.shape, NHWC_TO_NCHW[len(x.shape)]), x.dtype)] + list(ins[1:])
     try:
