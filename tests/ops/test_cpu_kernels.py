@@ -128,6 +128,61 @@ def test_conv_residual_without_bias():
           consts=(1,))
 
 
+# the direct stem kernel (1-4 input channels, one group; ``compiled/stem.pxi``), reading NCHW
+# (``_input_layout``: the model input's Transpose dropped) or NHWC input: blocks of 16-64
+# output channels (partial ones, two blocks), tiles of outputs cut by the row's end, strides 1
+# to 3, asymmetric pads, dilation, a kernel larger than the map, two images
+STEM_CASES = [
+    # (x NCHW, w, attrs)
+    ((1, 3, 33, 35), (32, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((2, 3, 30, 29), (16, 3, 3, 3), {"pads": [0, 1, 1, 0], "strides": [2, 2]}),
+    ((1, 3, 37, 41), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ((1, 3, 40, 40), (48, 3, 6, 6), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ((1, 3, 23, 50), (24, 3, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ((1, 3, 20, 26), (32, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 1, 17, 19), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 4, 15, 16), (96, 4, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ((2, 2, 9, 70), (40, 2, 3, 5), {"pads": [1, 2, 1, 2], "strides": [1, 3]}),
+    ((1, 3, 5, 4), (20, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ((1, 4, 21, 22), (80, 4, 7, 7), {"pads": [3, 2, 3, 4], "strides": [2, 2]}),  # 196 taps
+    ((1, 3, 9, 10), (8, 3, 3, 3), {"pads": [0, 2, 1, 1], "strides": [2, 3]}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", STEM_CASES)
+@pytest.mark.parametrize("nchw", [True, False])
+@pytest.mark.parametrize("act,params", [(None, []), ("Silu", []), ("HardSwish", []),
+                                        ("PRelu", None), ("Clip", [0.0, 6.0])])
+def test_conv_stem(xs, ws, attrs, nchw, act, params):
+    m = ws[0]
+    x, w, b = randn(*xs, seed=1), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
+    if params is None:  # PRelu: a slope per output channel
+        params = list(randn(m, seed=5, scale=0.5))
+    if nchw:
+        layout = {"_input_layout": "NCHW"}
+    else:
+        x, layout = nhwc(x), {}
+    attrs = {**attrs, **layout, **fused(act, params)}
+    assert _prepared_conv([x, w, b], attrs, 1).algo == "stem"
+    check("Conv", [x, w, b], attrs, consts=(1, 2))
+    if act is None:  # no bias; a residual
+        check("Conv", [x, w], attrs, consts=(1,))
+        (shape, _), = infer(*make("Conv", [x, w, b], attrs, consts=(1, 2)))
+        check("Conv", [x, w, b, randn(*shape, seed=4)], {**attrs, "_residual": True},
+              consts=(1, 2))
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 6, 9, 9), (8, 6, 3, 3), {"pads": [1, 1, 1, 1]}),  # more than 4 input channels
+    ((1, 4, 9, 9), (8, 2, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),  # groups
+    ((1, 4, 30, 30), (8, 4, 9, 9), {}),  # 324 taps
+])
+def test_conv_nchw_input_only_on_the_stem_kernel(xs, ws, attrs):
+    # an NCHW input the stem kernel cannot take: the reference kernel runs the node
+    x, w = randn(*xs, seed=1), randn(*ws, seed=2)
+    assert refuses("Conv", [x, w], {**attrs, "_input_layout": "NCHW", **fused()}, consts=(1,))
+
+
 # PRelu fused into the conv (one slope per output channel): every algorithm's epilogue, with
 # and without a residual; (x NCHW, w, attrs, the algorithm at one thread or None)
 PRELU_CASES = [
