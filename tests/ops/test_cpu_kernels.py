@@ -153,7 +153,14 @@ STEM_CASES = [
 @pytest.mark.parametrize("nchw", [True, False])
 @pytest.mark.parametrize("act,params", [(None, []), ("Silu", []), ("HardSwish", []),
                                         ("PRelu", None), ("Clip", [0.0, 6.0])])
-def test_conv_stem(xs, ws, attrs, nchw, act, params):
+@pytest.mark.parametrize("wide", [True, False])
+def test_conv_stem(xs, ws, attrs, nchw, act, params, wide, monkeypatch):
+    from sprat.backends.cpu import conv
+
+    if wide and not compiled.kernels.stem_wide_available():
+        pytest.skip("the stem kernel's AVX-512F instantiation needs an AVX-512F CPU")
+    # the AVX-512F instantiation, or the build's native one (AVX2, or SSE on the baseline)
+    monkeypatch.setattr(conv, "STEM_WIDE", wide)
     m = ws[0]
     x, w, b = randn(*xs, seed=1), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
     if params is None:  # PRelu: a slope per output channel

@@ -211,6 +211,8 @@ def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
 
 #: input channels up to which a one-group conv runs on the direct stem kernel (``stem_pays``)
 STEM_MAX_CHANNELS = 4
+#: whether the stem kernel runs its AVX-512F instantiation (else the build's native one)
+STEM_WIDE = ck.stem_wide_available()
 
 
 def stem_pays(c: int, m: int, kh: int, kw: int, group: int) -> bool:
@@ -219,7 +221,7 @@ def stem_pays(c: int, m: int, kh: int, kw: int, group: int) -> bool:
     STEM_MAX_CHANNELS input channels, at most ``ck.STEM_MAX_TAPS`` taps (C*kh*kw), and a
     build whose kernel runs (``ck.stem_tile``)."""
     return (group == 1 and 1 <= c <= STEM_MAX_CHANNELS and c * kh * kw <= ck.STEM_MAX_TAPS
-            and ck.stem_tile(m)[1] > 0)
+            and ck.stem_tile(m, STEM_WIDE)[1] > 0)
 
 
 def stem_pack(w: np.ndarray, nv: int) -> np.ndarray:
@@ -377,7 +379,8 @@ class ConvKernel(CpuKernel):
                                    if self.blocked else (scratch(nt, ck.REDUCE_CHUNK, np.float64),))
         elif self.nchw or (not one_d and not (kh == kw == 1) and stem_pays(c, m, kh, kw, group)):
             self.algo = "stem"
-            self.nv, r = ck.stem_tile(m)
+            self.stem_wide = STEM_WIDE
+            self.nv, r = ck.stem_tile(m, self.stem_wide)
             self.w = self.shared(f"stem{self.nv}", lambda: stem_pack(wv, self.nv))
             self.wb = stem_row_buffer(ow, r, sw, kw, dil[1])
             self.workspaces = (scratch(nt, c * kh * self.wb),)
@@ -538,7 +541,8 @@ class ConvKernel(CpuKernel):
                     ph, pw, self.rows, self.cols, *bufs, code, a, b, self.slope)
         elif algo == "stem":
             args = (x, self.nchw, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh,
-                    kw, sh, sw, dh, dw, ph, pw, self.nv, self.wb, *bufs, code, a, b, self.slope)
+                    kw, sh, sw, dh, dw, ph, pw, self.nv, self.wb, *bufs, code, a, b, self.slope,
+                    self.stem_wide)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, *bufs, code, a, b, self.slope)

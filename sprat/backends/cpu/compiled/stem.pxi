@@ -118,7 +118,60 @@ cdef extern from *:
         default: break;
         }
     }
+    /* SiLU (code 8) or Sigmoid (code 3) in place on y[0:n] on 16 lanes (the AVX2 build's
+       sprat_act8 does 8): the same clamps and exp polynomial as sprat_exp8 (common.pxi), 2^n
+       applied by scalef. Returns how many leading elements it did (a multiple of 16). */
+    __attribute__((target("avx512f")))
+    static Py_ssize_t sprat_stem_act512(float* y, Py_ssize_t n, int code) {
+        Py_ssize_t i = 0, end = n & ~(Py_ssize_t)15;
+        const __m512 one = _mm512_set1_ps(1.0f);
+        if (code != 8 && code != 3) return 0;
+        for (; i < end; i += 16) {
+            __m512 v = _mm512_loadu_ps(y + i);
+            __m512 x = _mm512_min_ps(_mm512_set1_ps(88.72283f),
+                                     _mm512_max_ps(_mm512_set1_ps(-87.33654f),
+                                                   _mm512_sub_ps(_mm512_setzero_ps(), v)));
+            __m512 k = _mm512_roundscale_ps(
+                _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+            __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+            r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+            __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+            __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), one);
+            e = _mm512_scalef_ps(e, k);
+            _mm512_storeu_ps(y + i, _mm512_div_ps(code == 8 ? v : one, _mm512_add_ps(one, e)));
+        }
+        return end;
+    }
+    #else
+    static Py_ssize_t sprat_stem_act512(float* y, Py_ssize_t n, int code) {
+        (void)y; (void)n; (void)code;
+        return 0;
+    }
     #endif
+
+    /* dst[c*pitch + k] = src[k*C + c] for k < n, c < C: the planes of n NHWC pixels (a
+       constant C per case, so the interleaved loads vectorise) */
+    #define SPRAT_STEM_PLANES(CC) \
+        for (Py_ssize_t k = 0; k < n; k++) \
+            for (int c = 0; c < CC; c++) dst[c * pitch + k] = src[k * CC + c];
+    static void sprat_stem_planes(const float* restrict src, Py_ssize_t C, Py_ssize_t n,
+                                  float* restrict dst, Py_ssize_t pitch) {
+        switch (C) {
+        case 1: SPRAT_STEM_PLANES(1) break;
+        case 2: SPRAT_STEM_PLANES(2) break;
+        case 3: SPRAT_STEM_PLANES(3) break;
+        case 4: SPRAT_STEM_PLANES(4) break;
+        default:
+            for (Py_ssize_t k = 0; k < n; k++)
+                for (Py_ssize_t c = 0; c < C; c++) dst[c * pitch + k] = src[k * C + c];
+        }
+    }
 
     /* 1: the AVX-512F instantiation runs (avx2 build on an AVX-512F CPU), 0: the native one */
     static int sprat_stem_wide(void) {
@@ -128,10 +181,11 @@ cdef extern from *:
         return 0;
     #endif
     }
-    /* The most outputs per tile (the row buffer covers the last tile's): 0 for a bad nv */
-    static int sprat_stem_tile_r(int nv) {
+    /* The most outputs per tile of the wide or native instantiation (the row buffer covers
+       the last tile's): 0 for a bad nv */
+    static int sprat_stem_tile_r(int nv, int wide) {
         if (nv < 1 || nv > 4) return 0;
-        return sprat_stem_wide() ? 24 : SPRAT_STEM_ACCN;
+        return wide ? 24 : SPRAT_STEM_ACCN;
     }
     /* One output row of the block of nv*16 output channels whose first ``lanes`` are real */
     static void sprat_stem_row(int wide, int nv, Py_ssize_t taps, const Py_ssize_t* off,
@@ -147,7 +201,15 @@ cdef extern from *:
     #define SPRAT_STEM_VEC 0
     #define SPRAT_STEM_MAX_TAPS 256
     static int sprat_stem_wide(void) { return 0; }
-    static int sprat_stem_tile_r(int nv) { (void)nv; return 0; }
+    static Py_ssize_t sprat_stem_act512(float* y, Py_ssize_t n, int code) {
+        (void)y; (void)n; (void)code;
+        return 0;
+    }
+    static void sprat_stem_planes(const float* src, Py_ssize_t C, Py_ssize_t n, float* dst,
+                                  Py_ssize_t pitch) {
+        (void)src; (void)C; (void)n; (void)dst; (void)pitch;
+    }
+    static int sprat_stem_tile_r(int nv, int wide) { (void)nv; (void)wide; return 0; }
     static void sprat_stem_row(int wide, int nv, Py_ssize_t taps, const Py_ssize_t* off,
                                const float* rb, Py_ssize_t sw, const float* w, Py_ssize_t ow,
                                float* y, Py_ssize_t ldy, Py_ssize_t lanes) {
@@ -158,7 +220,9 @@ cdef extern from *:
     """
     int SPRAT_STEM_VEC
     int sprat_stem_wide() noexcept nogil
-    int sprat_stem_tile_r(int nv) noexcept nogil
+    int sprat_stem_tile_r(int nv, int wide) noexcept nogil
+    void sprat_stem_planes(const float* src, idx C, idx n, float* dst, idx pitch) noexcept nogil
+    idx sprat_stem_act512(float* y, idx n, int code) noexcept nogil
     void sprat_stem_row(int wide, int nv, idx taps, const idx* off, const float* rb, idx sw,
                         const float* w, idx ow, float* y, idx ldy, idx lanes) noexcept nogil
 
@@ -170,8 +234,15 @@ cdef enum:
 STEM_MAX_TAPS = STEM_TAPS
 
 
-def stem_tile(idx m):
-    """(nv, R) of ``conv_stem`` for ``m`` output channels on this build and CPU: output
+def stem_wide_available() -> bool:
+    """Whether ``conv_stem`` may run its AVX-512F instantiation (``wide``): the avx2 build on
+    an AVX-512F CPU."""
+    return bool(sprat_stem_wide())
+
+
+def stem_tile(idx m, bint wide):
+    """(nv, R) of ``conv_stem`` for ``m`` output channels, its ``wide`` (AVX-512F) or native
+    instantiation: output
     channels per block ``nv*16`` (nv 1-4, the fewest blocks, then the least padding), and
     output pixels per register tile ``R``; (0, 0) where the kernel does not run (a compiler
     without vector extensions)."""
@@ -183,24 +254,23 @@ def stem_tile(idx m):
         cost = (m + 16 * nv - 1) // (16 * nv) * 16 * nv  # lanes computed, padding included
         if best_cost < 0 or cost < best_cost:
             best, best_cost = nv, cost
-    return best, sprat_stem_tile_r(best)
+    return best, sprat_stem_tile_r(best, wide)
 
 
 cdef void conv_stem_slot(idx t, idx nt, const float* x, bint nchw, const float* w,
                          const float* bias, idx nbias, const float* res, bint has_res, float* y,
                          idx N, idx H, idx W, idx C, idx M, idx OH, idx OW, idx kh, idx kw,
                          idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, int nv, idx wb,
-                         float* rb, int code, float a, float b, const float* slope) noexcept nogil:
+                         float* rb, int code, float a, float b, const float* slope,
+                         bint wide) noexcept nogil:
     """Slot ``t`` of ``nt``: the output rows [t*N*OH/nt, (t+1)*N*OH/nt) (see the header)."""
     cdef idx off[STEM_TAPS]
     cdef idx taps = C * kh * kw
     cdef idx lanes_blk = nv * 16
     cdef idx nblk = (M + lanes_blk - 1) // lanes_blk
     cdef idx rows = N * OH
-    cdef int wide = sprat_stem_wide()
-    cdef idx c, i, j, r, n, oh, ih, iw, lo, hi, k, mb
+    cdef idx c, i, j, r, n, oh, ih, lo, hi, mb, done
     cdef float* dst
-    cdef const float* src
     cdef float* yr
     for c in range(C):
         for i in range(kh):
@@ -212,46 +282,57 @@ cdef void conv_stem_slot(idx t, idx nt, const float* x, bint nchw, const float* 
     for r in range(t * rows // nt, (t + 1) * rows // nt):
         n = r // OH
         oh = r - n * OH
-        for c in range(C):
-            for i in range(kh):
+        # the buffer's row (c, i) holds input row oh*sh - ph + i*dh of channel c
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            if ih < 0 or ih >= H or hi <= lo:
+                for c in range(C):
+                    memset(rb + (c * kh + i) * wb, 0, wb * sizeof(float))
+                continue
+            for c in range(C):
                 dst = rb + (c * kh + i) * wb
-                ih = oh * sh - ph + i * dh
-                if ih < 0 or ih >= H or hi <= lo:
-                    memset(dst, 0, wb * sizeof(float))
-                    continue
                 if lo > 0:
                     memset(dst, 0, lo * sizeof(float))
                 if nchw:
                     memcpy(dst + lo, x + ((n * C + c) * H + ih) * W + (lo - pw),
                            (hi - lo) * sizeof(float))
-                else:
-                    src = x + ((n * H + ih) * W + (lo - pw)) * C + c
-                    for k in range(hi - lo):
-                        dst[lo + k] = src[k * C]
                 if hi < wb:
                     memset(dst + hi, 0, (wb - hi) * sizeof(float))
+            if not nchw:
+                sprat_stem_planes(x + ((n * H + ih) * W + (lo - pw)) * C, C, hi - lo,
+                                  rb + i * wb + lo, kh * wb)
         yr = y + r * OW * M
         for mb in range(nblk):
             sprat_stem_row(wide, nv, taps, off, rb, sw, w + mb * taps * lanes_blk, OW,
                            yr + mb * lanes_blk, M, min(lanes_blk, M - mb * lanes_blk))
-        rows_inplace(yr, OW, M, bias, nbias, conv_at(res, r * OW * M), has_res, code, a, b,
-                     slope)
+        if wide and (code == A_SILU or code == A_SIGMOID):
+            # NOTE: on 16 lanes: the AVX2 loop made SiLU cost 0.75x the 3x3 conv before it
+            rows_inplace(yr, OW, M, bias, nbias, conv_at(res, r * OW * M), has_res, A_NONE,
+                         a, b, slope)
+            done = sprat_stem_act512(yr, OW * M, code)
+            act_inplace(yr + done, OW * M - done, code, a, b)
+        else:
+            rows_inplace(yr, OW, M, bias, nbias, conv_at(res, r * OW * M), has_res, code, a,
+                         b, slope)
 
 
 def conv_stem(int nt, const float[::1] x, bint nchw, const float[::1] w, const float[::1] bias,
               const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
               idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
               idx pw, int nv, idx wb, float[:, ::1] rb, int code, float a, float b,
-              const float[::1] slope):
+              const float[::1] slope, bint wide):
     """Conv of ``x`` ((N, C, H, W) when ``nchw``, else (N, H, W, C)) into ``y`` (N, OH, OW, M)
     by the direct kernel for few input channels (see the header), one group. ``w``: the weight
     (M, C, kh, kw) as ``conv.stem_pack`` lays it out for ``nv`` (``stem_tile``); ``wb``: the
     row buffer's length, at least ``(OW + R - 2)*sw + (kw-1)*dw + 1`` for the tile's R;
     workspace ``rb`` (nt, >= C*kh*wb). ``bias`` the M biases tiled (``tiled_bias``), PRelu's
-    ``slope`` alike (empty for other activations). Output rows (N*OH) are split over ``nt``
-    slots. Raises ValueError on short operands, a bad ``nv``, too many taps, or a row buffer
-    too short for the tile."""
-    cdef idx r_ = sprat_stem_tile_r(nv)
+    ``slope`` alike (empty for other activations). ``wide``: the AVX-512F instantiation
+    (``stem_wide_available``), else the build's native one. Output rows (N*OH) are split over
+    ``nt`` slots. Raises ValueError on short operands, a bad ``nv``, too many taps, a row
+    buffer too short for the tile, or ``wide`` where it does not run."""
+    if wide and not sprat_stem_wide():
+        raise ValueError("conv_stem: the AVX-512F instantiation does not run here")
+    cdef idx r_ = sprat_stem_tile_r(nv, wide)
     cdef idx lanes_blk = nv * 16
     cdef idx nblk = (M + lanes_blk - 1) // lanes_blk if nv > 0 else 0
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, nblk * lanes_blk * C * kh * kw)
@@ -272,8 +353,9 @@ def conv_stem(int nt, const float[::1] x, bint nchw, const float[::1] w, const f
     if nt <= 1:
         with nogil:
             conv_stem_slot(0, 1, px, nchw, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH,
-                           OW, kh, kw, sh, sw, dh, dw, ph, pw, nv, wb, &rb[0, 0], code, a, b, ps)
+                           OW, kh, kw, sh, sw, dh, dw, ph, pw, nv, wb, &rb[0, 0], code, a, b, ps,
+                           wide)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_stem_slot(t, nt, px, nchw, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, OH, OW,
-                       kh, kw, sh, sw, dh, dw, ph, pw, nv, wb, &rb[t, 0], code, a, b, ps)
+                       kh, kw, sh, sw, dh, dw, ph, pw, nv, wb, &rb[t, 0], code, a, b, ps, wide)
