@@ -949,12 +949,13 @@ def test_conv_im2col_splits(xs, ws, attrs, split_m):
 
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("xs,ws,attrs,pays", [
-    ((1, 3, 33, 35), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, True),  # a stem
+    # NOTE: 5 input channels: convs of 1-4 (stems) run on the stem kernel
+    ((1, 5, 33, 35), (64, 5, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, True),
     ((1, 64, 9, 9), (96, 64, 1, 1), {"strides": [2, 2]}, True),  # columns past a 32-wide panel
     ((1, 160, 7, 7), (136, 160, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # 2 threads: ranges
     ((2, 16, 47), (64, 16, 5), {"pads": [2, 2], "strides": [2]}, True),
-    ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # M 16
-    ((1, 3, 20, 20), (48, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),  # K 27
+    ((1, 5, 20, 20), (16, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # M 16
+    ((1, 5, 20, 20), (48, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),  # K 45
 ])
 def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, pays, packed, monkeypatch):
     """One-group im2col convs take the packed GEMM on an AVX-512F CPU (``conv.PACKED_IM2COL``)
