@@ -119,32 +119,21 @@ cdef extern from *:
         }
     }
     /* SiLU (code 8) or Sigmoid (code 3) in place on y[0:n] on 16 lanes (the AVX2 build's
-       sprat_act8 does 8): the same clamps and exp polynomial as sprat_exp8 (common.pxi), 2^n
-       applied by scalef. Returns how many leading elements it did (a multiple of 16). */
+       sprat_act8 does 8), by the packed GEMM's register epilogue (packed.pxi: sprat_pk_act,
+       the same lanes' results as sprat_act8). Returns how many leading elements it did (a
+       multiple of 16). */
     __attribute__((target("avx512f")))
     static Py_ssize_t sprat_stem_act512(float* y, Py_ssize_t n, int code) {
         Py_ssize_t i = 0, end = n & ~(Py_ssize_t)15;
-        const __m512 one = _mm512_set1_ps(1.0f);
-        if (code != 8 && code != 3) return 0;
-        for (; i < end; i += 16) {
-            __m512 v = _mm512_loadu_ps(y + i);
-            __m512 x = _mm512_min_ps(_mm512_set1_ps(88.72283f),
-                                     _mm512_max_ps(_mm512_set1_ps(-87.33654f),
-                                                   _mm512_sub_ps(_mm512_setzero_ps(), v)));
-            __m512 k = _mm512_roundscale_ps(
-                _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-                _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-            __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-            r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-            __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-            __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), one);
-            e = _mm512_scalef_ps(e, k);
-            _mm512_storeu_ps(y + i, _mm512_div_ps(code == 8 ? v : one, _mm512_add_ps(one, e)));
+        const __m512 z = _mm512_setzero_ps();
+        if (code == 8) {
+            for (; i < end; i += 16)
+                _mm512_storeu_ps(y + i, sprat_pk_act(_mm512_loadu_ps(y + i), 8, z, z, z));
+        } else if (code == 3) {
+            for (; i < end; i += 16)
+                _mm512_storeu_ps(y + i, sprat_pk_act(_mm512_loadu_ps(y + i), 3, z, z, z));
+        } else {
+            return 0;
         }
         return end;
     }
