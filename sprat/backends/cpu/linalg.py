@@ -66,6 +66,19 @@ PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) st
 # GFLOP/s, at M 128..512, K and N 768 / 3072), 256 rows at K <= 512
 
 
+#: rows up to which a product with a constant 2-D weight runs ``ck.gemv_packed`` (the weight
+#: packed once into ``pack_panels``' layout and streamed once per call)
+GEMV_ROWS = 1
+#: weight bytes from which a GEMV splits its columns over the threads (each core streams its
+#: half of the weight)
+GEMV_PARALLEL_MIN_BYTES = 1 << 18
+
+
+def gemv_threads(k: int, n: int, threads: int) -> int:
+    """Work slots of a ``ck.gemv_packed`` product with a K x N weight on ``threads``."""
+    return threads if 4 * k * n >= GEMV_PARALLEL_MIN_BYTES else 1
+
+
 # NOTE: a transposed weight (Gemm's transB, rows of B^T) is packed this many bytes at a time,
 # the file pages of each part given back as soon as it is packed: the peak then holds the packed
 # weight and one part of the mapped one, not both whole (ddddocr OCR's 1024 x 8210 head: 34 MB)
@@ -142,8 +155,11 @@ def _fused_ok(node, out_shape, ins) -> bool:
 
 
 class _Gemmish(CpuKernel):
-    panels = None  # the packed weight of ``ck.gemm_packed`` when that path runs
+    panels = None  # the packed weight of ``ck.gemm_packed`` / ``ck.gemv_packed``
+    gemv = False  # whether ``ck.gemv_packed`` runs (at most GEMV_ROWS rows)
+
     def _prepare_epilogue(self):
+        self.gemv, self.panels = False, None  # NOTE: a re-prepare (resize) decides anew
         self.act = act_of(self.node)
         self.has_res = bool(self.node.attrs.get("_residual"))
         self.empty = empty_f32()
@@ -156,6 +172,18 @@ class _Gemmish(CpuKernel):
     def _want_packed(self, b_const) -> bool:
         return (PACKED and b_const is not None and b_const.ndim == 2 and self.memory != "low"
                 and self.K >= 1)
+
+    def _want_gemv(self, b_const) -> bool:
+        return (b_const is not None and b_const.ndim == 2 and self.memory != "low"
+                and 1 <= self.M <= GEMV_ROWS and self.K >= 1 and self.N >= 1)
+
+    def _prepare_gemv(self, b: np.ndarray, trans: bool) -> None:
+        """Switch to ``ck.gemv_packed``: B is ``b`` (K, N) float32, or ``b`` (N, K) transposed
+        when ``trans``; the same packed weight as ``_prepare_packed``'s."""
+        self.panels = self.shared("w_panels", lambda: pack_panels(b, trans))
+        self.packed = (1,)
+        self.gemv = True
+        self.nt = gemv_threads(self.K, self.N, self.threads)
 
     def _prepare_packed(self, b: np.ndarray, trans: bool) -> None:
         """Switch to ``ck.gemm_packed``: B is ``b`` (K, N) float32, or ``b`` (N, K) transposed
@@ -210,6 +238,10 @@ class _Gemmish(CpuKernel):
         code, pa, pb = self.act
         res = self.empty if r is None else r.reshape(-1)
         c = self.empty if c is None else c.reshape(-1)
+        if self.gemv:
+            return ck.gemv_packed, (self.nt, a.reshape(-1), self.panels, y.reshape(-1), self.M,
+                                    self.N, self.K, self.lda, c, self.sm, self.sn, self.beta,
+                                    res, self.has_res, code, pa, pb)
         return ck.gemm_packed, (self.nt, a.reshape(-1), self.panels, y.reshape(-1), self.M,
                                 self.N, self.K, self.lda, self.rb, self.cb, c, self.sm, self.sn,
                                 self.beta, res, self.has_res, code, pa, pb)
@@ -281,7 +313,10 @@ class GemmKernel(_Gemmish):
             tb = self.tb
             self._prepare_f16(lambda: b_const.T if tb else b_const, bias)
             return
-        self.panels = None
+        if (not self.ta or self.M == 1) and self.alpha == 1.0 and self._want_gemv(b_const):
+            # NOTE: one row of A stored transposed (K, 1) is the same K floats in order
+            self._prepare_gemv(b_const, bool(self.tb))
+            return
         if not self.ta and self.alpha == 1.0 and self._want_packed(b_const):
             self._prepare_packed(b_const, bool(self.tb))
             return
@@ -349,10 +384,11 @@ class MatMulKernel(_Gemmish):
         self.f16 = None
         b_const = self.consts.get(1)
         bias = self.consts.get(2) if self.has_c else None
-        self.panels = None
         if (nbatch == 1 and len(sb) == 2 and (bias is not None or not self.has_c)
                 and self._want_f16(b_const, m)):
             self._prepare_f16(lambda: b_const, None if bias is None else bias.reshape(-1))
+        elif nbatch == 1 and len(sb) == 2 and self._want_gemv(b_const):
+            self._prepare_gemv(b_const, False)
         elif nbatch == 1 and len(sb) == 2 and self._want_packed(b_const):
             self._prepare_packed(b_const, False)
 
