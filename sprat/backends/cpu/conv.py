@@ -3,7 +3,9 @@ slope per output channel, read alongside the bias in every algorithm's epilogue)
 
 Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group); one group
-  on an AVX-512 CPU: ``linalg``'s GEMM with the weight packed once (``ck.gemm_packed``);
+  on an AVX-512 CPU: ``linalg``'s GEMM with the weight packed once (``ck.gemm_packed``); one
+  group and one output pixel (squeeze-excite convs on a pooled map), on every CPU: the GEMV
+  over the same packed weight (``ck.gemv_packed``, ``linalg.GEMV_ROWS``);
 - depthwise: group == C == M -> direct kernel; on the AVX2 build 3- and 5-wide kernels at
   horizontal stride 1 or 2 run register-blocked (``conv_depthwise_blocked``: 8 channels x up
   to 8 output pixels in registers, weights packed (C/8, kh, kw, 8) by ``depthwise_pack``),

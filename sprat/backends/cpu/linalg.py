@@ -16,6 +16,14 @@ OpenBLAS redoes on every call: 0.15-0.9x the time of the BLAS path over M 1..512
 largest weights, a memory-bound GEMV), so it is taken for every such product (not under
 ``memory="low"``, which keeps the weights as stored).
 
+One row (``GEMV_ROWS``) against a constant 2-D weight, on every CPU: ``ck.gemv_packed``
+(``compiled/gemv.pxi``) streams the same packed panels once, with the epilogue, its columns
+split over the threads from ``GEMV_PARALLEL_MIN_BYTES`` of weight (each core streams its half).
+Side by side with onnxruntime (``bench/kernels.py --only gemv``, weights cold), time ratio at
+1 / 2 threads: classifier Gemms and batch-1 MatMuls 0.95-1.04 / 0.94-1.0 (2048x1000 once
+1.15 / 0.98), both memory-bound; squeeze-excite convs 0.42-0.96 / 0.29-0.87. On CPUs without
+AVX-512 the AVX2 path replaces BLAS here (not measured on one: this machine has AVX-512).
+
 Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 - ``precision="low"``: a constant 2-D weight B is stored as float16 (half the bytes, shared
   by the sessions) and widened to fp32 on the fly (F16C on AVX2 CPUs), fp32 accumulation, when
@@ -69,9 +77,20 @@ PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) st
 #: rows up to which a product with a constant 2-D weight runs ``ck.gemv_packed`` (the weight
 #: packed once into ``pack_panels``' layout and streamed once per call)
 GEMV_ROWS = 1
+# NOTE: measured on this AVX-512 machine against ``ck.gemm_packed`` with 2 and 4 rows (K x N
+# 96x24 .. 768x3072, weights hot and cold, 1 and 2 threads): the same time within +-5 % (the
+# packed GEMM's 2-4 row tiles already keep 4-8 accumulators busy), so only one row, where the
+# GEMV's unrolled accumulators and its prefetch distance pay a little (EfficientNet-B0 at 1
+# thread, against the packed GEMM, two runs: its classifier 0.84x and 1.0x the time, its 33
+# one-row products together 0.96x and 0.98x; memory-bound either way)
 #: weight bytes from which a GEMV splits its columns over the threads (each core streams its
 #: half of the weight)
-GEMV_PARALLEL_MIN_BYTES = 1 << 18
+GEMV_PARALLEL_MIN_BYTES = 192 << 10
+# NOTE: measured, 2 slots against 1, sigmoid epilogue, weights hot (one over and over) / cold
+# (8-256 distinct weights in turn): 56-64 KB 1.7 / 1.2x the time, 128 KB 1.45 / 0.90x,
+# 220-225 KB (120x480, 480x120, 168x336) 1.14 / 0.70-0.75x, 576 KB 0.85 / 0.59x. A model
+# meets its one-row products with their weights out of L2 (EfficientNet-B0's 480->120
+# squeeze conv: 20 us in the model, 9 us cold here), so the cold figures decide
 
 
 def gemv_threads(k: int, n: int, threads: int) -> int:
