@@ -33,15 +33,18 @@ cdef extern from *:
     static void sprat_gv_panel_c(int mr, Py_ssize_t K, const float* a, Py_ssize_t lda,
                                  const float* p, float* out) {
         float acc[SPRAT_GV_MAX_ROWS][SPRAT_GV_NR];
+        _Pragma("GCC unroll 16")
         for (int r = 0; r < mr; r++)
             for (int j = 0; j < SPRAT_GV_NR; j++) acc[r][j] = 0.0f;
         for (Py_ssize_t k = 0; k < K; k++) {
             const float* pk = p + k * SPRAT_GV_NR;
+            _Pragma("GCC unroll 16")
             for (int r = 0; r < mr; r++) {
                 float av = a[r * lda + k];
                 for (int j = 0; j < SPRAT_GV_NR; j++) acc[r][j] += av * pk[j];
             }
         }
+        _Pragma("GCC unroll 16")
         for (int r = 0; r < mr; r++)
             for (int j = 0; j < SPRAT_GV_NR; j++) out[r * SPRAT_GV_NR + j] = acc[r][j];
     }
@@ -56,16 +59,20 @@ cdef extern from *:
     static inline void sprat_gv_tile8(const int mr, const int U, Py_ssize_t K, const float* a,
                                       Py_ssize_t lda, const float* p, float* out) {
         __m256 x[SPRAT_GV_MAX_ROWS * 2][4];
+        _Pragma("GCC unroll 16")
         for (int i = 0; i < mr * U; i++)
+            _Pragma("GCC unroll 16")
             for (int q = 0; q < 4; q++) x[i][q] = _mm256_setzero_ps();
         Py_ssize_t k = 0;
         for (; k + U <= K; k += U) {
+            _Pragma("GCC unroll 16")
             for (int u = 0; u < U; u++) {
                 const float* pk = p + (k + u) * SPRAT_GV_NR;
                 _mm_prefetch((const char*)(pk + SPRAT_GV_PF), _MM_HINT_T0);
                 _mm_prefetch((const char*)(pk + SPRAT_GV_PF + 16), _MM_HINT_T0);
                 __m256 b0 = _mm256_loadu_ps(pk), b1 = _mm256_loadu_ps(pk + 8);
                 __m256 b2 = _mm256_loadu_ps(pk + 16), b3 = _mm256_loadu_ps(pk + 24);
+                _Pragma("GCC unroll 16")
                 for (int r = 0; r < mr; r++) {
                     __m256 av = _mm256_broadcast_ss(a + r * lda + k + u);
                     __m256* xr = x[r * U + u];
@@ -78,15 +85,20 @@ cdef extern from *:
         }
         for (; k < K; k++) {
             const float* pk = p + k * SPRAT_GV_NR;
+            _Pragma("GCC unroll 16")
             for (int r = 0; r < mr; r++) {
                 __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+                _Pragma("GCC unroll 16")
                 for (int q = 0; q < 4; q++)
                     x[r * U][q] = _mm256_fmadd_ps(av, _mm256_loadu_ps(pk + 8 * q), x[r * U][q]);
             }
         }
+        _Pragma("GCC unroll 16")
         for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 16")
             for (int q = 0; q < 4; q++) {
                 __m256 s = x[r * U][q];
+                _Pragma("GCC unroll 16")
                 for (int u = 1; u < U; u++) s = _mm256_add_ps(s, x[r * U + u][q]);
                 _mm256_storeu_ps(out + r * SPRAT_GV_NR + 8 * q, s);
             }
@@ -107,17 +119,20 @@ cdef extern from *:
     static inline void sprat_gv_tile16(const int mr, const int U, Py_ssize_t K, const float* a,
                                        Py_ssize_t lda, const float* p, float* out) {
         __m512 x0[SPRAT_GV_MAX_ROWS * 4], x1[SPRAT_GV_MAX_ROWS * 4];
+        _Pragma("GCC unroll 16")
         for (int i = 0; i < mr * U; i++) {
             x0[i] = _mm512_setzero_ps();
             x1[i] = _mm512_setzero_ps();
         }
         Py_ssize_t k = 0;
         for (; k + U <= K; k += U) {
+            _Pragma("GCC unroll 16")
             for (int u = 0; u < U; u++) {
                 const float* pk = p + (k + u) * SPRAT_GV_NR;
                 _mm_prefetch((const char*)(pk + SPRAT_GV_PF), _MM_HINT_T0);
                 _mm_prefetch((const char*)(pk + SPRAT_GV_PF + 16), _MM_HINT_T0);
                 __m512 b0 = _mm512_loadu_ps(pk), b1 = _mm512_loadu_ps(pk + 16);
+                _Pragma("GCC unroll 16")
                 for (int r = 0; r < mr; r++) {
                     __m512 av = _mm512_set1_ps(a[r * lda + k + u]);
                     x0[r * U + u] = _mm512_fmadd_ps(av, b0, x0[r * U + u]);
@@ -128,14 +143,17 @@ cdef extern from *:
         for (; k < K; k++) {
             const float* pk = p + k * SPRAT_GV_NR;
             __m512 b0 = _mm512_loadu_ps(pk), b1 = _mm512_loadu_ps(pk + 16);
+            _Pragma("GCC unroll 16")
             for (int r = 0; r < mr; r++) {
                 __m512 av = _mm512_set1_ps(a[r * lda + k]);
                 x0[r * U] = _mm512_fmadd_ps(av, b0, x0[r * U]);
                 x1[r * U] = _mm512_fmadd_ps(av, b1, x1[r * U]);
             }
         }
+        _Pragma("GCC unroll 16")
         for (int r = 0; r < mr; r++) {
             __m512 s0 = x0[r * U], s1 = x1[r * U];
+            _Pragma("GCC unroll 16")
             for (int u = 1; u < U; u++) {
                 s0 = _mm512_add_ps(s0, x0[r * U + u]);
                 s1 = _mm512_add_ps(s1, x1[r * U + u]);
