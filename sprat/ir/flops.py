@@ -7,7 +7,8 @@ reductions). Counts are for one run at the given concrete shapes, batch included
 ``_layout="NHWC"`` (``sprat.ir.fused``) changes where the channel dim sits in the data tensors,
 never the weights, so every formula below is written in element counts and weight dims only and
 gives the same number in both layouts. Fused ``_residual`` and ``_activation`` add one FLOP per
-output element each.
+output element each; a fused ``_scale`` one per element of the first input (the Mul it replaces),
+``_mean`` one per output element (the pool it replaces).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def node_flops(node: Node, ins: list[TensorInfo | None], outs: list[TensorInfo])
         ins = ins[:-1]  # the lookup table is the extra last input
     if attrs.get("_residual"):
         ins = ins[:-1]  # the residual operand is the extra last input
+    scaled = 0
+    if attrs.get("_scale"):
+        ins, scaled = ins[:-1], ins[0].size  # the scale, before the residual: one per input
     if attrs.get("_bias"):
         ins = ins[:-1]  # then the fused bias
     if op in ("Conv", "ConvInteger", "QLinearConv"):
@@ -97,6 +101,9 @@ def node_flops(node: Node, ins: list[TensorInfo | None], outs: list[TensorInfo])
         flops += out_elems
     if attrs.get("_bias"):
         flops += out_elems
+    flops += scaled
+    if attrs.get("_mean"):
+        flops += out_elems  # the global average pool of the output
     if attrs.get("_activation") is not None:
         flops += out_elems
     return int(flops)

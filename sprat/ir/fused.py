@@ -10,6 +10,14 @@ These let a pass fuse work into a node without inventing a new op type, and let 
 - ``_bias=True`` (MatMul): the node has one extra input after its spec inputs (before the
   residual), a vector of the output's last-dim size added to every row:
   ``Y = act(op(...) + B (+ R))`` (onnxruntime's MatMul+Add -> Gemm/FusedMatMul fusion).
+- ``_scale=True`` (Conv, ``passes.fuse_scale``): the node has one extra input after its spec
+  inputs and ``_bias`` (before the residual), a tensor that broadcasts to the first input's
+  shape without changing it; the op runs on ``X * S`` instead of ``X`` (a squeeze-and-excitation
+  block's channel scale, Hu et al., CVPR 2018, fused into the 1x1 conv that reads it).
+- ``_mean=True`` (a depthwise Conv, ``passes.fuse_mean``): the node has a second output, the
+  mean of its first output (after the activation) over the spatial axes, kept as size-1
+  axes: the GlobalAveragePool of the first output, in the node's layout (a squeeze-excite
+  block's squeeze, taken while the conv writes its output).
 - ``_activation="Relu"|"Clip"|"Sigmoid"|"HardSigmoid"|"HardSwish"|"LeakyRelu"|"Tanh"|"Silu"|
   "Gelu"`` (Silu is ``x * sigmoid(x)``, YOLO's activation; Gelu the erf form of Gelu-20,
   ``0.5 * x * (1 + erf(x / sqrt(2)))``, BERT's) with

@@ -13,7 +13,9 @@ from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fuse_gelu, fuse_matmul_bias
 from .fuse_qdq import fuse_conv_lookup, fuse_lookup, fuse_qdq
+from .fuse_mean import fuse_mean
 from .fuse_quant import fuse_integer_matmul
+from .fuse_scale import fuse_scale
 from .layout import to_nhwc
 from .transposes import optimize_transposes
 
@@ -36,6 +38,8 @@ DEFAULT_PIPELINE = [
     ("fuse_matmul_bias", fuse_matmul_bias),
     ("fuse_residual", fuse_residual),
     ("fuse_activation", fuse_activation),
+    ("fuse_scale", fuse_scale),  # NOTE: after fuse_residual: the residual stays the last input
+    ("fuse_mean", fuse_mean),  # NOTE: after fuse_activation: the pool reads the activated map
     ("fuse_conv_lookup", fuse_conv_lookup),  # NOTE: after fuse_activation (a Clip goes first)
 ]
 

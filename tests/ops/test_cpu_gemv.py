@@ -138,3 +138,16 @@ def test_gemv_packed_bad_arguments_raise():
     with pytest.raises(ValueError, match="PRelu"):
         ck.gemv_packed(1, randn(8), panels, y, 1, 40, 8, 8, e, -1, -1, 0.0, e, False,
                        PRELU, 0.0, 0.0)
+
+
+def test_conv_on_one_pixel_with_a_fused_scale_keeps_the_scaled_path():
+    """A squeeze-excite scale fused into the 1x1 conv (``_scale``, ``passes.fuse_scale``) on a
+    1x1 map runs ``conv_pointwise_scaled``, not the GEMV (which has no scale)."""
+    c, m = 48, 40
+    x, w = nhwc(randn(1, c, 1, 1, seed=1)), randn(m, c, 1, 1, seed=2, scale=0.2)
+    s = np.random.default_rng(5).uniform(0.0, 1.0, (1, 1, 1, c)).astype(np.float32)
+    ins = [x, w, randn(m, seed=3), s]
+    attrs = {**fused("Relu"), "_scale": True}
+    kernel = _prepared("Conv", ins, attrs, (1, 2))
+    assert not kernel.gemv and kernel.scaled is not None
+    check("Conv", ins, attrs, consts=(1, 2))

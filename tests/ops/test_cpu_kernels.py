@@ -1228,3 +1228,24 @@ def test_conv_pointwise_on_the_packed_gemm(xs, m, act, pays):
         kernel = _prepared_conv(ins, attrs, threads)
         assert kernel.algo == "pointwise" and (kernel.panels is not None) == pays
     check("Conv", ins, attrs, consts=(1, 2))
+
+
+@pytest.mark.parametrize("m", [40, 112])
+@pytest.mark.parametrize("act,params", ACTS)
+def test_conv_pointwise_packed_epilogue(m, act, params):
+    """Every fused activation on the packed GEMM's register epilogue (Sigmoid and SiLU by a
+    16-lane exp), with a last panel of at most 16 columns (40 = 32 + 8, 112 = 3 x 32 + 16:
+    the one-vector tile), pre-activations up to about +-60 (exp's clamps, the sigmoid's two
+    sides), and the bias and residual."""
+    from sprat.backends.cpu import conv
+
+    if not conv.PACKED_POINTWISE:
+        pytest.skip("the packed GEMM needs an AVX-512F CPU")
+    xs = (1, 48, 9, 7)
+    x, w = nhwc(randn(*xs, seed=1, scale=4.0)), randn(m, xs[1], 1, 1, seed=2, scale=2.0)
+    ins = [x, w, randn(m, seed=3), randn(1, 9, 7, m, seed=4)]
+    attrs = fused(act, params, residual=True)
+    for threads in (1, 2):
+        kernel = _prepared_conv(ins, attrs, threads)
+        assert kernel.algo == "pointwise" and kernel.panels is not None
+    check("Conv", ins, attrs, consts=(1, 2))

@@ -15,6 +15,10 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - shift-GEMM: stride 1, group 1, fewer than 128 channels, more than 3 output pixels -> kh*kw
   accumulating GEMMs over a padded band;
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
+Squeeze-excite fusions (``sprat.ir.fused``): a pointwise conv with ``_scale`` runs
+``conv_pointwise_scaled`` (the weight or the input rows scaled per slot, ``scale_weight_pays``);
+a depthwise conv with ``_mean`` also writes the global average pool of its output (summed in
+the blocked kernel's epilogue, else pooled after the conv).
 The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise[_blocked]``,
 ``conv_winograd``, ``conv_shift``, ``conv_im2col``); this module packs the weights, picks the
 algorithm and sizes the blocks and workspaces at prepare.
@@ -201,9 +205,12 @@ def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
 
 
 def _split_inputs(node, ins):
-    """(x, w, bias, residual) from a node's inputs; the residual is the extra last input."""
+    """(x, w, bias, residual) from a node's inputs; the residual is the extra last input, the
+    ``_scale`` input (``scale_input``) the one before it."""
     ins = list(ins)
     res = ins.pop() if node.attrs.get("_residual") and ins else None
+    if node.attrs.get("_scale") and ins:
+        ins.pop()
     bias = ins[2] if len(ins) > 2 else None
     # NOTE: a malformed node (fewer than X and W) gets None: supports() then says no
     return (ins[0] if ins else None), (ins[1] if len(ins) > 1 else None), bias, res
@@ -241,6 +248,10 @@ class ConvKernel(CpuKernel):
         group = int(node.attrs.get("group", 1))
         c, m = x.shape[-1], w.shape[0]
         if act in CHANNEL_ACT and len(node.attrs.get("_act_params", ())) not in (1, m):
+            return False
+        if node.attrs.get("_scale") and not _scale_ok(node, x, w, scale_input(node, ins)):
+            return False
+        if node.attrs.get("_mean") and not (group == c == m > 1 and len(node.outputs) == 2):
             return False
         return group >= 1 and c % group == 0 and m % group == 0 and w.shape[1] * group == c
 
@@ -312,13 +323,19 @@ class ConvKernel(CpuKernel):
                 self.wt = self.bt = self.empty
             if slope is not None and not self.blocked:
                 self.slope = self.shared(f"slope_tiled{seg}", lambda: np.tile(slope, seg))
+            if node.attrs.get("_mean"):
+                # NOTE: the blocked kernel sums each output row in its epilogue, per slot; the
+                # others are followed by the reduce kernel's global average pool
+                self.mean = True
+                self.workspaces = ((scratch(nt, n * c, np.float64), scratch(nt, c))
+                                   if self.blocked else (scratch(nt, ck.REDUCE_CHUNK, np.float64),))
         elif kh == kw == 1 and sh == sw == 1 and pb == [0, 0] and oh == h and ow == w_:
             self.algo = "pointwise"
             cg, mg = c // group, m // group
             # NOTE: memory="low": the model's (M, C/G) weight, read transposed by the GEMM
             self.w_stored = self.memory == "low"
             if (self.packed_pointwise and group == 1 and not self.w_stored
-                    and n * oh * ow <= GEMV_ROWS):
+                    and n * oh * ow <= GEMV_ROWS and scale_input(node, ins) is None):
                 # one output pixel (squeeze-excite convs on a pooled 1x1 map): a GEMV streaming
                 # the weight packed once, split by columns (``linalg.gemv_threads``)
                 self.gemv = True
@@ -339,6 +356,9 @@ class ConvKernel(CpuKernel):
             self.blk, self.split_m = split_blocks(n * oh * ow,
                                                   max(16, POINTWISE_BLOCK_BYTES // (4 * m)), m,
                                                   group, nt)
+            scale = scale_input(node, ins)
+            if scale is not None:
+                self._prepare_scale(scale, n, oh * ow, c, m)
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
               and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
               and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
@@ -402,20 +422,67 @@ class ConvKernel(CpuKernel):
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
         self.packed = () if np.may_share_memory(self.w, w.value) else (1,)
 
+    #: ``_scale``: (per_image, scale_w) of ``conv_pointwise_scaled``, or None
+    scaled = None
+    #: ``_mean``: the second output is the global average pool of the first (depthwise only)
+    mean = False
+
+    def _prepare_scale(self, scale, n, hw, c, m):
+        """A squeeze-excite scale on the pointwise algorithm: scale the weight or the input
+        rows (``scale_weight_pays``), in a workspace row per slot."""
+        per_image = n > 1 and scale.size != c
+        packed = self.panels is not None
+        mp = -(-m // ck.PACKED_NR) * ck.PACKED_NR if packed else m
+        scale_w = (not per_image and not self.w_stored
+                   and scale_weight_pays(n * hw, mp, self.nt))
+        self.scaled = (per_image, scale_w)
+        rows = self.rb if packed else self.blk
+        self.workspaces = (scratch(self.nt, mp * c if scale_w else rows * c),)
+
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
         r = ins[-1] if self.has_res else None
+        s = ins[-2 if self.has_res else -1] if self.scaled is not None else None
         # NOTE: the argument tuple (tens of arguments) is built once per binding: rebuilding it
         # cost ~3 us a call on small convs
-        self.bound_call(ws, (x, y, r), lambda: self._args_for(x, y, r, ws.buffers))
+        if self.mean:
+            mean = outs[1]
+            self.bound_call(ws, (x, y, r, mean), lambda: self._mean_args(x, y, r, mean,
+                                                                         ws.buffers))
+            return
+        self.bound_call(ws, (x, y, r, s), lambda: self._args_for(x, y, r, ws.buffers, s))
 
-    def _args_for(self, xa, ya, ra, bufs):
+    def _mean_args(self, xa, ya, ra, mean, bufs):
+        """(fn, args) of a depthwise conv with ``_mean``: the blocked kernel given the mean
+        and its scratch, or the conv then the reduce kernel's global average pool."""
+        n, c, oh, ow = self.geom[0], self.geom[3], self.geom[5], self.geom[6]
+        if self.algo == "depthwise" and self.blocked:
+            fn, args = self._args_for(xa, ya, ra, ())
+            return fn, (*args, mean.reshape(-1), *bufs)
+        fn, args = self._args_for(xa, ya, ra, ())
+        pool = (ya.reshape(-1), mean.reshape(-1), n, oh * ow, c, ck.MEAN, self.nt, bufs[0])
+
+        def conv_then_pool(*a):
+            fn(*a)
+            ck.reduce_ori(*pool)
+        return conv_then_pool, args
+
+    def _args_for(self, xa, ya, ra, bufs, sa=None):
         x, y = xa.reshape(-1), ya.reshape(-1)
         res = ra.reshape(-1) if ra is not None else self.empty
         n, h, w, c, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
         code, a, b = self.act
         nt, algo, hr = self.nt, self.algo, self.has_res
-        if self.gemv:
+        if self.scaled is not None:
+            per_image, scale_w = self.scaled
+            packed = self.panels is not None
+            algo = "pointwise_scaled"
+            args = (x, np.ascontiguousarray(sa, np.float32).reshape(-1), per_image, oh * ow,
+                    self.w, packed, self.w_stored, scale_w,
+                    self.bias if packed else self.bias_rows, res, hr, y, n * oh * ow, c, m,
+                    self.rb if packed else self.blk, self.cb if packed else 1, self.split_m,
+                    *bufs, code, a, b, self.slope)
+        elif self.gemv:
             algo = "gemv"
             args = (x, self.panels, y, n * oh * ow, m, c, c, self.bias, 0, 1, 1.0, res, hr, code,
                     a, b, self.slope)
@@ -455,10 +522,50 @@ def views(args: tuple) -> tuple:
 
 
 KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
-          "gemv": ck.gemv_packed,
+          "pointwise_scaled": ck.conv_pointwise_scaled, "gemv": ck.gemv_packed,
           "shift": ck.conv_shift, "im2col": ck.conv_im2col,
           "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
           "depthwise_blocked": ck.conv_depthwise_blocked}
+
+
+def scale_input(node, ins):
+    """The ``_scale`` input (``sprat.ir.fused``; before the residual, if any), or None."""
+    if not node.attrs.get("_scale"):
+        return None
+    k = len(ins) - (2 if node.attrs.get("_residual") else 1)
+    return ins[k] if k >= 2 else None
+
+
+def _scale_ok(node, x, w, scale) -> bool:
+    """Whether ``conv_pointwise_scaled`` runs this ``_scale`` conv: one group, 1x1, stride 1,
+    no padding (the pointwise algorithm), a float32 scale of one factor per input channel
+    (per image, or one row for all)."""
+    a = node.attrs
+    if (scale is None or scale.dtype != np.float32 or int(a.get("group", 1)) != 1
+            or any(d != 1 for d in w.shape[2:])
+            or any(int(v) != 1 for v in a.get("strides") or [1])
+            or any(int(v) != 0 for v in a.get("pads") or [0])
+            or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")):
+        return False
+    xs, ss = tuple(x.shape), tuple(scale.shape)
+    if len(ss) > len(xs):
+        return False
+    ss = (1,) * (len(xs) - len(ss)) + ss
+    return ss[-1] == xs[-1] and ss[0] in (1, xs[0]) and all(d == 1 for d in ss[1:-1])
+
+
+def scale_weight_pays(p: int, m: int, nt: int) -> bool:
+    """Whether a squeeze-excite 1x1 conv of ``p`` output pixels and ``m`` (padded) output
+    channels on ``nt`` slots scales its weight (each slot its own copy of the K x m weight)
+    rather than its input rows (K per pixel, the pixels shared out among the slots): the
+    smaller of the two per slot, ``m < p / nt``.
+
+    The projection convs of the SE networks (MobileNetV3-Small/Large, EfficientNet-B0..B3:
+    1x1 convs of 144-2688 input channels into 16-384 on maps of 112x112 down to 7x7) fall
+    on either side by map size: 112x112-28x28 maps (p 784-12544 against m 16-64) scale
+    the weight, 7x7 maps (p 49 against m 96-384) the input; 14x14 maps (p 196 against m
+    64-160, padded to 64-160) sit at the boundary, where the two cost about the same."""
+    return m * nt < p
 
 
 def _rows_per_block(n: int, oh: int, target: int, nt: int) -> int:

@@ -3,7 +3,8 @@
 Each family module (``ops_*.py``) ends with ``OPS = {"OpType": fn}``; ``fn(*inputs, **attrs)``
 takes NumPy arrays (None for an absent optional input) and the spec attributes as keyword
 arguments with the spec defaults, and returns one array or a tuple of arrays. The generic
-``sprat.ir.fused`` attributes (layout, bias, residual, activation, lookup) are applied here, once, for all ops.
+``sprat.ir.fused`` attributes (layout, bias, scale, residual, activation,
+mean, lookup) are applied here, once, for all ops.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     ins = list(ins)
     table = ins.pop() if internal.get("_lookup") else None
     residual = ins.pop() if internal.get("_residual") else None
+    scale = ins.pop() if internal.get("_scale") else None
     bias = ins.pop() if internal.get("_bias") else None
+    if scale is not None:
+        ins[0] = ins[0] * scale
     nhwc = internal.get("_layout") == "NHWC"
     if nhwc:
         ins[0] = np.ascontiguousarray(ins[0].transpose(NHWC_TO_NCHW[ins[0].ndim]))
@@ -48,6 +52,10 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
         outs[0] = outs[0] + residual
     outs[0] = apply_activation(outs[0], internal.get("_activation"), internal.get("_act_params", ()),
                                channel_axis=-1 if nhwc else 1)
+    if internal.get("_mean"):
+        spatial = tuple(range(1, outs[0].ndim - 1)) if nhwc else tuple(range(2, outs[0].ndim))
+        outs.insert(1, outs[0].astype(np.float64).mean(axis=spatial, keepdims=True)
+                    .astype(outs[0].dtype))
     if table is not None:
         from .ops_quant import qlinear_lookup
 

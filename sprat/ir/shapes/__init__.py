@@ -48,6 +48,9 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
         ins, table = ins[:-1], ins[-1]
     if internal.get("_residual"):
         ins = ins[:-1]
+    if internal.get("_scale"):
+        ins, scale = ins[:-1], ins[-1]
+        _check_scale(node, ins[0] if ins else None, scale)
     if internal.get("_bias"):
         ins = ins[:-1]
     nhwc = internal.get("_layout") == "NHWC"
@@ -68,12 +71,32 @@ def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...
     if nhwc:
         s, dt = outs[0]
         outs = [(permute_shape(s, NCHW_TO_NHWC[len(s)]), dt)] + list(outs[1:])
+    if internal.get("_mean"):
+        s, dt = outs[0]
+        keep = (0, len(s) - 1) if nhwc else (0, 1)
+        outs = [outs[0], (tuple(d if i in keep else 1 for i, d in enumerate(s)), dt)] + list(
+            outs[1:])
     if table is not None:
         if table.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)) or len(table.shape) != 2:
             raise ShapeError(f"node {node.name!r} ({node.op_type}): a _lookup table must be "
                              f"uint8/int8 (C, 256), got {table.dtype} {list(table.shape)}")
         outs = [(outs[0][0], table.dtype)] + list(outs[1:])
     return [(tuple(int(d) for d in s), np.dtype(dt)) for s, dt in outs]
+
+
+def _check_scale(node: Node, x: TensorInfo | None, scale: TensorInfo | None) -> None:
+    """Raise ShapeError unless a ``_scale`` input broadcasts to ``x``'s shape unchanged
+    (``sprat.ir.fused``)."""
+    ok = x is not None and scale is not None
+    if ok:
+        try:
+            ok = tuple(np.broadcast_shapes(tuple(x.shape), tuple(scale.shape))) == tuple(x.shape)
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): the _scale input "
+                         f"{None if scale is None else list(scale.shape)} must broadcast to the "
+                         f"first input's shape {None if x is None else list(x.shape)}")
 
 
 def output_nbytes(node: Node, ins: list[TensorInfo | None]) -> int:

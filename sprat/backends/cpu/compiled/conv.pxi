@@ -211,6 +211,177 @@ def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[:
                             split_m, code, a, b, ps)
 
 
+# ---- pointwise with a channel scale (squeeze-and-excitation, ``_scale``) ------------------
+# ``y = act((x * s) @ W + bias (+ res))`` with ``s`` one factor per input channel (per image,
+# or one row for all): ``(x * s) W = x (diag(s) W)``, so either the weight's K rows are scaled
+# (once per call and slot, into the slot's workspace; then the GEMM reads x in place) or each
+# block of x's rows is scaled into the slot's workspace while it is in cache, right before its
+# GEMM. ``conv.py`` picks the cheaper at prepare (``scale_weight_pays``); either way the Mul's
+# pass over the whole map (read x, write x * s, read it again) is gone.
+
+cdef struct conv_se_t:
+    const float* x
+    const float* s
+    const float* w      # packed panels (``packed``) or the (C, M) pointwise weight
+    const float* bias   # M floats (packed) or the tiled row bias (``nbias`` floats)
+    idx nbias
+    const float* res
+    bint has_res
+    float* y
+    idx P, C, M, hw
+    bint per_image, packed, scale_w, split_m, wt
+    idx rb, cb          # rows x columns per work item (packed); pixels per block (BLAS: rb)
+    int code
+    float a, b
+    const float* slope
+
+
+cdef void conv_scale_rows(conv_dst d, const float* src, idx nrows, idx width, const float* s,
+                          idx period) noexcept nogil:
+    """``d[r, :] = src[r, :] * s[r % period]`` for ``nrows`` rows of ``width`` floats: the K
+    rows of a (K, M) weight (``period`` = K), or of packed panels one after another."""
+    cdef idx r, j
+    cdef float f
+    cdef const float* sr
+    for r in range(nrows):
+        f = s[r % period]
+        sr = src + r * width
+        for j in range(width):
+            d[r * width + j] = sr[j] * f
+
+
+cdef void conv_scale_pixels(conv_dst d, const float* x, idx p0, idx p1, idx C, const float* s,
+                            idx hw, bint per_image) noexcept nogil:
+    """``d[p - p0, :] = x[p, :] * s[image of p, :]`` for the pixels [p0, p1) of (P, C) maps of
+    ``hw`` pixels each; ``s`` one row of C factors per image (``per_image``) or one for all."""
+    cdef idx p, k
+    cdef const float* sr
+    cdef const float* xr
+    for p in range(p0, p1):
+        sr = s + (p // hw) * C if per_image else s
+        xr = x + p * C
+        for k in range(C):
+            d[(p - p0) * C + k] = xr[k] * sr[k]
+
+
+cdef void conv_se_packed(const conv_se_t* q, idx t, idx nt, float* ws) noexcept nogil:
+    """Slot ``t`` of ``nt`` on the packed-weight GEMM: work items of ``rb`` rows x ``cb``
+    columns as ``gemm_packed`` deals them out, the epilogue in registers."""
+    cdef idx ncb = (q.M + q.cb - 1) // q.cb
+    cdef idx items = ((q.P + q.rb - 1) // q.rb) * ncb
+    cdef idx lo = t * items // nt
+    cdef idx hi = (t + 1) * items // nt
+    cdef idx it, m0, m1, n0, n1, r, pan0, pan1, last = -1
+    cdef idx K = q.C
+    cdef bint act_regs = sprat_pk_act_in_regs(q.code)
+    cdef const float* w = q.w
+    cdef const float* a
+    cdef sprat_pk_epi e
+    if hi <= lo:
+        return
+    e.bias, e.slope, e.a, e.b = q.bias, q.slope, q.a, q.b
+    e.code = q.code if act_regs else A_NONE
+    if q.scale_w:
+        # NOTE: only the panels of the column blocks this slot's items cover (a column split
+        # of a small map gives each slot half of them)
+        if hi - lo >= ncb or lo % ncb > (hi - 1) % ncb:
+            pan0, pan1 = 0, (q.M + SPRAT_PK_NR - 1) // SPRAT_PK_NR
+        else:
+            pan0 = (lo % ncb) * q.cb // SPRAT_PK_NR
+            pan1 = (min(q.M, ((hi - 1) % ncb + 1) * q.cb) + SPRAT_PK_NR - 1) // SPRAT_PK_NR
+        conv_scale_rows(ws + pan0 * K * SPRAT_PK_NR, q.w + pan0 * K * SPRAT_PK_NR,
+                        (pan1 - pan0) * K, SPRAT_PK_NR, q.s, K)
+        w = ws
+    for it in range(lo, hi):
+        m0 = (it // ncb) * q.rb
+        n0 = (it % ncb) * q.cb
+        m1 = min(q.P, m0 + q.rb)
+        n1 = min(q.M, n0 + q.cb)
+        if q.scale_w:
+            a = q.x + m0 * K
+        else:
+            if m0 != last:  # NOTE: items of one row block follow each other: scaled once
+                conv_scale_pixels(ws, q.x, m0, m1, K, q.s, q.hw, q.per_image)
+                last = m0
+            a = ws
+        e.res = q.res + m0 * q.M if q.has_res else NULL
+        sprat_pk_gemm_epi(m1 - m0, n0, n1, K, a, K, w, q.y + m0 * q.M, q.M, &e)
+        if not act_regs and q.code != A_NONE:
+            for r in range(m0, m1):
+                act_inplace(q.y + r * q.M + n0, n1 - n0, q.code, q.a, q.b)
+
+
+cdef void conv_se_blas(const conv_se_t* q, idx t, idx nt, float* ws) noexcept nogil:
+    """Slot ``t`` of ``nt`` on ``conv_pointwise_slot`` (BLAS, blocks of ``rb`` pixels)."""
+    cdef idx nb = (q.P + q.rb - 1) // q.rb
+    cdef idx bi, p0, rows, b0, b1
+    if q.scale_w:
+        conv_scale_rows(ws, q.w, q.C, q.M, q.s, q.C)
+        conv_pointwise_slot(t, nt, q.x, ws, q.bias, q.nbias, q.res, q.has_res, q.y, q.P, q.C,
+                            q.M, 1, q.rb, False, q.split_m, q.code, q.a, q.b, q.slope)
+        return
+    if q.split_m:
+        b0, b1 = 0, nb
+    else:
+        b0, b1 = t * nb // nt, (t + 1) * nb // nt
+    for bi in range(b0, b1):
+        p0 = bi * q.rb
+        rows = min(q.rb, q.P - p0)
+        conv_scale_pixels(ws, q.x, p0, p0 + rows, q.C, q.s, q.hw, q.per_image)
+        # NOTE: with split_m every slot scales every block and computes its channels of it
+        conv_pointwise_slot(t if q.split_m else 0, nt if q.split_m else 1, ws, q.w, q.bias,
+                            q.nbias, conv_at(q.res, p0 * q.M), q.has_res, q.y + p0 * q.M, rows,
+                            q.C, q.M, 1, rows, q.wt, q.split_m, q.code, q.a, q.b, q.slope)
+
+
+def conv_pointwise_scaled(int nt, const float[::1] x, const float[::1] s, bint per_image, idx hw,
+                          const float[::1] w, bint packed, bint wt, bint scale_w,
+                          const float[::1] bias, const float[::1] res, bint has_res,
+                          float[::1] y, idx P, idx C, idx M, idx rb, idx cb, bint split_m,
+                          float[:, ::1] ws, int code, float a, float b,
+                          const float[::1] slope):
+    """1x1 conv, stride 1, no padding, one group, of the scaled input:
+    ``y (P, M) = act((x (P, C) * s) @ W + bias (+ res))``. ``s``: C floats, or with
+    ``per_image`` C per image of ``hw`` pixels (P / hw rows). ``w``: the packed panels of
+    ``gemm_packed`` (``packed``; work items of ``rb`` rows x ``cb`` columns, ``bias`` M
+    floats, PRelu's ``slope`` M) or the (C, M) pointwise weight of ``conv_pointwise`` (with
+    ``wt`` the model's (M, C); blocks of ``rb`` pixels, ``split_m``; ``bias`` and ``slope``
+    tiled). ``scale_w``: scale the weight (each slot into its row of ``ws``: the weight's
+    size), else x's rows (a row of ``ws`` holds ``rb`` pixels); not with ``per_image`` or
+    ``wt``. Raises ValueError on short operands or
+    workspace, a bad block size, or ``packed`` where ``packed_gemm_available()`` is false."""
+    cdef idx wlen = ((M + SPRAT_PK_NR - 1) // SPRAT_PK_NR) * SPRAT_PK_NR * C if packed else C * M
+    conv_check(x, P * C, y, P * M, res, has_res, w, wlen)
+    conv_check_slope(slope, code, bias.shape[0], M)
+    if (rb < 1 or cb < 1 or hw < 1 or P % hw or (scale_w and (per_image or wt))
+            or (packed and wt)
+            or s.shape[0] < (P // hw if per_image else 1) * C
+            or (packed and (cb % SPRAT_PK_NR or not sprat_pk_available()))):
+        raise ValueError(f"conv_pointwise_scaled: bad blocks ({rb}, {cb}), images of {hw} "
+                         f"pixels, {s.shape[0]} scale floats or packed weights unavailable")
+    conv_check_ws(ws, nt, wlen if scale_w else rb * C)
+    cdef conv_se_t q
+    q.x, q.s, q.w, q.bias, q.nbias = &x[0], &s[0], &w[0], &bias[0], bias.shape[0]
+    q.res, q.has_res, q.y = cptr(res), has_res, &y[0]
+    q.P, q.C, q.M, q.hw = P, C, M, hw
+    q.per_image, q.packed, q.scale_w, q.split_m, q.wt = per_image, packed, scale_w, split_m, wt
+    q.rb, q.cb, q.code, q.a, q.b, q.slope = rb, cb, code, a, b, cptr(slope)
+    cdef const conv_se_t* qp = &q
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            if packed:
+                conv_se_packed(qp, 0, 1, &ws[0, 0])
+            else:
+                conv_se_blas(qp, 0, 1, &ws[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        if packed:
+            conv_se_packed(qp, t, nt, &ws[t, 0])
+        else:
+            conv_se_blas(qp, t, nt, &ws[t, 0])
+
+
 # ---- shift-GEMM: stride 1, one group ---------------------------------------------------------
 
 cdef void conv_shift_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
@@ -1076,9 +1247,11 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
                                const float* res, bint has_res, float* y, idx N, idx H, idx W,
                                idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
                                idx ph, idx pw, idx ct, int code, float a, float b,
-                               const float* sp) noexcept nogil:
+                               const float* sp, double* psum, float* rowsum) noexcept nogil:
     """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units; the
-    activations without a register form (Tanh, Gelu) then run over the slot's outputs."""
+    activations without a register form (Tanh, Gelu) then run over the slot's outputs. With
+    ``psum`` (N*C doubles, the slot's own; NULL: none) each unit's output row, still in cache,
+    is summed per channel into it (``rowsum``: C floats of scratch), for ``_mean``."""
     cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
     cdef idx units = N * OH * ntile
     cdef idx u0 = t * units // nt
@@ -1086,26 +1259,85 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
     cdef idx u, q, c0, c1, ow
     sprat_dw_units(y, x, wp, bp, sp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw,
                    dh, ph, pw, ct, u0, u1, code, a, b)
-    if code == A_NONE or sprat_dw_act_in_regs(code):
+    if code != A_NONE and not sprat_dw_act_in_regs(code):
+        for u in range(u0, u1):
+            q = u // ntile
+            c0 = (u - q * ntile) * ct * 8
+            c1 = min(C, c0 + ct * 8)
+            for ow in range(OW):
+                act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
+    if psum != NULL:
+        memset(psum, 0, N * C * sizeof(double))
+        for u in range(u0, u1):
+            q = u // ntile
+            c0 = (u - q * ntile) * ct * 8
+            c1 = min(C, c0 + ct * 8)
+            conv_row_sums(psum + (q // OH) * C + c0, rowsum, y + q * OW * C + c0, OW, C, c1 - c0)
+
+
+cdef void conv_row_sums(double* acc, conv_dst rowsum, const float* y, idx npix, idx pitch,
+                        idx nc) noexcept nogil:
+    """``acc[:nc] += sum over p < npix of y[p * pitch : p * pitch + nc]``: one output row's
+    channel sums, in float32 over the row (vectorised, at most a few hundred terms), added
+    to the float64 partial sums (a whole map's mean keeps float64's precision, as
+    ``reduce_ori``'s global average pool does)."""
+    # NOTE: 32 channels at a time in a fixed-size accumulator the compiler keeps in
+    # registers (a row-long accumulator in memory costs a load and a store per 8 floats read:
+    # the sum cost a 3x3 depthwise conv of 32 channels on 112x112 ~16% of its time)
+    cdef float part[32]
+    cdef idx p, c, c0, j
+    for c0 in range(0, nc - nc % 32, 32):
+        for j in range(32):
+            part[j] = 0
+        for p in range(npix):
+            for j in range(32):
+                part[j] += y[p * pitch + c0 + j]
+        for j in range(32):
+            acc[c0 + j] += part[j]
+    c0 = nc - nc % 32
+    if c0 == nc:
         return
-    for u in range(u0, u1):
-        q = u // ntile
-        c0 = (u - q * ntile) * ct * 8
-        c1 = min(C, c0 + ct * 8)
-        for ow in range(OW):
-            act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
+    for c in range(c0, nc):
+        rowsum[c] = 0
+    for p in range(npix):
+        for c in range(c0, nc):
+            rowsum[c] += y[p * pitch + c]
+    for c in range(c0, nc):
+        acc[c] += rowsum[c]
+
+
+cdef void conv_means(float* mean, const double* psum, idx nt, idx n, idx count) noexcept nogil:
+    """``mean[:n] = psum[:n] / count`` (one slot)."""
+    conv_means_strided(mean, psum, nt, n, n, count)
+
+
+cdef void conv_means_strided(float* mean, const double* psum, idx nt, idx stride, idx n,
+                             idx count) noexcept nogil:
+    """``mean[:n] = sum over slots t < nt of psum[t * stride : t * stride + n] / count``."""
+    cdef idx j, t
+    cdef double v
+    for j in range(n):
+        v = 0
+        for t in range(nt):
+            v += psum[t * stride + j]
+        mean[j] = <float>(v / count)
 
 
 def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, const float[::1] bp,
                            const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W,
                            idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph,
-                           idx pw, idx ct, int code, float a, float b, const float[::1] slope):
+                           idx pw, idx ct, int code, float a, float b, const float[::1] slope,
+                           float[::1] mean=None, double[:, ::1] psum=None,
+                           float[:, ::1] rowsum=None):
     """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C) by the
     register-blocked kernel: ``kw`` 3 or 5, horizontal stride ``sw`` 1 or 2, horizontal
     dilation 1 (any ``kh``, vertical stride ``sh`` and dilation ``dh``); ``wp`` packed
     (ceil(C/8), kh, kw, 8) and ``bp`` (ceil(C/8)*8) zero past C (``conv.depthwise_pack``),
     PRelu's ``slope`` padded as ``bp`` (empty for other activations);
     units of (output row, ``ct`` blocks of 8 channels) split evenly over ``nt`` slots.
+    With ``mean`` (N*C floats; ``_mean``, a global average pool of ``y`` fused): ``mean[n, c]``
+    = the average of ``y[n, :, :, c]``, summed per slot in the units' epilogue while each row is
+    in cache (``psum`` (nt, >= N*C) and ``rowsum`` (nt, >= C) scratch), then added.
     Raises ValueError on short operands or an unsupported geometry, RuntimeError on a build
     without it (``DEPTHWISE_BLOCKED`` false)."""
     cdef idx cp = (C + 7) // 8 * 8
@@ -1125,15 +1357,31 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     cdef const float* ps = cptr(slope)
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
+    cdef double* pacc = NULL
+    cdef float* prow = NULL
+    cdef idx sstride = 0, rstride = 0
+    if mean is not None:
+        if (mean.shape[0] < N * C or psum is None or rowsum is None or psum.shape[0] < nt
+                or psum.shape[1] < N * C or rowsum.shape[0] < nt or rowsum.shape[1] < C):
+            raise ValueError("conv_depthwise_blocked: mean, psum or rowsum too short")
+        pacc, prow = &psum[0, 0], &rowsum[0, 0]
+        sstride, rstride = psum.shape[1], rowsum.shape[1]
     cdef int t
     if nt <= 1:
         with nogil:
             conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                                 sh, sw, dh, ph, pw, ct, code, a, b, ps)
+                                 sh, sw, dh, ph, pw, ct, code, a, b, ps, pacc, prow)
+            if pacc != NULL:
+                conv_means(&mean[0], pacc, 1, N * C, OH * OW)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                             sh, sw, dh, ph, pw, ct, code, a, b, ps)
+                             sh, sw, dh, ph, pw, ct, code, a, b, ps,
+                             pacc + t * sstride if pacc != NULL else NULL,
+                             prow + t * rstride if prow != NULL else NULL)
+    if pacc != NULL:
+        with nogil:
+            conv_means_strided(&mean[0], pacc, nt, sstride, N * C, OH * OW)
 
 
 # ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------
