@@ -19,6 +19,13 @@ two alternating; the int8 side is MatMulIntegerToFloat (u8 activations with a ze
 weights per column, float32 output with scale and bias: what a dynamically quantized model
 runs), its results checked against NumPy's int64 product. Whole run: about a minute.
 
+``--only gemv``: products with one row against a constant weight (``compiled/gemv.pxi``):
+squeeze-excite 1x1 convs on a 1x1 map with their activation, classifier Gemms with a bias,
+transformer MatMuls at batch 1. "hot" runs one weight over and over (in L2 when it fits);
+"cold" runs ``gemv_copies`` distinct weights of the shape in turn, as a model meets its layers
+(onnxruntime: one graph of that many parallel nodes; sprat: that many kernels), and reports the
+time per product.
+
 ``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``, AVX-512 CPUs) against
 the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
 (``gemm_packed``), and the Attention kernel's packed path against its BLAS path for sequences
@@ -29,6 +36,7 @@ at each thread count, in this process, alternating, results compared.
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import math
@@ -61,7 +69,7 @@ class Case:
     """One op: ONNX nodes for onnxruntime, one sprat node, inputs (NCHW for ORT)."""
 
     def __init__(self, name, onnx_nodes, feeds, consts, sprat_attrs=None, nhwc=False,
-                 sprat_op=None, nchw_in=False):
+                 sprat_op=None, nchw_in=False, copies=None):
         self.name, self.onnx_nodes, self.feeds, self.consts = name, onnx_nodes, feeds, consts
         self.sprat_attrs = dict(sprat_attrs or {})
         self.nhwc = nhwc
@@ -69,13 +77,37 @@ class Case:
         # whose input Transpose the converter drops); the output is NHWC
         self.nchw_in = nchw_in
         self.sprat_op = sprat_op or onnx_nodes[0].op_type
+        # NOTE: "cold" cases: (make constants, count): the op runs once with each set in turn
+        self.copies = copies
+        self._sets = None
 
-    def ort_session(self, threads):
+    def copy_sets(self):
+        """The constant sets of a cold case (the case's own first), made once."""
+        if self._sets is None:
+            make, count = self.copies
+            self._sets = [self.consts] + [make() for _ in range(count - 1)]
+        return self._sets
+
+    def ort_session(self, threads, all_copies=True):
         inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape)
                   for k, v in self.feeds.items()]
-        inits = [numpy_helper.from_array(v, k) for k, v in self.consts.items()]
-        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-        graph = helper.make_graph(self.onnx_nodes, self.name, inputs, [out], inits)
+        if self.copies and all_copies:
+            nodes, inits, outs = [], [], []
+            for i, consts in enumerate(self.copy_sets()):
+                def rename(t, i=i):
+                    return t if t in self.feeds else f"{t}_{i}"
+                for n in self.onnx_nodes:
+                    n = copy.deepcopy(n)
+                    n.input[:] = [rename(t) for t in n.input]
+                    n.output[:] = [rename(t) for t in n.output]
+                    nodes.append(n)
+                inits += [numpy_helper.from_array(v, f"{k}_{i}") for k, v in consts.items()]
+                outs.append(helper.make_tensor_value_info(f"y_{i}", TensorProto.FLOAT, None))
+            graph = helper.make_graph(nodes, self.name, inputs, outs, inits)
+        else:
+            inits = [numpy_helper.from_array(v, k) for k, v in self.consts.items()]
+            out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+            graph = helper.make_graph(self.onnx_nodes, self.name, inputs, [out], inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
         model.ir_version = 9
         so = ort.SessionOptions()
@@ -84,12 +116,13 @@ class Case:
         return ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
 
-    def sprat_kernel(self, threads):
-        names = list(self.feeds) + list(self.consts)
-        arrays = [self.feeds.get(k, self.consts.get(k)) for k in names]
+    def sprat_kernel(self, threads, consts=None):
+        consts = self.consts if consts is None else consts
+        names = list(self.feeds) + list(consts)
+        arrays = [self.feeds.get(k, consts.get(k)) for k in names]
         if self.nhwc and not self.nchw_in:
             arrays[0] = np.ascontiguousarray(arrays[0].transpose(0, 2, 3, 1))
-        infos = [TensorInfo(a.shape, a.dtype, a if k in self.consts else None)
+        infos = [TensorInfo(a.shape, a.dtype, a if k in consts else None)
                  for k, a in zip(names, arrays)]
         attrs = {a.name: helper.get_attribute_value(a) for a in self.onnx_nodes[0].attribute}
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
@@ -141,6 +174,53 @@ STEM_FAMILY = [
     (3, 2, 48, 640, "Silu"), (7, 2, 64, 224, "Relu"), (5, 2, 24, 224, "Relu"),
     (6, 2, 32, 640, "Silu"), (6, 2, 48, 320, "Silu"), (3, 1, 32, 224, "Relu"),
 ]
+
+
+# squeeze-excite 1x1 convs on a 1x1 map (in -> out channels, activation) of EfficientNet-B0
+# (SiLU squeeze, sigmoid excite) and MobileNetV3 (ReLU squeeze, hard-sigmoid excite)
+GEMV_SE = [(32, 8, "Silu"), (8, 32, "Sigmoid"), (240, 60, "Silu"), (60, 240, "Sigmoid"),
+           (480, 120, "Silu"), (120, 480, "Sigmoid"), (672, 168, "Silu"), (168, 672, "Sigmoid"),
+           (1152, 288, "Silu"), (288, 1152, "Sigmoid"), (576, 144, "Relu"),
+           (144, 576, "HardSigmoid")]
+GEMV_GEMM = [(1280, 1000), (1024, 1000), (2048, 1000), (512, 1000), (576, 1024), (1024, 1280)]
+GEMV_MATMUL = [(384, 384), (384, 1536), (768, 3072)]
+GEMV_COLD_BYTES = 16 << 20  # cold cases: about this many weight bytes in turn (8..256 copies)
+
+
+def gemv_copies(k, n):
+    """Distinct weights a cold ``gemv`` case runs in turn."""
+    return max(8, min(256, GEMV_COLD_BYTES // (4 * k * n)))
+
+
+def gemv_cases():
+    """The ``gemv`` family: each shape hot, then cold."""
+    c = []
+
+    def add(name, nodes, feeds, make_consts, attrs, nhwc, k, n):
+        consts = make_consts()
+        c.append(Case(f"{name} hot", nodes, feeds, consts, attrs, nhwc))
+        # NOTE: the copies are made by the worker that runs the case (``Case.copy_sets``)
+        c.append(Case(f"{name} cold", nodes, feeds, consts, attrs, nhwc,
+                      copies=(make_consts, gemv_copies(k, n))))
+
+    for cin, cout, act in GEMV_SE:
+        params = {"HardSigmoid": {"alpha": 1 / 6, "beta": 0.5}}.get(act, {})
+        ops = {"Silu": [("Sigmoid", ["t"], ["s"], {}), ("Mul", ["t", "s"], ["y"], {})]}.get(
+            act, [(act, ["t"], ["y"], params)])
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[1, 1])]
+        nodes += [helper.make_node(op, i, o, **a) for op, i, o, a in ops]
+        attrs = {"_activation": act, "_act_params": list(params.values())}
+        add(f"gemv se {cin}->{cout} {act}", nodes, {"x": _randn(1, cin, 1, 1)},
+            lambda cin=cin, cout=cout: {"w": _randn(cout, cin, 1, 1) * 0.1,
+                                        "b": _randn(cout)}, attrs, True, cin, cout)
+    for k, n in GEMV_GEMM:
+        add(f"gemv gemm 1x{k}x{n} +bias", [helper.make_node(
+            "Gemm", ["a", "b", "c"], ["y"], transB=1)], {"a": _randn(1, k)},
+            lambda k=k, n=n: {"b": _randn(n, k) * 0.05, "c": _randn(n)}, {}, False, k, n)
+    for k, n in GEMV_MATMUL:
+        add(f"gemv matmul 1x{k}x{n}", [helper.make_node("MatMul", ["a", "b"], ["y"])],
+            {"a": _randn(1, k)}, lambda k=k, n=n: {"b": _randn(k, n) * 0.05}, {}, False, k, n)
+    return c
 
 
 def cases():
@@ -205,7 +285,7 @@ def cases():
     c.append(Case("add+relu 1x64x112x112", [helper.make_node("Add", ["a", "b"], ["t"]),
                                             helper.make_node("Relu", ["t"], ["y"])],
                   {"a": x1, "b": x2}, {}, {"_activation": "Relu"}))
-    return c
+    return c + gemv_cases()
 
 
 def _time(fn, seconds):
@@ -228,6 +308,8 @@ STATS = {"median": statistics.median, "min": min,
 
 def worker(case, engine, threads, seconds):
     """Time one engine on one case in this process; returns (timings, max error or None)."""
+    if case.copies:
+        return _worker_copies(case, engine, threads, seconds)
     if engine == "ort":
         sess = case.ort_session(threads)
         return _time(lambda: sess.run(["y"], case.feeds), seconds), None
@@ -240,6 +322,31 @@ def worker(case, engine, threads, seconds):
     got = out.transpose(0, 3, 1, 2) if case.nhwc else out
     err = float(np.abs(got - expect).max() / max(1.0, float(np.abs(expect).max())))
     return ts, err
+
+
+def _worker_copies(case, engine, threads, seconds):
+    """``worker`` for a cold case: time per product over all its weights in turn."""
+    sets = case.copy_sets()
+    if engine == "ort":
+        sess = case.ort_session(threads)
+        ts = _time(lambda: sess.run(None, case.feeds), seconds)
+        return [t / len(sets) for t in ts], None
+    runs = []
+    for consts in sets:
+        kernel, arrays, out = case.sprat_kernel(threads, consts)
+        runs.append((kernel, arrays, [out], Workspace.allocate(kernel)))
+
+    def call():
+        for kernel, arrays, outs, ws in runs:
+            kernel.run(arrays, outs, ws)
+
+    with threading.limits(threads):
+        ts = _time(call, seconds)
+    expect = case.ort_session(1, all_copies=False).run(["y"], case.feeds)[0]
+    out = runs[0][2][0]
+    got = out.transpose(0, 3, 1, 2) if case.nhwc else out
+    err = float(np.abs(got - expect).max() / max(1.0, float(np.abs(expect).max())))
+    return [t / len(sets) for t in ts], err
 
 
 def bench_case(index, threads, seconds, stat="median", rounds=2):

@@ -61,7 +61,8 @@ def test_forced_baseline_build_passes_the_cpu_kernel_tests():
     """Every fast kernel against the reference kernel, on the baseline build (SPRAT_CPU)."""
     files = [str(ROOT / "tests" / "ops" / f) for f in
              ("test_cpu_kernels.py", "test_cpu_pad.py", "test_cpu_rnn.py", "test_cpu_quant.py",
-              "test_cpu_qconv.py", "test_cpu_tflite.py", "test_cpu_conv_scale.py")]
+              "test_cpu_qconv.py", "test_cpu_tflite.py", "test_cpu_conv_scale.py",
+              "test_cpu_gemv.py")]
     code = ("import sys; from sprat.backends.cpu.compiled import VARIANT; "
             "assert VARIANT == 'baseline', VARIANT; import pytest; "
             "sys.exit(pytest.main(['-q', '-x', '-p', 'no:cacheprovider', *sys.argv[1:]]))")

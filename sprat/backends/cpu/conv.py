@@ -3,7 +3,9 @@ slope per output channel, read alongside the bias in every algorithm's epilogue)
 
 Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group); one group
-  on an AVX-512 CPU: ``linalg``'s GEMM with the weight packed once (``ck.gemm_packed``);
+  on an AVX-512 CPU: ``linalg``'s GEMM with the weight packed once (``ck.gemm_packed``); one
+  group and one output pixel (squeeze-excite convs on a pooled map), on every CPU: the GEMV
+  over the same packed weight (``ck.gemv_packed``, ``linalg.GEMV_ROWS``);
 - depthwise: group == C == M -> direct kernel; on the AVX2 build 3- and 5-wide kernels at
   horizontal stride 1 or 2 run register-blocked (``conv_depthwise_blocked``: 8 channels x up
   to 8 output pixels in registers, weights packed (C/8, kh, kw, 8) by ``depthwise_pack``),
@@ -42,7 +44,7 @@ from ._base import PARALLEL_MIN_MACS, CpuKernel, own_if_small, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, CHANNEL_ACT, PRELU, act_of, prelu_slope
 from .compiled import kernels as ck
-from .linalg import PACKED, pack_panels, packed_blocks
+from .linalg import GEMV_ROWS, PACKED, gemv_threads, pack_panels, packed_blocks
 
 # NOTE: block sizes tuned with bench/kernels.py (GEMM rows per block; keeps a block in L2).
 POINTWISE_BLOCK_BYTES = 1 << 17
@@ -261,6 +263,8 @@ class ConvKernel(CpuKernel):
     #: the packed 1x1 weight of ``ck.gemm_packed`` when that path runs (``PACKED_POINTWISE``);
     #: ``qconv`` turns the path off: its fused 1x1 pass reads ``w`` in the BLAS layout
     panels = None
+    #: whether the pointwise conv runs as ``ck.gemv_packed`` (at most ``GEMV_ROWS`` pixels)
+    gemv = False
     packed_pointwise = True
     #: whether the im2col algorithm runs on the packed-weight GEMM (``PACKED_IM2COL``)
     im2col_packed = False
@@ -340,6 +344,7 @@ class ConvKernel(CpuKernel):
             self.act = act_of(node)
             slope = None
         self.has_res = res is not None
+        self.gemv, self.panels = False, None  # NOTE: a re-prepare (resize) decides anew
         self.empty = empty_f32()
         self.slope = self.empty  # PRelu's slopes, laid out as the algorithm's bias (below)
         sh, sw = strides
@@ -389,7 +394,15 @@ class ConvKernel(CpuKernel):
             cg, mg = c // group, m // group
             # NOTE: memory="low": the model's (M, C/G) weight, read transposed by the GEMM
             self.w_stored = self.memory == "low"
-            if (PACKED_POINTWISE and self.packed_pointwise and group == 1 and not self.w_stored
+            if (self.packed_pointwise and group == 1 and not self.w_stored
+                    and n * oh * ow <= GEMV_ROWS and scale_input(node, ins) is None):
+                # one output pixel (squeeze-excite convs on a pooled 1x1 map): a GEMV streaming
+                # the weight packed once, split by columns (``linalg.gemv_threads``)
+                self.gemv = True
+                self.panels = self.w = self.shared("w_panels", lambda: pack_panels(
+                    np.ascontiguousarray(wv[:, :, 0, 0]), trans=True))
+                nt = self.nt = gemv_threads(c, m, self.threads)
+            elif (PACKED_POINTWISE and self.packed_pointwise and group == 1 and not self.w_stored
                     and packed_pays(m)):
                 # the GEMM with weights packed once (``linalg``'s, AVX-512 CPUs): Y (P, M) =
                 # X (P, C) @ W^T + bias (+ residual), activation in its epilogue
@@ -529,6 +542,10 @@ class ConvKernel(CpuKernel):
                     self.bias if packed else self.bias_rows, res, hr, y, n * oh * ow, c, m,
                     self.rb if packed else self.blk, self.cb if packed else 1, self.split_m,
                     *bufs, code, a, b, self.slope)
+        elif self.gemv:
+            algo = "gemv"
+            args = (x, self.panels, y, n * oh * ow, m, c, c, self.bias, 0, 1, 1.0, res, hr, code,
+                    a, b, self.slope)
         elif algo == "pointwise" and self.panels is not None:
             algo = "pointwise_packed"
             args = (x, self.panels, y, n * oh * ow, m, c, c, self.rb, self.cb, self.bias, 0, 1,
@@ -569,7 +586,7 @@ def views(args: tuple) -> tuple:
 
 
 KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
-          "pointwise_scaled": ck.conv_pointwise_scaled,
+          "pointwise_scaled": ck.conv_pointwise_scaled, "gemv": ck.gemv_packed,
           "shift": ck.conv_shift, "im2col": ck.conv_im2col,
           "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
           "depthwise_blocked": ck.conv_depthwise_blocked, "stem": ck.conv_stem}

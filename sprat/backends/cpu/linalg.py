@@ -16,6 +16,14 @@ OpenBLAS redoes on every call: 0.15-0.9x the time of the BLAS path over M 1..512
 largest weights, a memory-bound GEMV), so it is taken for every such product (not under
 ``memory="low"``, which keeps the weights as stored).
 
+One row (``GEMV_ROWS``) against a constant 2-D weight, on every CPU: ``ck.gemv_packed``
+(``compiled/gemv.pxi``) streams the same packed panels once, with the epilogue, its columns
+split over the threads from ``GEMV_PARALLEL_MIN_BYTES`` of weight (each core streams its half).
+Side by side with onnxruntime (``bench/kernels.py --only gemv``, weights cold), time ratio at
+1 / 2 threads: classifier Gemms and batch-1 MatMuls 0.95-1.04 / 0.94-1.0 (2048x1000 once
+1.15 / 0.98), both memory-bound; squeeze-excite convs 0.42-0.96 / 0.29-0.87. On CPUs without
+AVX-512 the AVX2 path replaces BLAS here (not measured on one: this machine has AVX-512).
+
 Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 - ``precision="low"``: a constant 2-D weight B is stored as float16 (half the bytes, shared
   by the sessions) and widened to fp32 on the fly (F16C on AVX2 CPUs), fp32 accumulation, when
@@ -64,6 +72,30 @@ PACKED = ck.packed_gemm_available()
 PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) stay in L2 while
 # every column panel passes over them: 128 x 768 at K = 768 (best of 24..256 rows, 150-160
 # GFLOP/s, at M 128..512, K and N 768 / 3072), 256 rows at K <= 512
+
+
+#: rows up to which a product with a constant 2-D weight runs ``ck.gemv_packed`` (the weight
+#: packed once into ``pack_panels``' layout and streamed once per call)
+GEMV_ROWS = 1
+# NOTE: measured on this AVX-512 machine against ``ck.gemm_packed`` with 2 and 4 rows (K x N
+# 96x24 .. 768x3072, weights hot and cold, 1 and 2 threads): the same time within +-5 % (the
+# packed GEMM's 2-4 row tiles already keep 4-8 accumulators busy), so only one row, where the
+# GEMV's unrolled accumulators and its prefetch distance pay a little (EfficientNet-B0 at 1
+# thread, against the packed GEMM, two runs: its classifier 0.84x and 1.0x the time, its 33
+# one-row products together 0.96x and 0.98x; memory-bound either way)
+#: weight bytes from which a GEMV splits its columns over the threads (each core streams its
+#: half of the weight)
+GEMV_PARALLEL_MIN_BYTES = 192 << 10
+# NOTE: measured, 2 slots against 1, sigmoid epilogue, weights hot (one over and over) / cold
+# (8-256 distinct weights in turn): 56-64 KB 1.7 / 1.2x the time, 128 KB 1.45 / 0.90x,
+# 220-225 KB (120x480, 480x120, 168x336) 1.14 / 0.70-0.75x, 576 KB 0.85 / 0.59x. A model
+# meets its one-row products with their weights out of L2 (EfficientNet-B0's 480->120
+# squeeze conv: 20 us in the model, 9 us cold here), so the cold figures decide
+
+
+def gemv_threads(k: int, n: int, threads: int) -> int:
+    """Work slots of a ``ck.gemv_packed`` product with a K x N weight on ``threads``."""
+    return threads if 4 * k * n >= GEMV_PARALLEL_MIN_BYTES else 1
 
 
 # NOTE: a transposed weight (Gemm's transB, rows of B^T) is packed this many bytes at a time,
@@ -142,8 +174,11 @@ def _fused_ok(node, out_shape, ins) -> bool:
 
 
 class _Gemmish(CpuKernel):
-    panels = None  # the packed weight of ``ck.gemm_packed`` when that path runs
+    panels = None  # the packed weight of ``ck.gemm_packed`` / ``ck.gemv_packed``
+    gemv = False  # whether ``ck.gemv_packed`` runs (at most GEMV_ROWS rows)
+
     def _prepare_epilogue(self):
+        self.gemv, self.panels = False, None  # NOTE: a re-prepare (resize) decides anew
         self.act = act_of(self.node)
         self.has_res = bool(self.node.attrs.get("_residual"))
         self.empty = empty_f32()
@@ -156,6 +191,18 @@ class _Gemmish(CpuKernel):
     def _want_packed(self, b_const) -> bool:
         return (PACKED and b_const is not None and b_const.ndim == 2 and self.memory != "low"
                 and self.K >= 1)
+
+    def _want_gemv(self, b_const) -> bool:
+        return (b_const is not None and b_const.ndim == 2 and self.memory != "low"
+                and 1 <= self.M <= GEMV_ROWS and self.K >= 1 and self.N >= 1)
+
+    def _prepare_gemv(self, b: np.ndarray, trans: bool) -> None:
+        """Switch to ``ck.gemv_packed``: B is ``b`` (K, N) float32, or ``b`` (N, K) transposed
+        when ``trans``; the same packed weight as ``_prepare_packed``'s."""
+        self.panels = self.shared("w_panels", lambda: pack_panels(b, trans))
+        self.packed = (1,)
+        self.gemv = True
+        self.nt = gemv_threads(self.K, self.N, self.threads)
 
     def _prepare_packed(self, b: np.ndarray, trans: bool) -> None:
         """Switch to ``ck.gemm_packed``: B is ``b`` (K, N) float32, or ``b`` (N, K) transposed
@@ -210,6 +257,10 @@ class _Gemmish(CpuKernel):
         code, pa, pb = self.act
         res = self.empty if r is None else r.reshape(-1)
         c = self.empty if c is None else c.reshape(-1)
+        if self.gemv:
+            return ck.gemv_packed, (self.nt, a.reshape(-1), self.panels, y.reshape(-1), self.M,
+                                    self.N, self.K, self.lda, c, self.sm, self.sn, self.beta,
+                                    res, self.has_res, code, pa, pb)
         return ck.gemm_packed, (self.nt, a.reshape(-1), self.panels, y.reshape(-1), self.M,
                                 self.N, self.K, self.lda, self.rb, self.cb, c, self.sm, self.sn,
                                 self.beta, res, self.has_res, code, pa, pb)
@@ -281,7 +332,10 @@ class GemmKernel(_Gemmish):
             tb = self.tb
             self._prepare_f16(lambda: b_const.T if tb else b_const, bias)
             return
-        self.panels = None
+        if (not self.ta or self.M == 1) and self.alpha == 1.0 and self._want_gemv(b_const):
+            # NOTE: one row of A stored transposed (K, 1) is the same K floats in order
+            self._prepare_gemv(b_const, bool(self.tb))
+            return
         if not self.ta and self.alpha == 1.0 and self._want_packed(b_const):
             self._prepare_packed(b_const, bool(self.tb))
             return
@@ -349,10 +403,11 @@ class MatMulKernel(_Gemmish):
         self.f16 = None
         b_const = self.consts.get(1)
         bias = self.consts.get(2) if self.has_c else None
-        self.panels = None
         if (nbatch == 1 and len(sb) == 2 and (bias is not None or not self.has_c)
                 and self._want_f16(b_const, m)):
             self._prepare_f16(lambda: b_const, None if bias is None else bias.reshape(-1))
+        elif nbatch == 1 and len(sb) == 2 and self._want_gemv(b_const):
+            self._prepare_gemv(b_const, False)
         elif nbatch == 1 and len(sb) == 2 and self._want_packed(b_const):
             self._prepare_packed(b_const, False)
 

@@ -26,6 +26,7 @@ def cpu_has_avx2() -> bool:
 include "common.pxi"
 include "elementwise.pxi"
 include "packed.pxi"
+include "gemv.pxi"
 include "conv.pxi"
 include "stem.pxi"
 include "dense.pxi"
