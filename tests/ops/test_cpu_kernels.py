@@ -197,7 +197,7 @@ PRELU_CASES = [
     ((1, 16, 7, 5), (12, 4, 1, 1), {"group": 4}, "pointwise"),
     ((1, 64, 13, 13), (256, 64, 1, 1), {}, "pointwise"),  # split_m at 2 threads (BLAS path)
     ((1, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),
-    ((1, 16, 40, 40), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),
+    ((1, 16, 40, 40), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),  # M 8: BLAS per tap
     ((2, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "im2col"),
     ((1, 128, 8, 8), (136, 128, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "im2col"),
     ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "im2col"),
@@ -954,12 +954,13 @@ def test_conv_im2col_splits(xs, ws, attrs, split_m):
     ((1, 64, 9, 9), (96, 64, 1, 1), {"strides": [2, 2]}, True),  # columns past a 32-wide panel
     ((1, 160, 7, 7), (136, 160, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # 2 threads: ranges
     ((2, 16, 47), (64, 16, 5), {"pads": [2, 2], "strides": [2]}, True),
-    ((1, 5, 20, 20), (16, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # M 16
+    ((1, 5, 20, 20), (16, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),  # M 16
+    ((1, 5, 20, 20), (8, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),  # M 8
     ((1, 5, 20, 20), (48, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),  # K 45
 ])
 def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, pays, packed, monkeypatch):
     """One-group im2col convs take the packed GEMM on an AVX-512F CPU (``conv.PACKED_IM2COL``)
-    where ``conv.packed_pays`` (M > 16); elsewhere, or with the path turned off, the
+    where ``conv.packed_pays`` (M > 8); elsewhere, or with the path turned off, the
     per-block BLAS calls: both equal to the reference at 1 and 2 threads."""
     from sprat.backends.cpu import conv
 
@@ -1278,7 +1279,8 @@ def test_pack_panels_layout_in_parts(k, n, monkeypatch):
     ((1, 40, 56, 56), 240, "Clip", True),      # an expansion: many row blocks
     ((1, 320, 7, 7), 1280, None, True),
     ((1, 24, 56, 56), 144, "Clip", True),      # K 24
-    ((1, 128, 9, 9), 16, None, False)])        # M 16: BLAS (``conv.packed_pays``)
+    ((1, 128, 9, 9), 16, None, True),          # M 16: one-vector panels
+    ((1, 128, 9, 9), 8, None, False)])         # M 8: BLAS (``conv.packed_pays``)
 def test_conv_pointwise_on_the_packed_gemm(xs, m, act, pays):
     from sprat.backends.cpu import conv
 

@@ -81,19 +81,21 @@ PACKED_POINTWISE = PACKED
 PACKED_IM2COL = PACKED
 IM2COL_PACKED_BYTES = 1 << 20
 #: output channels up to which a conv GEMM stays on BLAS (``packed_pays``)
-PACKED_MIN_M = 16
+PACKED_MIN_M = 8
 
 
 def packed_pays(m: int) -> bool:
     """Whether a one-group conv GEMM into ``m`` output channels runs
     faster on the packed micro-kernel (12 x 32 tile of Y in registers, bias, residual and
-    activation applied before its stores) than on BLAS: not when most of each 32-wide panel
-    is zero padding. Measured on 1x1 convs (sprat / onnxruntime, BLAS against packed, 1 / 2
-    threads): M 16 or less BLAS ahead at every K (32->16@112 0.56 vs 0.80, 128->16@55 0.70 vs
-    0.77, 16->8@80 0.78 vs 1.27), M 24 and more the packed path ahead or even from K 8 up
-    (8->32@80 0.54 vs 0.44, 32->64@32 1.12 vs 0.82, 24->24@56 0.70 vs 0.57, 16->96@112 0.78 vs
-    0.77, 144->24@56 0.73 vs 0.56; 2 threads the same way); im2col 3->16 stems 1.17 vs 1.58.
-    No depth of the GEMM (K = C*kh*kw, 8 to 1152 measured) favoured BLAS."""
+    activation applied before its stores; a last panel of at most 16 columns computes one
+    vector) than on BLAS: not when most of each panel is zero padding. Measured on 1x1 convs,
+    sprat / onnxruntime, BLAS against packed, 1 / 2 threads: M 16 the packed path ahead at every
+    K (48->16@56 0.86 vs 0.61 / 0.51 vs 0.37, 128->16@55 0.65 vs 0.45 / 0.30 vs 0.21, 32->16@112
+    0.48 vs 0.45 / 0.45 vs 0.42, 8->16@80 0.57 vs 0.48, 16->16@112 0.60 vs 0.54); M 8 either way
+    (16->8@80 0.73 vs 0.76 / 0.39 vs 0.37, 64->8@56 0.74 vs 0.62 / 0.40 vs 0.47), so BLAS; M 24
+    and more the packed path ahead or even from K 8 up (8->32@80 0.54 vs 0.44, 32->64@32 1.12 vs
+    0.82, 24->24@56 0.70 vs 0.57, 144->24@56 0.73 vs 0.56). No depth of the GEMM (K = C*kh*kw,
+    8 to 1152 measured) favoured BLAS. (Before the one-vector panel, M 16 had BLAS ahead.)"""
     return m > PACKED_MIN_M
 
 
