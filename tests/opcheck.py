@@ -449,11 +449,12 @@ def make_node(op, inputs: list, attrs=None, consts=()):
     return node, infos
 
 
-def run_cpu(node, infos, inputs, threads: int = 1) -> list[np.ndarray]:
+def run_cpu(node, infos, inputs, threads: int = 1, with_kernel: bool = False):
     """The outputs of the cpu backend's fast kernel for ``node`` at ``threads``: asserts that
     the fast kernel took it, runs it twice into garbage-filled outputs with garbage-filled
     workspaces (a kernel must write every element and read no scratch it did not write, as
-    another tensor's arena bytes) and checks that both runs agree."""
+    another tensor's arena bytes) and checks that both runs agree. ``with_kernel``: returns
+    ``(outputs, the prepared kernel)``."""
     from sprat.backends.base import Workspace
     from sprat.backends.cpu import CpuBackend, limits
     from sprat.ir.shapes import infer
@@ -475,7 +476,7 @@ def run_cpu(node, infos, inputs, threads: int = 1) -> list[np.ndarray]:
         kernel.run(inputs, outs, ws)
     for a, b in zip(first, outs):
         np.testing.assert_array_equal(a, b)  # deterministic, nothing left over between calls
-    return outs
+    return (outs, kernel) if with_kernel else outs
 
 
 def check_cpu(op, inputs, attrs=None, consts=(), rtol=DEFAULT_RTOL, threads=(1, 2)) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from opcheck import DEFAULT_RTOL, fused, nhwc, randn, readonly
+from opcheck import DEFAULT_RTOL, fused, nhwc, randn, readonly, run_cpu
 from opcheck import check_cpu as check
 from opcheck import cpu_refuses as refuses
 from opcheck import make_node as make
@@ -175,27 +175,14 @@ def test_compiled_scaled_conv_checks_its_operands():
 
 def _run_mean(x, w, b, attrs, threads):
     """(reference, cpu) outputs (y, mean) of a depthwise Conv with ``_mean`` (two outputs),
-    the cpu kernel run twice into garbage-filled outputs and workspaces."""
-    from opcheck import garbage
-
+    the cpu kernel run twice into garbage-filled outputs and workspaces (``run_cpu``), and the
+    kernel."""
     ins = [x, readonly(w), readonly(b)]
     node = Node("Conv", "conv", [0, 1, 2], [3, 4], {**attrs, "_mean": True})
     infos = [TensorInfo(x.shape, x.dtype), TensorInfo(w.shape, w.dtype, ins[1]),
              TensorInfo(b.shape, b.dtype, ins[2])]
-    shapes = infer(node, infos)
-    assert len(shapes) == 2
-    backend = CpuBackend(threads)
-    assert backend.has_fast_kernel(node, infos)
-    kernel = backend.make_kernel(node, infos)
-    kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
-    outs = [garbage(s, d) for s, d in shapes]
-    ws = Workspace.allocate(kernel, np.nan)
-    with limits(threads):
-        kernel.run(ins, outs, ws)
-        first = [o.copy() for o in outs]
-        kernel.run(ins, outs, ws)
-    for a, b_ in zip(first, outs):
-        np.testing.assert_array_equal(a, b_)
+    assert len(infer(node, infos)) == 2
+    outs, kernel = run_cpu(node, infos, ins, threads, with_kernel=True)
     return evaluate(node, ins), outs, kernel
 
 
