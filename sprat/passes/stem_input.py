@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.fused import STEM_MAX_CHANNELS, STEM_MAX_TAPS
 from ..ir.graph import Graph
 from .util import DEAD, drop_dead
-
-#: input channels up to which a conv reads its input as NCHW (the cpu backend's
-#: ``conv.STEM_MAX_CHANNELS``: its stem kernel takes NCHW input; others run im2col)
-STEM_MAX_CHANNELS = 4
-#: taps (C*kh*kw) of the largest such conv (``ck.STEM_MAX_TAPS``)
-STEM_MAX_TAPS = 256
 
 
 def stem_input(g: Graph) -> Graph:

@@ -105,6 +105,20 @@ def test_stem_conv_with_symbolic_input_shape_resizes():
                                    rtol=1e-4, atol=1e-4)
 
 
+def test_the_pass_and_the_kernel_share_the_stem_limits():
+    """``passes.stem_input`` reads ``ir.fused``'s limits; the compiled stem kernel has its own
+    tap bound (a C array size): a conv the pass lets read NCHW is one the kernel takes."""
+    from sprat.backends.cpu import conv
+    from sprat.backends.cpu.compiled import kernels as ck
+    from sprat.ir.fused import STEM_MAX_CHANNELS, STEM_MAX_TAPS
+
+    assert ck.STEM_MAX_TAPS == STEM_MAX_TAPS
+    assert conv.stem_pays(STEM_MAX_CHANNELS, 16, 7, 7, 1) == (STEM_MAX_CHANNELS * 49
+                                                               <= STEM_MAX_TAPS)
+    assert conv.stem_pays(STEM_MAX_CHANNELS, 16, 3, 3, 1)
+    assert not conv.stem_pays(STEM_MAX_CHANNELS + 1, 16, 3, 3, 1)
+
+
 def test_transpose_stays_when_the_conv_cannot_read_nchw():
     data = _stem_model(8, 16, 3, 2, [1, 1, 1, 1], "Relu")  # more input channels than a stem
     ops = _ops(data)

@@ -38,6 +38,7 @@ import math
 
 import numpy as np
 
+from ...ir.fused import STEM_MAX_CHANNELS
 from ...ir.shapes.nn import conv_geometry
 from ...ir.tensorinfo import TensorInfo
 from ._base import PARALLEL_MIN_MACS, CpuKernel, own_if_small, scratch
@@ -213,8 +214,6 @@ def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
     return ct
 
 
-#: input channels up to which a one-group conv runs on the direct stem kernel (``stem_pays``)
-STEM_MAX_CHANNELS = 4
 #: whether the stem kernel runs its AVX-512F instantiation (else the build's native one)
 STEM_WIDE = ck.stem_wide_available()
 
