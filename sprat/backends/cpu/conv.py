@@ -395,20 +395,21 @@ class ConvKernel(CpuKernel):
             cg, mg = c // group, m // group
             # NOTE: memory="low": the model's (M, C/G) weight, read transposed by the GEMM
             self.w_stored = self.memory == "low"
+            def panels():  # the (M, C) weight packed once, as ``linalg``'s GEMMs read it
+                return self.shared("w_panels", lambda: pack_panels(
+                    np.ascontiguousarray(wv[:, :, 0, 0]), trans=True))
             if (self.packed_pointwise and group == 1 and not self.w_stored
                     and n * oh * ow <= GEMV_ROWS and scale_input(node, ins) is None):
                 # one output pixel (squeeze-excite convs on a pooled 1x1 map): a GEMV streaming
-                # the weight packed once, split by columns (``linalg.gemv_threads``)
+                # the packed weight, split by columns (``linalg.gemv_threads``)
                 self.gemv = True
-                self.panels = self.w = self.shared("w_panels", lambda: pack_panels(
-                    np.ascontiguousarray(wv[:, :, 0, 0]), trans=True))
+                self.panels = self.w = panels()
                 nt = self.nt = gemv_threads(c, m, self.threads)
             elif (PACKED_POINTWISE and self.packed_pointwise and group == 1 and not self.w_stored
                     and packed_pays(m)):
-                # the GEMM with weights packed once (``linalg``'s, AVX-512 CPUs): Y (P, M) =
-                # X (P, C) @ W^T + bias (+ residual), activation in its epilogue
-                self.panels = self.w = self.shared("w_panels", lambda: pack_panels(
-                    np.ascontiguousarray(wv[:, :, 0, 0]), trans=True))
+                # the GEMM over the packed weight (AVX-512 CPUs): Y (P, M) = X (P, C) @ W^T
+                # + bias (+ residual), activation in its epilogue
+                self.panels = self.w = panels()
                 self.rb, self.cb = packed_blocks(n * oh * ow, m, c, nt)
             else:
                 self.w = (np.ascontiguousarray(w.value).reshape(-1) if self.w_stored else
