@@ -15,7 +15,7 @@
 #
 # Paths: AVX-512F (``target`` attribute, in the avx2 build, taken when the CPU has it), AVX2 +
 # FMA (the avx2 build), plain C (the baseline build; GCC vectorises the 32-wide rows with SSE).
-# Included by kernels.pxi after packed.pxi.
+# Included by kernels.pxi after packed.pxi and dense.pxi (its epilogue is the GEMMs').
 
 from cython.parallel cimport prange
 
@@ -213,53 +213,33 @@ GV_MAX_ROWS = SPRAT_GV_MAX_ROWS
 cdef struct gv_t:
     const float* a
     const float* packed
-    float* y
-    idx M, N, K, lda
-    const float* c
-    idx sm, sn
-    float beta
-    const float* res
-    bint has_res
-    int code
-    float pa, pb
-    const float* slope
+    idx M, K, lda
     int path
+    const dense_gemm_t* e  # Y, N and the epilogue (C, residual, activation), as the GEMMs'
 
 
 cdef void gv_panels(const gv_t* g, idx p0, idx p1) noexcept nogil:
-    """Panels [p0, p1) of ``gemv_packed``: each panel's sums, then + beta * C (+ res) into Y;
-    then the activation over the range's columns, row by row."""
+    """Panels [p0, p1) of ``gemv_packed``: each panel's sums into Y, then the epilogue over
+    the range's columns (``dense_gemm_epilogue``: + beta * C, + res, the activation)."""
     cdef float out[128]  # SPRAT_GV_MAX_ROWS x PACKED_NR
-    cdef idx p, j, n0, w, r, o
+    cdef idx p, j, n0, w, r
     cdef idx kn = g.K * SPRAT_PK_NR
+    cdef idx N = g.e.N
     cdef float* yr
     cdef const float* orow
     if p0 >= p1:
         return
     for p in range(p0, p1):
         n0 = p * SPRAT_PK_NR
-        w = min(g.N - n0, SPRAT_PK_NR)
+        w = min(N - n0, SPRAT_PK_NR)
         sprat_gv_panel(g.path, <int>g.M, g.K, g.a, g.lda, g.packed + p * kn, out)
         for r in range(g.M):
-            o = r * g.N + n0
-            yr = g.y + o
+            yr = g.e.y + r * N + n0
             orow = out + r * SPRAT_PK_NR
-            if g.sm >= 0:
-                for j in range(w):
-                    yr[j] = orow[j] + g.beta * g.c[r * g.sm + (n0 + j) * g.sn]
-            else:
-                for j in range(w):
-                    yr[j] = orow[j]
-            if g.has_res:
-                for j in range(w):
-                    yr[j] += g.res[o + j]
-    if g.code == A_NONE:
-        return
-    n0 = p0 * SPRAT_PK_NR
-    w = min(g.N, p1 * SPRAT_PK_NR) - n0
-    for r in range(g.M):
-        act_slope(g.y + r * g.N + n0, w, g.code, g.pa, g.pb,
-                  g.slope + n0 if g.slope != NULL else NULL)
+            for j in range(w):
+                yr[j] = orow[j]
+    dense_gemm_epilogue(g.e, g.e.y, g.e.res, 0, g.M, p0 * SPRAT_PK_NR,
+                        min(N, p1 * SPRAT_PK_NR))
 
 
 def gemv_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] y, idx M,
@@ -274,6 +254,7 @@ def gemv_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
     contiguous range of panels. ``path``: the fastest of 2 (AVX-512F), 1 (AVX2 + FMA), 0
     (plain C) that this build and CPU run (tests force the lower ones). Raises ValueError on a bad M or a short operand."""
     cdef gv_t g
+    cdef dense_gemm_t e
     cdef idx npan = (N + SPRAT_PK_NR - 1) // SPRAT_PK_NR
     cdef int t, nslots
     if M < 1 or M > SPRAT_GV_MAX_ROWS or N < 1 or K < 1:
@@ -284,16 +265,17 @@ def gemv_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
         raise ValueError("gemv_packed: an operand is shorter than its shape")
     if sm >= 0 and c.shape[0] < (M - 1) * sm + (N - 1) * sn + 1:
         raise ValueError("gemv_packed: C is shorter than its broadcast")
-    g.slope = NULL
+    if sm >= 0 and sn not in (0, 1):
+        raise ValueError(f"gemv_packed: C's column stride {sn}: need 0 or 1")
+    e.slope = NULL
     if code == A_PRELU:
         if slope is None or slope.shape[0] < N:
             raise ValueError(f"gemv_packed: PRelu needs {N} slopes")
-        g.slope = &slope[0]
-    g.a, g.packed, g.y = &a[0], &packed[0], &y[0]
-    g.M, g.N, g.K, g.lda = M, N, K, lda
-    g.c, g.sm, g.sn, g.beta = cptr(c), sm, sn, beta
-    g.res, g.has_res, g.code, g.pa, g.pb = cptr(res), has_res, code, pa, pb
-    g.path = path
+        e.slope = &slope[0]
+    e.y, e.N = &y[0], N
+    e.c, e.sm, e.sn, e.beta = cptr(c), sm, sn, beta
+    e.res, e.has_res, e.code, e.pa, e.pb = cptr(res), has_res, code, pa, pb
+    g.a, g.packed, g.M, g.K, g.lda, g.path, g.e = &a[0], &packed[0], M, K, lda, path, &e
     cdef const gv_t* gp = &g
     nslots = <int>min(<idx>nt, npan)
     if nslots <= 1:
