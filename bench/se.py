@@ -28,12 +28,12 @@ import argparse
 import pathlib
 import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from bench.kernels import _time
 from sprat.backends.base import Workspace
 from sprat.backends.cpu import CpuBackend, conv, threading
 from sprat.ir.graph import Node
@@ -66,16 +66,8 @@ def _kernel(backend, node, arrays, consts):
 
 
 def _median_us(fn, seconds):
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    reps = max(5, min(3000, int(seconds / max(time.perf_counter() - t0, 1e-7))))
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e6
+    """Median call of ``fn`` in us over about ``seconds`` (``bench.kernels._time``'s calls)."""
+    return statistics.median(_time(fn, seconds)) * 1e6
 
 
 def _runner(kernel, ins, y, ws):
