@@ -81,11 +81,18 @@ PACKED_POINTWISE = PACKED
 # frames (0.61 vs 0.77)
 PACKED_IM2COL = PACKED
 IM2COL_PACKED_BYTES = 1 << 20
-#: whether one-group GEMM convs of at least DIRECT_MIN_CHANNELS input channels run as the
-#: direct conv on the packed weight (``ck.conv_direct``: no patch matrix) where the packed path
-#: runs; its input band per block (``direct_blocks``)
+#: whether one-group GEMM convs of at least DIRECT_MIN_CHANNELS input channels and more than
+#: one tap run as the direct conv on the packed weight (``ck.conv_direct``: no patch matrix)
+#: where the packed path runs; its input band per block (``direct_blocks``)
+# NOTE: measured against the packed im2col, sprat / onnxruntime at 1 / 2 threads: 3x3 and 5x5
+# convs of 6-16 input channels (8->16@112 s1 1.18 -> 0.78 / 0.97 -> 0.63, 6->16@80 1.39 ->
+# 0.89 / 0.61 -> 0.45, 16->16@56 1.40 -> 0.95 / 0.99 -> 0.74, 9 shapes, direct ahead on all)
+# and of 32-1024 (``bench/kernels.py --only gc``: 16 shapes, geometric mean 0.97 -> 0.90 at 1
+# thread; stride-2 3x3 0.94-0.99 against 1.01-1.07). 1x1 convs (strided: the patch matrix
+# is one gather) stay on the packed im2col, whose K blocks keep a panel in L1 (512->1024@28
+# s2: 0.82 against 0.90 direct). 1-4 channels: the stem kernel.
 PACKED_DIRECT = PACKED
-DIRECT_MIN_CHANNELS = 16
+DIRECT_MIN_CHANNELS = 5
 DIRECT_BAND_BYTES = 1 << 19
 #: output channels up to which a conv GEMM stays on BLAS (``packed_pays``)
 PACKED_MIN_M = 8
