@@ -1098,6 +1098,26 @@ def test_attention_packed_heads_grouped(skv, mask):
     check("Attention", ins, attrs)
 
 
+@pytest.mark.parametrize("skv", [5, 16, 37, 197])
+def test_attention_softmax_every_simd_form(skv, monkeypatch):
+    """Each SIMD form of the fused softmax this build and CPU run (AVX-512F, AVX2, the Cython
+    loops), on key counts with and without a tail of 8 / 16 lanes: a -inf key, BERT's -10000
+    padding (exps flushed to 0, never subnormal), a fully masked row (zeros), a row of
+    scores 85 below its max (the flush's edge)."""
+    from sprat.backends.cpu import attention
+
+    q, k, v = randn(1, 9, 2 * 8, seed=1), randn(1, skv, 2 * 8, seed=2), randn(1, skv, 2 * 8,
+                                                                             seed=3)
+    m = randn(9, skv, seed=4)
+    m[:, -1] = -np.inf
+    m[2, skv // 2:] = -10000.0
+    m[4] = -np.inf
+    m[6, 0] = 85.0
+    for simd in range(compiled.kernels.attention_simd() + 1):
+        monkeypatch.setattr(attention, "SIMD", simd)
+        check("Attention", [q, k, v, m], {"q_num_heads": 2, "kv_num_heads": 2})
+
+
 def test_attention_fully_masked_row_is_zero():
     q, k, v = randn(1, 2, 8, seed=1), randn(1, 3, 8, seed=2), randn(1, 3, 8, seed=3)
     m = np.zeros((2, 3), np.float32)

@@ -27,6 +27,7 @@ MIN_QUERY_BLOCK = 16  # query rows per work item at least
 # 2 slots, 2..12 heads of 32 or 64, sequences 16..512 with a padding mask): 0.68-0.96x the time
 # from 128 keys on, 0.8-1.08x at 50, but 1.05-1.9x at 16 (half of each 32-key panel is padding)
 PACKED_MIN_KEYS = 48
+SIMD = ck.attention_simd()  # the softmax's SIMD form (2 AVX-512F, 1 AVX2, 0 the Cython loops)
 
 
 def _mask_strides(shape, B, H, Sq, Skv):
@@ -112,6 +113,7 @@ class AttentionKernel(CpuKernel):
                           and Skv >= PACKED_MIN_KEYS)
         self.workspaces = (scratch(self.nt, ck.attention_scratch(Skv, D, Dv, self.qb,
                                                                  self.packed_kv) + 16),)
+        self.simd = SIMD
         self.empty = empty_f32()
 
     def run(self, ins, outs, ws):
@@ -126,4 +128,4 @@ class AttentionKernel(CpuKernel):
         return ck.attention, (self.nt, ins[0].reshape(-1), ins[1].reshape(-1),
                               ins[2].reshape(-1), m, self.has_mask, y.reshape(-1), B, H, G, Sq,
                               Skv, D, Dv, self.scale, mb, mh, mq, self.qb, self.packed_kv,
-                              buf)
+                              self.simd, buf)
