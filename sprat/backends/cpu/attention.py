@@ -21,7 +21,10 @@ from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from .compiled import kernels as ck
 
-SCORE_BLOCK_BYTES = 1 << 17  # one work item's scores (rows x Skv float32): in L2
+# NOTE: one work item's scores (rows x Skv float32) in L1 between the two products: vit_tiny's
+# 197 x 197 x 3 heads ran 0.29-0.30 ms in blocks of 36-60 rows, 0.31 in 99 (128 KiB, L2);
+# BERT's 384 keys 4.0 ms in 24 rows, 4.2-4.3 in 96-128 (``bench/kernels.py --only attn``)
+SCORE_BLOCK_BYTES = 1 << 15
 MIN_QUERY_BLOCK = 16  # query rows per work item at least
 # NOTE: keys from which the packed path beats BLAS (``bench/kernels.py --packed``: one op, 1 and
 # 2 slots, 2..12 heads of 32 or 64, sequences 16..512 with a padding mask): 0.68-0.96x the time
@@ -48,12 +51,12 @@ def _mask_strides(shape, B, H, Sq, Skv):
 
 def query_block(pairs: int, Sq: int, Skv: int, nt: int) -> int:
     """Query rows per work item: the fewest blocks that keep one block's scores within
-    SCORE_BLOCK_BYTES (in L2 while the softmax and ``S @ V`` read them) and give every one of
+    SCORE_BLOCK_BYTES (in L1 while the softmax and ``S @ V`` read them) and give every one of
     the ``nt`` slots the same number of (batch, head, block) items; blocks keep at least
     MIN_QUERY_BLOCK rows (each block repacks K_h and V_h in BLAS)."""
-    nqb = max(1, -(-Sq * Skv * 4 // SCORE_BLOCK_BYTES))
+    rows = max(1, SCORE_BLOCK_BYTES // (4 * max(Skv, 1)))
     most = max(1, Sq // MIN_QUERY_BLOCK)
-    nqb = min(nqb, most)
+    nqb = min(-(-Sq // rows), most)
     while nt > 1 and (pairs * nqb) % nt and nqb < most:
         nqb += 1
     return -(-Sq // nqb)

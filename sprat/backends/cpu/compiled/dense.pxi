@@ -963,66 +963,131 @@ cdef struct dense_attn_t:
 
 cdef extern from *:
     """
-    /* One attention score row r[0:n] in place: + mrow (when not NULL), then the softmax, in
-       explicit SIMD: the mask add and the max in one pass, exp(x - max) and its sum in a
-       second, the scale by 1 / sum in a third (the row is in L1). The Cython loops it
-       replaces spent a quarter of the kernel's time (vit_tiny's 197 keys) in the scalar
-       32-lane reduction of dense_rowmax, run twice per row. Returns 0 when the row's max is
-       -inf (fully masked, or this build / level has no SIMD form: simd 0), with the mask
-       added, for the caller's scalar path. simd: 2 AVX-512F (exp as sprat_pk_exp), 1 AVX2 +
-       FMA (sprat_exp8: the same polynomial and clamps). exp(x - max) is 0 below
+    /* Attention's softmax on score rows in place: + the mask row (when not NULL), then the
+       softmax, in explicit SIMD: the mask add and the max in one pass, exp(x - max) and its
+       sum in a second, the scale by 1 / sum in a third (or, AVX-512, left to the caller).
+       The Cython loops they replace spent a quarter of the kernel's time (vit_tiny's 197
+       keys) in the scalar 32-lane reduction of dense_rowmax, run twice per row. simd: 2
+       AVX-512F (sprat_attn_softmax16_rows), 1 AVX2 + FMA (sprat_attn_softmax8, a row at a
+       time, exp as sprat_exp8), 0 none (the Cython loops). exp(x - max) is 0 below
        SPRAT_ATTN_EXP_MIN: the clamp of those exps gives exp(-87.3) = FLT_MIN, which the scale
        by 1 / sum makes subnormal, and the product P @ V over subnormals ran 11x slower (a
        BERT padding mask of -10000 on a quarter of 128 keys: 4.2 ms against 0.38 ms); the
        exps flushed weigh below 2e-35 of the row's largest (exp(0) = 1). NaN stays NaN. */
     #define SPRAT_ATTN_EXP_MIN -80.0f
     #if SPRAT_PK
+    /* sprat_attn_softmax16 over ``rows`` rows of n (pitch n) at once, ``mask`` (or NULL) row
+       i at mask + i * mq, a fully masked row set to zeros: each pass runs over a group of
+       SPRAT_ATTN_GROUP rows before the next pass starts, so one row's horizontal max / sum
+       (a chain of dependent shuffles) overlaps the next row's pass instead of stalling its
+       own; two accumulators per pass. One row at a time cost 355 cycles a row of 197 keys,
+       about 2.5x its vector work. */
+    #define SPRAT_ATTN_GROUP 4
+    /* exp(x) for x = score - max <= 0 (NaN stays NaN) as sprat_pk_exp computes it (the same
+       reduction and polynomial) with n rounded by the 1.5 * 2^23 shift instead of
+       vrndscaleps and 2^n applied by vscalefps instead of the exponent bits: 17 vector ops
+       instead of 22, no clamps (x <= 0 cannot overflow; below SPRAT_ATTN_EXP_MIN the caller
+       flushes the result to 0, so -inf or a huge negative x, whose n is not an integer here,
+       never reaches a row) */
+    __attribute__((target("avx512f"), always_inline))
+    static inline __m512 sprat_attn_exp16(__m512 x) {
+        const __m512 shift = _mm512_set1_ps(12582912.0f);
+        __m512 n = _mm512_sub_ps(
+            _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift), shift);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r),
+                                 _mm512_set1_ps(1.0f));
+        return _mm512_scalef_ps(y, n);
+    }
     __attribute__((target("avx512f")))
-    static int sprat_attn_softmax16(float* r, const float* mrow, Py_ssize_t n) {
-        Py_ssize_t i = 0;
-        __m512 vm = _mm512_set1_ps(-INFINITY);
-        for (; i + 16 <= n; i += 16) {
-            __m512 x = _mm512_loadu_ps(r + i);
-            if (mrow != NULL) {
-                x = _mm512_add_ps(x, _mm512_loadu_ps(mrow + i));
-                _mm512_storeu_ps(r + i, x);
+    static void sprat_attn_softmax16_rows(float* s, Py_ssize_t rows, Py_ssize_t n,
+                                          const float* mask, Py_ssize_t mq, float* inv_out) {
+        const Py_ssize_t nv = n - n % 16;
+        const __mmask16 t = (__mmask16)((1u << (n % 16)) - 1);
+        const __m512 ninf = _mm512_set1_ps(-INFINITY), lo = _mm512_set1_ps(SPRAT_ATTN_EXP_MIN);
+        for (Py_ssize_t i0 = 0; i0 < rows; i0 += SPRAT_ATTN_GROUP) {
+            int g = (int)(rows - i0 < SPRAT_ATTN_GROUP ? rows - i0 : SPRAT_ATTN_GROUP);
+            float mx[SPRAT_ATTN_GROUP], inv[SPRAT_ATTN_GROUP];
+            for (int r = 0; r < g; r++) {
+                float* x = s + (i0 + r) * n;
+                const float* mr = mask != NULL ? mask + (i0 + r) * mq : NULL;
+                __m512 a0 = ninf, a1 = ninf;
+                Py_ssize_t i = 0;
+                for (; i < nv; i += 16) {
+                    __m512 v = _mm512_loadu_ps(x + i);
+                    if (mr != NULL) {
+                        v = _mm512_add_ps(v, _mm512_loadu_ps(mr + i));
+                        _mm512_storeu_ps(x + i, v);
+                    }
+                    if ((i / 16) & 1)
+                        a1 = _mm512_max_ps(a1, v);
+                    else
+                        a0 = _mm512_max_ps(a0, v);
+                }
+                if (t) {
+                    __m512 v = _mm512_maskz_loadu_ps(t, x + i);
+                    if (mr != NULL) {
+                        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(t, mr + i));
+                        _mm512_mask_storeu_ps(x + i, t, v);
+                    }
+                    a1 = _mm512_mask_max_ps(a1, t, a1, v);
+                }
+                mx[r] = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
             }
-            vm = _mm512_max_ps(vm, x);
-        }
-        __mmask16 t = (__mmask16)((1u << (n - i)) - 1);
-        if (t) {
-            __m512 x = _mm512_maskz_loadu_ps(t, r + i);
-            if (mrow != NULL) {
-                x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(t, mrow + i));
-                _mm512_mask_storeu_ps(r + i, t, x);
+            for (int r = 0; r < g; r++) {
+                float* x = s + (i0 + r) * n;
+                if (mx[r] == -INFINITY) {
+                    memset(x, 0, (size_t)n * sizeof(float));
+                    inv[r] = 0.0f;
+                    continue;
+                }
+                const __m512 vmax = _mm512_set1_ps(mx[r]);
+                __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+                Py_ssize_t i = 0;
+                for (; i < nv; i += 16) {
+                    __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x + i), vmax);
+                    __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, lo, _CMP_NLT_UQ),
+                                                   sprat_attn_exp16(v));
+                    _mm512_storeu_ps(x + i, e);
+                    if ((i / 16) & 1)
+                        s1 = _mm512_add_ps(s1, e);
+                    else
+                        s0 = _mm512_add_ps(s0, e);
+                }
+                if (t) {
+                    __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + i), vmax);
+                    __m512 e = _mm512_maskz_mov_ps(
+                        _mm512_cmp_ps_mask(v, lo, _CMP_NLT_UQ) & t, sprat_attn_exp16(v));
+                    _mm512_mask_storeu_ps(x + i, t, e);
+                    s1 = _mm512_add_ps(s1, e);
+                }
+                inv[r] = 1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
             }
-            vm = _mm512_mask_max_ps(vm, t, vm, x);
+            if (inv_out != NULL) {
+                for (int r = 0; r < g; r++)
+                    inv_out[i0 + r] = inv[r];
+                continue;
+            }
+            for (int r = 0; r < g; r++) {
+                float* x = s + (i0 + r) * n;
+                if (inv[r] == 0.0f)
+                    continue;
+                const __m512 vi = _mm512_set1_ps(inv[r]);
+                Py_ssize_t i = 0;
+                for (; i < nv; i += 16)
+                    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vi));
+                if (t)
+                    _mm512_mask_storeu_ps(x + i, t,
+                                          _mm512_mul_ps(_mm512_maskz_loadu_ps(t, x + i), vi));
+            }
         }
-        float m = _mm512_reduce_max_ps(vm);
-        if (m == -INFINITY)
-            return 0;
-        const __m512 vmax = _mm512_set1_ps(m), lo = _mm512_set1_ps(SPRAT_ATTN_EXP_MIN);
-        __m512 vs = _mm512_setzero_ps();
-        for (i = 0; i + 16 <= n; i += 16) {
-            __m512 x = _mm512_sub_ps(_mm512_loadu_ps(r + i), vmax);
-            __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ),
-                                           sprat_pk_exp(x));
-            _mm512_storeu_ps(r + i, e);
-            vs = _mm512_add_ps(vs, e);
-        }
-        if (t) {
-            __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(t, r + i), vmax);
-            __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ),
-                                           sprat_pk_exp(x));
-            _mm512_mask_storeu_ps(r + i, t, e);
-            vs = _mm512_mask_add_ps(vs, t, vs, e);
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
-        for (i = 0; i + 16 <= n; i += 16)
-            _mm512_storeu_ps(r + i, _mm512_mul_ps(_mm512_loadu_ps(r + i), inv));
-        if (t)
-            _mm512_mask_storeu_ps(r + i, t, _mm512_mul_ps(_mm512_maskz_loadu_ps(t, r + i), inv));
-        return 1;
     }
     #endif
     #if defined(__AVX2__) && defined(__FMA__)
@@ -1039,6 +1104,8 @@ cdef extern from *:
         h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
         return _mm_cvtss_f32(h);
     }
+    /* one row; returns 0 when its max is -inf (fully masked), with the mask added, for the
+       caller's scalar path */
     static int sprat_attn_softmax8(float* r, const float* mrow, Py_ssize_t n) {
         Py_ssize_t i = 0;
         const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -1123,11 +1190,21 @@ cdef extern from *:
         sprat_pk_pack_t(src, lds, n, kdim, scale, dst);
     }
     #endif
-    static int sprat_attn_softmax(float* r, const float* mrow, Py_ssize_t n, int simd) {
+    /* sprat_attn_softmax over rows (see sprat_attn_softmax16_rows); 0 when this simd has no
+       rows form (the caller runs sprat_attn_softmax row by row) */
+    static int sprat_attn_softmax_rows(float* s, Py_ssize_t rows, Py_ssize_t n,
+                                       const float* mask, Py_ssize_t mq, int simd,
+                                       float* inv) {
     #if SPRAT_PK
-        if (simd >= 2)
-            return sprat_attn_softmax16(r, mrow, n);
+        if (simd >= 2) {
+            sprat_attn_softmax16_rows(s, rows, n, mask, mq, inv);
+            return 1;
+        }
     #endif
+        (void)s; (void)rows; (void)n; (void)mask; (void)mq; (void)simd; (void)inv;
+        return 0;
+    }
+    static int sprat_attn_softmax(float* r, const float* mrow, Py_ssize_t n, int simd) {
     #if defined(__AVX2__) && defined(__FMA__)
         if (simd >= 1)
             return sprat_attn_softmax8(r, mrow, n);
@@ -1138,6 +1215,8 @@ cdef extern from *:
     """
     int SPRAT_ATTN_AVX2
     int sprat_attn_softmax(float* r, const float* mrow, idx n, int simd) noexcept nogil
+    int sprat_attn_softmax_rows(float* s, idx rows, idx n, const float* mask, idx mq,
+                                int simd, float* inv) noexcept nogil
     void sprat_attn_pack_kt(const float* src, idx lds, idx n, idx kdim, float scale,
                             float* dst) noexcept nogil
 
@@ -1196,8 +1275,13 @@ cdef void dense_attn_items(const dense_attn_t* g, idx lo, idx hi, float* s) noex
     cdef const float* kr
     cdef const float* vr
     cdef float* yr
+    cdef float* inv
+    cdef bint deferred
     if g.packed:
         s = s + pk + pv
+    # NOTE: the SIMD softmax leaves P unnormalised and gives 1 / sum per row here; Y's row
+    # (Dv values) is scaled after the product instead of P's (Skv values)
+    inv = s + g.qb * Skv
     for it in range(lo, hi):
         pi = it // nqb
         q0 = (it - pi * nqb) * g.qb
@@ -1218,25 +1302,31 @@ cdef void dense_attn_items(const dense_attn_t* g, idx lo, idx hi, float* s) noex
         else:
             sgemm(False, True, rows, Skv, D, g.scale, qr, g.H * D, kr, hkv * D, <float>0.0, s,
                   Skv)
-        for i in range(rows):
-            mo = b * g.mb + h * g.mh + (q0 + i) * g.mq
-            dense_attn_softmax_row(s + i * Skv, g.mask + mo if g.has_mask else NULL, Skv,
-                                   g.has_mask, g.simd)
+        mo = b * g.mb + h * g.mh + q0 * g.mq
+        deferred = sprat_attn_softmax_rows(s, rows, Skv, g.mask + mo if g.has_mask else NULL,
+                                           g.mq, g.simd, inv)
+        if not deferred:
+            for i in range(rows):
+                dense_attn_softmax_row(s + i * Skv, g.mask + mo + i * g.mq if g.has_mask
+                                       else NULL, Skv, g.has_mask, g.simd)
         if g.packed:
             sprat_pk_gemm(rows, 0, Dv, Skv, s, Skv, vp, yr, g.H * Dv)
         else:
             sgemm(False, False, rows, Dv, Skv, <float>1.0, s, Skv, vr, hkv * Dv, <float>0.0,
                   yr, g.H * Dv)
+        if deferred:
+            for i in range(rows):
+                dense_scale(yr + i * g.H * Dv, inv[i], Dv)
 
 
 def attention_scratch(idx Skv, idx D, idx Dv, idx qb, bint packed) -> int:
-    """Floats of one slot's scratch for ``attention``: the scores (qb x Skv), and with
-    ``packed`` the panels of K_h^T and V_h ahead of them."""
+    """Floats of one slot's scratch for ``attention``: the scores (qb x Skv) and their rows'
+    1 / sum (qb), and with ``packed`` the panels of K_h^T and V_h ahead of them."""
     cdef idx extra = 0
     if packed:
         extra = ((Skv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * D
                  + (Dv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * Skv)
-    return extra + qb * Skv
+    return extra + qb * Skv + qb
 
 
 def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v,
