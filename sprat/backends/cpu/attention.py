@@ -3,10 +3,11 @@
 ``Q`` (B, Sq, H*D), ``K`` (B, Skv, Hkv*D), ``V`` (B, Skv, Hkv*Dv), optional additive float
 ``attn_mask`` broadcastable to (B, H, Sq, Skv); output ``Y`` (B, Sq, H*Dv). Per (batch, head)
 pair: ``S = scale * Q_h @ K_h^T`` (one BLAS call reading the head's columns in place, lda =
-H*D), ``+ mask``, a row softmax in cache, ``Y_h = P @ V_h`` written straight into Y's columns of
-that head (ldc = H*Dv). Work items are (batch, head, block of query rows) triples
-(``query_block``), split evenly across thread slots; each slot owns a (rows, Skv) score buffer
-(``attention`` in ``compiled/dense.pxi``); on AVX-512 CPUs, from PACKED_MIN_KEYS keys, both
+H*D), ``+ mask``, a row softmax in L1 (explicit SIMD, ``SIMD``), ``Y_h = P @ V_h`` written
+straight into Y's columns of that head (ldc = H*Dv). Work items are (batch, head, block of
+query rows) triples (``query_block``), split evenly across thread slots; each slot owns a
+(rows, Skv) score buffer (``attention`` in ``compiled/dense.pxi``); on AVX-512 CPUs, from
+PACKED_MIN_KEYS keys, both
 products run the packed micro-kernel of ``compiled/packed.pxi`` over K_h^T and V_h packed once
 per slot and head instead of BLAS. Grouped heads (GQA/MQA) read kv head
 ``h // (H / Hkv)``. Anything else (4-D form, past_key/value, causal or windowed masks, boolean
