@@ -31,6 +31,10 @@ with ``conv_cold_copies`` distinct weights in turn as in a model (each layer's w
 memory: the cost that decides between Winograd, whose weights are 4x larger, and the direct
 conv, ``conv.winograd_pays``); time per conv.
 
+``--only attn``: the Attention kernel (``attention.py``) against the nodes onnxruntime runs
+for an encoder's attention (``attention_case``), sequences 64..384, 2..12 heads of 32 or 64,
+with and without a padding mask (``ATTN_FAMILY``).
+
 ``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``, AVX-512 CPUs) against
 the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
 (``gemm_packed``), and the Attention kernel's packed path against its BLAS path for sequences
@@ -74,8 +78,12 @@ class Case:
     """One op: ONNX nodes for onnxruntime, one sprat node, inputs (NCHW for ORT)."""
 
     def __init__(self, name, onnx_nodes, feeds, consts, sprat_attrs=None, nhwc=False,
-                 sprat_op=None, nchw_in=False, copies=None):
+                 sprat_op=None, nchw_in=False, copies=None, sprat_io=None):
         self.name, self.onnx_nodes, self.feeds, self.consts = name, onnx_nodes, feeds, consts
+        # NOTE: (inputs, output): sprat's own inputs and its output in onnxruntime's layout,
+        # for a sprat node that replaces a chain of onnxruntime's (attention); its attributes
+        # are then ``sprat_attrs`` alone
+        self.sprat_io = sprat_io
         self.sprat_attrs = dict(sprat_attrs or {})
         self.nhwc = nhwc
         # NOTE: sprat reads the NCHW input itself (``_input_layout``: a model's first conv,
@@ -136,6 +144,9 @@ class Case:
             attrs["_layout"] = "NHWC"
         if self.nchw_in:
             attrs["_input_layout"] = "NCHW"
+        if self.sprat_io is not None:
+            arrays, attrs = self.sprat_io[0], dict(self.sprat_attrs)
+            infos = [TensorInfo(a.shape, a.dtype) for a in arrays]
         node = Node(self.sprat_op, self.name, list(range(len(arrays))), [len(arrays)], attrs)
         backend = CpuBackend(threads)
         if not backend.supports(node, infos):
@@ -253,6 +264,50 @@ def gemv_cases():
     return c
 
 
+# the attention family (--only attn): (sequence, heads, head dim, padding mask) of encoders:
+# bert_minilm (128 x 6 x 64, mask) and vit_tiny (197 x 3 x 64) of the broad suite, MiniLM-L12
+# (12 x 32), BERT-base (12 x 64), ViT-S/B (6 / 12 x 64 at 197), short and long sequences
+ATTN_FAMILY = [
+    (64, 4, 32, True), (64, 12, 64, False), (128, 6, 64, True), (128, 12, 32, True),
+    (128, 2, 64, False), (197, 3, 64, False), (197, 6, 64, False), (197, 12, 64, False),
+    (256, 8, 32, True), (256, 4, 64, False), (384, 12, 64, True), (384, 2, 32, False),
+]
+
+
+def attention_case(s, h, d, mask):
+    """One attention of ``h`` heads of ``d`` over ``s`` tokens (batch 1). onnxruntime runs the
+    nodes it runs in a model's attention (``bench/profile.py``'s group: its optimizer fuses the
+    transpose and the scale into a FusedMatMul, then the mask Add, Softmax, MatMul) on Q, K, V
+    already split into heads (1, h, s, d); sprat runs its Attention kernel on them unsplit
+    (1, s, h*d), as the converter gives it, with the padding mask as (1, 1, 1, s) (the last
+    quarter of the keys at -10000, as BERT's extended mask)."""
+    q, k, v = (_randn(1, h, s, d) for _ in range(3))
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+             helper.make_node("Mul", ["qk", "scale"], ["sc"])]
+    feeds = {"q": q, "k": k, "v": v}
+    unsplit = [np.ascontiguousarray(x.transpose(0, 2, 1, 3).reshape(1, s, h * d))
+               for x in (q, k, v)]
+    last = "sc"
+    if mask:
+        m = np.zeros((1, 1, 1, s), np.float32)
+        m[..., s - s // 4:] = -10000.0
+        feeds["mask"] = m
+        nodes.append(helper.make_node("Add", ["sc", "mask"], ["sm"]))
+        unsplit.append(m)
+        last = "sm"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+
+    def heads_first(y):
+        return y.reshape(1, s, h, d).transpose(0, 2, 1, 3)
+
+    return Case(f"attn s{s} h{h} d{d}{' mask' if mask else ''}", nodes, feeds,
+                {"scale": np.array(d ** -0.5, np.float32)},
+                {"q_num_heads": h, "kv_num_heads": h, "scale": d ** -0.5},
+                sprat_op="Attention", sprat_io=(unsplit, heads_first))
+
+
 def cases():
     c = []
 
@@ -315,6 +370,7 @@ def cases():
     c.append(Case("add+relu 1x64x112x112", [helper.make_node("Add", ["a", "b"], ["t"]),
                                             helper.make_node("Relu", ["t"], ["y"])],
                   {"a": x1, "b": x2}, {}, {"_activation": "Relu"}))
+    c += [attention_case(*shape) for shape in ATTN_FAMILY]
     return c + gemv_cases() + cold_conv_cases()
 
 
@@ -350,6 +406,8 @@ def worker(case, engine, threads, seconds):
         ts = _time(lambda: kernel.run(arrays, outs, ws), seconds)
     expect = case.ort_session(1).run(["y"], case.feeds)[0]
     got = out.transpose(0, 3, 1, 2) if case.nhwc else out
+    if case.sprat_io is not None:
+        got = case.sprat_io[1](out)
     err = float(np.abs(got - expect).max() / max(1.0, float(np.abs(expect).max())))
     return ts, err
 
@@ -534,7 +592,7 @@ def packed_main(threads, seconds):
                 ys.append(y)
                 calls.append(functools.partial(
                     ck.attention, t, q, k_, v, mask, True, y, 1, h, 1, sq, sq, d, d, d ** -0.5,
-                    0, 0, 0, qb, packed, buf))
+                    0, 0, 0, qb, packed, ck.attention_simd(), buf))
             with threading.limits(t):
                 tb, tp = _alternate(calls[0], calls[1], seconds)
             assert np.abs(ys[0] - ys[1]).max() <= 1e-4 * max(1.0, np.abs(ys[0]).max())

@@ -1118,13 +1118,13 @@ def test_attention_3d(qs, ks, vs, heads, kv_heads, mask):
 
 
 @pytest.mark.parametrize("sq,skv,heads,mask", [
-    (301, 217, 3, None),          # odd lengths: two query blocks of 151 / 150 rows
-    (129, 129, 3, (1, 1, 1, 129)),  # 3 heads over 2 slots: the rows split so each gets 3 items
+    (301, 217, 3, None),          # odd lengths: query blocks of 34 rows, the last 29
+    (129, 129, 3, (1, 1, 1, 129)),  # 3 heads over 2 slots: 4 blocks a head, 6 items each
     (600, 60, 2, (600, 60)),      # a mask per query row, read at each block's offset
     (17, 33, 1, None),            # too few rows to split (blocks keep >= 16 rows)
 ])
 def test_attention_query_blocks(sq, skv, heads, mask):
-    from sprat.backends.cpu.attention import query_block
+    from sprat.backends.cpu.attention import SCORE_BLOCK_BYTES, query_block
 
     d = 8
     ins = [randn(1, sq, heads * d, seed=1), randn(1, skv, heads * d, seed=2),
@@ -1136,7 +1136,7 @@ def test_attention_query_blocks(sq, skv, heads, mask):
     for nt in (1, 2):
         qb = query_block(heads, sq, skv, nt)
         nqb = -(-sq // qb)
-        assert qb * skv * 4 <= (1 << 17) or qb == -(-sq // max(1, sq // 16))
+        assert qb * skv * 4 <= SCORE_BLOCK_BYTES or qb == -(-sq // max(1, sq // 16))
         assert nt == 1 or (heads * nqb) % nt == 0 or nqb == max(1, sq // 16)
     check("Attention", ins, {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.3})
 
@@ -1161,6 +1161,26 @@ def test_attention_packed_heads_grouped(skv, mask):
     kernel.prepare(infos, [TensorInfo((1, 41, 6 * 24), np.dtype(np.float32))])
     assert kernel.packed_kv == (PACKED and skv >= PACKED_MIN_KEYS)
     check("Attention", ins, attrs)
+
+
+@pytest.mark.parametrize("skv", [5, 16, 37, 197])
+def test_attention_softmax_every_simd_form(skv, monkeypatch):
+    """Each SIMD form of the fused softmax this build and CPU run (AVX-512F, AVX2, the Cython
+    loops), on key counts with and without a tail of 8 / 16 lanes: a -inf key, BERT's -10000
+    padding (exps flushed to 0, never subnormal), a fully masked row (zeros), a row of
+    scores 85 below its max (the flush's edge)."""
+    from sprat.backends.cpu import attention
+
+    q, k, v = randn(1, 9, 2 * 8, seed=1), randn(1, skv, 2 * 8, seed=2), randn(1, skv, 2 * 8,
+                                                                             seed=3)
+    m = randn(9, skv, seed=4)
+    m[:, -1] = -np.inf
+    m[2, skv // 2:] = -10000.0
+    m[4] = -np.inf
+    m[6, 0] = 85.0
+    for simd in range(compiled.kernels.attention_simd() + 1):
+        monkeypatch.setattr(attention, "SIMD", simd)
+        check("Attention", [q, k, v, m], {"q_num_heads": 2, "kv_num_heads": 2})
 
 
 def test_attention_fully_masked_row_is_zero():

@@ -3,10 +3,11 @@
 ``Q`` (B, Sq, H*D), ``K`` (B, Skv, Hkv*D), ``V`` (B, Skv, Hkv*Dv), optional additive float
 ``attn_mask`` broadcastable to (B, H, Sq, Skv); output ``Y`` (B, Sq, H*Dv). Per (batch, head)
 pair: ``S = scale * Q_h @ K_h^T`` (one BLAS call reading the head's columns in place, lda =
-H*D), ``+ mask``, a row softmax in cache, ``Y_h = P @ V_h`` written straight into Y's columns of
-that head (ldc = H*Dv). Work items are (batch, head, block of query rows) triples
-(``query_block``), split evenly across thread slots; each slot owns a (rows, Skv) score buffer
-(``attention`` in ``compiled/dense.pxi``); on AVX-512 CPUs, from PACKED_MIN_KEYS keys, both
+H*D), ``+ mask``, a row softmax in L1 (explicit SIMD, ``SIMD``), ``Y_h = P @ V_h`` written
+straight into Y's columns of that head (ldc = H*Dv). Work items are (batch, head, block of
+query rows) triples (``query_block``), split evenly across thread slots; each slot owns a
+(rows, Skv) score buffer (``attention`` in ``compiled/dense.pxi``); on AVX-512 CPUs, from
+PACKED_MIN_KEYS keys, both
 products run the packed micro-kernel of ``compiled/packed.pxi`` over K_h^T and V_h packed once
 per slot and head instead of BLAS. Grouped heads (GQA/MQA) read kv head
 ``h // (H / Hkv)``. Anything else (4-D form, past_key/value, causal or windowed masks, boolean
@@ -21,12 +22,16 @@ from ._base import PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._epilogue import empty_f32
 from .compiled import kernels as ck
 
-SCORE_BLOCK_BYTES = 1 << 17  # one work item's scores (rows x Skv float32): in L2
+# NOTE: one work item's scores (rows x Skv float32) in L1 between the two products: vit_tiny's
+# 197 x 197 x 3 heads ran 0.29-0.30 ms in blocks of 36-60 rows, 0.31 in 99 (128 KiB, L2);
+# BERT's 384 keys 4.0 ms in 24 rows, 4.2-4.3 in 96-128 (``bench/kernels.py --only attn``)
+SCORE_BLOCK_BYTES = 1 << 15
 MIN_QUERY_BLOCK = 16  # query rows per work item at least
 # NOTE: keys from which the packed path beats BLAS (``bench/kernels.py --packed``: one op, 1 and
 # 2 slots, 2..12 heads of 32 or 64, sequences 16..512 with a padding mask): 0.68-0.96x the time
 # from 128 keys on, 0.8-1.08x at 50, but 1.05-1.9x at 16 (half of each 32-key panel is padding)
 PACKED_MIN_KEYS = 48
+SIMD = ck.attention_simd()  # the softmax's SIMD form (2 AVX-512F, 1 AVX2, 0 the Cython loops)
 
 
 def _mask_strides(shape, B, H, Sq, Skv):
@@ -47,12 +52,12 @@ def _mask_strides(shape, B, H, Sq, Skv):
 
 def query_block(pairs: int, Sq: int, Skv: int, nt: int) -> int:
     """Query rows per work item: the fewest blocks that keep one block's scores within
-    SCORE_BLOCK_BYTES (in L2 while the softmax and ``S @ V`` read them) and give every one of
+    SCORE_BLOCK_BYTES (in L1 while the softmax and ``S @ V`` read them) and give every one of
     the ``nt`` slots the same number of (batch, head, block) items; blocks keep at least
     MIN_QUERY_BLOCK rows (each block repacks K_h and V_h in BLAS)."""
-    nqb = max(1, -(-Sq * Skv * 4 // SCORE_BLOCK_BYTES))
+    rows = max(1, SCORE_BLOCK_BYTES // (4 * max(Skv, 1)))
     most = max(1, Sq // MIN_QUERY_BLOCK)
-    nqb = min(nqb, most)
+    nqb = min(-(-Sq // rows), most)
     while nt > 1 and (pairs * nqb) % nt and nqb < most:
         nqb += 1
     return -(-Sq // nqb)
@@ -112,6 +117,7 @@ class AttentionKernel(CpuKernel):
                           and Skv >= PACKED_MIN_KEYS)
         self.workspaces = (scratch(self.nt, ck.attention_scratch(Skv, D, Dv, self.qb,
                                                                  self.packed_kv) + 16),)
+        self.simd = SIMD
         self.empty = empty_f32()
 
     def run(self, ins, outs, ws):
@@ -126,4 +132,4 @@ class AttentionKernel(CpuKernel):
         return ck.attention, (self.nt, ins[0].reshape(-1), ins[1].reshape(-1),
                               ins[2].reshape(-1), m, self.has_mask, y.reshape(-1), B, H, G, Sq,
                               Skv, D, Dv, self.scale, mb, mh, mq, self.qb, self.packed_kv,
-                              buf)
+                              self.simd, buf)

@@ -958,13 +958,288 @@ cdef struct dense_attn_t:
     float scale
     idx mb, mh, mq
     bint packed
+    int simd
 
 
-cdef void dense_attn_softmax_row(float* r, const float* mrow, idx n, bint has_mask) noexcept nogil:
+cdef extern from *:
+    """
+    /* Attention's softmax on score rows in place: + the mask row (when not NULL), then the
+       softmax, in explicit SIMD: the mask add and the max in one pass, exp(x - max) and its
+       sum in a second, the scale by 1 / sum in a third (or, AVX-512, left to the caller).
+       The Cython loops they replace spent a quarter of the kernel's time (vit_tiny's 197
+       keys) in the scalar 32-lane reduction of dense_rowmax, run twice per row. simd: 2
+       AVX-512F (sprat_attn_softmax16_rows), 1 AVX2 + FMA (sprat_attn_softmax8, a row at a
+       time, exp as sprat_exp8), 0 none (the Cython loops). exp(x - max) is 0 below
+       SPRAT_ATTN_EXP_MIN: the clamp of those exps gives exp(-87.3) = FLT_MIN, which the scale
+       by 1 / sum makes subnormal, and the product P @ V over subnormals ran 11x slower (a
+       BERT padding mask of -10000 on a quarter of 128 keys: 4.2 ms against 0.38 ms); the
+       exps flushed weigh below 2e-35 of the row's largest (exp(0) = 1). NaN stays NaN. */
+    #define SPRAT_ATTN_EXP_MIN -80.0f
+    #if SPRAT_PK
+    /* sprat_attn_softmax16 over ``rows`` rows of n (pitch n) at once, ``mask`` (or NULL) row
+       i at mask + i * mq, a fully masked row set to zeros: each pass runs over a group of
+       SPRAT_ATTN_GROUP rows before the next pass starts, so one row's horizontal max / sum
+       (a chain of dependent shuffles) overlaps the next row's pass instead of stalling its
+       own; two accumulators per pass. One row at a time cost 355 cycles a row of 197 keys,
+       about 2.5x its vector work. */
+    #define SPRAT_ATTN_GROUP 4
+    /* exp(x) for x = score - max <= 0 (NaN stays NaN) as sprat_pk_exp computes it (the same
+       reduction and polynomial) with n rounded by the 1.5 * 2^23 shift instead of
+       vrndscaleps and 2^n applied by vscalefps instead of the exponent bits: 17 vector ops
+       instead of 22, no clamps (x <= 0 cannot overflow; below SPRAT_ATTN_EXP_MIN the caller
+       flushes the result to 0, so -inf or a huge negative x, whose n is not an integer here,
+       never reaches a row) */
+    __attribute__((target("avx512f"), always_inline))
+    static inline __m512 sprat_attn_exp16(__m512 x) {
+        const __m512 shift = _mm512_set1_ps(12582912.0f);
+        __m512 n = _mm512_sub_ps(
+            _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift), shift);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r),
+                                 _mm512_set1_ps(1.0f));
+        return _mm512_scalef_ps(y, n);
+    }
+    __attribute__((target("avx512f")))
+    static void sprat_attn_softmax16_rows(float* s, Py_ssize_t rows, Py_ssize_t n,
+                                          const float* mask, Py_ssize_t mq, float* inv_out) {
+        const Py_ssize_t nv = n - n % 16;
+        const __mmask16 t = (__mmask16)((1u << (n % 16)) - 1);
+        const __m512 ninf = _mm512_set1_ps(-INFINITY), lo = _mm512_set1_ps(SPRAT_ATTN_EXP_MIN);
+        for (Py_ssize_t i0 = 0; i0 < rows; i0 += SPRAT_ATTN_GROUP) {
+            int g = (int)(rows - i0 < SPRAT_ATTN_GROUP ? rows - i0 : SPRAT_ATTN_GROUP);
+            float mx[SPRAT_ATTN_GROUP], inv[SPRAT_ATTN_GROUP];
+            for (int r = 0; r < g; r++) {
+                float* x = s + (i0 + r) * n;
+                const float* mr = mask != NULL ? mask + (i0 + r) * mq : NULL;
+                __m512 a0 = ninf, a1 = ninf;
+                Py_ssize_t i = 0;
+                for (; i < nv; i += 16) {
+                    __m512 v = _mm512_loadu_ps(x + i);
+                    if (mr != NULL) {
+                        v = _mm512_add_ps(v, _mm512_loadu_ps(mr + i));
+                        _mm512_storeu_ps(x + i, v);
+                    }
+                    if ((i / 16) & 1)
+                        a1 = _mm512_max_ps(a1, v);
+                    else
+                        a0 = _mm512_max_ps(a0, v);
+                }
+                if (t) {
+                    __m512 v = _mm512_maskz_loadu_ps(t, x + i);
+                    if (mr != NULL) {
+                        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(t, mr + i));
+                        _mm512_mask_storeu_ps(x + i, t, v);
+                    }
+                    a1 = _mm512_mask_max_ps(a1, t, a1, v);
+                }
+                mx[r] = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+            }
+            for (int r = 0; r < g; r++) {
+                float* x = s + (i0 + r) * n;
+                if (mx[r] == -INFINITY) {
+                    memset(x, 0, (size_t)n * sizeof(float));
+                    inv[r] = 0.0f;
+                    continue;
+                }
+                const __m512 vmax = _mm512_set1_ps(mx[r]);
+                __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+                Py_ssize_t i = 0;
+                for (; i < nv; i += 16) {
+                    __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x + i), vmax);
+                    __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, lo, _CMP_NLT_UQ),
+                                                   sprat_attn_exp16(v));
+                    _mm512_storeu_ps(x + i, e);
+                    if ((i / 16) & 1)
+                        s1 = _mm512_add_ps(s1, e);
+                    else
+                        s0 = _mm512_add_ps(s0, e);
+                }
+                if (t) {
+                    __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + i), vmax);
+                    __m512 e = _mm512_maskz_mov_ps(
+                        _mm512_cmp_ps_mask(v, lo, _CMP_NLT_UQ) & t, sprat_attn_exp16(v));
+                    _mm512_mask_storeu_ps(x + i, t, e);
+                    s1 = _mm512_add_ps(s1, e);
+                }
+                inv[r] = 1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+            }
+            if (inv_out != NULL) {
+                for (int r = 0; r < g; r++)
+                    inv_out[i0 + r] = inv[r];
+                continue;
+            }
+            for (int r = 0; r < g; r++) {
+                float* x = s + (i0 + r) * n;
+                if (inv[r] == 0.0f)
+                    continue;
+                const __m512 vi = _mm512_set1_ps(inv[r]);
+                Py_ssize_t i = 0;
+                for (; i < nv; i += 16)
+                    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vi));
+                if (t)
+                    _mm512_mask_storeu_ps(x + i, t,
+                                          _mm512_mul_ps(_mm512_maskz_loadu_ps(t, x + i), vi));
+            }
+        }
+    }
+    #endif
+    #if defined(__AVX2__) && defined(__FMA__)
+    #define SPRAT_ATTN_AVX2 1
+    static inline float sprat_attn_hmax8(__m256 v) {
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+        return _mm_cvtss_f32(h);
+    }
+    static inline float sprat_attn_hsum8(__m256 v) {
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        return _mm_cvtss_f32(h);
+    }
+    /* one row; returns 0 when its max is -inf (fully masked), with the mask added, for the
+       caller's scalar path */
+    static int sprat_attn_softmax8(float* r, const float* mrow, Py_ssize_t n) {
+        Py_ssize_t i = 0;
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        __m256 vm = ninf;
+        /* lanes [0, n - i) of the tail */
+        const __m256i t = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n % 8)),
+                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 tf = _mm256_castsi256_ps(t);
+        for (; i + 8 <= n; i += 8) {
+            __m256 x = _mm256_loadu_ps(r + i);
+            if (mrow != NULL) {
+                x = _mm256_add_ps(x, _mm256_loadu_ps(mrow + i));
+                _mm256_storeu_ps(r + i, x);
+            }
+            vm = _mm256_max_ps(vm, x);
+        }
+        if (i < n) {
+            __m256 x = _mm256_maskload_ps(r + i, t);
+            if (mrow != NULL) {
+                x = _mm256_add_ps(x, _mm256_maskload_ps(mrow + i, t));
+                _mm256_maskstore_ps(r + i, t, x);
+            }
+            vm = _mm256_max_ps(vm, _mm256_blendv_ps(ninf, x, tf));
+        }
+        float m = sprat_attn_hmax8(vm);
+        if (m == -INFINITY)
+            return 0;
+        const __m256 vmax = _mm256_set1_ps(m), lo = _mm256_set1_ps(SPRAT_ATTN_EXP_MIN);
+        __m256 vs = _mm256_setzero_ps();
+        for (i = 0; i + 8 <= n; i += 8) {
+            __m256 x = _mm256_sub_ps(_mm256_loadu_ps(r + i), vmax);
+            __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_NLT_UQ), sprat_exp8(x));
+            _mm256_storeu_ps(r + i, e);
+            vs = _mm256_add_ps(vs, e);
+        }
+        if (i < n) {
+            __m256 x = _mm256_sub_ps(_mm256_maskload_ps(r + i, t), vmax);
+            __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_NLT_UQ), sprat_exp8(x));
+            _mm256_maskstore_ps(r + i, t, e);
+            vs = _mm256_add_ps(vs, _mm256_and_ps(e, tf));
+        }
+        const __m256 inv = _mm256_set1_ps(1.0f / sprat_attn_hsum8(vs));
+        for (i = 0; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(r + i, _mm256_mul_ps(_mm256_loadu_ps(r + i), inv));
+        if (i < n)
+            _mm256_maskstore_ps(r + i, t, _mm256_mul_ps(_mm256_maskload_ps(r + i, t), inv));
+        return 1;
+    }
+    #endif
+    #ifndef SPRAT_ATTN_AVX2
+    #define SPRAT_ATTN_AVX2 0
+    #endif
+    /* K_h^T times scale as panels, the layout of sprat_pk_pack_t (panel p holds
+       scale * src[p*NR + j, k] at [k][j], zero past n), one 16-key half-row per gather:
+       sprat_pk_pack_t's scalar transposing copy (a scattered store per element) took 8 % of
+       vit_tiny's attention. */
+    #if SPRAT_PK
+    __attribute__((target("avx512f")))
+    static void sprat_attn_pack_kt(const float* src, Py_ssize_t lds, Py_ssize_t n,
+                                   Py_ssize_t kdim, float scale, float* dst) {
+        const __m512i rows = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32((int)lds));
+        const __m512 vs = _mm512_set1_ps(scale);
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += SPRAT_PK_NR) {
+            float* d = dst + (j0 / SPRAT_PK_NR) * kdim * SPRAT_PK_NR;
+            for (Py_ssize_t h = 0; h < SPRAT_PK_NR; h += 16) {
+                Py_ssize_t j = j0 + h;
+                __mmask16 m = (__mmask16)(j >= n ? 0 : n - j >= 16 ? 0xFFFF
+                                          : (1u << (n - j)) - 1);
+                const float* s = src + (j < n ? j : 0) * lds;
+                for (Py_ssize_t k = 0; k < kdim; k++) {
+                    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rows, s + k, 4);
+                    _mm512_storeu_ps(d + k * SPRAT_PK_NR + h, _mm512_mul_ps(v, vs));
+                }
+            }
+        }
+    }
+    #else
+    static void sprat_attn_pack_kt(const float* src, Py_ssize_t lds, Py_ssize_t n,
+                                   Py_ssize_t kdim, float scale, float* dst) {
+        sprat_pk_pack_t(src, lds, n, kdim, scale, dst);
+    }
+    #endif
+    /* sprat_attn_softmax over rows (see sprat_attn_softmax16_rows); 0 when this simd has no
+       rows form (the caller runs sprat_attn_softmax row by row) */
+    static int sprat_attn_softmax_rows(float* s, Py_ssize_t rows, Py_ssize_t n,
+                                       const float* mask, Py_ssize_t mq, int simd,
+                                       float* inv) {
+    #if SPRAT_PK
+        if (simd >= 2) {
+            sprat_attn_softmax16_rows(s, rows, n, mask, mq, inv);
+            return 1;
+        }
+    #endif
+        (void)s; (void)rows; (void)n; (void)mask; (void)mq; (void)simd; (void)inv;
+        return 0;
+    }
+    static int sprat_attn_softmax(float* r, const float* mrow, Py_ssize_t n, int simd) {
+    #if defined(__AVX2__) && defined(__FMA__)
+        if (simd >= 1)
+            return sprat_attn_softmax8(r, mrow, n);
+    #endif
+        (void)r; (void)mrow; (void)n; (void)simd;
+        return 0;
+    }
+    """
+    int SPRAT_ATTN_AVX2
+    int sprat_attn_softmax(float* r, const float* mrow, idx n, int simd) noexcept nogil
+    int sprat_attn_softmax_rows(float* s, idx rows, idx n, const float* mask, idx mq,
+                                int simd, float* inv) noexcept nogil
+    void sprat_attn_pack_kt(const float* src, idx lds, idx n, idx kdim, float scale,
+                            float* dst) noexcept nogil
+
+
+def attention_simd() -> int:
+    """The widest SIMD form of attention's softmax this build and CPU run: 2 AVX-512F, 1 AVX2
+    + FMA, 0 none (the baseline build: Cython loops)."""
+    if sprat_pk_available():
+        return 2
+    return 1 if SPRAT_ATTN_AVX2 else 0
+
+
+cdef void dense_attn_softmax_row(float* r, const float* mrow, idx n, bint has_mask,
+                                 int simd) noexcept nogil:
     """In place on one score row ``r[:n]``: ``+= mrow`` when ``has_mask``, then the softmax;
-    a fully masked row (max -inf) gives zeros (Attention-23), not NaN."""
+    a fully masked row (max -inf) gives zeros (Attention-23), not NaN. ``simd``: the form of
+    ``sprat_attn_softmax`` to run (``attention_simd()`` or less), 0 for these loops."""
     cdef idx i
     cdef float m
+    if simd > 0:
+        if sprat_attn_softmax(r, mrow if has_mask else NULL, n, simd):
+            return
+        has_mask = False  # NOTE: sprat_attn_softmax added it
     if has_mask:
         for i in range(n):
             r[i] += mrow[i]
@@ -1000,8 +1275,13 @@ cdef void dense_attn_items(const dense_attn_t* g, idx lo, idx hi, float* s) noex
     cdef const float* kr
     cdef const float* vr
     cdef float* yr
+    cdef float* inv
+    cdef bint deferred
     if g.packed:
         s = s + pk + pv
+    # NOTE: the SIMD softmax leaves P unnormalised and gives 1 / sum per row here; Y's row
+    # (Dv values) is scaled after the product instead of P's (Skv values)
+    inv = s + g.qb * Skv
     for it in range(lo, hi):
         pi = it // nqb
         q0 = (it - pi * nqb) * g.qb
@@ -1015,38 +1295,44 @@ cdef void dense_attn_items(const dense_attn_t* g, idx lo, idx hi, float* s) noex
         yr = g.y + (b * Sq + q0) * g.H * Dv + h * Dv
         if g.packed:
             if packed_key != b * hkv + kh:
-                sprat_pk_pack_t(kr, hkv * D, Skv, D, g.scale, kp)
+                sprat_attn_pack_kt(kr, hkv * D, Skv, D, g.scale, kp)
                 sprat_pk_pack_n(vr, hkv * Dv, Skv, Dv, vp)
                 packed_key = b * hkv + kh
             sprat_pk_gemm(rows, 0, Skv, D, qr, g.H * D, kp, s, Skv)
         else:
             sgemm(False, True, rows, Skv, D, g.scale, qr, g.H * D, kr, hkv * D, <float>0.0, s,
                   Skv)
-        for i in range(rows):
-            mo = b * g.mb + h * g.mh + (q0 + i) * g.mq
-            dense_attn_softmax_row(s + i * Skv, g.mask + mo if g.has_mask else NULL, Skv,
-                                   g.has_mask)
+        mo = b * g.mb + h * g.mh + q0 * g.mq
+        deferred = sprat_attn_softmax_rows(s, rows, Skv, g.mask + mo if g.has_mask else NULL,
+                                           g.mq, g.simd, inv)
+        if not deferred:
+            for i in range(rows):
+                dense_attn_softmax_row(s + i * Skv, g.mask + mo + i * g.mq if g.has_mask
+                                       else NULL, Skv, g.has_mask, g.simd)
         if g.packed:
             sprat_pk_gemm(rows, 0, Dv, Skv, s, Skv, vp, yr, g.H * Dv)
         else:
             sgemm(False, False, rows, Dv, Skv, <float>1.0, s, Skv, vr, hkv * Dv, <float>0.0,
                   yr, g.H * Dv)
+        if deferred:
+            for i in range(rows):
+                dense_scale(yr + i * g.H * Dv, inv[i], Dv)
 
 
 def attention_scratch(idx Skv, idx D, idx Dv, idx qb, bint packed) -> int:
-    """Floats of one slot's scratch for ``attention``: the scores (qb x Skv), and with
-    ``packed`` the panels of K_h^T and V_h ahead of them."""
+    """Floats of one slot's scratch for ``attention``: the scores (qb x Skv) and their rows'
+    1 / sum (qb), and with ``packed`` the panels of K_h^T and V_h ahead of them."""
     cdef idx extra = 0
     if packed:
         extra = ((Skv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * D
                  + (Dv + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR * Skv)
-    return extra + qb * Skv
+    return extra + qb * Skv + qb
 
 
 def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v,
               const float[::1] mask, bint has_mask, float[::1] y, idx B, idx H, idx G, idx Sq,
               idx Skv, idx D, idx Dv, float scale, idx mb, idx mh, idx mq, idx qb,
-              bint packed, float[:, ::1] scratch):
+              bint packed, int simd, float[:, ::1] scratch):
     """Attention-23, 3-D form: Q (B, Sq, H*D), K (B, Skv, Hkv*D), V (B, Skv, Hkv*Dv) with
     Hkv = H / G, optional additive ``mask`` (element strides ``mb``/``mh``/``mq`` for batch,
     head and query row, 0 where broadcast; rows of Skv) -> Y (B, Sq, H*Dv):
@@ -1054,12 +1340,15 @@ def attention(int nt, const float[::1] q, const float[::1] k, const float[::1] v
     (batch, head, block of ``qb`` query rows) triples, split evenly over ``nt`` slots;
     ``scratch`` (nt, >= ``attention_scratch(...)``) float32, rows 64-byte aligned, holds each
     slot's scores (and packed K_h^T / V_h with ``packed``, only when
-    ``packed_gemm_available()``)."""
+    ``packed_gemm_available()``); ``simd``: the softmax's form, at most ``attention_simd()``
+    (ValueError above it)."""
+    if simd < 0 or simd > attention_simd():
+        raise ValueError(f"attention: simd {simd} is not run by this build and CPU")
     cdef dense_attn_t g
     g.q, g.k, g.v = cptr(q), cptr(k), cptr(v)
     g.mask, g.has_mask, g.y = cptr(mask), has_mask, mptr(y)
     g.B, g.H, g.G, g.Sq, g.Skv, g.D, g.Dv, g.qb = B, H, G, Sq, Skv, D, Dv, max(qb, 1)
-    g.scale, g.mb, g.mh, g.mq, g.packed = scale, mb, mh, mq, packed
+    g.scale, g.mb, g.mh, g.mq, g.packed, g.simd = scale, mb, mh, mq, packed, simd
     cdef const dense_attn_t* gp = &g
     cdef idx items = B * H * ((Sq + g.qb - 1) // g.qb)
     cdef int t
