@@ -66,7 +66,12 @@ def test_minmax_ranges_equal_onnxruntime_quantizer(resnet):
     weights = [k for k in shared if theirs[k].ndim == 1]
     assert len(acts) >= 20 and len(weights) >= 10, (len(acts), len(weights))
     for k in shared:
-        np.testing.assert_allclose(mine[k], theirs[k], rtol=1e-6, err_msg=k)
+        # NOTE: a weight's scale comes from the weight alone (equal to float32 rounding); an
+        # activation's from its min/max over the calibration rows, computed by sprat's kernels
+        # here and by onnxruntime's there: float32 sums in another order (a direct conv against
+        # NCHWc, Winograd), a few ulps apart after 20 layers
+        rtol = 1e-6 if k in weights else 1e-5
+        np.testing.assert_allclose(mine[k], theirs[k], rtol=rtol, err_msg=k)
         zp = k[:-len("_scale")] + "_zero_point"
         np.testing.assert_array_equal(mine[zp], theirs[zp], err_msg=zp)
 
