@@ -83,6 +83,12 @@ class Kernel:
     # or None: the planner then gives the output that input's arena bytes (onnxruntime's
     # ``KernelDefBuilder::Alias``, MNN's reshape-as-view), and ``run`` finds nothing to copy
     view_of: int | None = None
+    # NOTE: the input whose bytes output 0 may overwrite (onnxruntime's
+    # ``KernelDefBuilder::MayInplace``): ``run`` reads each element of that input only where it
+    # writes the same element of output 0, and before it does. Where that input dies at this
+    # node the planner gives output 0 its arena bytes (a conv's fused residual: the sum is
+    # stored over it, no fresh output lines fetched from memory)
+    inplace_of: int | None = None
     #: the scratch ``run`` needs, set by ``prepare`` (placed in the arena by the planner)
     workspaces: tuple[WorkspaceSpec, ...] = ()
     #: positions of constant inputs ``prepare`` copied into packed arrays and ``run`` never

@@ -88,7 +88,8 @@ class Plan:
     from ``len(graph.values)`` on for workspaces.
 
     ``steps``: the kernel calls in order; ``slots``: shape and dtype of every arena slot, placed
-    by ``layout``; ``aliases``: ``{output value: input value}`` of view ops (one set of bytes);
+    by ``layout``; ``aliases``: ``{output value: input value}`` of view ops and of outputs
+    written over a dying input (``Kernel.inplace_of``): one set of bytes;
     ``zeroed``: workspace slots zero-filled once per run state; ``constants``: values known
     when planning that steps read or the graph returns; ``bound``: values whose arrays a run
     supplies (a later segment's graph inputs and dynamic outputs; values planned by the
@@ -230,6 +231,35 @@ def view_aliases(pending, kernels, sizes: dict, spans: dict, known) -> dict[int,
     return root
 
 
+def inplace_aliases(pending, kernels, sizes: dict, spans: dict, known, aliases: dict,
+                    kept) -> None:
+    """Add to ``aliases`` (``{value: root}``, ``view_aliases``' result) the steps whose kernel
+    may write output 0 over an input (``Kernel.inplace_of``) where that input's bytes die at
+    the step: an arena tensor of output 0's bytes whose span (its views' included) ends at
+    this step, read by no other input of the step, and neither it nor a view of it in ``kept``
+    (the graph's inputs and outputs, values a later plan reads). As ``view_aliases``: the
+    output is dropped from ``sizes`` and the root's span grows to cover it and its views (all
+    updated in place)."""
+    kept = {aliases.get(v, v) for v in kept}
+    for t, ((node, _, _), kernel) in enumerate(zip(pending, kernels)):
+        k = kernel.inplace_of
+        if k is None or not node.outputs or not 0 <= k < len(node.inputs):
+            continue
+        i, o = node.inputs[k], node.outputs[0]
+        r = aliases.get(i, i)
+        if (r not in sizes or o not in sizes or r in kept or spans[r][1] != t
+                or known[i].dtype != known[o].dtype or known[i].nbytes != known[o].nbytes
+                or sizes[r] != known[o].nbytes
+                or any(aliases.get(j, j) == r for n, j in enumerate(node.inputs) if n != k)):
+            continue
+        for v, root in aliases.items():  # the views of the output: now of the input's bytes
+            if root == o:
+                aliases[v] = r
+        aliases[o] = r
+        spans[r] = (spans[r][0], max(spans[r][1], spans[o][1]))
+        del sizes[o]
+
+
 class _Builder:
     """Plans segments of one graph with one set of backends and options."""
 
@@ -313,6 +343,9 @@ class _Builder:
         # views of an input and which workspaces they need
         kernels = [self.make_kernel(node, ins, outs) for node, ins, outs in pending]
         aliases = {} if self.exclusive else view_aliases(pending, kernels, sizes, spans, known)
+        if not self.exclusive:
+            inplace_aliases(pending, kernels, sizes, spans, known, aliases,
+                            set(g.inputs) | set(g.outputs) | later)
         slots = {v: known[v] for v in planned}
         zeroed = set()
         workspaces = []

@@ -718,6 +718,7 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
     packed weight ``w`` (the (kh*kw*C, M) weight, K tap-major, as ``linalg.pack_panels`` makes
     it), without a patch matrix (``conv_direct_slot``, ``sprat_pk_direct``): + ``bias`` (M),
     + ``res`` (y's layout) when ``has_res``, activation ``code`` (PRelu: ``slope``, M floats).
+    ``y`` may be ``res`` (in place: each tile reads its residual rows, then stores them).
     Items are blocks of ``rows`` output rows per image, split over ``nt`` slots (or with
     ``split_m`` the output channels). ``wp``: pixels per padded input row (``pw`` zero pixels,
     the W of the input, zeros up to ``wp``) copied per block into ``band`` (nt, >= (rows-1)*sh

@@ -563,8 +563,10 @@ def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
     pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
     ``res`` (Y's layout) is added when ``has_res``; then activation ``code`` (pa, pb; PRelu:
     ``slope``, N floats, one per column). Work items are blocks of ``rb`` rows x ``cb``
-    columns (``cb`` a multiple of PACKED_NR), ``nt`` slots. Only call it when
-    ``packed_gemm_available()``. Raises ValueError when PRelu's slope is missing or short."""
+    columns (``cb`` a multiple of PACKED_NR), ``nt`` slots. ``y`` may be ``res`` (in place)
+    where C is a bias row (``sm == 0``, ``sn == 1``, ``beta == 1``) or absent: each tile then
+    adds to what ``y`` holds. Only call it when ``packed_gemm_available()``. Raises ValueError
+    when PRelu's slope is missing or short."""
     cdef dense_pk_t p
     p.a, p.packed, p.y = cptr(a), cptr(packed), mptr(y)
     p.M, p.N, p.K, p.lda, p.rb, p.cb = M, N, K, lda, rb, cb

@@ -263,12 +263,14 @@ cdef extern from *:
        block, KC x NR floats = 32 KiB, stays in L1 while every row block of A passes over it),
        the C strip (m x NR) accumulates in L1/L2. With ``e`` (not NULL) the last K block
        applies the epilogue in registers: bias[n0:n1], res (C's layout and pitch, at C's
-       first row and column 0), activation e->code (sprat_pk_act_in_regs), slope[n0:n1]. */
+       first row and column 0), activation e->code (sprat_pk_act_in_regs), slope[n0:n1]. res
+       may be C itself (in place): the first K block then adds to C, which holds it. */
     __attribute__((target("avx512f")))
     static void sprat_pk_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
                                   const float* a, Py_ssize_t lda, const float* packed, float* c,
                                   Py_ssize_t ldc, const sprat_pk_epi* e) {
         sprat_pk_epi t;
+        const int inplace = e != NULL && e->res == c;
         for (Py_ssize_t j = n0; j < n1; j += SPRAT_PK_NR) {
             Py_ssize_t w = n1 - j < SPRAT_PK_NR ? n1 - j : SPRAT_PK_NR;
             __mmask16 c0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
@@ -281,7 +283,7 @@ cdef extern from *:
                     const sprat_pk_epi* te = NULL;
                     if (e != NULL && k0 + kc >= K) {
                         t.bias = e->bias != NULL ? e->bias + j : NULL;
-                        t.res = e->res != NULL ? e->res + i * ldc + j : NULL;
+                        t.res = e->res != NULL && !inplace ? e->res + i * ldc + j : NULL;
                         t.slope = e->slope != NULL ? e->slope + j : NULL;
                         t.code = e->code;
                         t.a = e->a;
@@ -289,7 +291,7 @@ cdef extern from *:
                         te = &t;
                     }
                     sprat_pk_rows(mr, kc, a + i * lda + k0, lda, panel + k0 * SPRAT_PK_NR,
-                                  c + i * ldc + j, ldc, k0 > 0, c0, c1, i == 0, te);
+                                  c + i * ldc + j, ldc, k0 > 0 || inplace, c0, c1, i == 0, te);
                 }
             }
         }
