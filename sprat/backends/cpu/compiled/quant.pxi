@@ -356,10 +356,35 @@ cdef extern from *:
     static void sprat_qlinear_binary(const unsigned char *a, const unsigned char *b,
                                      unsigned char *y, Py_ssize_t n, int mul, int is_signed,
                                      float za, float sa, float zb, float sb, float sc, float zc) {
-        Py_ssize_t i;
+        Py_ssize_t i = 0;
         float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
         const signed char *as = (const signed char *)a, *bs = (const signed char *)b;
-        for (i = 0; i < n; i++) {
+    #if defined(__AVX2__)
+        /* NOTE: the same operations 8 values a step (the loop below was not vectorised: a
+           QLinearAdd of MobileNetV2's 56x56x24 took 0.7 ns a value) */
+        const __m256 vza = _mm256_set1_ps(za), vsa = _mm256_set1_ps(sa);
+        const __m256 vzb = _mm256_set1_ps(zb), vsb = _mm256_set1_ps(sb);
+        const __m256 vsc = _mm256_set1_ps(sc), vzc = _mm256_set1_ps(zc);
+        const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        for (; i + 8 <= n; i += 8) {
+            __m128i ab = _mm_loadl_epi64((const __m128i*)(a + i));
+            __m128i bb = _mm_loadl_epi64((const __m128i*)(b + i));
+            __m256i ai = is_signed ? _mm256_cvtepi8_epi32(ab) : _mm256_cvtepu8_epi32(ab);
+            __m256i bi = is_signed ? _mm256_cvtepi8_epi32(bb) : _mm256_cvtepu8_epi32(bb);
+            __m256 u = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(ai), vza), vsa);
+            __m256 w = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(bi), vzb), vsb);
+            __m256 v = _mm256_div_ps(mul ? _mm256_mul_ps(u, w) : _mm256_add_ps(u, w), vsc);
+            v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                              vzc);
+            v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
+            __m256i q = _mm256_cvtps_epi32(v);
+            __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+            /* NOTE: within the type's range: the packs do not saturate */
+            h = is_signed ? _mm_packs_epi16(h, h) : _mm_packus_epi16(h, h);
+            _mm_storel_epi64((__m128i*)(y + i), h);
+        }
+    #endif
+        for (; i < n; i++) {
             float u = ((is_signed ? (float)as[i] : (float)a[i]) - za) * sa;
             float w = ((is_signed ? (float)bs[i] : (float)b[i]) - zb) * sb;
             float v = nearbyintf((mul ? u * w : u + w) / sc) + zc;
