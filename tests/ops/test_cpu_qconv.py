@@ -100,11 +100,12 @@ def test_qlinear_conv_per_tensor_without_bias_and_one_d(conv_path):
               rtol=0)
 
 
-@pytest.mark.parametrize("c,group", [(32, 32), (12, 12), (16, 4)])
+@pytest.mark.parametrize("c,group", [(32, 32), (12, 12), (56, 56), (16, 4)])
 @pytest.mark.parametrize("xdt", [_U8, _S8])
 def test_qlinear_conv_groups(c, group, xdt):
     """Depthwise (group == C == M: the direct kernel; 12 channels: its 8-lane blocks and the
-    remainder) and a grouped conv."""
+    remainder; 56: its 32- and 16-channel AVX-512 blocks, then an 8-lane one) and a grouped
+    conv."""
     ins, consts = _qlinear_inputs(2, 10, 11, c, c, 3, group=group, xdt=xdt)
     for strides in ([1, 1], [2, 2], [1, 2]):
         check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "group": group,

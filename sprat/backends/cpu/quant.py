@@ -106,6 +106,9 @@ def _path() -> str:
 #: the integer GEMM's path (``_path``) and its code for ``ck.i8_gemm``
 PATH = _path()
 _PATH = ck.I8_PATHS[PATH]
+#: whether the requantising epilogue runs on AVX-512 (``ck.i8_set_wide``): where the CPU has it,
+#: unless the int16 path is forced (``SPRAT_I8=int16``: the AVX2 CPUs' path, their epilogue too)
+WIDE = ck.i8_set_wide(PATH != "int16")
 #: below this many rows of A the AVX-VNNI tile runs a product faster than AMX (a 16-row tile
 #: mostly idle, and its configuration per call): measured with TflFullyConnected at K, N in
 #: {128, 512, 640}, M 1-32: vnni 0.55-0.9x amx's time at M 1-4, 1.0-1.8x from M 8

@@ -414,7 +414,11 @@ cdef extern from *:
        offset: the wrapping sums are the same modulo 2^32; rs * zb skipped when every zb is 0,
        a symmetric weight), kept in registers across the rows (locals: the byte stores would
        otherwise force reloads), and the 16 results leave as one 16-byte store: the epilogue
-       was most of a 1x1 conv's time at small K (MobileNetV2's 16 -> 96 expansion). */
+       was most of a 1x1 conv's time at small K (MobileNetV2's 16 -> 96 expansion).
+       NOTE: clamp(rint(f) + zp, lo, hi) is computed as rint(clamp(f, lo - zp, hi - zp)) + zp
+       (cvtps2dq rounds half to even in the default rounding mode, as rint): equal, as rint is
+       monotonic and keeps the integer bounds, and the clamp first keeps cvtps2dq in range;
+       likewise the second requantisation clamps q * a + b to [lo2, hi2] before rounding. */
     static Py_ssize_t sprat_i8_finish_q8(const int32_t* t, Py_ssize_t ldt, Py_ssize_t rows,
                                          Py_ssize_t n, const int32_t* ct, int32_t za,
                                          const int32_t* rs, const int32_t* zb,
@@ -422,10 +426,9 @@ cdef extern from *:
                                          int s_step, const int32_t* ib, float zp, float lo,
                                          float hi, int q_signed, const float* post,
                                          Py_ssize_t pld) {
-        const __m256 vz = _mm256_set1_ps(zp);
-        const __m256 vneg = _mm256_set1_ps(-1073741824.0f), vpos = _mm256_set1_ps(1073741824.0f);
-        const __m256i izp = _mm256_set1_epi32((int32_t)zp), ilo = _mm256_set1_epi32((int32_t)lo);
-        const __m256i ihi = _mm256_set1_epi32((int32_t)hi);
+        const __m256 flo = _mm256_set1_ps(lo - zp), fhi = _mm256_set1_ps(hi - zp);
+        const __m256 fz = _mm256_set1_ps(zp);
+        const __m256i izp = _mm256_set1_epi32((int32_t)zp);
         const __m256i zero = _mm256_setzero_si256();
         int zb_any = 0;
         if (ct != NULL)
@@ -449,17 +452,16 @@ cdef extern from *:
             }
             const __m256 s0 = s_step ? _mm256_loadu_ps(s + j) : _mm256_set1_ps(s[0]);
             const __m256 s1 = s_step ? _mm256_loadu_ps(s + j + 8) : s0;
-            __m256 pa0 = vz, pa1 = vz, pb0 = vz, pb1 = vz;
-            __m256i pl0 = izp, pl1 = izp, ph0 = izp, ph1 = izp;
+            __m256 pa0 = fz, pa1 = fz, pb0 = fz, pb1 = fz, pl0 = fz, pl1 = fz, ph0 = fz, ph1 = fz;
             if (post != NULL) {
                 pa0 = _mm256_loadu_ps(post + j);
                 pa1 = _mm256_loadu_ps(post + j + 8);
                 pb0 = _mm256_loadu_ps(post + pld + j);
                 pb1 = _mm256_loadu_ps(post + pld + j + 8);
-                pl0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + j));
-                pl1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 2 * pld + j + 8));
-                ph0 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + j));
-                ph1 = _mm256_cvtps_epi32(_mm256_loadu_ps(post + 3 * pld + j + 8));
+                pl0 = _mm256_loadu_ps(post + 2 * pld + j);
+                pl1 = _mm256_loadu_ps(post + 2 * pld + j + 8);
+                ph0 = _mm256_loadu_ps(post + 3 * pld + j);
+                ph1 = _mm256_loadu_ps(post + 3 * pld + j + 8);
             }
             for (Py_ssize_t r = 0; r < rows; r++) {
                 __m256i v0 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(t + r * ldt + j)), o0);
@@ -471,20 +473,21 @@ cdef extern from *:
                 }
                 __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
                 __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
-                /* NOTE: rint(f) + zp clamped to [lo, hi] in int32 (cvtps2dq rounds half to even
-                   in the default rounding mode, as rint): equal to the float form, with fewer
-                   float operations (the epilogue is bound by them). f is first clamped to
-                   +-2^30: beyond, both forms give lo or hi, and cvtps2dq would overflow */
-                __m256i i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, vneg), vpos));
-                __m256i i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, vneg), vpos));
-                i0 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i0, izp), ilo), ihi);
-                i1 = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(i1, izp), ilo), ihi);
+                f0 = _mm256_min_ps(_mm256_max_ps(f0, flo), fhi);
+                f1 = _mm256_min_ps(_mm256_max_ps(f1, flo), fhi);
+                __m256i i0, i1;
                 if (post != NULL) {
-                    /* clamp(rint(q * a + b), lo2, hi2): |q * a + b| stays far below 2^31 */
-                    i0 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i0), pa0), pb0));
-                    i1 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i1), pa1), pb1));
-                    i0 = _mm256_min_epi32(_mm256_max_epi32(i0, pl0), ph0);
-                    i1 = _mm256_min_epi32(_mm256_max_epi32(i1, pl1), ph1);
+                    /* q = rint(f) + zp (exact small integers), then clamp(rint(q * a + b),
+                       lo2, hi2) */
+                    f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
+                    f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
+                    f0 = _mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0);
+                    f1 = _mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1);
+                    i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, pl0), ph0));
+                    i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, pl1), ph1));
+                } else {
+                    i0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), izp);
+                    i1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), izp);
                 }
                 /* NOTE: the values are within the type's range: the packs do not saturate */
                 __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
@@ -495,6 +498,86 @@ cdef extern from *:
         }
         return j;
     }
+
+    /* sprat_i8_finish_q8 on AVX-512 (16 columns a register, the bytes out by vpmovdb): the
+       same operations on the same values, so the same bits. Run when the CPU has AVX-512F
+       and ``sprat_i8_wide`` is set (``i8_set_wide``: quant.py sets it unless the int16 path
+       is forced, so that path's tests run the AVX2 epilogue above). NOTE: the epilogue bounds
+       a 1x1 conv at small K (MobileNetV2's 16 -> 96 expansion: 1.2M outputs at K = 16) */
+    static int sprat_i8_wide = 0;
+    static void sprat_i8_set_wide(int w) { sprat_i8_wide = w; }
+    #if defined(__GNUC__)
+    static int sprat_i8_cpu_avx512(void) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f");
+    }
+    __attribute__((target("avx512f")))
+    static Py_ssize_t sprat_i8_finish_q8_512(const int32_t* t, Py_ssize_t ldt, Py_ssize_t rows,
+                                             Py_ssize_t n, const int32_t* ct, int32_t za,
+                                             const int32_t* rs, const int32_t* zb,
+                                             unsigned char* y, Py_ssize_t ldy, const float* s,
+                                             int s_step, const int32_t* ib, float zp, float lo,
+                                             float hi, const float* post, Py_ssize_t pld) {
+        const __m512 flo = _mm512_set1_ps(lo - zp), fhi = _mm512_set1_ps(hi - zp);
+        const __m512 fz = _mm512_set1_ps(zp);
+        const __m512i izp = _mm512_set1_epi32((int32_t)zp);
+        const __m512i zero = _mm512_setzero_si512();
+        int zb_any = 0;
+        if (ct != NULL)
+            for (Py_ssize_t k = 0; k < n; k++)
+                zb_any |= zb[k];
+        Py_ssize_t j = 0;
+        for (; j + 16 <= n; j += 16) {
+            __m512i o = ib != NULL ? _mm512_loadu_si512((const void*)(ib + j)) : zero;
+            __m512i z = zero;
+            if (ct != NULL) {
+                o = _mm512_add_epi32(o, _mm512_mullo_epi32(
+                    _mm512_set1_epi32(za), _mm512_loadu_si512((const void*)(ct + j))));
+                if (zb_any)
+                    z = _mm512_loadu_si512((const void*)(zb + j));
+            }
+            const __m512 sv = s_step ? _mm512_loadu_ps(s + j) : _mm512_set1_ps(s[0]);
+            __m512 pa = fz, pb = fz, pl = fz, ph = fz;
+            if (post != NULL) {
+                pa = _mm512_loadu_ps(post + j);
+                pb = _mm512_loadu_ps(post + pld + j);
+                pl = _mm512_loadu_ps(post + 2 * pld + j);
+                ph = _mm512_loadu_ps(post + 3 * pld + j);
+            }
+            for (Py_ssize_t r = 0; r < rows; r++) {
+                __m512i v = _mm512_add_epi32(_mm512_loadu_si512((const void*)(t + r * ldt + j)), o);
+                if (zb_any)
+                    v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(rs[r]), z));
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), sv);
+                f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+                __m512i i;
+                if (post != NULL) {
+                    f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
+                    f = _mm512_add_ps(_mm512_mul_ps(f, pa), pb);
+                    i = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(f, pl), ph));
+                } else {
+                    i = _mm512_add_epi32(_mm512_cvtps_epi32(f), izp);
+                }
+                /* NOTE: within the type's range: the low byte is the u8 / s8 value */
+                _mm_storeu_si128((__m128i*)(y + r * ldy + j), _mm512_cvtepi32_epi8(i));
+            }
+        }
+        return j;
+    }
+    #else
+    static int sprat_i8_cpu_avx512(void) { return 0; }
+    static Py_ssize_t sprat_i8_finish_q8_512(const int32_t* t, Py_ssize_t ldt, Py_ssize_t rows,
+                                             Py_ssize_t n, const int32_t* ct, int32_t za,
+                                             const int32_t* rs, const int32_t* zb,
+                                             unsigned char* y, Py_ssize_t ldy, const float* s,
+                                             int s_step, const int32_t* ib, float zp, float lo,
+                                             float hi, const float* post, Py_ssize_t pld) {
+        return 0;
+    }
+    #endif
+#else
+    static void sprat_i8_set_wide(int w) { (void)w; }
+    static int sprat_i8_cpu_avx512(void) { return 0; }
 #endif
 
     /* The epilogue of a block of rows x n sums (t, row pitch ldt) into Y's rows (y, pitch ldy
@@ -514,7 +597,10 @@ cdef extern from *:
     #if defined(__AVX2__)
         const __m256 vz = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
         const __m256 vd = _mm256_set1_ps(qdiv);
-        if (kind == 2 && za_step == 0 && qdiv == 0.0f && n >= 16)
+        if (kind == 2 && za_step == 0 && qdiv == 0.0f && n >= 16 && sprat_i8_wide)
+            j = sprat_i8_finish_q8_512(t, ldt, rows, n, ct, za[0] + za_add, rs, zb, y, ldy, s,
+                                       s_step, ib, zp, lo, hi, post, pld);
+        else if (kind == 2 && za_step == 0 && qdiv == 0.0f && n >= 16)
             j = sprat_i8_finish_q8(t, ldt, rows, n, ct, za[0] + za_add, rs, zb, y, ldy, s,
                                    s_step, ib, zp, lo, hi, q_signed, post, pld);
         for (; j + 8 <= n; j += 8) {
@@ -703,6 +789,8 @@ cdef extern from *:
                                             idx kq, int* c, int mr) noexcept nogil
     int i8_cpu_vnni "sprat_i8_cpu_vnni" () noexcept nogil
     int i8_cpu_amx "sprat_i8_cpu_amx" () noexcept nogil
+    int i8_cpu_avx512 "sprat_i8_cpu_avx512" () noexcept nogil
+    void i8_set_wide_c "sprat_i8_set_wide" (int w) noexcept nogil
     void i8_amx_begin "sprat_i8_amx_begin" () noexcept nogil
     void i8_amx_end "sprat_i8_amx_end" () noexcept nogil
     void i8_amx_block "sprat_i8_amx_block" (const unsigned char* a, idx lda, const signed char* b,
@@ -760,6 +848,15 @@ I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX}
 def i8_has_vnni() -> bool:
     """Whether this build has the AVX-VNNI tile and this CPU runs it (the ``vnni`` path)."""
     return bool(i8_cpu_vnni())
+
+
+def i8_set_wide(bint wide) -> bool:
+    """Let the requantising epilogue of ``i8_gemm`` run on AVX-512 (16 columns a register)
+    when ``wide`` and this build and CPU have it; returns whether it does. Process-wide: set
+    once by ``quant.py`` with the GEMM's path (the same bits either way)."""
+    cdef int w = 1 if wide and i8_cpu_avx512() else 0
+    i8_set_wide_c(w)
+    return bool(w)
 
 
 def i8_has_amx() -> bool:
