@@ -275,7 +275,7 @@ def rnn_cases():
             attrs["linear_before_reset"] = lbr
         node = helper.make_node(op, [k if consts.get(k, 0) is not None else "" for k in names],
                                 ["y"], **attrs)
-        name = (f"{op.lower()} h{hid} i{n_in} s{seq} b{nb} {direction[:3]}"
+        name = (f"rnn {op.lower()} h{hid} i{n_in} s{seq} b{nb} {direction[:3]}"
                 + (" +init" if init else "") + (" +lens" if lens else "")
                 + (f" lbr{lbr}" if op == "GRU" else ""))
         c.append(Case(name, [node], {"x": _randn(seq, nb, n_in)},
@@ -603,13 +603,13 @@ def main(argv=None):
     load = pathlib.Path("/proc/loadavg")
     load = load.read_text().split()[0] if load.exists() else "?"
     print(f"load average {load}, statistic: {args.stat}")
-    print(f"{'case':36s}" + "".join(f" | {'sprat ms':>9s} {'ort ms':>8s} {'ratio':>6s} @{t}"
+    print(f"{'case':40s}" + "".join(f" | {'sprat ms':>9s} {'ort ms':>8s} {'ratio':>6s} @{t}"
                                      for t in threads) + " | max err")
     ratios = {t: [] for t in threads}
     for index, case in enumerate(cases()):
         if only and not any(s in case.name for s in only):
             continue
-        line, errs = f"{case.name:36s}", []
+        line, errs = f"{case.name:40s}", []
         for t in threads:
             s, o, err = bench_case(index, t, args.seconds, args.stat)
             ratios[t].append(s / o)
@@ -618,7 +618,7 @@ def main(argv=None):
         print(line + f" | {max(errs):.1e}", flush=True)
     geo = "".join(f" | {'':18s} {np.exp(np.mean(np.log(r))):6.2f}   " for r in ratios.values()
                   if r)
-    print(f"{'geometric mean':36s}" + geo)
+    print(f"{'geometric mean':40s}" + geo)
 
 
 if __name__ == "__main__":
