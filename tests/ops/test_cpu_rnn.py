@@ -185,18 +185,67 @@ def test_gru_refuses_what_it_does_not_implement():
     short = infos[:4] + [TensorInfo((3,), np.dtype(np.int32), np.array([7, 5, 7], np.int32))]
     assert not CpuBackend().has_fast_kernel(node, short)
     from sprat.backends.cpu.compiled import kernels as ck
+    from sprat.backends.cpu.rnn import pack_recurrence
 
     # the compiled entry checks its operands against the shape it is given
     S, B, n_in, H = 7, 3, 5, 4
-    x, w, r = (np.zeros(n, np.float32) for n in (S * B * n_in - 1, 3 * H * n_in, 3 * H * H))
+    rsize = pack_recurrence(np.zeros((H, 2 * H), np.float32)).size + pack_recurrence(
+        np.zeros((H, H), np.float32)).size
+    x, w, r = (np.zeros(n, np.float32) for n in (S * B * n_in - 1, 3 * H * n_in, rsize))
     none = np.zeros(0, np.float32)
     scratch = [np.zeros((1, n), np.float32) for n in (S * B * 3 * H, B * 3 * H, B * H, B * H)]
-    args = (w[None], r[None], np.zeros((1, 3 * H), np.float32), np.zeros((1, H), np.float32),
-            none, np.zeros(S * B * H, np.float32), none, *scratch, [False], S, B, n_in, H, True,
-            False)
+    args = (w[None], ck.W_T, r[None], np.zeros((1, 3 * H), np.float32),
+            np.zeros((1, H), np.float32), none, np.zeros(S * B * H, np.float32), none, *scratch,
+            [False], S, B, n_in, H, True, False)
     ck.gru(np.zeros(S * B * n_in, np.float32), *args)
     with pytest.raises(ValueError, match="too short"):
         ck.gru(x, *args)
+    with pytest.raises(ValueError, match="too short"):
+        ck.gru(np.zeros(S * B * n_in, np.float32), args[0], args[1], r[None, :-1], *args[3:])
+    with pytest.raises(ValueError, match="w_mode"):
+        ck.gru(np.zeros(S * B * n_in, np.float32), args[0], 7, *args[2:])
+
+
+@pytest.mark.parametrize("path", [0, 1, 2])
+@pytest.mark.parametrize("packed_gemm", [True, False])
+def test_recurrence_paths_and_projections_match_reference(path, packed_gemm, monkeypatch):
+    """Each SIMD path of the packed recurrence (2: AVX-512F, 1: AVX2, 0: plain C; a path the
+    build or CPU lacks runs the next one down) and both input projections (packed.pxi's GEMM
+    where it runs, BLAS) against the reference, at 1 and 2 threads: hidden sizes whose 4H / 3H
+    gate columns end in a partial 64-column panel and whose units end in a partial 8-lane
+    vector (20, 36), and a full one (64); 1 to 6 state rows (panels take 4 at a time, the AVX2
+    path pairs them); the projection split over the threads (PROJECT_SPLIT_MACS)."""
+    from sprat.backends.cpu import rnn
+    from sprat.backends.cpu.compiled import kernels as ck
+    from sprat.backends.cpu.rnn import GRUKernel
+
+    if not packed_gemm:
+        monkeypatch.setattr(ck, "packed_gemm_available", lambda: False)
+    elif not ck.packed_gemm_available():
+        pytest.skip("no packed GEMM on this build or CPU")
+    monkeypatch.setattr(rnn, "PROJECT_SPLIT_MACS", 0)
+    for hid, nb, direction in ((20, 1, "forward"), (36, 3, "reverse"), (64, 6, "bidirectional"),
+                               (36, 2, "forward"), (20, 5, "forward")):
+        scale = (1 / hid) ** 0.5
+        node, arrs, _ = _case(direction, True, True, False, S=6, B=nb, I=9, H=hid)
+        arrs[1], arrs[2] = arrs[1] * scale, arrs[2] * scale
+        ref = evaluate(node, arrs)
+        for threads in (1, 2):
+            kernel = LSTMKernel(node, threads)
+            kernel.prepare(_infos(arrs), [TensorInfo(r.shape, r.dtype) for r in ref])
+            assert kernel.r_mode == ck.R_PANELS
+            assert kernel.w_mode == (ck.W_PANELS if packed_gemm else ck.W_T)
+            kernel.path = path
+            _run_twice(kernel, arrs, ref, threads, 1e-5)
+        for lbr in (0, 1):
+            node, arrs, infos = _gru_case(direction, True, True, lbr, S=6, B=nb, n_in=9, H=hid,
+                                          scale=scale)
+            ref = evaluate(node, arrs)
+            for threads in (1, 2):
+                kernel = GRUKernel(node, threads)
+                kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
+                kernel.path = path
+                _run_twice(kernel, arrs, ref, threads, 1e-5)
 
 
 def test_lstm_units_split_packs_per_slot_count(monkeypatch):

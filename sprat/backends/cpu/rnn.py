@@ -1,8 +1,9 @@
 """LSTM and GRU (ONNX LSTM-14, GRU-14) on the cpu backend: one GEMM for the input projection of
-every time step, then per step one small GEMV for the recurrence and one fused pass for the
-gates; the whole op (projection, states, recurrence, outputs) is one compiled call (``lstm`` in
-``compiled/dense.pxi``, ``gru`` in ``compiled/rnn.pxi``, no Python per step), and the two
-directions of a bidirectional op run on two threads when the session has them.
+every time step, then per step one GEMV of the state against the recurrence weight (packed once
+in panels, ``pack_recurrence``) and one vectorised pass for the gates; the whole op
+(projection, states, recurrence, outputs) is one compiled call (``lstm`` and ``gru`` in
+``compiled/rnn.pxi``, no Python per step). With two threads the two directions of a
+bidirectional op run side by side, or the threads share each direction's input projection.
 
 Handles what exported models use: forward, reverse and bidirectional directions, optional
 bias and initial states, layout 0, default activations (LSTM: Sigmoid, Tanh, Tanh; GRU:
@@ -18,6 +19,7 @@ import numpy as np
 from ..base import WorkspaceSpec
 from ._base import CpuKernel
 from ._epilogue import empty_f32
+from .linalg import pack_panels
 from .compiled import kernels as ck
 
 _DEFAULT_ACTS = (["Sigmoid", "Tanh", "Tanh"], ["Sigmoid", "Tanh", "Tanh"] * 2)
@@ -61,6 +63,48 @@ def _pack_transposed(kernel, w, r, slots=0) -> tuple[np.ndarray, np.ndarray]:
                 for d in range(dirs)])))
 
 
+def pack_recurrence(rt: np.ndarray) -> np.ndarray:
+    """R^T (H, N) float32 as ``ck.lstm`` / ``ck.gru`` read it (``R_PANELS``): ceil(N / RNN_NR)
+    panels, panel p holding ``R^T[:, p*NR:(p+1)*NR]`` row after row, zero past N; flat."""
+    nr = ck.RNN_NR
+    k, n = rt.shape
+    npan = -(-n // nr)
+    padded = np.zeros((k, npan * nr), np.float32)
+    padded[:, :n] = rt
+    return np.ascontiguousarray(padded.reshape(k, npan, nr).transpose(1, 0, 2)).reshape(-1)
+
+
+def _pack_panels(kernel, w, r, gru=False) -> tuple[int, np.ndarray, np.ndarray]:
+    """``(w_mode, W, R)`` of every direction, one flat row each (shared per model): W^T in
+    ``linalg.pack_panels``' panels where the packed GEMM runs (``W_PANELS``), else W^T
+    row-major (``W_T``); R^T in ``pack_recurrence``'s panels -- a GRU's as two sets, its z, r
+    columns then its h columns (``ck.gru``). Declares W and R packed (``Kernel.packed``)."""
+    dirs, n, _ = w.shape
+    hid = r.shape[2]
+    kernel.packed = (1, 2)
+    if ck.packed_gemm_available():
+        w_mode, wp = ck.W_PANELS, kernel.shared("w_panels", lambda: np.stack([
+            pack_panels(np.asarray(w[d], np.float32), trans=True) for d in range(dirs)]))
+    else:
+        w_mode, wp = ck.W_T, kernel.shared("wt_all", lambda: np.stack([
+            np.ascontiguousarray(w[d].T, dtype=np.float32).reshape(-1) for d in range(dirs)]))
+
+    def recurrence(d):
+        rt = np.asarray(r[d], np.float32).T
+        if not gru:
+            return pack_recurrence(rt)
+        return np.concatenate([pack_recurrence(rt[:, :2 * hid]), pack_recurrence(rt[:, 2 * hid:])])
+
+    return w_mode, wp, kernel.shared("r_panels", lambda: np.stack([
+        recurrence(d) for d in range(dirs)]))
+
+
+# NOTE: with two threads, one direction's input projection (seq * batch * input * gates*H
+# multiply-adds) is split over them from this size on: a parallel region costs ~5 us, the
+# GEMM runs ~80 multiply-adds per ns, so 2^20 of them (~13 us) already gain more than that
+PROJECT_SPLIT_MACS = 1 << 20
+
+
 def lstm_unit_order(hid: int, slots: int) -> np.ndarray:
     """The 4H gate columns of an LSTM in slot order for ``ck.lstm``'s ``units``: slot s (its
     units ``[k0, k1)``, multiples of 8 as the kernel cuts them) holds the i, o, f, c columns
@@ -84,6 +128,9 @@ class LSTMKernel(CpuKernel):
     """ONNX LSTM: X [seq, batch, input], W [dirs, 4H, input], R [dirs, 4H, H], B [dirs, 8H];
     outputs Y [seq, dirs, batch, H], Y_h and Y_c [dirs, batch, H]."""
 
+    #: the recurrence's SIMD path, as ``ck.lstm`` takes it (tests force the lower ones)
+    path = 2
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if node.attrs.get("input_forget", 0) != 0 or not _plain_recurrence(node, ins,
@@ -104,13 +151,18 @@ class LSTMKernel(CpuKernel):
         if self.r_trans:
             # NOTE: ScheduleConfig(memory="low"): no packed copies; the input projection reads
             # W as stored through BLAS's transpose flag, the recurrence R by dot products
+            self.w_mode, self.r_mode = ck.W_AS_IS, ck.R_AS_IS
             self.w = np.ascontiguousarray(w, np.float32).reshape(self.dirs, -1)
             self.r = np.ascontiguousarray(r, np.float32).reshape(self.dirs, -1)
         hid = self.hidden
         self.units = (self.threads if not self.r_trans and self.threads >= 2
                       and 16 * hid * hid > LSTM_SPLIT_BYTES and hid >= 8 * self.threads else 0)
-        if not self.r_trans:
+        if self.units:
+            self.w_mode, self.r_mode = ck.W_T, ck.R_T
             self.w, self.r = _pack_transposed(self, w, r, self.units)
+        elif not self.r_trans:
+            self.r_mode = ck.R_PANELS
+            self.w_mode, self.w, self.r = _pack_panels(self, w, r)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = np.zeros((self.dirs, four_h), np.float32)
@@ -130,6 +182,8 @@ class LSTMKernel(CpuKernel):
         self.empty = empty_f32()
         # NOTE: two threads only pay when a direction has real work (the launch costs ~5 us)
         self.par = d == 2 and self.threads >= 2 and seq * four_h * self.hidden >= (1 << 18)
+        self.nt = (self.threads if seq * batch * n_in * four_h >= PROJECT_SPLIT_MACS
+                   else 1)
 
     def run(self, ins, outs, ws):
         x = ins[0]
@@ -143,14 +197,18 @@ class LSTMKernel(CpuKernel):
         wanted = [outs[k] if k < len(outs) and outs[k] is not None and outs[k].size else None
                   for k in range(3)]
         flat = [self.empty if a is None else a.reshape(-1) for a in [h0, c0] + wanted]
-        return ck.lstm, (x.reshape(-1), self.w, self.r_trans, self.r, self.r_trans, self.bias,
+        return ck.lstm, (x.reshape(-1), self.w, self.w_mode, self.r, self.r_mode, self.bias,
                          *flat, *buffers[:4], self.reverse, self.seq, self.batch, self.n_in,
-                         self.hidden, self.par, self.units, *buffers[4:])
+                         self.hidden, self.par, self.nt, self.units,
+                         buffers[4] if self.units else None, self.path)
 
 
 class GRUKernel(CpuKernel):
     """ONNX GRU: X [seq, batch, input], W [dirs, 3H, input], R [dirs, 3H, H], B [dirs, 6H],
     initial_h [dirs, batch, H]; outputs Y [seq, dirs, batch, H] and Y_h [dirs, batch, H]."""
+
+    #: the recurrence's SIMD path, as ``ck.gru`` takes it (tests force the lower ones)
+    path = 2
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -164,7 +222,7 @@ class GRUKernel(CpuKernel):
         direction = self.node.attrs.get("direction", "forward")
         self.reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
         self.lbr = bool(self.node.attrs.get("linear_before_reset", 0))
-        self.w, self.r = _pack_transposed(self, w, r)
+        self.w_mode, self.w, self.r = _pack_panels(self, w, r, gru=True)
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         b = np.zeros((self.dirs, 2 * three_h), np.float32) if b is None else b
         # NOTE: z and r take both biases at the projection; Rbh sits inside r * (...) with
@@ -180,6 +238,8 @@ class GRUKernel(CpuKernel):
             (d, seq * nb * three_h), (d, nb * three_h), (d, nb * hid), (d, nb * hid)))
         self.empty = empty_f32()
         self.par = d == 2 and self.threads >= 2 and seq * three_h * hid >= (1 << 18)
+        self.nt = (self.threads if seq * nb * self.n_in * three_h >= PROJECT_SPLIT_MACS
+                   else 1)
 
     def run(self, ins, outs, ws):
         x = ins[0]
@@ -190,6 +250,6 @@ class GRUKernel(CpuKernel):
         wanted = [outs[k] if k < len(outs) and outs[k] is not None and outs[k].size else None
                   for k in range(2)]
         flat = [self.empty if a is None else a.reshape(-1) for a in [h0] + wanted]
-        return ck.gru, (x.reshape(-1), self.w, self.r, self.bias, self.rbh, *flat, *buffers,
-                        self.reverse, self.seq, self.batch, self.n_in, self.hidden, self.lbr,
-                        self.par)
+        return ck.gru, (x.reshape(-1), self.w, self.w_mode, self.r, self.bias, self.rbh, *flat,
+                        *buffers, self.reverse, self.seq, self.batch, self.n_in, self.hidden,
+                        self.lbr, self.par, self.nt, self.path)
