@@ -77,12 +77,14 @@ def test_bidirectional_lstm_on_two_threads(memory):
 @pytest.mark.parametrize("init", [False, True])
 @pytest.mark.parametrize("hidden", [60, 264])
 def test_lstm_units_split_over_two_threads(direction, init, hidden, monkeypatch):
-    """Above ``rnn.LSTM_SPLIT_BYTES`` of R^T a direction's hidden units are split over the
-    threads (one barrier a step): equal to the reference, slots cut at multiples of 8 units
-    (60 = 24 + 36), states handed over through the second buffer on odd and even step counts."""
+    """From ``rnn.SPLIT_BARRIER_FLOATS`` of R^T a step, a direction's hidden units are split
+    over the threads (one barrier a step): equal to the reference, slots cut at multiples of 8
+    units (60 = 24 + 36), states handed over through the second buffer on odd and even step
+    counts."""
     from sprat.backends.cpu import rnn
 
-    monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 16 * 48 * 48)
+    monkeypatch.setattr(rnn, "SPLIT_BARRIER_FLOATS", 4 * 48 * 48)
+    monkeypatch.setattr(rnn, "SIDE_BY_SIDE_BYTES", 0)
     for seq in (9, 10):
         node, arrs, _ = _case(direction, init, True, False, S=seq, B=2, I=12, H=hidden)
         arrs[1], arrs[2] = arrs[1] * (2 / hidden) ** 0.5, arrs[2] * (2 / hidden) ** 0.5
@@ -106,7 +108,7 @@ def test_lstm_units_split_in_a_team_of_one():
         "from sprat.backends.cpu import rnn, limits\n"
         "from sprat.backends.base import Workspace\n"
         "from sprat.ir.tensorinfo import TensorInfo\n"
-        "rnn.LSTM_SPLIT_BYTES = 0\n"
+        "rnn.SPLIT_BARRIER_FLOATS = rnn.SIDE_BY_SIDE_BYTES = 0\n"
         "node, arrs, _ = t._case('bidirectional', True, True, False, S=5, B=2, I=6, H=40)\n"
         "infos = t._infos(arrs)\n"
         "ref = t.evaluate(node, arrs)\n"
@@ -124,6 +126,28 @@ def test_lstm_units_split_in_a_team_of_one():
                           timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
                               os.path.abspath(__file__)))))
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("init", [False, True])
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_units_split_over_two_threads(direction, init, lbr, monkeypatch):
+    """A GRU direction's units split over two threads (slots of multiples of 32 units: 64 =
+    32 + 32, 100 = 32 + 68; one barrier a step, two without linear_before_reset), Y and Y_h
+    equal to the reference on odd and even step counts."""
+    from sprat.backends.cpu import rnn
+    from sprat.backends.cpu.rnn import GRUKernel
+
+    monkeypatch.setattr(rnn, "SPLIT_BARRIER_FLOATS", 0)
+    monkeypatch.setattr(rnn, "SIDE_BY_SIDE_BYTES", 0)
+    for hid, seq in ((64, 9), (100, 10)):
+        node, arrs, infos = _gru_case(direction, init, True, lbr, S=seq, B=2, n_in=12, H=hid,
+                                      scale=(1 / hid) ** 0.5)
+        ref = evaluate(node, arrs)
+        kernel = GRUKernel(node, 2)
+        kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
+        assert kernel.units == 2
+        _run_twice(kernel, arrs, ref, 2, 1e-5)
 
 
 def test_lstm_refuses_what_it_does_not_implement():
@@ -255,7 +279,8 @@ def test_lstm_units_split_packs_per_slot_count(monkeypatch):
     from sprat.backends.base import PackCache
     from sprat.backends.cpu import rnn
 
-    monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 0)
+    monkeypatch.setattr(rnn, "SPLIT_BARRIER_FLOATS", 0)
+    monkeypatch.setattr(rnn, "SIDE_BY_SIDE_BYTES", 0)
     node, arrs, _ = _case("bidirectional", False, True, False, S=6, B=2, I=10, H=48)
     arrs[1], arrs[2] = arrs[1] * 0.2, arrs[2] * 0.2
     ref = evaluate(node, arrs)

@@ -290,7 +290,7 @@ cdef enum:
     RNN_W_AS_IS = 1   # W (G*H, I) as stored (ScheduleConfig(memory="low"))
     RNN_W_PANELS = 2  # W^T in packed.pxi's panels (linalg.pack_panels), AVX-512F CPUs only
     # how the recurrence weight is given (``r_mode``)
-    RNN_R_T = 0       # R^T (H, G*H), row-major (the LSTM's unit split)
+    RNN_R_T = 0       # R^T (H, G*H), row-major
     RNN_R_AS_IS = 1   # R (G*H, H) as stored (memory="low")
     RNN_R_PANELS = 2  # R^T in RNN_NR-column panels (rnn.pack_recurrence)
 
@@ -417,22 +417,43 @@ cdef extern from *:
     void sprat_omp_barrier() noexcept nogil
 
 
-cdef inline idx rnn_unit_bound(idx sl, idx nslots, idx hid) noexcept nogil:
-    """First unit of slot ``sl`` of ``nslots`` (multiples of 8; ``hid`` past the last)."""
-    return hid if sl >= nslots else sl * hid // nslots // 8 * 8
+cdef inline idx rnn_unit_bound(idx sl, idx nslots, idx hid, idx gran) noexcept nogil:
+    """First unit of slot ``sl`` of ``nslots`` (multiples of ``gran``; ``hid`` past the
+    last)."""
+    return hid if sl >= nslots else sl * hid // nslots // gran * gran
 
 
-cdef void rnn_lstm_units(const float* x, const float* w, const float* r, const float* bias,
-                         const float* h0, const float* c0, float* h, float* h2, float* c,
-                         float* y, idx y_step, float* xw, float* gates, idx seq, idx nb,
-                         idx n_in, idx hid, bint reverse, int tid, int team,
-                         idx nslots) noexcept nogil:
-    """One direction with its hidden units split in ``nslots`` slots, run by thread ``tid`` of
-    a team of ``team`` (slots tid, tid + team, ...): ``w`` / ``r`` (W^T, R^T row-major) /
-    ``bias`` have their 4H columns in slot order (slot s: the i, o, f, c columns of its units,
-    ``lstm_unit_order``), so a slot's projection, recurrence GEMV and cell touch its own
-    columns; every step reads the whole state ``h`` and writes its units into the other buffer
-    (``h`` / ``h2``, swapped per step), then a barrier. The final state ends in ``h``."""
+cdef inline idx rnn_panels_size(idx cols, idx hid) noexcept nogil:
+    """Floats of the RNN_NR-column panels of ``cols`` columns of R^T (``hid`` rows)."""
+    return (cols + SPRAT_RNN_NR - 1) // SPRAT_RNN_NR * SPRAT_RNN_NR * hid
+
+
+cdef idx rnn_slot_offset(idx sl, idx nslots, idx hid, idx gran, bint gru) noexcept nogil:
+    """Where slot ``sl``'s panels start in a unit-split packed R (``rnn.pack_slots``): each
+    slot's columns packed on their own, an LSTM's 4u as one set, a GRU's 2u (z, r) then u (h)."""
+    cdef idx off = 0
+    cdef idx s, u
+    for s in range(sl):
+        u = rnn_unit_bound(s + 1, nslots, hid, gran) - rnn_unit_bound(s, nslots, hid, gran)
+        if gru:
+            off += rnn_panels_size(2 * u, hid) + rnn_panels_size(u, hid)
+        else:
+            off += rnn_panels_size(4 * u, hid)
+    return off
+
+
+cdef void rnn_lstm_units(const float* x, const float* w, int w_mode, const float* r,
+                         const float* bias, const float* h0, const float* c0, float* h, float* h2,
+                         float* c, float* y, idx y_step, float* xw, float* gates, idx seq, idx nb,
+                         idx n_in, idx hid, bint reverse, int tid, int team, idx nslots,
+                         int path) noexcept nogil:
+    """One direction with its hidden units split in ``nslots`` slots (multiples of 8 units),
+    run by thread ``tid`` of a team of ``team`` (slots tid, tid + team, ...): W^T's and the
+    bias's 4H columns are in slot order (slot s: the i, o, f, c columns of its units,
+    ``rnn.unit_order``), R^T's slot columns packed per slot (``rnn_slot_offset``), so a slot's
+    projection, recurrence GEMV and cell touch its own columns; every step reads the whole
+    state ``h`` and writes its units into the other buffer (``h`` / ``h2``, swapped per step),
+    then a barrier. The final state ends in ``h``."""
     cdef idx four_h = 4 * hid
     cdef idx s, t, sl, k0, k1, b
     cdef float* cur = h
@@ -440,9 +461,8 @@ cdef void rnn_lstm_units(const float* x, const float* w, const float* r, const f
     cdef float* tmp
     sl = tid
     while sl < nslots:
-        k0, k1 = rnn_unit_bound(sl, nslots, hid), rnn_unit_bound(sl + 1, nslots, hid)
-        dense_gemm_nn(seq * nb, 4 * (k1 - k0), n_in, <float>1.0, x, n_in, w + 4 * k0, four_h,
-                      xw + 4 * k0, four_h)
+        k0, k1 = rnn_unit_bound(sl, nslots, hid, 8), rnn_unit_bound(sl + 1, nslots, hid, 8)
+        rnn_project(w_mode, x, w, xw, seq * nb, n_in, four_h, 4 * k0, 4 * k1)
         for b in range(nb):
             if h0 != NULL:
                 memcpy(h + b * hid + k0, h0 + b * hid + k0, (k1 - k0) * sizeof(float))
@@ -458,9 +478,9 @@ cdef void rnn_lstm_units(const float* x, const float* w, const float* r, const f
         t = seq - 1 - s if reverse else s
         sl = tid
         while sl < nslots:
-            k0, k1 = rnn_unit_bound(sl, nslots, hid), rnn_unit_bound(sl + 1, nslots, hid)
-            dense_gemm_nn(nb, 4 * (k1 - k0), hid, <float>1.0, cur, hid, r + 4 * k0, four_h,
-                          gates + 4 * k0, four_h)
+            k0, k1 = rnn_unit_bound(sl, nslots, hid, 8), rnn_unit_bound(sl + 1, nslots, hid, 8)
+            rnn_gemv(cur, nb, hid, r + rnn_slot_offset(sl, nslots, hid, 8, False), 4 * (k1 - k0),
+                     gates + 4 * k0, four_h, path)
             rnn_lstm_cell(gates + 4 * k0, xw + t * nb * four_h + 4 * k0, bias + 4 * k0,
                           c + k0, nxt + k0, y + t * y_step + k0 if y != NULL else NULL, nb,
                           k1 - k0, four_h, hid)
@@ -472,7 +492,7 @@ cdef void rnn_lstm_units(const float* x, const float* w, const float* r, const f
     if cur != h:
         sl = tid
         while sl < nslots:
-            k0, k1 = rnn_unit_bound(sl, nslots, hid), rnn_unit_bound(sl + 1, nslots, hid)
+            k0, k1 = rnn_unit_bound(sl, nslots, hid, 8), rnn_unit_bound(sl + 1, nslots, hid, 8)
             for b in range(nb):
                 memcpy(h + b * hid + k0, cur + b * hid + k0, (k1 - k0) * sizeof(float))
             sl += team
@@ -524,8 +544,9 @@ def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, :
     (seq*nb*4H), ``gates`` (nb*4H), ``h`` and ``c`` (nb*H). ``reverse``: a bool per
     direction; ``par``: the two directions on two threads; else ``nt`` threads share each
     direction's input projection (column ranges). ``units`` > 1: each direction in turn, its
-    hidden units split in that many slots over as many threads (W_T / R_T in
-    ``lstm_unit_order``, ``bias`` too; scratch ``h2`` as ``h``). ``path``: the fastest of 2
+    hidden units split in that many slots over as many threads (W, R and ``bias`` packed for
+    that many slots by ``rnn.pack_weights``; W_T or W_PANELS, R_PANELS; scratch ``h2`` as
+    ``h``). ``path``: the fastest of 2
     (AVX-512F), 1 (AVX2 + FMA), 0 (plain C) that this build and CPU run for the recurrence
     (tests force the lower ones). Raises ValueError on a bad mode, ``units`` or a short
     operand."""
@@ -537,7 +558,7 @@ def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, :
     cdef float* py = mptr(y)
     cdef idx state = nb * hid
     cdef idx four_h = 4 * hid
-    cdef idx npan = (four_h + SPRAT_RNN_NR - 1) // SPRAT_RNN_NR
+    cdef idx nsl = units if units > 1 else 1
     cdef idx wpan = (four_h + SPRAT_PK_NR - 1) // SPRAT_PK_NR
     cdef int d
     if w_mode not in (RNN_W_T, RNN_W_AS_IS, RNN_W_PANELS) or r_mode not in (
@@ -546,7 +567,8 @@ def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, :
         raise ValueError(f"lstm: bad w_mode {w_mode} or r_mode {r_mode} (or no packed GEMM)")
     if (x.shape[0] < seq * nb * n_in or r.shape[0] < dirs or bias.shape[0] < dirs
             or w.shape[1] < (wpan * SPRAT_PK_NR if w_mode == RNN_W_PANELS else four_h) * n_in
-            or r.shape[1] < (npan * SPRAT_RNN_NR if r_mode == RNN_R_PANELS else four_h) * hid
+            or r.shape[1] < (rnn_slot_offset(nsl, nsl, hid, 8, False) if r_mode == RNN_R_PANELS
+                             else four_h * hid)
             or bias.shape[1] < four_h or xw.shape[0] < dirs or xw.shape[1] < seq * nb * four_h
             or gates.shape[0] < dirs or gates.shape[1] < nb * four_h or h.shape[0] < dirs
             or h.shape[1] < state or c.shape[0] < dirs or c.shape[1] < state
@@ -559,19 +581,20 @@ def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, :
     rev[0] = bool(reverse[0])
     rev[1] = bool(reverse[1]) if dirs > 1 else False
     if units > 1:
-        if w_mode != RNN_W_T or r_mode != RNN_R_T or h2 is None or h2.shape[0] < dirs \
-                or h2.shape[1] < state or hid < 8 * units:
-            raise ValueError("lstm: units needs W_T / R_T, h2 and 8 units per slot")
+        if w_mode == RNN_W_AS_IS or r_mode != RNN_R_PANELS or h2 is None \
+                or h2.shape[0] < dirs or h2.shape[1] < state or hid < 8 * units:
+            raise ValueError("lstm: units needs W_T / W_PANELS, R_PANELS, h2 and 8 units per "
+                             "slot")
         for d in range(dirs):
             with nogil, parallel(num_threads=units):
                 tid = threadid()
                 team = openmp.omp_get_num_threads()
-                rnn_lstm_units(&x[0], &w[d, 0], &r[d, 0], &bias[d, 0],
+                rnn_lstm_units(&x[0], &w[d, 0], w_mode, &r[d, 0], &bias[d, 0],
                                ph0 + d * state if ph0 != NULL else NULL,
                                pc0 + d * state if pc0 != NULL else NULL, &h[d, 0], &h2[d, 0],
                                &c[d, 0], py + d * state if py != NULL else NULL,
                                dirs * state, &xw[d, 0], &gates[d, 0], seq, nb, n_in, hid,
-                               rev[d], tid, team, units)
+                               rev[d], tid, team, units, path)
     elif par and dirs == 2:
         for d in prange(2, nogil=True, num_threads=2, schedule="static", chunksize=1):
             rnn_lstm_direction(&x[0], &w[d, 0], w_mode, &r[d, 0], r_mode, &bias[d, 0],
@@ -696,11 +719,120 @@ cdef void rnn_gru_direction(const float* x, const float* w, int w_mode, const fl
                      y + t * y_step if y != NULL else NULL, nb, hid, lbr, path)
 
 
+cdef void rnn_gru_units(const float* x, const float* w, int w_mode, const float* r,
+                        const float* bias, const float* rbh, const float* h0, float* h, float* h2,
+                        float* y, idx y_step, float* xw, float* gates, float* rh, idx seq,
+                        idx nb, idx n_in, idx hid, bint reverse, bint lbr, int tid, int team,
+                        idx nslots, int path) noexcept nogil:
+    """One GRU direction with its hidden units split in ``nslots`` slots (multiples of 32
+    units: a slot's 3u projection columns start on a packed W panel), run by thread ``tid`` of
+    a team of ``team``, as ``rnn_lstm_units``: W^T's and the bias's 3H columns in slot order
+    (slot s: the z, r, h columns of its units), R^T's packed per slot (its z, r columns, then
+    its h columns); the state is double-buffered (``h`` / ``h2``), a barrier per step, two
+    without linear_before_reset (r * h of every unit feeds each slot's h~ product)."""
+    cdef idx three_h = 3 * hid
+    cdef idx s, t, sl, k0, k1, u, b, i, k, done
+    cdef float* cur = h
+    cdef float* nxt = h2
+    cdef float* tmp
+    cdef float* g
+    cdef float* row
+    cdef const float* xr
+    cdef const float* rs
+    cdef const float* hp
+    cdef float* hb
+    cdef float* rb
+    cdef float zz, rr, v
+    sl = tid
+    while sl < nslots:
+        k0, k1 = rnn_unit_bound(sl, nslots, hid, 32), rnn_unit_bound(sl + 1, nslots, hid, 32)
+        rnn_project(w_mode, x, w, xw, seq * nb, n_in, three_h, 3 * k0, 3 * k1)
+        for i in range(seq * nb):
+            row = xw + i * three_h
+            for k in range(3 * k0, 3 * k1):
+                row[k] += bias[k]
+        for b in range(nb):
+            if h0 != NULL:
+                memcpy(h + b * hid + k0, h0 + b * hid + k0, (k1 - k0) * sizeof(float))
+            else:
+                memset(h + b * hid + k0, 0, (k1 - k0) * sizeof(float))
+        sl += team
+    sprat_omp_barrier()
+    for s in range(seq):
+        t = seq - 1 - s if reverse else s
+        sl = tid
+        while sl < nslots:
+            k0, k1 = rnn_unit_bound(sl, nslots, hid, 32), rnn_unit_bound(sl + 1, nslots, hid, 32)
+            u = k1 - k0
+            rs = r + rnn_slot_offset(sl, nslots, hid, 32, True)
+            rnn_gemv(cur, nb, hid, rs, 2 * u, gates + 3 * k0, three_h, path)
+            if lbr:
+                rnn_gemv(cur, nb, hid, rs + rnn_panels_size(2 * u, hid), u,
+                         gates + 3 * k0 + 2 * u, three_h, path)
+            for b in range(nb):
+                g = gates + b * three_h + 3 * k0
+                xr = xw + (t * nb + b) * three_h + 3 * k0
+                hp = cur + b * hid + k0
+                hb = nxt + b * hid + k0
+                rb = rh + b * hid + k0
+                done = sprat_rnn_gru_gates8(g, xr, rbh + k0, hp, hb, rb, u, u, lbr)
+                for k in range(done, u):
+                    zz = sigmoid32(g[k] + xr[k])
+                    rr = sigmoid32(g[u + k] + xr[u + k])
+                    if lbr:
+                        v = tanh32(xr[2 * u + k] + rr * (g[2 * u + k] + rbh[k0 + k]))
+                        hb[k] = v + zz * (hp[k] - v)
+                    else:
+                        g[k] = zz
+                        rb[k] = rr * hp[k]
+            sl += team
+        if not lbr:
+            sprat_omp_barrier()
+            sl = tid
+            while sl < nslots:
+                k0 = rnn_unit_bound(sl, nslots, hid, 32)
+                k1 = rnn_unit_bound(sl + 1, nslots, hid, 32)
+                u = k1 - k0
+                rs = r + rnn_slot_offset(sl, nslots, hid, 32, True)
+                rnn_gemv(rh, nb, hid, rs + rnn_panels_size(2 * u, hid), u,
+                         gates + 3 * k0 + 2 * u, three_h, path)
+                for b in range(nb):
+                    g = gates + b * three_h + 3 * k0
+                    xr = xw + (t * nb + b) * three_h + 3 * k0
+                    hp = cur + b * hid + k0
+                    hb = nxt + b * hid + k0
+                    done = sprat_rnn_gru_out8(g, xr, rbh + k0, hp, hb, u, u)
+                    for k in range(done, u):
+                        v = tanh32(g[2 * u + k] + xr[2 * u + k] + rbh[k0 + k])
+                        hb[k] = v + g[k] * (hp[k] - v)
+                sl += team
+        if y != NULL:
+            sl = tid
+            while sl < nslots:
+                k0 = rnn_unit_bound(sl, nslots, hid, 32)
+                k1 = rnn_unit_bound(sl + 1, nslots, hid, 32)
+                for b in range(nb):
+                    memcpy(y + t * y_step + b * hid + k0, nxt + b * hid + k0,
+                           (k1 - k0) * sizeof(float))
+                sl += team
+        sprat_omp_barrier()
+        tmp = cur
+        cur = nxt
+        nxt = tmp
+    if cur != h:
+        sl = tid
+        while sl < nslots:
+            k0, k1 = rnn_unit_bound(sl, nslots, hid, 32), rnn_unit_bound(sl + 1, nslots, hid, 32)
+            for b in range(nb):
+                memcpy(h + b * hid + k0, cur + b * hid + k0, (k1 - k0) * sizeof(float))
+            sl += team
+
+
 def gru(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, ::1] r,
         const float[:, ::1] bias, const float[:, ::1] rbh, const float[::1] h0, float[::1] y,
         float[::1] y_h, float[:, ::1] xw, float[:, ::1] gates, float[:, ::1] rh,
         float[:, ::1] h, reverse, idx seq, idx nb, idx n_in, idx hid, bint lbr, bint par,
-        int nt=1, int path=2):
+        int nt=1, idx units=0, float[:, ::1] h2=None, int path=2):
     """GRU-14 (layout 0, default activations) of every direction d, as one call.
 
     ``x`` (seq, nb, I) flat; per direction (rows of the 2-D arguments): ``w[d]`` W^T (I, 3H)
@@ -711,14 +843,17 @@ def gru(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, ::
     wanted): ``y`` (seq, dirs, nb, H), ``y_h`` (dirs, nb, H). Scratch rows per direction:
     ``xw`` (seq*nb*3H), ``gates`` (nb*3H), ``rh`` and ``h`` (nb*H). ``reverse``: a bool per
     direction; ``lbr``: linear_before_reset; ``par``: the two directions on two threads; else
-    ``nt`` threads share each direction's input projection. ``path``: as ``lstm``'s. Raises
-    ValueError on a bad mode or short operands."""
+    ``nt`` threads share each direction's input projection. ``units`` > 1: each direction in
+    turn, its hidden units split in that many slots (multiples of 32 units) over as many
+    threads (W, R, ``bias`` packed for that many slots by ``rnn.pack_weights``; scratch ``h2``
+    as ``h``). ``path``: as ``lstm``'s. Raises ValueError on a bad mode, ``units`` or short
+    operands."""
     cdef int dirs = w.shape[0]
     cdef idx state = nb * hid
     cdef idx three_h = 3 * hid
     cdef idx wpan = (three_h + SPRAT_PK_NR - 1) // SPRAT_PK_NR
-    cdef idx rsize = rnn_gru_zr_size(hid) + (hid + SPRAT_RNN_NR - 1) // SPRAT_RNN_NR \
-        * SPRAT_RNN_NR * hid
+    cdef idx nsl = units if units > 1 else 1
+    cdef idx rsize = rnn_slot_offset(nsl, nsl, hid, 32, True)
     if w_mode not in (RNN_W_T, RNN_W_PANELS) or (w_mode == RNN_W_PANELS
                                                  and not sprat_pk_available()):
         raise ValueError(f"gru: bad w_mode {w_mode} (or no packed GEMM)")
@@ -736,10 +871,22 @@ def gru(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, ::
     cdef bint rev[2]
     cdef const float* ph0 = cptr(h0)
     cdef float* py = mptr(y)
-    cdef int d
+    cdef int d, tid, team
     rev[0] = bool(reverse[0])
     rev[1] = bool(reverse[1]) if dirs > 1 else False
-    if par and dirs == 2:
+    if units > 1:
+        if h2 is None or h2.shape[0] < dirs or h2.shape[1] < state or hid < 32 * units:
+            raise ValueError("gru: units needs h2 and 32 units per slot")
+        for d in range(dirs):
+            with nogil, parallel(num_threads=units):
+                tid = threadid()
+                team = openmp.omp_get_num_threads()
+                rnn_gru_units(&x[0], &w[d, 0], w_mode, &r[d, 0], &bias[d, 0], &rbh[d, 0],
+                              ph0 + d * state if ph0 != NULL else NULL, &h[d, 0], &h2[d, 0],
+                              py + d * state if py != NULL else NULL, dirs * state,
+                              &xw[d, 0], &gates[d, 0], &rh[d, 0], seq, nb, n_in, hid, rev[d],
+                              lbr, tid, team, units, path)
+    elif par and dirs == 2:
         for d in prange(2, nogil=True, num_threads=2, schedule="static", chunksize=1):
             rnn_gru_direction(&x[0], &w[d, 0], w_mode, &r[d, 0], &bias[d, 0], &rbh[d, 0],
                               ph0 + d * state if ph0 != NULL else NULL, &h[d, 0],
