@@ -9,9 +9,10 @@
 # panel's 64 sums held in registers for up to RNN_MR state rows. Measured on this Xeon at
 # H = 128 (one LSTM step's 128 x 512 product): 2.45 us with the former rows-of-R^T AXPYs, 2.05
 # with gemv.pxi's 32-column panels, 1.70 with 64 columns (~150 GB/s from L2). The gate
-# activations run on 8 lanes (AVX2: sigmoid as 1 / (1 + exp(-x)) with common.pxi's exp8, tanh
-# as tanh32's rational function), one pass per state row that reads the four (three) gate
-# blocks and writes c and h: the former passes ran tanh one lane at a time.
+# activations run on 16 lanes (AVX-512F CPUs) or 8 (AVX2): sigmoid as 1 / (1 + exp(-x)) with
+# common.pxi's exp polynomial, tanh as tanh32's rational function, one pass per state row that
+# reads the four (three) gate blocks and writes c and h; the former passes ran tanh one lane
+# at a time.
 # The input projection uses packed.pxi's GEMM over W^T panels where it runs (AVX-512F; ~15%
 # below OpenBLAS's sgemm at 200 x 128 x 512, which packs W on every call), BLAS elsewhere.
 #
@@ -25,6 +26,9 @@ cdef extern from *:
     """
     #define SPRAT_RNN_NR 64
     #define SPRAT_RNN_MR 4
+    /* floats ahead of the packed stream that the AVX-512F panels prefetch (2 KiB, gemv.pxi's
+       SPRAT_GV_PF): an H = 512 direction's R^T (4 MiB) comes from L3 every step */
+    #define SPRAT_RNN_PF 512
     /* out[r * NR + j] = sum_k a[r * lda + k] * p[k * NR + j] for r < mr, j < NR: one panel p
        (K x NR) of a packed recurrence weight */
     static void sprat_rnn_panel_c(int mr, Py_ssize_t K, const float* a, Py_ssize_t lda,
@@ -104,6 +108,9 @@ cdef extern from *:
             _Pragma("GCC unroll 16")
             for (int u = 0; u < U; u++) {
                 const float* pk = p + (k + u) * SPRAT_RNN_NR;
+                _Pragma("GCC unroll 4")
+                for (int q = 0; q < 4; q++)
+                    _mm_prefetch((const char*)(pk + SPRAT_RNN_PF + 16 * q), _MM_HINT_T0);
                 __m512 b0 = _mm512_loadu_ps(pk), b1 = _mm512_loadu_ps(pk + 16);
                 __m512 b2 = _mm512_loadu_ps(pk + 32), b3 = _mm512_loadu_ps(pk + 48);
                 _Pragma("GCC unroll 16")
@@ -234,6 +241,112 @@ cdef extern from *:
         }
         return k;
     }
+
+    /* the same three passes on 16 lanes (AVX-512F; packed.pxi's exp on 16 lanes, the same
+       polynomial), units [k0, n16) */
+    __attribute__((target("avx512f"), always_inline))
+    static inline __m512 sprat_rnn_sigmoid16(__m512 v) {
+        const __m512 one = _mm512_set1_ps(1.0f);
+        return _mm512_div_ps(one, _mm512_add_ps(one, sprat_pk_exp(_mm512_sub_ps(
+            _mm512_setzero_ps(), v))));
+    }
+    __attribute__((target("avx512f"), always_inline))
+    static inline __m512 sprat_rnn_tanh16(__m512 x) {
+        x = _mm512_min_ps(_mm512_set1_ps(7.90531110763549805f),
+                          _mm512_max_ps(_mm512_set1_ps(-7.90531110763549805f), x));
+        __m512 x2 = _mm512_mul_ps(x, x);
+        __m512 p = _mm512_set1_ps(-2.76076847742355e-16f);
+        p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(2.00018790482477e-13f));
+        p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-8.60467152213735e-11f));
+        p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(5.12229709037114e-08f));
+        p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(1.48572235717979e-05f));
+        p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(6.37261928875436e-04f));
+        p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(4.89352455891786e-03f));
+        __m512 q = _mm512_set1_ps(1.19825839466702e-06f);
+        q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(1.18534705686654e-04f));
+        q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(2.26843463243900e-03f));
+        q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(4.89352518554385e-03f));
+        return _mm512_div_ps(_mm512_mul_ps(x, p), q);
+    }
+    __attribute__((target("avx512f")))
+    static Py_ssize_t sprat_rnn_lstm_cell16(const float* g, Py_ssize_t hid, float* c, float* h,
+                                            Py_ssize_t n) {
+        Py_ssize_t k = 0;
+        for (; k + 16 <= n; k += 16) {
+            __m512 i = sprat_rnn_sigmoid16(_mm512_loadu_ps(g + k));
+            __m512 o = sprat_rnn_sigmoid16(_mm512_loadu_ps(g + hid + k));
+            __m512 f = sprat_rnn_sigmoid16(_mm512_loadu_ps(g + 2 * hid + k));
+            __m512 u = sprat_rnn_tanh16(_mm512_loadu_ps(g + 3 * hid + k));
+            __m512 cn = _mm512_fmadd_ps(f, _mm512_loadu_ps(c + k), _mm512_mul_ps(i, u));
+            _mm512_storeu_ps(c + k, cn);
+            _mm512_storeu_ps(h + k, _mm512_mul_ps(o, sprat_rnn_tanh16(cn)));
+        }
+        return k;
+    }
+    __attribute__((target("avx512f")))
+    static Py_ssize_t sprat_rnn_gru_gates16(float* g, const float* x, const float* rbh,
+                                            const float* hp, float* h, float* rh,
+                                            Py_ssize_t hid, Py_ssize_t n, int lbr) {
+        Py_ssize_t k = 0;
+        for (; k + 16 <= n; k += 16) {
+            __m512 z = sprat_rnn_sigmoid16(_mm512_add_ps(_mm512_loadu_ps(g + k),
+                                                         _mm512_loadu_ps(x + k)));
+            __m512 r = sprat_rnn_sigmoid16(_mm512_add_ps(_mm512_loadu_ps(g + hid + k),
+                                                         _mm512_loadu_ps(x + hid + k)));
+            __m512 hv = _mm512_loadu_ps(hp + k);
+            if (lbr) {
+                __m512 a = _mm512_add_ps(_mm512_loadu_ps(g + 2 * hid + k),
+                                         _mm512_loadu_ps(rbh + k));
+                __m512 u = sprat_rnn_tanh16(_mm512_fmadd_ps(r, a, _mm512_loadu_ps(
+                    x + 2 * hid + k)));
+                _mm512_storeu_ps(h + k, _mm512_fmadd_ps(z, _mm512_sub_ps(hv, u), u));
+            } else {
+                _mm512_storeu_ps(g + k, z);
+                _mm512_storeu_ps(rh + k, _mm512_mul_ps(r, hv));
+            }
+        }
+        return k;
+    }
+    __attribute__((target("avx512f")))
+    static Py_ssize_t sprat_rnn_gru_out16(const float* g, const float* x, const float* rbh,
+                                          const float* hp, float* h, Py_ssize_t hid,
+                                          Py_ssize_t n) {
+        Py_ssize_t k = 0;
+        for (; k + 16 <= n; k += 16) {
+            __m512 u = sprat_rnn_tanh16(_mm512_add_ps(
+                _mm512_add_ps(_mm512_loadu_ps(g + 2 * hid + k), _mm512_loadu_ps(x + 2 * hid + k)),
+                _mm512_loadu_ps(rbh + k)));
+            __m512 z = _mm512_loadu_ps(g + k);
+            _mm512_storeu_ps(h + k, _mm512_fmadd_ps(z, _mm512_sub_ps(_mm512_loadu_ps(hp + k), u),
+                                                    u));
+        }
+        return k;
+    }
+
+    /* the passes on the widest lanes ``path`` allows (2: 16 on an AVX-512F CPU, else 8), the
+       16-lane pass first, the 8-lane one after it on what is left (units as passed: offsets
+       into every operand) */
+    static Py_ssize_t sprat_rnn_lstm_cell(int path, const float* g, Py_ssize_t hid, float* c,
+                                          float* h, Py_ssize_t n) {
+        Py_ssize_t k = path >= 2 && sprat_gv_path() == 2
+            ? sprat_rnn_lstm_cell16(g, hid, c, h, n) : 0;
+        return k + sprat_rnn_lstm_cell8(g + k, hid, c + k, h + k, n - k);
+    }
+    static Py_ssize_t sprat_rnn_gru_gates(int path, float* g, const float* x, const float* rbh,
+                                          const float* hp, float* h, float* rh, Py_ssize_t hid,
+                                          Py_ssize_t n, int lbr) {
+        Py_ssize_t k = path >= 2 && sprat_gv_path() == 2
+            ? sprat_rnn_gru_gates16(g, x, rbh, hp, h, rh, hid, n, lbr) : 0;
+        return k + sprat_rnn_gru_gates8(g + k, x + k, rbh + k, hp + k, h != NULL ? h + k : NULL,
+                                        rh != NULL ? rh + k : NULL, hid, n - k, lbr);
+    }
+    static Py_ssize_t sprat_rnn_gru_out(int path, const float* g, const float* x,
+                                        const float* rbh, const float* hp, float* h,
+                                        Py_ssize_t hid, Py_ssize_t n) {
+        Py_ssize_t k = path >= 2 && sprat_gv_path() == 2
+            ? sprat_rnn_gru_out16(g, x, rbh, hp, h, hid, n) : 0;
+        return k + sprat_rnn_gru_out8(g + k, x + k, rbh + k, hp + k, h + k, hid, n - k);
+    }
     #else
     #define SPRAT_RNN_SIMD 0
     static Py_ssize_t sprat_rnn_lstm_cell8(const float* g, Py_ssize_t hid, float* c, float* h,
@@ -252,6 +365,24 @@ cdef extern from *:
                                          const float* hp, float* h, Py_ssize_t hid,
                                          Py_ssize_t n) {
         (void)g; (void)x; (void)rbh; (void)hp; (void)h; (void)hid; (void)n;
+        return 0;
+    }
+    static Py_ssize_t sprat_rnn_lstm_cell(int path, const float* g, Py_ssize_t hid, float* c,
+                                          float* h, Py_ssize_t n) {
+        (void)path; (void)g; (void)hid; (void)c; (void)h; (void)n;
+        return 0;
+    }
+    static Py_ssize_t sprat_rnn_gru_gates(int path, float* g, const float* x, const float* rbh,
+                                          const float* hp, float* h, float* rh, Py_ssize_t hid,
+                                          Py_ssize_t n, int lbr) {
+        (void)path; (void)g; (void)x; (void)rbh; (void)hp; (void)h; (void)rh; (void)hid;
+        (void)n; (void)lbr;
+        return 0;
+    }
+    static Py_ssize_t sprat_rnn_gru_out(int path, const float* g, const float* x,
+                                        const float* rbh, const float* hp, float* h,
+                                        Py_ssize_t hid, Py_ssize_t n) {
+        (void)path; (void)g; (void)x; (void)rbh; (void)hp; (void)h; (void)hid; (void)n;
         return 0;
     }
     #endif
@@ -274,11 +405,13 @@ cdef extern from *:
     int SPRAT_RNN_MR
     void sprat_rnn_panel(int path, int mr, idx K, const float* a, idx lda, const float* p,
                          float* out) noexcept nogil
-    idx sprat_rnn_lstm_cell8(const float* g, idx hid, float* c, float* h, idx n) noexcept nogil
-    idx sprat_rnn_gru_gates8(float* g, const float* x, const float* rbh, const float* hp,
-                             float* h, float* rh, idx hid, idx n, int lbr) noexcept nogil
-    idx sprat_rnn_gru_out8(const float* g, const float* x, const float* rbh, const float* hp,
-                           float* h, idx hid, idx n) noexcept nogil
+    idx sprat_rnn_lstm_cell(int path, const float* g, idx hid, float* c, float* h,
+                            idx n) noexcept nogil
+    idx sprat_rnn_gru_gates(int path, float* g, const float* x, const float* rbh,
+                            const float* hp, float* h, float* rh, idx hid, idx n,
+                            int lbr) noexcept nogil
+    idx sprat_rnn_gru_out(int path, const float* g, const float* x, const float* rbh,
+                          const float* hp, float* h, idx hid, idx n) noexcept nogil
 
 
 #: columns per panel of a packed recurrence weight (``rnn.pack_recurrence``)
@@ -290,13 +423,12 @@ cdef enum:
     RNN_W_AS_IS = 1   # W (G*H, I) as stored (ScheduleConfig(memory="low"))
     RNN_W_PANELS = 2  # W^T in packed.pxi's panels (linalg.pack_panels), AVX-512F CPUs only
     # how the recurrence weight is given (``r_mode``)
-    RNN_R_T = 0       # R^T (H, G*H), row-major
     RNN_R_AS_IS = 1   # R (G*H, H) as stored (memory="low")
     RNN_R_PANELS = 2  # R^T in RNN_NR-column panels (rnn.pack_recurrence)
 
 #: the ``w_mode`` / ``r_mode`` codes (Python-visible)
 W_T, W_AS_IS, W_PANELS = RNN_W_T, RNN_W_AS_IS, RNN_W_PANELS
-R_T, R_AS_IS, R_PANELS = RNN_R_T, RNN_R_AS_IS, RNN_R_PANELS
+R_AS_IS, R_PANELS = RNN_R_AS_IS, RNN_R_PANELS
 
 
 cdef void rnn_gemv(const float* a, idx nb, idx K, const float* panels, idx N, float* y,
@@ -356,15 +488,13 @@ cdef void rnn_project_all(int w_mode, const float* x, const float* w, float* xw,
 cdef void rnn_lstm_recurrence(const float* h, const float* r, int r_mode, float* gates, idx nb,
                               idx hid, int path) noexcept nogil:
     """``gates (nb, 4H) = h (nb, H) @ R^T``, R as ``r_mode`` gives it: panels (``rnn_gemv``),
-    R^T row-major (a few-row GEMM, ``dense_gemm_nn``), or R itself (a dot product per gate)."""
+    or R itself (a dot product per gate)."""
     cdef idx four_h = 4 * hid
     cdef idx b, j
     cdef float* g
     cdef const float* hb
     if r_mode == RNN_R_PANELS:
         rnn_gemv(h, nb, hid, r, four_h, gates, four_h, path)
-    elif r_mode == RNN_R_T:
-        dense_gemm_nn(nb, four_h, hid, <float>1.0, h, hid, r, four_h, gates, four_h)
     else:
         for b in range(nb):
             g = gates + b * four_h
@@ -374,7 +504,7 @@ cdef void rnn_lstm_recurrence(const float* h, const float* r, int r_mode, float*
 
 
 cdef void rnn_lstm_cell(float* gates, const float* xw, const float* bias, float* c, float* h,
-                        float* y, idx nb, idx hid, idx gp, idx hp) noexcept nogil:
+                        float* y, idx nb, idx hid, idx gp, idx hp, int path) noexcept nogil:
     """``hid`` units of every row of ``nb``: ``gates`` (rows of pitch ``gp``, the four gate
     blocks of ``hid`` columns, order i, o, f, c (ONNX)) = h_prev @ R^T on entry (then
     overwritten); adds ``xw`` (same layout) and ``bias`` (4 * hid), then updates ``c``, ``h``
@@ -392,7 +522,7 @@ cdef void rnn_lstm_cell(float* gates, const float* xw, const float* bias, float*
             g[k] += x[k] + bias[k]
         cb = c + b * hp
         hb = h + b * hp
-        done = sprat_rnn_lstm_cell8(g, hid, cb, hb, hid)
+        done = sprat_rnn_lstm_cell(path, g, hid, cb, hb, hid)
         for k in range(done, hid):
             i = sigmoid32(g[k])
             o = sigmoid32(g[hid + k])
@@ -429,7 +559,7 @@ cdef inline idx rnn_panels_size(idx cols, idx hid) noexcept nogil:
 
 
 cdef idx rnn_slot_offset(idx sl, idx nslots, idx hid, idx gran, bint gru) noexcept nogil:
-    """Where slot ``sl``'s panels start in a unit-split packed R (``rnn.pack_slots``): each
+    """Where slot ``sl``'s panels start in a unit-split packed R (``rnn.pack_weights``): each
     slot's columns packed on their own, an LSTM's 4u as one set, a GRU's 2u (z, r) then u (h)."""
     cdef idx off = 0
     cdef idx s, u
@@ -483,7 +613,7 @@ cdef void rnn_lstm_units(const float* x, const float* w, int w_mode, const float
                      gates + 4 * k0, four_h, path)
             rnn_lstm_cell(gates + 4 * k0, xw + t * nb * four_h + 4 * k0, bias + 4 * k0,
                           c + k0, nxt + k0, y + t * y_step + k0 if y != NULL else NULL, nb,
-                          k1 - k0, four_h, hid)
+                          k1 - k0, four_h, hid, path)
             sl += team
         sprat_omp_barrier()
         tmp = cur
@@ -524,7 +654,7 @@ cdef void rnn_lstm_direction(const float* x, const float* w, int w_mode, const f
         t = seq - 1 - s if reverse else s
         rnn_lstm_recurrence(h, r, r_mode, gates, nb, hid, path)
         rnn_lstm_cell(gates, xw + t * nb * four_h, bias, c, h,
-                      y + t * y_step if y != NULL else NULL, nb, hid, four_h, hid)
+                      y + t * y_step if y != NULL else NULL, nb, hid, four_h, hid, path)
 
 
 def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, ::1] r,
@@ -537,8 +667,7 @@ def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, :
     ``x`` (seq, nb, I) flat; per direction (rows of the 2-D arguments): ``w[d]`` W as
     ``w_mode`` gives it (W_T: W^T (I, 4H); W_AS_IS: W (4H, I); W_PANELS: W^T in
     ``linalg.pack_panels``' panels, only where ``packed_gemm_available()``), ``r[d]`` R as
-    ``r_mode`` gives it (R_T: R^T (H, 4H); R_AS_IS: R (4H, H); R_PANELS:
-    ``rnn.pack_recurrence``'s panels of R^T), ``bias[d]`` (4H) = Wb + Rb. ``h0``/``c0``
+    ``r_mode`` gives it (R_AS_IS: R (4H, H); R_PANELS: ``rnn.pack_weights``' panels of R^T), ``bias[d]`` (4H) = Wb + Rb. ``h0``/``c0``
     (dirs, nb, H) flat, or empty for zeros. Outputs (each may be empty: not wanted): ``y``
     (seq, dirs, nb, H), ``y_h``/``y_c`` (dirs, nb, H). Scratch rows per direction: ``xw``
     (seq*nb*4H), ``gates`` (nb*4H), ``h`` and ``c`` (nb*H). ``reverse``: a bool per
@@ -562,7 +691,7 @@ def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, :
     cdef idx wpan = (four_h + SPRAT_PK_NR - 1) // SPRAT_PK_NR
     cdef int d
     if w_mode not in (RNN_W_T, RNN_W_AS_IS, RNN_W_PANELS) or r_mode not in (
-            RNN_R_T, RNN_R_AS_IS, RNN_R_PANELS) or (
+            RNN_R_AS_IS, RNN_R_PANELS) or (
             w_mode == RNN_W_PANELS and not sprat_pk_available()):
         raise ValueError(f"lstm: bad w_mode {w_mode} or r_mode {r_mode} (or no packed GEMM)")
     if (x.shape[0] < seq * nb * n_in or r.shape[0] < dirs or bias.shape[0] < dirs
@@ -660,7 +789,7 @@ cdef void rnn_gru_step(const float* h_prev, const float* r, const float* xw, con
             x = xw + b * three_h
             hp = h_prev + b * hid
             hb = h + b * hid
-            done = sprat_rnn_gru_gates8(g, x, rbh, hp, hb, NULL, hid, hid, 1)
+            done = sprat_rnn_gru_gates(path, g, x, rbh, hp, hb, NULL, hid, hid, 1)
             for k in range(done, hid):
                 z = sigmoid32(g[k] + x[k])
                 rr = sigmoid32(g[hid + k] + x[hid + k])
@@ -672,7 +801,7 @@ cdef void rnn_gru_step(const float* h_prev, const float* r, const float* xw, con
             x = xw + b * three_h
             hp = h_prev + b * hid
             rb = rh + b * hid
-            done = sprat_rnn_gru_gates8(g, x, rbh, hp, NULL, rb, hid, hid, 0)
+            done = sprat_rnn_gru_gates(path, g, x, rbh, hp, NULL, rb, hid, hid, 0)
             for k in range(done, hid):
                 g[k] = sigmoid32(g[k] + x[k])
                 rb[k] = sigmoid32(g[hid + k] + x[hid + k]) * hp[k]
@@ -682,7 +811,7 @@ cdef void rnn_gru_step(const float* h_prev, const float* r, const float* xw, con
             x = xw + b * three_h
             hp = h_prev + b * hid
             hb = h + b * hid
-            done = sprat_rnn_gru_out8(g, x, rbh, hp, hb, hid, hid)
+            done = sprat_rnn_gru_out(path, g, x, rbh, hp, hb, hid, hid)
             for k in range(done, hid):
                 u = tanh32(g[2 * hid + k] + x[2 * hid + k] + rbh[k])
                 hb[k] = u + g[k] * (hp[k] - u)
@@ -775,7 +904,7 @@ cdef void rnn_gru_units(const float* x, const float* w, int w_mode, const float*
                 hp = cur + b * hid + k0
                 hb = nxt + b * hid + k0
                 rb = rh + b * hid + k0
-                done = sprat_rnn_gru_gates8(g, xr, rbh + k0, hp, hb, rb, u, u, lbr)
+                done = sprat_rnn_gru_gates(path, g, xr, rbh + k0, hp, hb, rb, u, u, lbr)
                 for k in range(done, u):
                     zz = sigmoid32(g[k] + xr[k])
                     rr = sigmoid32(g[u + k] + xr[u + k])
@@ -801,7 +930,7 @@ cdef void rnn_gru_units(const float* x, const float* w, int w_mode, const float*
                     xr = xw + (t * nb + b) * three_h + 3 * k0
                     hp = cur + b * hid + k0
                     hb = nxt + b * hid + k0
-                    done = sprat_rnn_gru_out8(g, xr, rbh + k0, hp, hb, u, u)
+                    done = sprat_rnn_gru_out(path, g, xr, rbh + k0, hp, hb, u, u)
                     for k in range(done, u):
                         v = tanh32(g[2 * u + k] + xr[2 * u + k] + rbh[k0 + k])
                         hb[k] = v + g[k] * (hp[k] - v)
