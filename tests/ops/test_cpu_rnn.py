@@ -108,7 +108,7 @@ def test_lstm_units_split_in_a_team_of_one():
         "from sprat.backends.cpu import rnn, limits\n"
         "from sprat.backends.base import Workspace\n"
         "from sprat.ir.tensorinfo import TensorInfo\n"
-        "rnn.SPLIT_BARRIER_FLOATS = rnn.SIDE_BY_SIDE_BYTES = 0\n"
+        "rnn.SPLIT_BARRIER_FLOATS = rnn.SIDE_BY_SIDE_BYTES = rnn.SPLIT_MIN_STEPS = 0\n"
         "node, arrs, _ = t._case('bidirectional', True, True, False, S=5, B=2, I=6, H=40)\n"
         "infos = t._infos(arrs)\n"
         "ref = t.evaluate(node, arrs)\n"
@@ -281,6 +281,7 @@ def test_lstm_units_split_packs_per_slot_count(monkeypatch):
 
     monkeypatch.setattr(rnn, "SPLIT_BARRIER_FLOATS", 0)
     monkeypatch.setattr(rnn, "SIDE_BY_SIDE_BYTES", 0)
+    monkeypatch.setattr(rnn, "SPLIT_MIN_STEPS", 0)
     node, arrs, _ = _case("bidirectional", False, True, False, S=6, B=2, I=10, H=48)
     arrs[1], arrs[2] = arrs[1] * 0.2, arrs[2] * 0.2
     ref = evaluate(node, arrs)
