@@ -14,13 +14,15 @@ Others run on the reference backend.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..base import WorkspaceSpec
 from ._base import CpuKernel
 from ._epilogue import empty_f32
-from .linalg import pack_panels
 from .compiled import kernels as ck
+from .linalg import pack_panels
 
 _DEFAULT_ACTS = (["Sigmoid", "Tanh", "Tanh"], ["Sigmoid", "Tanh", "Tanh"] * 2)
 _GRU_ACTS = (["Sigmoid", "Tanh"], ["Sigmoid", "Tanh"] * 2)
@@ -81,7 +83,7 @@ def unit_slots(hid: int, slots: int, gates: int) -> list[tuple[int, int]]:
     """The units ``[k0, k1)`` of each of ``slots`` slots, as ``rnn.pxi`` cuts them."""
     grain = UNIT_GRAIN[gates]
     bounds = [s * hid // slots // grain * grain for s in range(slots)] + [hid]
-    return list(zip(bounds, bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 def unit_order(hid: int, slots: int, gates: int) -> np.ndarray:
