@@ -26,6 +26,11 @@ transformer MatMuls at batch 1. "hot" runs one weight over and over (in L2 when 
 (onnxruntime: one graph of that many parallel nodes; sprat: that many kernels), and reports the
 time per product.
 
+``--only cold3x3``: 3x3 stride-1 convs C -> C (64..512 channels on 7x7..28x28 maps), each run
+with ``conv_cold_copies`` distinct weights in turn as in a model (each layer's weights come from
+memory: the cost that decides between Winograd, whose weights are 4x larger, and the direct
+conv, ``conv.winograd_pays``); time per conv.
+
 ``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``, AVX-512 CPUs) against
 the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
 (``gemm_packed``), and the Attention kernel's packed path against its BLAS path for sequences
@@ -194,6 +199,31 @@ GEMV_MATMUL = [(384, 384), (384, 1536), (768, 3072)]
 GEMV_COLD_BYTES = 16 << 20  # cold cases: about this many weight bytes in turn (8..256 copies)
 
 
+COLD_CONV_FAMILY = [(c, hw) for c in (64, 128, 256, 512) for hw in (7, 10, 14, 20, 28)]
+COLD_CONV_BYTES = 32 << 20  # cold convs: about this many (direct) weight bytes in turn
+
+
+def conv_cold_copies(c, m, taps=9):
+    """Distinct weights a cold conv case runs in turn (4..16)."""
+    return max(4, min(16, COLD_CONV_BYTES // (4 * taps * c * m)))
+
+
+def cold_conv_cases():
+    """The ``cold3x3`` family: 3x3 "same" convs C -> C with ReLU, weights cold."""
+    c = []
+    for ch, hw in COLD_CONV_FAMILY:
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
+                                  pads=[1] * 4),
+                 helper.make_node("Relu", ["t"], ["y"])]
+
+        def make(ch=ch):
+            return {"w": _randn(ch, ch, 3, 3) * (2 / (9 * ch)) ** 0.5, "b": _randn(ch)}
+        c.append(Case(f"cold3x3 {ch}@{hw}", nodes, {"x": _randn(1, ch, hw, hw)}, make(),
+                      {"_activation": "Relu"}, nhwc=True,
+                      copies=(make, conv_cold_copies(ch, ch))))
+    return c
+
+
 def gemv_copies(k, n):
     """Distinct weights a cold ``gemv`` case runs in turn."""
     return max(8, min(256, GEMV_COLD_BYTES // (4 * k * n)))
@@ -345,7 +375,7 @@ def cases():
     c.append(Case("add+relu 1x64x112x112", [helper.make_node("Add", ["a", "b"], ["t"]),
                                             helper.make_node("Relu", ["t"], ["y"])],
                   {"a": x1, "b": x2}, {}, {"_activation": "Relu"}))
-    return c + gemv_cases() + rnn_cases()
+    return c + gemv_cases() + cold_conv_cases() + rnn_cases()
 
 
 def _time(fn, seconds):

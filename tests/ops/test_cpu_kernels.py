@@ -199,7 +199,8 @@ PRELU_CASES = [
     ((1, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),
     ((1, 16, 40, 40), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),  # M 8: BLAS per tap
     ((2, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "im2col"),
-    ((1, 128, 8, 8), (136, 128, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "im2col"),
+    # the direct conv where the packed GEMM runs, else im2col
+    ((1, 128, 8, 8), (136, 128, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "gemm"),
     ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "im2col"),
     ((1, 32, 13, 17), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "winograd"),
     ((1, 128, 10, 10), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}, None),  # Winograd split_m
@@ -227,6 +228,8 @@ def test_conv_fused_prelu(xs, ws, attrs, algo, packed, monkeypatch):
     # the packed GEMM's epilogue in registers, or BLAS and the epilogue passes
     monkeypatch.setattr(conv, "PACKED_POINTWISE", packed)
     monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
+    monkeypatch.setattr(conv, "PACKED_DIRECT", packed)
+    algo = ("direct" if packed else "im2col") if algo == "gemm" else algo
     m = ws[0]
     x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
     slopes = list(randn(m, seed=5, scale=0.5))  # negative and positive slopes
@@ -876,14 +879,17 @@ def test_every_table_entry_names_a_kernel_class():
 @pytest.mark.parametrize("h,w_,threads,algo", [
     (14, 15, 1, "winograd"),  # 4x4 = 16 tiles
     (10, 11, 1, "gemm"),  # 9 tiles: GEMMs are faster on one thread
-    (10, 11, 2, "winograd"),  # ... but not on two
+    (10, 11, 2, "winograd"),  # ... but not on two (beside BLAS GEMMs; see below)
     (7, 7, 2, "gemm"),  # 4 tiles: streaming 4x the weights for 4 GEMM rows does not pay
 ])
 def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
     from sprat.backends.cpu import conv
 
-    # NOTE: the GEMM algorithm of 32 channels: the packed im2col where it runs, else shift
-    algo = ("im2col" if conv.PACKED_IM2COL else "shift") if algo == "gemm" else algo
+    # NOTE: the GEMM algorithm of 32 channels: the direct conv where the packed GEMM runs, else
+    # shift; beside the direct conv 9 tiles are too few at any thread count
+    if conv.PACKED_DIRECT and h == 10:
+        algo = "gemm"
+    algo = ("direct" if conv.PACKED_DIRECT else "shift") if algo == "gemm" else algo
     x, w = nhwc(randn(1, 32, h, w_, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
     res = randn(1, h, w_, 32, seed=4)
     node, infos = make("Conv", [x, w, randn(32, seed=3), res],
@@ -896,7 +902,12 @@ def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
 
 
 @pytest.mark.parametrize("m", [128, 136])
-def test_winograd_small_map_splits_output_channels(m):
+def test_winograd_small_map_splits_output_channels(m, monkeypatch):
+    from sprat.backends.cpu import conv
+
+    # NOTE: beside BLAS GEMMs (CPUs without AVX-512F); beside the direct conv 9 tiles do not
+    # take Winograd
+    monkeypatch.setattr(conv, "PACKED_DIRECT", False)
     # 3x3 tiles (9 of them) at 2 threads: each thread takes a range of output channels (a
     # multiple of 8, the last one the rest), with the residual and activation on its range
     x, w = nhwc(randn(1, 24, 9, 10, seed=1)), randn(m, 24, 3, 3, seed=2, scale=0.2)
@@ -938,8 +949,11 @@ def _prepared_conv(ins, attrs, threads):
     ((3, 8, 29, 31), (32, 8, 3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}, False),
     ((1, 8, 3, 800), (32, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),
 ])
-def test_conv_im2col_splits(xs, ws, attrs, split_m):
+def test_conv_im2col_splits(xs, ws, attrs, split_m, monkeypatch):
     # the work split of ``conv.im2col_blocks``: equal to the reference at 1 and 2 threads
+    from sprat.backends.cpu import conv
+
+    monkeypatch.setattr(conv, "PACKED_DIRECT", False)
     ins, attrs = _residual_conv(xs, ws, attrs, "HardSwish")
     kernel = _prepared_conv(ins, attrs, 2)
     assert kernel.algo == "im2col" and kernel.split_m == split_m
@@ -967,12 +981,63 @@ def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, pays, packed, monkeypatch
     if packed and not conv.PACKED_IM2COL:
         pytest.skip("the packed GEMM needs an AVX-512F CPU")
     monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
+    monkeypatch.setattr(conv, "PACKED_DIRECT", False)
     ins, attrs = _residual_conv(xs, ws, attrs, "Relu")
     for threads in (1, 2):
         kernel = _prepared_conv(ins, attrs, threads)
         assert kernel.algo == "im2col"
         assert kernel.im2col_packed == (packed and pays)
     check("Conv", ins, attrs, consts=(1, 2))
+
+
+@pytest.mark.parametrize("xs,ws,attrs,act", [
+    # stride 1 with "same" padding: the padded band; several images, a 5x5 kernel, 1-D
+    ((3, 32, 6, 7), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu"),
+    ((1, 24, 11, 30), (40, 24, 5, 5), {"pads": [2, 2, 2, 2]}, "HardSwish"),
+    ((3, 16, 47), (48, 16, 3), {"pads": [1, 1]}, "Tanh"),  # activation after the GEMM
+    # stride 2, asymmetric padding, padding only below / right, no padding (the input itself)
+    ((1, 64, 29, 31), (96, 64, 3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}, "Silu"),
+    ((1, 48, 16, 16), (64, 48, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2]}, "Sigmoid"),
+    ((2, 16, 12, 13), (40, 16, 3, 3), {"strides": [2, 2]}, "Relu"),
+    # dilation, a row of taps wider than tall, rows of more than 12 pixels (several tiles)
+    ((1, 32, 20, 40), (33, 32, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "Relu"),
+    ((1, 16, 9, 50), (72, 16, 1, 7), {"pads": [0, 3, 0, 3]}, "Gelu"),
+    # few pixels against many channels: output channels split at 2 threads
+    ((1, 256, 7, 7), (512, 256, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu"),
+    # padding larger than the kernel reach: rows whose taps all fall outside
+    ((1, 16, 4, 4), (32, 16, 3, 3), {"pads": [3, 3, 3, 3]}, "Relu"),
+])
+def test_conv_direct(xs, ws, attrs, act):
+    """One-group convs of 16+ input channels and a kh x kw > 1 kernel run as the direct conv
+    on the packed weight (``ck.conv_direct``) where the packed GEMM runs: residual and
+    activation fused, equal to the reference at 1 and 2 threads, and PRelu's slopes read per
+    output channel."""
+    from sprat.backends.cpu import conv
+
+    if not conv.PACKED_DIRECT:
+        pytest.skip("the direct conv needs the packed GEMM (an AVX-512F CPU)")
+    ins, attrs_r = _residual_conv(xs, ws, attrs, act)
+    for threads in (1, 2):
+        kernel = _prepared_conv(ins, attrs_r, threads)
+        assert kernel.algo == "direct"
+    check("Conv", ins, attrs_r, consts=(1, 2))
+    check("Conv", ins[:3], {**attrs, **fused(act)}, consts=(1, 2))
+    slopes = list(randn(ws[0], seed=5, scale=0.5))
+    check("Conv", ins, {**attrs, **fused("PRelu", slopes, residual=True)}, consts=(1, 2))
+
+
+def test_direct_blocks_rule():
+    from sprat.backends.cpu.conv import DIRECT_BAND_BYTES, direct_blocks
+
+    # ResNet's 7x7 stage at 2 threads: the output channels; one thread: one block
+    assert direct_blocks(1, 7, 7, 512, 9, 1, 9 * 512, 2) == (7, True)
+    assert direct_blocks(1, 7, 7, 512, 9, 1, 9 * 512, 1) == (7, False)
+    # a large map of few channels: row blocks, a multiple of 2 in all at 2 threads
+    rows, split = direct_blocks(1, 80, 80, 64, 9, 2, 162 * 32, 2)
+    assert not split and (-(-80 // rows)) % 2 == 0
+    assert 4 * rows * 2 * 162 * 32 <= DIRECT_BAND_BYTES
+    # several images: at least one block each
+    assert direct_blocks(4, 14, 14, 64, 9, 1, 16 * 64, 2)[1] is False
 
 
 def test_split_blocks_cost_rule():

@@ -81,6 +81,12 @@ PACKED_POINTWISE = PACKED
 # frames (0.61 vs 0.77)
 PACKED_IM2COL = PACKED
 IM2COL_PACKED_BYTES = 1 << 20
+#: whether one-group GEMM convs of at least DIRECT_MIN_CHANNELS input channels run as the
+#: direct conv on the packed weight (``ck.conv_direct``: no patch matrix) where the packed path
+#: runs; its input band per block (``direct_blocks``)
+PACKED_DIRECT = PACKED
+DIRECT_MIN_CHANNELS = 16
+DIRECT_BAND_BYTES = 1 << 19
 #: output channels up to which a conv GEMM stays on BLAS (``packed_pays``)
 PACKED_MIN_M = 8
 
@@ -150,32 +156,41 @@ def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
     return u
 
 
-# NOTE: Winograd's weights U (36 C*M floats) stream from memory once per tile block; beside the
-# packed-weight im2col GEMM (9 C*M floats, ``PACKED_IM2COL``) a U above WINOGRAD_BIG_U_BYTES
-# pays only on maps of more than WINOGRAD_BIG_U_MAX_TILES 4x4 tiles per image batch. Measured,
-# 3x3 stride-1 convs C = M, sprat / onnxruntime at 1 / 2 threads, Winograd against the packed
-# im2col: 512 channels (U 37.7 MB) at 10x10 - / 2.18 vs 1.06, at 14x14 1.28 / 1.45 vs
-# 1.12 / 1.14, at 20x20 0.66 vs 1.13; 256 channels (U 9.4 MB) at 14x14 0.90 / 0.91 vs
-# 1.09 / 1.10, at 10x10 - / 1.03 vs 1.10; fewer channels Winograd ahead everywhere it runs
-WINOGRAD_BIG_U_BYTES = 16 << 20
+# NOTE: Winograd's weights U (36 C*M floats) stream from memory once per tile block, where the
+# GEMM algorithms read 9 C*M floats. In a model every layer's weights come from memory (the
+# single-conv microbenchmark keeps them in cache and hid this: 14x14x256 0.90x onnxruntime
+# there, 1.4x in ResNet-50). Measured on models of 8 distinct 3x3 convs C = M in a chain (each
+# layer's weights cold; ``bench/kernels.py --only cold3x3`` measures the same), Winograd
+# against the direct conv on the packed weight, sprat / onnxruntime at 1 / 2 threads: 14x14 maps (16 tiles) 64 ch 1.06 vs
+# 1.21 / 1.19 vs 1.31, 128 ch (U 2.4 MB) 0.91 vs 1.09 / 1.18 vs 1.16, 256 ch (U 9.4 MB) 1.39
+# vs 1.10 / 1.21 vs 1.11, 512 ch 1.08 vs 1.07 / 1.09 vs 1.11; 20x20 (25 tiles) Winograd ahead
+# at every width, 512 ch too (0.74 vs 1.09 / 0.93 vs 1.06): a U above WINOGRAD_BIG_U_BYTES
+# pays only on maps of more than WINOGRAD_BIG_U_MAX_TILES tiles per image batch
+WINOGRAD_BIG_U_BYTES = 4 << 20
 WINOGRAD_BIG_U_MAX_TILES = 16
 
 
 def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
     """Whether Winograd F(4,3) beats the GEMM algorithms on a map of ``tiles`` 4x4 tiles and
-    ``pixels`` output pixels (all images) on ``nt`` slots.
+    ``pixels`` output pixels (all images) on ``nt`` slots; ``u_bytes``: Winograd's weight
+    bytes (``WINOGRAD_BIG_U_BYTES``).
 
-    One thread: at least ``WINOGRAD_MIN_TILES`` tiles. More threads split a small map's output
-    channels, and then what counts is the weights each block streams: Winograd reads 36 C*M
-    floats for ``tiles`` GEMM rows, a 3x3 GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at
-    F multiply-adds and B weight floats per cycle, Winograd costs 36 (tiles/F + 1/B), the
-    GEMM 9 (pixels/F + 1/B); with F/B = 16 (AVX-512 FMA against weights from L3 or memory)
-    Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a GEMM
-    (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split by
-    channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads). ``u_bytes``:
-    Winograd's weight bytes (``WINOGRAD_BIG_U_BYTES``)."""
-    if PACKED_IM2COL and u_bytes > WINOGRAD_BIG_U_BYTES and tiles <= WINOGRAD_BIG_U_MAX_TILES:
-        return False
+    Beside the direct conv on the packed weight (``PACKED_DIRECT``): at least
+    ``WINOGRAD_MIN_TILES`` tiles at any thread count (10x10 maps, 9 tiles, at 2 threads:
+    Winograd 1.47-1.60x onnxruntime's time for 64-256 channels, the direct conv 0.95-1.14x).
+
+    Beside BLAS GEMMs (CPUs without AVX-512F): one thread, at least ``WINOGRAD_MIN_TILES``
+    tiles. More threads split a small map's output channels, and then what counts is the
+    weights each block streams: Winograd reads 36 C*M floats for ``tiles`` GEMM rows, a 3x3
+    GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at F multiply-adds and B weight floats per
+    cycle, Winograd costs 36 (tiles/F + 1/B), the GEMM 9 (pixels/F + 1/B); with F/B = 16
+    Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a
+    GEMM (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split
+    by channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
+    if PACKED_DIRECT:
+        if u_bytes > WINOGRAD_BIG_U_BYTES and tiles <= WINOGRAD_BIG_U_MAX_TILES:
+            return False
+        return tiles >= WINOGRAD_MIN_TILES
     if nt == 1:
         return tiles >= WINOGRAD_MIN_TILES
     return 4 * tiles + 48 < pixels
@@ -460,6 +475,18 @@ class ConvKernel(CpuKernel):
             # NOTE: zeroed: the floats after the band are read for junk columns only
             self.workspaces = (scratch(nt, (band * wp + halo) * c, zeroed=True),
                                scratch(nt, self.rows * wp * m))
+        elif (PACKED_DIRECT and group == 1 and packed_pays(m) and c >= DIRECT_MIN_CHANNELS
+              and kh * kw > 1):
+            self.algo = "direct"
+            kk = kh * kw * c
+            self.w = self.shared("im2col_panels", lambda: pack_panels(
+                np.ascontiguousarray(wv.transpose(2, 3, 1, 0)).reshape(kk, m)))
+            span = (ow - 1) * sw + (kw - 1) * dil[1] + 1
+            self.wp = 0 if pb[1] == 0 and span <= w_ else max(pb[1] + w_, span)
+            self.rows, self.split_m = direct_blocks(n, oh, ow, m, kh * kw, sh,
+                                                    (self.wp or w_) * c, nt)
+            band = ((self.rows - 1) * sh + (kh - 1) * dil[0] + 1) * self.wp * c
+            self.workspaces = (scratch(nt, max(1, band)),)
         else:
             self.algo = "im2col"
             cg, mg = c // group, m // group
@@ -479,7 +506,8 @@ class ConvKernel(CpuKernel):
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
             if slope is not None and self.panels is None:
                 self.slope = self.shared("slope_rows", lambda: tiled_bias(slope))
-        if slope is not None and (self.algo == "winograd" or self.panels is not None):
+        if slope is not None and (self.algo in ("winograd", "direct")
+                                  or self.panels is not None):
             self.slope = slope
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
         self.packed = () if np.may_share_memory(self.w, w.value) else (1,)
@@ -562,6 +590,9 @@ class ConvKernel(CpuKernel):
             args = (x, self.nchw, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.nv, self.wb, *bufs, code, a, b, self.slope,
                     self.stem_wide)
+        elif algo == "direct":
+            args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, sh, sw, dh, dw,
+                    ph, pw, self.rows, self.split_m, self.wp, *bufs, code, a, b, self.slope)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, *bufs, code, a, b, self.slope)
@@ -589,7 +620,7 @@ def views(args: tuple) -> tuple:
 
 KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
           "pointwise_scaled": ck.conv_pointwise_scaled, "gemv": ck.gemv_packed,
-          "shift": ck.conv_shift, "im2col": ck.conv_im2col,
+          "shift": ck.conv_shift, "im2col": ck.conv_im2col, "direct": ck.conv_direct,
           "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
           "depthwise_blocked": ck.conv_depthwise_blocked, "stem": ck.conv_stem}
 
@@ -669,6 +700,30 @@ def split_blocks(p: int, target: int, m: int, group: int, nt: int) -> tuple[int,
     nbp = -(-max(nb1, nt) // nt) * nt
     split_m = nt > 1 and group == 1 and m >= 16 * nt and (nbp - nb1) * m > (nt - 1) * p
     return -(-p // (nb1 if split_m else nbp)), split_m
+
+
+def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floats: int,
+                  nt: int) -> tuple[int, bool]:
+    """(output rows per block, split_m) of the direct conv (``ck.conv_direct``) of ``n``
+    images of ``oh`` x ``ow`` output pixels, ``m`` output channels, ``taps`` = kh*kw, stride
+    ``sh`` over input rows of ``row_floats`` floats, on ``nt`` slots.
+
+    A block's input band (about ``rows * sh`` input rows) stays in L2 while every weight panel
+    passes over it: at most DIRECT_BAND_BYTES, whole images where they fit. Each block reads
+    all kh*kw*C x M weights once. As in ``split_blocks``, slots split either the blocks (a
+    multiple of ``nt``; the blocks added for the split re-read the weights) or the output
+    channels (each slot reads 1/nt of the weights but copies every band itself, C floats per
+    pixel against the K = kh*kw*C a patch row would cost): the channels are split when
+    ``(nbp - nb1) * m * taps > (nt - 1) * pixels`` and each slot keeps a panel or more."""
+    rows1 = max(1, min(oh, DIRECT_BAND_BYTES // (4 * sh * max(row_floats, 1))))
+    per_image1 = -(-oh // rows1)
+    nb1 = n * per_image1
+    nbp = -(-max(nb1, nt) // nt) * nt
+    split_m = nt > 1 and m >= 32 * nt and (nbp - nb1) * m * taps > (nt - 1) * n * oh * ow
+    if split_m or nbp == nb1:
+        return -(-oh // per_image1), split_m
+    per_image = -(-nbp // n)  # NOTE: at least nt blocks in all, as even as rows allow
+    return max(1, -(-oh // per_image)), False
 
 
 # NOTE: a GEMM call per block re-reads its weights and sets up BLAS: counted as this many

@@ -650,6 +650,115 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
                          ps, packed)
 
 
+# ---- direct conv on the packed weight (AVX-512F CPUs) -----------------------------------------
+# A one-group conv without a patch matrix: each tap's rows of A are read where they lie in the
+# input (row r of a tile at stride sw*C), the tile's accumulators kept in registers over all
+# kh*kw taps (``sprat_pk_direct``). Horizontal padding is a band of padded input rows copied
+# per block (vertical padding costs nothing: its taps are skipped). Against the patch matrix
+# it saves writing and re-reading kh*kw copies of the input, and against Winograd it streams
+# 9 C*M weight floats per block instead of 36 (``conv.winograd_pays``).
+
+cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const float* bias,
+                           const float* res, bint has_res, float* y, idx N, idx H, idx W,
+                           idx C, idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
+                           idx dh, idx dw, idx ph, idx pw, idx rows, bint split_m, idx wp,
+                           float* band, int code, float a, float b,
+                           const float* slope) noexcept nogil:
+    """Slot ``t`` of ``nt`` of ``conv_direct``: a range of the (image, block of ``rows``
+    output rows) items, all columns; or with ``split_m`` every item but a range of the output
+    channels (multiples of the panel width). ``wp`` > 0: the padded input row's pixels (the
+    band in ``band``); 0: the input itself (no horizontal padding)."""
+    cdef idx nrb = (OH + rows - 1) // rows
+    cdef idx items = N * nrb
+    cdef idx i0, i1, c0, c1, it, n, oh0, oh1, lo, hi, r, p
+    cdef bint in_regs = sprat_pk_act_in_regs(code)
+    cdef float* d
+    cdef sprat_pk_epi e
+    e.bias, e.slope, e.a, e.b = bias, slope, a, b
+    e.code = code if in_regs else A_NONE
+    if split_m:
+        i0, i1 = 0, items
+        c0 = (t * M // nt) // SPRAT_PK_NR * SPRAT_PK_NR
+        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // SPRAT_PK_NR * SPRAT_PK_NR
+    else:
+        i0, i1 = t * items // nt, (t + 1) * items // nt
+        c0, c1 = 0, M
+    if c1 <= c0:
+        return
+    for it in range(i0, i1):
+        n = it // nrb
+        oh0 = (it % nrb) * rows
+        oh1 = min(OH, oh0 + rows)
+        e.res = res + n * OH * OW * M if has_res else NULL
+        if wp == 0:
+            sprat_pk_direct(x + n * H * W * C, ph, W * C, ph, H, C, <int>kh, <int>kw, sh, sw,
+                            dh, dw, oh0, oh1, OW, w, c0, c1, y + n * OH * OW * M, M, &e)
+        else:
+            # the padded rows [lo, hi] of the block that hold input rows
+            lo = max(oh0 * sh, ph)
+            hi = min((oh1 - 1) * sh + (kh - 1) * dh, ph + H - 1)
+            for r in range(lo, hi + 1):
+                d = band + (r - lo) * wp * C
+                conv_zero(d, pw * C)
+                conv_copy(d + pw * C, x + (n * H + r - ph) * W * C, W * C)
+                conv_zero(d + (pw + W) * C, (wp - pw - W) * C)
+            sprat_pk_direct(band, lo, wp * C, ph, H, C, <int>kh, <int>kw, sh, sw, dh, dw, oh0,
+                            oh1, OW, w, c0, c1, y + n * OH * OW * M, M, &e)
+        if not in_regs and code != A_NONE:
+            for p in range(n * OH * OW + oh0 * OW, n * OH * OW + oh1 * OW):
+                act_inplace(y + p * M + c0, c1 - c0, code, a, b)
+
+
+def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
+                const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
+                idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
+                idx pw, idx rows, bint split_m, idx wp, float[:, ::1] band, int code, float a,
+                float b, const float[::1] slope):
+    """A one-group conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M), tap by tap on the
+    packed weight ``w`` (the (kh*kw*C, M) weight, K tap-major, as ``linalg.pack_panels`` makes
+    it), without a patch matrix (``conv_direct_slot``, ``sprat_pk_direct``): + ``bias`` (M),
+    + ``res`` (y's layout) when ``has_res``, activation ``code`` (PRelu: ``slope``, M floats).
+    Items are blocks of ``rows`` output rows per image, split over ``nt`` slots (or with
+    ``split_m`` the output channels). ``wp``: pixels per padded input row (``pw`` zero pixels,
+    the W of the input, zeros up to ``wp``) copied per block into ``band`` (nt, >= (rows-1)*sh
+    + (kh-1)*dh + 1 padded rows of wp*C floats); 0 when no tap reads a column outside the
+    input (``pw`` 0). Vertical padding ``ph``: the taps on rows outside the input are skipped.
+    Only where ``packed_gemm_available()``. Raises ValueError on short operands or workspace, a
+    geometry whose taps would read outside the input or the band, or where the packed GEMM
+    does not run."""
+    cdef idx span = (OW - 1) * sw + (kw - 1) * dw + 1
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w,
+               -(-M // SPRAT_PK_NR) * SPRAT_PK_NR * kh * kw * C)
+    conv_check_slope(slope, code, M, M)
+    if not sprat_pk_available():
+        raise ValueError("conv_direct: the packed GEMM does not run on this CPU")
+    if (rows < 1 or kh < 1 or kw < 1 or sh < 1 or sw < 1 or dh < 1 or dw < 1 or ph < 0
+            or pw < 0 or bias.shape[0] < M
+            or (wp == 0 and (pw != 0 or span > W)) or (wp != 0 and (wp < pw + W or span > wp))):
+        raise ValueError(f"conv_direct: bad geometry (rows {rows}, pads {ph}, {pw}, padded "
+                         f"row {wp} for a span of {span} of {W} pixels) or short bias")
+    if wp:
+        conv_check_ws(band, nt, ((rows - 1) * sh + (kh - 1) * dh + 1) * wp * C)
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = cptr(res)
+    cdef float* py = &y[0]
+    cdef const float* ps = cptr(slope)
+    cdef float* pband = &band[0, 0] if wp else NULL
+    cdef idx bstride = band.shape[1]
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_direct_slot(0, 1, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, kh, kw,
+                             sh, sw, dh, dw, ph, pw, rows, False, wp, pband, code, a, b, ps)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_direct_slot(t, nt, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, kh, kw,
+                         sh, sw, dh, dw, ph, pw, rows, split_m, wp,
+                         (pband + t * bstride) if wp else NULL, code, a, b, ps)
+
+
 # ---- depthwise: group == C == M ----------------------------------------------------------------
 # With horizontal stride 1, one output row (OW*C floats) is built tap by tap: each tap is a
 # long contiguous multiply-add over (pixels x channels) against the tap's weights tiled ``seg``

@@ -128,37 +128,12 @@ cdef extern from *:
         }
     }
 
-    /* C[0:mr, 0:32] (=|+=) A[0:mr, 0:kc] @ P[0:kc, 0:32]; only the columns of masks c0 / c1
-       are stored, after the epilogue ``e`` when it is not NULL. mr and nv are constants in
-       every caller (the switch below), so the loops unroll and the accumulators stay in
-       registers. nv: vectors of 16 columns computed, 2, or 1 for a last panel of at most 16
-       columns (c1 empty), which then costs half the multiply-adds of a full one. */
+    /* The end of a tile: C[0:mr, 0:32] (=|+=, ``acc``) the accumulators x0 / x1; only the
+       columns of masks c0 / c1 are stored, after the epilogue ``e`` when it is not NULL. */
     __attribute__((target("avx512f"), always_inline))
-    static inline void sprat_pk_tile(const int mr, const int nv, Py_ssize_t kc,
-                                     const float* a, Py_ssize_t lda, const float* p, float* c,
-                                     Py_ssize_t ldc, int acc, __mmask16 c0, __mmask16 c1,
-                                     const int pf, const sprat_pk_epi* e) {
-        __m512 x0[SPRAT_PK_MR], x1[SPRAT_PK_MR];
-        for (int r = 0; r < mr; r++) {
-            x0[r] = _mm512_setzero_ps();
-            x1[r] = _mm512_setzero_ps();
-        }
-        for (Py_ssize_t k = 0; k < kc; k++) {
-            if (pf) {
-                _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR), _MM_HINT_T0);
-                if (nv == 2)
-                    _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR + 16),
-                                 _MM_HINT_T0);
-            }
-            __m512 b0 = _mm512_loadu_ps(p + k * SPRAT_PK_NR);
-            __m512 b1 = nv == 2 ? _mm512_loadu_ps(p + k * SPRAT_PK_NR + 16) : b0;
-            for (int r = 0; r < mr; r++) {
-                __m512 av = _mm512_set1_ps(a[r * lda + k]);
-                x0[r] = _mm512_fmadd_ps(av, b0, x0[r]);
-                if (nv == 2)
-                    x1[r] = _mm512_fmadd_ps(av, b1, x1[r]);
-            }
-        }
+    static inline void sprat_pk_store(const int mr, const int nv, __m512* x0, __m512* x1,
+                                      float* c, Py_ssize_t ldc, int acc, __mmask16 c0,
+                                      __mmask16 c1, const sprat_pk_epi* e) {
         for (int r = 0; r < mr; r++) {
             float* cr = c + r * ldc;
             if (acc) {
@@ -219,6 +194,49 @@ cdef extern from *:
             if (nv == 2)
                 _mm512_mask_storeu_ps(cr + 16, c1, x1[r]);
         }
+    }
+
+    /* x0 / x1 [0:mr] += A[0:mr, 0:kc] @ P[0:kc, 0:32] (A's rows at a + r * lda; nv vectors of
+       P's 16 columns). pf: prefetch the panel SPRAT_PK_PF k steps ahead. */
+    __attribute__((target("avx512f"), always_inline))
+    static inline void sprat_pk_madd(const int mr, const int nv, Py_ssize_t kc, const float* a,
+                                     Py_ssize_t lda, const float* p, const int pf, __m512* x0,
+                                     __m512* x1) {
+        for (Py_ssize_t k = 0; k < kc; k++) {
+            if (pf) {
+                _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR), _MM_HINT_T0);
+                if (nv == 2)
+                    _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR + 16),
+                                 _MM_HINT_T0);
+            }
+            __m512 b0 = _mm512_loadu_ps(p + k * SPRAT_PK_NR);
+            __m512 b1 = nv == 2 ? _mm512_loadu_ps(p + k * SPRAT_PK_NR + 16) : b0;
+            for (int r = 0; r < mr; r++) {
+                __m512 av = _mm512_set1_ps(a[r * lda + k]);
+                x0[r] = _mm512_fmadd_ps(av, b0, x0[r]);
+                if (nv == 2)
+                    x1[r] = _mm512_fmadd_ps(av, b1, x1[r]);
+            }
+        }
+    }
+
+    /* C[0:mr, 0:32] (=|+=) A[0:mr, 0:kc] @ P[0:kc, 0:32]; only the columns of masks c0 / c1
+       are stored, after the epilogue ``e`` when it is not NULL. mr and nv are constants in
+       every caller (the switch below), so the loops unroll and the accumulators stay in
+       registers. nv: vectors of 16 columns computed, 2, or 1 for a last panel of at most 16
+       columns (c1 empty), which then costs half the multiply-adds of a full one. */
+    __attribute__((target("avx512f"), always_inline))
+    static inline void sprat_pk_tile(const int mr, const int nv, Py_ssize_t kc,
+                                     const float* a, Py_ssize_t lda, const float* p, float* c,
+                                     Py_ssize_t ldc, int acc, __mmask16 c0, __mmask16 c1,
+                                     const int pf, const sprat_pk_epi* e) {
+        __m512 x0[SPRAT_PK_MR], x1[SPRAT_PK_MR];
+        for (int r = 0; r < mr; r++) {
+            x0[r] = _mm512_setzero_ps();
+            x1[r] = _mm512_setzero_ps();
+        }
+        sprat_pk_madd(mr, nv, kc, a, lda, p, pf, x0, x1);
+        sprat_pk_store(mr, nv, x0, x1, c, ldc, acc, c0, c1, e);
     }
 
     #define SPRAT_PK_CASE(R) case R: \
@@ -284,6 +302,94 @@ cdef extern from *:
         sprat_pk_gemm_epi(m, n0, n1, K, a, lda, packed, c, ldc, NULL);
     }
 
+    /* One tap of a direct conv tile: its rows of A from ``a`` (row r at a + r * lda, past
+       the tile's offset), its C weight rows of the panel at ``p``. */
+    typedef struct { const float* a; const float* p; } sprat_pk_tap;
+
+    /* C[0:mr, 0:32] = epilogue(sum over the taps of A_t[0:mr, 0:kc] @ P_t[0:kc, 0:32]): the
+       accumulators stay in registers across the taps (one store per tile, as with a patch
+       matrix, without building it) */
+    __attribute__((target("avx512f"), always_inline))
+    static inline void sprat_pk_dtile(const int mr, const int nv, const sprat_pk_tap* tp,
+                                      int ntaps, Py_ssize_t off, Py_ssize_t kc,
+                                      Py_ssize_t lda, float* c, Py_ssize_t ldc, __mmask16 c0,
+                                      __mmask16 c1, const sprat_pk_epi* e) {
+        __m512 x0[SPRAT_PK_MR], x1[SPRAT_PK_MR];
+        for (int r = 0; r < mr; r++) {
+            x0[r] = _mm512_setzero_ps();
+            x1[r] = _mm512_setzero_ps();
+        }
+        for (int t = 0; t < ntaps; t++)
+            sprat_pk_madd(mr, nv, kc, tp[t].a + off, lda, tp[t].p, 1, x0, x1);
+        sprat_pk_store(mr, nv, x0, x1, c, ldc, 0, c0, c1, e);
+    }
+
+    #define SPRAT_PK_DCASE(R) case R: \
+        if (c1 == 0) sprat_pk_dtile(R, 1, tp, ntaps, off, kc, lda, c, ldc, c0, c1, e); \
+        else sprat_pk_dtile(R, 2, tp, ntaps, off, kc, lda, c, ldc, c0, c1, e); \
+        break;
+    __attribute__((target("avx512f")))
+    static void sprat_pk_drows(int mr, const sprat_pk_tap* tp, int ntaps, Py_ssize_t off,
+                               Py_ssize_t kc, Py_ssize_t lda, float* c, Py_ssize_t ldc,
+                               __mmask16 c0, __mmask16 c1, const sprat_pk_epi* e) {
+        switch (mr) {
+        SPRAT_PK_DCASE(12) SPRAT_PK_DCASE(11) SPRAT_PK_DCASE(10) SPRAT_PK_DCASE(9)
+        SPRAT_PK_DCASE(8) SPRAT_PK_DCASE(7) SPRAT_PK_DCASE(6) SPRAT_PK_DCASE(5)
+        SPRAT_PK_DCASE(4) SPRAT_PK_DCASE(3) SPRAT_PK_DCASE(2) SPRAT_PK_DCASE(1)
+        default: break;
+        }
+    }
+
+    /* A direct conv on the packed weight, output rows [oh0, oh1) of one image, columns
+       [n0, n1) (n0 a multiple of NR). Tap (i, j) of output pixel (oh, ow) reads the C floats
+       of padded input pixel (pr, pc) = (oh*sh + i*dh, ow*sw + j*dw) at xb + (pr - pr0) * rp
+       + pc * C; a tap whose padded row is outside [ph, ph + H) reads zeros and is skipped.
+       ``packed``: the (kh*kw*C, M) weight as panels, K tap-major (im2col's patch rows). ``y``
+       (pitch M per pixel) and ``e->res`` at the image's first pixel; e->bias / e->slope at
+       column 0. Per panel (its kh*kw*C x NR floats stay in L2 over the rows), each output row
+       is cut into ceil(OW / MR) tiles of near-equal width, each tile's rows at stride sw*C. */
+    __attribute__((target("avx512f")))
+    static void sprat_pk_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_ssize_t ph,
+                                Py_ssize_t H, Py_ssize_t C, int kh, int kw, Py_ssize_t sh,
+                                Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh0,
+                                Py_ssize_t oh1, Py_ssize_t OW, const float* packed,
+                                Py_ssize_t n0, Py_ssize_t n1, float* y, Py_ssize_t M,
+                                const sprat_pk_epi* e) {
+        Py_ssize_t K = (Py_ssize_t)kh * kw * C;
+        Py_ssize_t nq = (OW + SPRAT_PK_MR - 1) / SPRAT_PK_MR;
+        sprat_pk_tap tp[kh * kw];
+        sprat_pk_epi t = *e;
+        for (Py_ssize_t j = n0; j < n1; j += SPRAT_PK_NR) {
+            Py_ssize_t w = n1 - j < SPRAT_PK_NR ? n1 - j : SPRAT_PK_NR;
+            __mmask16 c0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+            __mmask16 c1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
+            const float* panel = packed + (j / SPRAT_PK_NR) * K * SPRAT_PK_NR;
+            t.bias = e->bias != NULL ? e->bias + j : NULL;
+            t.slope = e->slope != NULL ? e->slope + j : NULL;
+            for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
+                int nta = 0;
+                for (int i = 0; i < kh; i++) {
+                    Py_ssize_t pr = oh * sh + i * dh;
+                    if (pr < ph || pr >= ph + H)
+                        continue;
+                    const float* row = xb + (pr - pr0) * rp;
+                    for (int jj = 0; jj < kw; jj++) {
+                        tp[nta].a = row + jj * dw * C;
+                        tp[nta].p = panel + (Py_ssize_t)(i * kw + jj) * C * SPRAT_PK_NR;
+                        nta++;
+                    }
+                }
+                for (Py_ssize_t q = 0; q < nq; q++) {
+                    Py_ssize_t ow0 = q * OW / nq, ow1 = (q + 1) * OW / nq;
+                    Py_ssize_t pix = oh * OW + ow0;
+                    t.res = e->res != NULL ? e->res + pix * M + j : NULL;
+                    sprat_pk_drows((int)(ow1 - ow0), tp, nta, ow0 * sw * C, C, sw * C,
+                                   y + pix * M + j, M, c0, c1, &t);
+                }
+            }
+        }
+    }
+
     static int sprat_pk_available(void) {
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f");
@@ -310,6 +416,16 @@ cdef extern from *:
         (void)m; (void)n0; (void)n1; (void)K; (void)a; (void)lda; (void)packed; (void)c;
         (void)ldc;
     }
+    static void sprat_pk_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_ssize_t ph,
+                                Py_ssize_t H, Py_ssize_t C, int kh, int kw, Py_ssize_t sh,
+                                Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh0,
+                                Py_ssize_t oh1, Py_ssize_t OW, const float* packed,
+                                Py_ssize_t n0, Py_ssize_t n1, float* y, Py_ssize_t M,
+                                const sprat_pk_epi* e) {
+        (void)xb; (void)pr0; (void)rp; (void)ph; (void)H; (void)C; (void)kh; (void)kw;
+        (void)sh; (void)sw; (void)dh; (void)dw; (void)oh0; (void)oh1; (void)OW; (void)packed;
+        (void)n0; (void)n1; (void)y; (void)M; (void)e;
+    }
     static int sprat_pk_available(void) { return 0; }
     #endif
     """
@@ -328,6 +444,10 @@ cdef extern from *:
     void sprat_pk_gemm(idx m, idx n0, idx n1, idx K, const float* a, idx lda,
                        const float* packed, float* c, idx ldc) noexcept nogil
     int sprat_pk_available() noexcept nogil
+    void sprat_pk_direct(const float* xb, idx pr0, idx rp, idx ph, idx H, idx C, int kh,
+                         int kw, idx sh, idx sw, idx dh, idx dw, idx oh0, idx oh1, idx OW,
+                         const float* packed, idx n0, idx n1, float* y, idx M,
+                         const sprat_pk_epi* e) noexcept nogil
     void sprat_pk_pack_t(const float* src, idx lds, idx n, idx kdim, float scale,
                          float* dst) noexcept nogil
     void sprat_pk_pack_n(const float* src, idx lds, idx kdim, idx n, float* dst) noexcept nogil
