@@ -40,6 +40,11 @@ the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 12
 (``gemm_packed``), and the Attention kernel's packed path against its BLAS path for sequences
 16..512, 2..12 heads of 32 or 64 (``attention``), with a padding mask: time of packed / BLAS
 at each thread count, in this process, alternating, results compared.
+
+``--only rnn``: the recurrent family (LSTM and GRU nodes as exported models have them: forward,
+reverse and bidirectional, hidden 64..512, input 32..512, 16..200 steps, batch 1 and 4, with and
+without initial states and an all-full ``sequence_lens``; GRU with either
+``linear_before_reset``), output Y; ``RNN_FAMILY``.
 """
 
 from __future__ import annotations
@@ -118,7 +123,8 @@ class Case:
                 outs.append(helper.make_tensor_value_info(f"y_{i}", TensorProto.FLOAT, None))
             graph = helper.make_graph(nodes, self.name, inputs, outs, inits)
         else:
-            inits = [numpy_helper.from_array(v, k) for k, v in self.consts.items()]
+            inits = [numpy_helper.from_array(v, k) for k, v in self.consts.items()
+                     if v is not None]
             out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
             graph = helper.make_graph(self.onnx_nodes, self.name, inputs, [out], inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
@@ -135,7 +141,8 @@ class Case:
         arrays = [self.feeds.get(k, consts.get(k)) for k in names]
         if self.nhwc and not self.nchw_in:
             arrays[0] = np.ascontiguousarray(arrays[0].transpose(0, 2, 3, 1))
-        infos = [TensorInfo(a.shape, a.dtype, a if k in consts else None)
+        # NOTE: a constant given as None is an absent optional input ("" in the ONNX node)
+        infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if k in consts else None)
                  for k, a in zip(names, arrays)]
         attrs = {a.name: helper.get_attribute_value(a) for a in self.onnx_nodes[0].attribute}
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
@@ -308,6 +315,59 @@ def attention_case(s, h, d, mask):
                 sprat_op="Attention", sprat_io=(unsplit, heads_first))
 
 
+# the recurrent family (--only rnn): (op, hidden, input, steps, batch, direction, initial
+# states, sequence_lens given (all full), GRU's linear_before_reset) -- keyword spotters, VADs,
+# speech and text encoders (PyTorch exports GRU with linear_before_reset=1)
+RNN_FAMILY = [
+    ("LSTM", 64, 32, 100, 1, "forward", False, False, 0),
+    ("LSTM", 128, 128, 200, 1, "forward", False, False, 0),
+    ("LSTM", 128, 64, 50, 4, "forward", True, False, 0),
+    ("LSTM", 128, 512, 16, 4, "reverse", False, True, 0),
+    ("LSTM", 256, 256, 50, 1, "bidirectional", False, False, 0),
+    ("LSTM", 256, 128, 100, 1, "forward", True, True, 0),
+    ("LSTM", 512, 512, 16, 1, "forward", False, False, 0),
+    ("LSTM", 512, 256, 32, 4, "bidirectional", True, False, 0),
+    ("GRU", 64, 32, 100, 1, "forward", False, False, 0),
+    ("GRU", 128, 128, 200, 1, "forward", False, False, 1),
+    ("GRU", 128, 64, 50, 4, "forward", True, False, 0),
+    ("GRU", 128, 512, 16, 4, "reverse", False, True, 1),
+    ("GRU", 256, 256, 50, 1, "bidirectional", False, False, 1),
+    ("GRU", 256, 128, 100, 1, "forward", True, True, 0),
+    ("GRU", 512, 512, 16, 1, "forward", False, False, 1),
+    ("GRU", 512, 256, 32, 4, "bidirectional", True, False, 1),
+]
+
+
+def rnn_cases():
+    """The ``rnn`` family: one LSTM or GRU node each, output Y (see ``RNN_FAMILY``)."""
+    c = []
+    for op, hid, n_in, seq, nb, direction, init, lens, lbr in RNN_FAMILY:
+        dirs = 2 if direction == "bidirectional" else 1
+        gates = 4 if op == "LSTM" else 3
+        s = hid ** -0.5  # PyTorch's init: a contractive recurrence, as trained models have
+        consts = {"w": RNG.uniform(-s, s, (dirs, gates * hid, n_in)).astype(np.float32),
+                  "r": RNG.uniform(-s, s, (dirs, gates * hid, hid)).astype(np.float32),
+                  "b": RNG.uniform(-s, s, (dirs, 2 * gates * hid)).astype(np.float32),
+                  "lens": np.full(nb, seq, np.int32) if lens else None}
+        states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+        for k in states:
+            consts[k] = _randn(dirs, nb, hid) * 0.5 if init else None
+        names = ["x", "w", "r", "b", "lens", *states]
+        while consts.get(names[-1], 0) is None:
+            names.pop()
+        attrs = {"hidden_size": hid, "direction": direction}
+        if op == "GRU":
+            attrs["linear_before_reset"] = lbr
+        node = helper.make_node(op, [k if consts.get(k, 0) is not None else "" for k in names],
+                                ["y"], **attrs)
+        name = (f"rnn {op.lower()} h{hid} i{n_in} s{seq} b{nb} {direction[:3]}"
+                + (" +init" if init else "") + (" +lens" if lens else "")
+                + (f" lbr{lbr}" if op == "GRU" else ""))
+        c.append(Case(name, [node], {"x": _randn(seq, nb, n_in)},
+                      {k: consts[k] for k in names[1:]}))
+    return c
+
+
 def cases():
     c = []
 
@@ -371,7 +431,7 @@ def cases():
                                             helper.make_node("Relu", ["t"], ["y"])],
                   {"a": x1, "b": x2}, {}, {"_activation": "Relu"}))
     c += [attention_case(*shape) for shape in ATTN_FAMILY]
-    return c + gemv_cases() + cold_conv_cases()
+    return c + gemv_cases() + cold_conv_cases() + rnn_cases()
 
 
 def _time(fn, seconds):
@@ -631,13 +691,13 @@ def main(argv=None):
     load = pathlib.Path("/proc/loadavg")
     load = load.read_text().split()[0] if load.exists() else "?"
     print(f"load average {load}, statistic: {args.stat}")
-    print(f"{'case':28s}" + "".join(f" | {'sprat ms':>9s} {'ort ms':>8s} {'ratio':>6s} @{t}"
+    print(f"{'case':40s}" + "".join(f" | {'sprat ms':>9s} {'ort ms':>8s} {'ratio':>6s} @{t}"
                                      for t in threads) + " | max err")
     ratios = {t: [] for t in threads}
     for index, case in enumerate(cases()):
         if only and not any(s in case.name for s in only):
             continue
-        line, errs = f"{case.name:28s}", []
+        line, errs = f"{case.name:40s}", []
         for t in threads:
             s, o, err = bench_case(index, t, args.seconds, args.stat)
             ratios[t].append(s / o)
@@ -646,7 +706,7 @@ def main(argv=None):
         print(line + f" | {max(errs):.1e}", flush=True)
     geo = "".join(f" | {'':18s} {np.exp(np.mean(np.log(r))):6.2f}   " for r in ratios.values()
                   if r)
-    print(f"{'geometric mean':28s}" + geo)
+    print(f"{'geometric mean':40s}" + geo)
 
 
 if __name__ == "__main__":

@@ -77,12 +77,14 @@ def test_bidirectional_lstm_on_two_threads(memory):
 @pytest.mark.parametrize("init", [False, True])
 @pytest.mark.parametrize("hidden", [60, 264])
 def test_lstm_units_split_over_two_threads(direction, init, hidden, monkeypatch):
-    """Above ``rnn.LSTM_SPLIT_BYTES`` of R^T a direction's hidden units are split over the
-    threads (one barrier a step): equal to the reference, slots cut at multiples of 8 units
-    (60 = 24 + 36), states handed over through the second buffer on odd and even step counts."""
+    """From ``rnn.SPLIT_BARRIER_FLOATS`` of R^T a step, a direction's hidden units are split
+    over the threads (one barrier a step): equal to the reference, slots cut at multiples of 8
+    units (60 = 24 + 36), states handed over through the second buffer on odd and even step
+    counts."""
     from sprat.backends.cpu import rnn
 
-    monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 16 * 48 * 48)
+    monkeypatch.setattr(rnn, "SPLIT_BARRIER_FLOATS", 4 * 48 * 48)
+    monkeypatch.setattr(rnn, "SIDE_BY_SIDE_BYTES", 0)
     for seq in (9, 10):
         node, arrs, _ = _case(direction, init, True, False, S=seq, B=2, I=12, H=hidden)
         arrs[1], arrs[2] = arrs[1] * (2 / hidden) ** 0.5, arrs[2] * (2 / hidden) ** 0.5
@@ -106,7 +108,7 @@ def test_lstm_units_split_in_a_team_of_one():
         "from sprat.backends.cpu import rnn, limits\n"
         "from sprat.backends.base import Workspace\n"
         "from sprat.ir.tensorinfo import TensorInfo\n"
-        "rnn.LSTM_SPLIT_BYTES = 0\n"
+        "rnn.SPLIT_BARRIER_FLOATS = rnn.SIDE_BY_SIDE_BYTES = rnn.SPLIT_MIN_STEPS = 0\n"
         "node, arrs, _ = t._case('bidirectional', True, True, False, S=5, B=2, I=6, H=40)\n"
         "infos = t._infos(arrs)\n"
         "ref = t.evaluate(node, arrs)\n"
@@ -124,6 +126,28 @@ def test_lstm_units_split_in_a_team_of_one():
                           timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
                               os.path.abspath(__file__)))))
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("init", [False, True])
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_units_split_over_two_threads(direction, init, lbr, monkeypatch):
+    """A GRU direction's units split over two threads (slots of multiples of 32 units: 64 =
+    32 + 32, 100 = 32 + 68; one barrier a step, two without linear_before_reset), Y and Y_h
+    equal to the reference on odd and even step counts."""
+    from sprat.backends.cpu import rnn
+    from sprat.backends.cpu.rnn import GRUKernel
+
+    monkeypatch.setattr(rnn, "SPLIT_BARRIER_FLOATS", 0)
+    monkeypatch.setattr(rnn, "SIDE_BY_SIDE_BYTES", 0)
+    for hid, seq in ((64, 9), (100, 10)):
+        node, arrs, infos = _gru_case(direction, init, True, lbr, S=seq, B=2, n_in=12, H=hid,
+                                      scale=(1 / hid) ** 0.5)
+        ref = evaluate(node, arrs)
+        kernel = GRUKernel(node, 2)
+        kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
+        assert kernel.units == 2
+        _run_twice(kernel, arrs, ref, 2, 1e-5)
 
 
 def test_lstm_refuses_what_it_does_not_implement():
@@ -185,18 +209,67 @@ def test_gru_refuses_what_it_does_not_implement():
     short = infos[:4] + [TensorInfo((3,), np.dtype(np.int32), np.array([7, 5, 7], np.int32))]
     assert not CpuBackend().has_fast_kernel(node, short)
     from sprat.backends.cpu.compiled import kernels as ck
+    from sprat.backends.cpu.rnn import pack_recurrence
 
     # the compiled entry checks its operands against the shape it is given
     S, B, n_in, H = 7, 3, 5, 4
-    x, w, r = (np.zeros(n, np.float32) for n in (S * B * n_in - 1, 3 * H * n_in, 3 * H * H))
+    rsize = pack_recurrence(np.zeros((H, 2 * H), np.float32)).size + pack_recurrence(
+        np.zeros((H, H), np.float32)).size
+    x, w, r = (np.zeros(n, np.float32) for n in (S * B * n_in - 1, 3 * H * n_in, rsize))
     none = np.zeros(0, np.float32)
     scratch = [np.zeros((1, n), np.float32) for n in (S * B * 3 * H, B * 3 * H, B * H, B * H)]
-    args = (w[None], r[None], np.zeros((1, 3 * H), np.float32), np.zeros((1, H), np.float32),
-            none, np.zeros(S * B * H, np.float32), none, *scratch, [False], S, B, n_in, H, True,
-            False)
+    args = (w[None], ck.W_T, r[None], np.zeros((1, 3 * H), np.float32),
+            np.zeros((1, H), np.float32), none, np.zeros(S * B * H, np.float32), none, *scratch,
+            [False], S, B, n_in, H, True, False)
     ck.gru(np.zeros(S * B * n_in, np.float32), *args)
     with pytest.raises(ValueError, match="too short"):
         ck.gru(x, *args)
+    with pytest.raises(ValueError, match="too short"):
+        ck.gru(np.zeros(S * B * n_in, np.float32), args[0], args[1], r[None, :-1], *args[3:])
+    with pytest.raises(ValueError, match="w_mode"):
+        ck.gru(np.zeros(S * B * n_in, np.float32), args[0], 7, *args[2:])
+
+
+@pytest.mark.parametrize("path", [0, 1, 2])
+@pytest.mark.parametrize("packed_gemm", [True, False])
+def test_recurrence_paths_and_projections_match_reference(path, packed_gemm, monkeypatch):
+    """Each SIMD path of the packed recurrence (2: AVX-512F, 1: AVX2, 0: plain C; a path the
+    build or CPU lacks runs the next one down) and both input projections (packed.pxi's GEMM
+    where it runs, BLAS) against the reference, at 1 and 2 threads: hidden sizes whose 4H / 3H
+    gate columns end in a partial 64-column panel and whose units end in a partial 8-lane
+    vector (20, 36), and a full one (64); 1 to 6 state rows (panels take 4 at a time, the AVX2
+    path pairs them); the projection split over the threads (PROJECT_SPLIT_MACS)."""
+    from sprat.backends.cpu import rnn
+    from sprat.backends.cpu.compiled import kernels as ck
+    from sprat.backends.cpu.rnn import GRUKernel
+
+    if not packed_gemm:
+        monkeypatch.setattr(ck, "packed_gemm_available", lambda: False)
+    elif not ck.packed_gemm_available():
+        pytest.skip("no packed GEMM on this build or CPU")
+    monkeypatch.setattr(rnn, "PROJECT_SPLIT_MACS", 0)
+    for hid, nb, direction in ((20, 1, "forward"), (36, 3, "reverse"), (64, 6, "bidirectional"),
+                               (36, 2, "forward"), (20, 5, "forward")):
+        scale = (1 / hid) ** 0.5
+        node, arrs, _ = _case(direction, True, True, False, S=6, B=nb, I=9, H=hid)
+        arrs[1], arrs[2] = arrs[1] * scale, arrs[2] * scale
+        ref = evaluate(node, arrs)
+        for threads in (1, 2):
+            kernel = LSTMKernel(node, threads)
+            kernel.prepare(_infos(arrs), [TensorInfo(r.shape, r.dtype) for r in ref])
+            assert kernel.r_mode == ck.R_PANELS
+            assert kernel.w_mode == (ck.W_PANELS if packed_gemm else ck.W_T)
+            kernel.path = path
+            _run_twice(kernel, arrs, ref, threads, 1e-5)
+        for lbr in (0, 1):
+            node, arrs, infos = _gru_case(direction, True, True, lbr, S=6, B=nb, n_in=9, H=hid,
+                                          scale=scale)
+            ref = evaluate(node, arrs)
+            for threads in (1, 2):
+                kernel = GRUKernel(node, threads)
+                kernel.prepare(infos, [TensorInfo(r.shape, r.dtype) for r in ref])
+                kernel.path = path
+                _run_twice(kernel, arrs, ref, threads, 1e-5)
 
 
 def test_lstm_units_split_packs_per_slot_count(monkeypatch):
@@ -206,7 +279,9 @@ def test_lstm_units_split_packs_per_slot_count(monkeypatch):
     from sprat.backends.base import PackCache
     from sprat.backends.cpu import rnn
 
-    monkeypatch.setattr(rnn, "LSTM_SPLIT_BYTES", 0)
+    monkeypatch.setattr(rnn, "SPLIT_BARRIER_FLOATS", 0)
+    monkeypatch.setattr(rnn, "SIDE_BY_SIDE_BYTES", 0)
+    monkeypatch.setattr(rnn, "SPLIT_MIN_STEPS", 0)
     node, arrs, _ = _case("bidirectional", False, True, False, S=6, B=2, I=10, H=48)
     arrs[1], arrs[2] = arrs[1] * 0.2, arrs[2] * 0.2
     ref = evaluate(node, arrs)

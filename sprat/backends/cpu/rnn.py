@@ -1,8 +1,9 @@
 """LSTM and GRU (ONNX LSTM-14, GRU-14) on the cpu backend: one GEMM for the input projection of
-every time step, then per step one small GEMV for the recurrence and one fused pass for the
-gates; the whole op (projection, states, recurrence, outputs) is one compiled call (``lstm`` in
-``compiled/dense.pxi``, ``gru`` in ``compiled/rnn.pxi``, no Python per step), and the two
-directions of a bidirectional op run on two threads when the session has them.
+every time step, then per step one GEMV of the state against the recurrence weight (packed once
+in panels, ``pack_recurrence``) and one vectorised pass for the gates; the whole op
+(projection, states, recurrence, outputs) is one compiled call (``lstm`` and ``gru`` in
+``compiled/rnn.pxi``, no Python per step). With two threads the two directions of a
+bidirectional op run side by side, or the threads share each direction's input projection.
 
 Handles what exported models use: forward, reverse and bidirectional directions, optional
 bias and initial states, layout 0, default activations (LSTM: Sigmoid, Tanh, Tanh; GRU:
@@ -13,12 +14,15 @@ Others run on the reference backend.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..base import WorkspaceSpec
 from ._base import CpuKernel
 from ._epilogue import empty_f32
 from .compiled import kernels as ck
+from .linalg import pack_panels
 
 _DEFAULT_ACTS = (["Sigmoid", "Tanh", "Tanh"], ["Sigmoid", "Tanh", "Tanh"] * 2)
 _GRU_ACTS = (["Sigmoid", "Tanh"], ["Sigmoid", "Tanh"] * 2)
@@ -44,45 +48,140 @@ def _plain_recurrence(node, ins, acts) -> bool:
                                 and not np.any(seq_lens.value != x.shape[0]))
 
 
-def _pack_transposed(kernel, w, r, slots=0) -> tuple[np.ndarray, np.ndarray]:
-    """W^T and R^T of every direction, float32, one flat row each (shared per model), their
-    columns in ``lstm_unit_order`` of ``slots`` slots when given (the tag names the slot
-    count: sessions of other thread counts share the model's packs); the kernel declares W and
-    R packed (``Kernel.packed``: their mapped pages are given back)."""
-    dirs = w.shape[0]
-    kernel.packed = (1, 2)
-    cols = lstm_unit_order(w.shape[1] // 4, slots) if slots else slice(None)
-    tag = f"_units{slots}" if slots else ""
-    return (kernel.shared("wt_all" + tag, lambda: np.stack([
-                np.ascontiguousarray(w[d].T[:, cols], dtype=np.float32).reshape(-1)
-                for d in range(dirs)])),
-            kernel.shared("rt_all" + tag, lambda: np.stack([
-                np.ascontiguousarray(r[d].T[:, cols], dtype=np.float32).reshape(-1)
-                for d in range(dirs)])))
+def pack_recurrence(rt: np.ndarray) -> np.ndarray:
+    """R^T (H, N) float32 as ``ck.lstm`` / ``ck.gru`` read it (``R_PANELS``): ceil(N / RNN_NR)
+    panels, panel p holding ``R^T[:, p*NR:(p+1)*NR]`` row after row, zero past N; flat."""
+    nr = ck.RNN_NR
+    k, n = rt.shape
+    npan = -(-n // nr)
+    padded = np.zeros((k, npan * nr), np.float32)
+    padded[:, :n] = rt
+    return np.ascontiguousarray(padded.reshape(k, npan, nr).transpose(1, 0, 2)).reshape(-1)
 
 
-def lstm_unit_order(hid: int, slots: int) -> np.ndarray:
-    """The 4H gate columns of an LSTM in slot order for ``ck.lstm``'s ``units``: slot s (its
-    units ``[k0, k1)``, multiples of 8 as the kernel cuts them) holds the i, o, f, c columns
-    of its units, so one slot's GEMV, cell and state touch a contiguous block."""
+def _aligned_rows(rows) -> np.ndarray:
+    """The equal-length float32 ``rows`` as one (len(rows), n) array whose rows start on
+    64-byte boundaries: a panel row of 64 floats read unaligned spans five cache lines, not
+    four (the H = 128 LSTM step streamed R^T at ~88 GB/s from L2 against ~150 aligned)."""
+    n = rows[0].size
+    pitch = -(-n // 16) * 16
+    buf = np.empty(len(rows) * pitch + 16, np.float32)
+    off = (-buf.ctypes.data % 64) // 4
+    out = buf[off:off + len(rows) * pitch].reshape(len(rows), pitch)
+    for d, row in enumerate(rows):
+        out[d, :n] = row
+        out[d, n:] = 0.0
+    return out
+
+
+#: units per slot of a unit-split direction are multiples of this (as ``rnn.pxi`` cuts them):
+#: 8 lanes of the LSTM cell; a GRU slot's 3u projection columns on a 32-column W panel
+UNIT_GRAIN = {4: 8, 3: 32}
+
+
+def unit_slots(hid: int, slots: int, gates: int) -> list[tuple[int, int]]:
+    """The units ``[k0, k1)`` of each of ``slots`` slots, as ``rnn.pxi`` cuts them."""
+    grain = UNIT_GRAIN[gates]
+    bounds = [s * hid // slots // grain * grain for s in range(slots)] + [hid]
+    return list(itertools.pairwise(bounds))
+
+
+def unit_order(hid: int, slots: int, gates: int) -> np.ndarray:
+    """The ``gates * hid`` gate columns in slot order for ``ck.lstm`` / ``ck.gru``'s
+    ``units``: slot s holds the columns of each gate (ONNX order) for its units, so one slot's
+    projection, GEMV, cell and state touch a contiguous block; the identity for one slot."""
     cols = []
-    bounds = [s * hid // slots // 8 * 8 for s in range(slots)] + [hid]
-    for k0, k1 in zip(bounds, bounds[1:]):
-        for g in range(4):
+    for k0, k1 in unit_slots(hid, slots, gates):
+        for g in range(gates):
             cols.extend(range(g * hid + k0, g * hid + k1))
     return np.asarray(cols, np.int64)
 
 
-# NOTE: a direction's recurrence reads all of R^T (16 H^2 bytes) every step; above
-# LSTM_SPLIT_BYTES (L2-sized) two threads that each keep half of it in their own L2 beat two
-# threads that each stream a whole direction's R^T from L3 (one per direction) -- the units of
-# a direction are then split over the threads, one barrier a step
-LSTM_SPLIT_BYTES = 1 << 20
+def pack_weights(kernel, w, r, slots: int = 1) -> tuple[int, np.ndarray, np.ndarray]:
+    """``(w_mode, W, R)`` of every direction, one 64-byte aligned row each, shared per model
+    (the tag names the slot count: sessions of other thread counts share the model's packs),
+    columns in ``unit_order`` of ``slots``: W^T in ``linalg.pack_panels``' panels where the
+    packed GEMM runs (``W_PANELS``), else W^T row-major (``W_T``); R^T in
+    ``pack_recurrence``'s panels, each slot's columns on their own -- a GRU's as two sets, its
+    z, r columns then its h columns. Declares W and R packed (``Kernel.packed``: their mapped
+    pages are given back)."""
+    dirs, n, _ = w.shape
+    hid = r.shape[2]
+    gates = n // hid
+    kernel.packed = (1, 2)
+    order = unit_order(hid, slots, gates)
+    tag = f"_units{slots}"
+
+    def wt(d):
+        return np.ascontiguousarray(np.asarray(w[d], np.float32).T[:, order])
+
+    if ck.packed_gemm_available():
+        w_mode, wp = ck.W_PANELS, kernel.shared("w_panels" + tag, lambda: _aligned_rows([
+            pack_panels(wt(d)) for d in range(dirs)]))
+    else:
+        w_mode, wp = ck.W_T, kernel.shared("wt_all" + tag, lambda: _aligned_rows([
+            wt(d).reshape(-1) for d in range(dirs)]))
+
+    def recurrence(d):
+        rt = np.asarray(r[d], np.float32).T
+        sets = []
+        for k0, k1 in unit_slots(hid, slots, gates):
+            cols = [np.arange(g * hid + k0, g * hid + k1) for g in range(gates)]
+            if gates == 4:
+                sets.append(pack_recurrence(rt[:, np.concatenate(cols)]))
+            else:
+                sets.append(pack_recurrence(rt[:, np.concatenate(cols[:2])]))
+                sets.append(pack_recurrence(rt[:, cols[2]]))
+        return np.concatenate(sets)
+
+    return w_mode, wp, kernel.shared("r_panels" + tag, lambda: _aligned_rows([
+        recurrence(d) for d in range(dirs)]))
+
+
+# NOTE: with two threads, one direction's input projection (seq * batch * input * gates*H
+# multiply-adds) is split over them from this size on: a parallel region costs ~5 us, the
+# GEMM runs ~80 multiply-adds per ns, so 2^20 of them (~13 us) already gain more than that
+PROJECT_SPLIT_MACS = 1 << 20
+
+# NOTE: each step of a direction reads all of R^T (G H^2 floats); split over the threads, each
+# keeps its part in its own L2 and streams half, at the price of a barrier a step (two for a
+# GRU without linear_before_reset). bench/kernels.py's rnn family at 2 threads, split against
+# not (ms): LSTM H=64 (16 Ki floats a barrier) 0.124 / 0.091, GRU H=64 lbr0 (6 Ki) 0.197 /
+# 0.065, GRU H=128 batch 4 lbr0 (24 Ki) 0.327 / 0.262; GRU H=128 lbr1 (48 Ki) 0.466 / 0.552,
+# LSTM H=128 (64 Ki) 0.550 / 0.698, GRU H=256 lbr0 (96 Ki) 0.660 / 0.884, H=512 ~3x faster
+SPLIT_BARRIER_FLOATS = 1 << 15
+# NOTE: a bidirectional op on two threads runs its directions side by side instead, while each
+# direction's R^T fits in a core's L2 with room to spare (H=256: LSTM 0.76 ms side by side
+# against 0.87 split, GRU 0.57 / 0.71); above, the two directions streaming R^T from L3 at
+# once lose to the split (LSTM H=512 batch 4: 20.5 ms against 5.4)
+SIDE_BY_SIDE_BYTES = 1 << 20
+
+
+# NOTE: and only over enough steps to pay for the parallel region (~5 us to start): the split
+# saves ~0.7 us a step at H=128 (LSTM, 200 steps: 0.70 -> 0.55 ms); silero-vad's LSTMs run
+# one step per call
+SPLIT_MIN_STEPS = 8
+
+
+def split_slots(threads: int, gates: int, hid: int, barriers: int, dirs: int,
+                seq: int) -> int:
+    """Slots a direction's units are split in (0: not split), for ``threads`` threads,
+    ``gates`` gates, ``hid`` units, ``barriers`` barriers a step, ``dirs`` directions and
+    ``seq`` steps."""
+    floats = gates * hid * hid
+    if threads < 2 or floats < SPLIT_BARRIER_FLOATS * barriers or seq < SPLIT_MIN_STEPS:
+        return 0
+    if dirs == 2 and 4 * floats <= SIDE_BY_SIDE_BYTES:
+        return 0
+    return threads if hid >= UNIT_GRAIN[gates] * threads else 0
 
 
 class LSTMKernel(CpuKernel):
     """ONNX LSTM: X [seq, batch, input], W [dirs, 4H, input], R [dirs, 4H, H], B [dirs, 8H];
     outputs Y [seq, dirs, batch, H], Y_h and Y_c [dirs, batch, H]."""
+
+    #: the recurrence's SIMD path, as ``ck.lstm`` takes it (tests force the lower ones)
+    path = 2
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -104,20 +203,21 @@ class LSTMKernel(CpuKernel):
         if self.r_trans:
             # NOTE: ScheduleConfig(memory="low"): no packed copies; the input projection reads
             # W as stored through BLAS's transpose flag, the recurrence R by dot products
+            self.w_mode, self.r_mode = ck.W_AS_IS, ck.R_AS_IS
             self.w = np.ascontiguousarray(w, np.float32).reshape(self.dirs, -1)
             self.r = np.ascontiguousarray(r, np.float32).reshape(self.dirs, -1)
         hid = self.hidden
-        self.units = (self.threads if not self.r_trans and self.threads >= 2
-                      and 16 * hid * hid > LSTM_SPLIT_BYTES and hid >= 8 * self.threads else 0)
+        self.units = 0 if self.r_trans else split_slots(self.threads, 4, hid, 1, self.dirs, seq)
         if not self.r_trans:
-            self.w, self.r = _pack_transposed(self, w, r, self.units)
+            self.r_mode = ck.R_PANELS
+            self.w_mode, self.w, self.r = pack_weights(self, w, r, max(1, self.units))
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         if b is None:
             self.bias = np.zeros((self.dirs, four_h), np.float32)
         else:
             self.bias = np.ascontiguousarray(b[:, :four_h] + b[:, four_h:], np.float32)
         if self.units:
-            self.bias = np.ascontiguousarray(self.bias[:, lstm_unit_order(hid, self.units)])
+            self.bias = np.ascontiguousarray(self.bias[:, unit_order(hid, self.units, 4)])
         self.has_h0 = len(ins) > 5 and ins[5] is not None
         self.has_c0 = len(ins) > 6 and ins[6] is not None
         # scratch, once per shape, one slice per direction
@@ -130,6 +230,8 @@ class LSTMKernel(CpuKernel):
         self.empty = empty_f32()
         # NOTE: two threads only pay when a direction has real work (the launch costs ~5 us)
         self.par = d == 2 and self.threads >= 2 and seq * four_h * self.hidden >= (1 << 18)
+        self.nt = (self.threads if seq * batch * n_in * four_h >= PROJECT_SPLIT_MACS
+                   else 1)
 
     def run(self, ins, outs, ws):
         x = ins[0]
@@ -143,14 +245,18 @@ class LSTMKernel(CpuKernel):
         wanted = [outs[k] if k < len(outs) and outs[k] is not None and outs[k].size else None
                   for k in range(3)]
         flat = [self.empty if a is None else a.reshape(-1) for a in [h0, c0] + wanted]
-        return ck.lstm, (x.reshape(-1), self.w, self.r_trans, self.r, self.r_trans, self.bias,
+        return ck.lstm, (x.reshape(-1), self.w, self.w_mode, self.r, self.r_mode, self.bias,
                          *flat, *buffers[:4], self.reverse, self.seq, self.batch, self.n_in,
-                         self.hidden, self.par, self.units, *buffers[4:])
+                         self.hidden, self.par, self.nt, self.units,
+                         buffers[4] if self.units else None, self.path)
 
 
 class GRUKernel(CpuKernel):
     """ONNX GRU: X [seq, batch, input], W [dirs, 3H, input], R [dirs, 3H, H], B [dirs, 6H],
     initial_h [dirs, batch, H]; outputs Y [seq, dirs, batch, H] and Y_h [dirs, batch, H]."""
+
+    #: the recurrence's SIMD path, as ``ck.gru`` takes it (tests force the lower ones)
+    path = 2
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -164,7 +270,9 @@ class GRUKernel(CpuKernel):
         direction = self.node.attrs.get("direction", "forward")
         self.reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
         self.lbr = bool(self.node.attrs.get("linear_before_reset", 0))
-        self.w, self.r = _pack_transposed(self, w, r)
+        self.units = split_slots(self.threads, 3, hid, 1 if self.lbr else 2, self.dirs,
+                                 self.seq)
+        self.w_mode, self.w, self.r = pack_weights(self, w, r, max(1, self.units))
         b = ins[3].value if len(ins) > 3 and ins[3] is not None else None
         b = np.zeros((self.dirs, 2 * three_h), np.float32) if b is None else b
         # NOTE: z and r take both biases at the projection; Rbh sits inside r * (...) with
@@ -172,14 +280,19 @@ class GRUKernel(CpuKernel):
         self.bias = np.ascontiguousarray(np.concatenate(
             [b[:, :2 * hid] + b[:, three_h:three_h + 2 * hid], b[:, 2 * hid:three_h]], axis=1),
             np.float32)
+        if self.units:
+            self.bias = np.ascontiguousarray(self.bias[:, unit_order(hid, self.units, 3)])
         self.rbh = np.ascontiguousarray(b[:, three_h + 2 * hid:], np.float32)
         self.has_h0 = len(ins) > 5 and ins[5] is not None
         d, nb, seq = self.dirs, self.batch, self.seq
         f32 = np.dtype(np.float32)
-        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, rh, h
-            (d, seq * nb * three_h), (d, nb * three_h), (d, nb * hid), (d, nb * hid)))
+        self.workspaces = tuple(WorkspaceSpec(s, f32) for s in (  # xw, gates, rh, h (, h2)
+            (d, seq * nb * three_h), (d, nb * three_h), (d, nb * hid), (d, nb * hid),
+            *([(d, nb * hid)] if self.units else [])))
         self.empty = empty_f32()
         self.par = d == 2 and self.threads >= 2 and seq * three_h * hid >= (1 << 18)
+        self.nt = (self.threads if seq * nb * self.n_in * three_h >= PROJECT_SPLIT_MACS
+                   else 1)
 
     def run(self, ins, outs, ws):
         x = ins[0]
@@ -190,6 +303,7 @@ class GRUKernel(CpuKernel):
         wanted = [outs[k] if k < len(outs) and outs[k] is not None and outs[k].size else None
                   for k in range(2)]
         flat = [self.empty if a is None else a.reshape(-1) for a in [h0] + wanted]
-        return ck.gru, (x.reshape(-1), self.w, self.r, self.bias, self.rbh, *flat, *buffers,
-                        self.reverse, self.seq, self.batch, self.n_in, self.hidden, self.lbr,
-                        self.par)
+        return ck.gru, (x.reshape(-1), self.w, self.w_mode, self.r, self.bias, self.rbh, *flat,
+                        *buffers[:4], self.reverse, self.seq, self.batch, self.n_in,
+                        self.hidden, self.lbr, self.par, self.nt, self.units,
+                        buffers[4] if self.units else None, self.path)
