@@ -19,13 +19,22 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
   C*kh*kw taps stream by (``compiled/stem.pxi``); it also reads an NCHW input
   (``_input_layout="NCHW"``, set by ``passes.stem_input`` in place of the model input's
   Transpose);
+- direct: one group, 5+ input channels, kh*kw > 1, on an AVX-512 CPU (``PACKED_DIRECT``) ->
+  each tap's rows read in place from the input (a padded band per block of output rows where
+  taps reach past a row's ends), a tile of output pixels x 32 channels accumulated in
+  registers over all kh*kw taps of the packed weight, epilogue in registers (``conv_direct``;
+  XNNPACK's IGEMM and MLAS's NCHWc convs do the same without a patch matrix); Winograd keeps
+  the 3x3 stride-1 convs where ``winograd_pays``;
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
+The packed 1x1 GEMM and the direct conv may store the sum over a fused residual that dies at
+the conv (``Kernel.inplace_of``).
 Squeeze-excite fusions (``sprat.ir.fused``): a pointwise conv with ``_scale`` runs
 ``conv_pointwise_scaled`` (the weight or the input rows scaled per slot, ``scale_weight_pays``);
 a depthwise conv with ``_mean`` also writes the global average pool of its output (summed in
 the blocked kernel's epilogue, else pooled after the conv).
 The kernels are compiled (``compiled/conv.pxi``: ``conv_pointwise``, ``conv_depthwise[_blocked]``,
-``conv_winograd``, ``conv_shift``, ``conv_im2col``; ``compiled/stem.pxi``: ``conv_stem``);
+``conv_winograd``, ``conv_shift``, ``conv_im2col``, ``conv_direct``; ``compiled/stem.pxi``:
+``conv_stem``);
 this module packs the weights, picks the algorithm and sizes the blocks and workspaces at
 prepare.
 ONNX Conv (opset 1..22): inputs X, W (M, C/group, kH, kW), optional B (M); attrs auto_pad,
@@ -168,11 +177,12 @@ def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
 # single-conv microbenchmark keeps them in cache and hid this: 14x14x256 0.90x onnxruntime
 # there, 1.4x in ResNet-50). Measured on models of 8 distinct 3x3 convs C = M in a chain (each
 # layer's weights cold; ``bench/kernels.py --only cold3x3`` measures the same), Winograd
-# against the direct conv on the packed weight, sprat / onnxruntime at 1 / 2 threads: 14x14 maps (16 tiles) 64 ch 1.06 vs
-# 1.21 / 1.19 vs 1.31, 128 ch (U 2.4 MB) 0.91 vs 1.09 / 1.18 vs 1.16, 256 ch (U 9.4 MB) 1.39
-# vs 1.10 / 1.21 vs 1.11, 512 ch 1.08 vs 1.07 / 1.09 vs 1.11; 20x20 (25 tiles) Winograd ahead
-# at every width, 512 ch too (0.74 vs 1.09 / 0.93 vs 1.06): a U above WINOGRAD_BIG_U_BYTES
-# pays only on maps of more than WINOGRAD_BIG_U_MAX_TILES tiles per image batch
+# against the direct conv on the packed weight, sprat / onnxruntime at 1 / 2 threads: 14x14
+# maps (16 tiles) 64 ch 1.06 vs 1.21 / 1.19 vs 1.31, 128 ch (U 2.4 MB) 0.91 vs 1.09 / 1.18
+# vs 1.16, 256 ch (U 9.4 MB) 1.39 vs 1.10 / 1.21 vs 1.11, 512 ch 1.08 vs 1.07 / 1.09 vs 1.11;
+# 20x20 (25 tiles) Winograd ahead at every width, 512 ch too (0.74 vs 1.09 / 0.93 vs 1.06): a
+# U above WINOGRAD_BIG_U_BYTES pays only on maps of more than WINOGRAD_BIG_U_MAX_TILES tiles
+# per image batch
 WINOGRAD_BIG_U_BYTES = 4 << 20
 WINOGRAD_BIG_U_MAX_TILES = 16
 
