@@ -272,6 +272,14 @@ def stem_pack(w: np.ndarray, nv: int) -> np.ndarray:
     return np.ascontiguousarray(wp.reshape(nblk, lanes, taps).transpose(0, 2, 1)).ravel()
 
 
+def tap_panels(w: np.ndarray) -> np.ndarray:
+    """One-group conv weights ``w`` (M, C, kh, kw) float32 as the (kh*kw*C, M) GEMM weight,
+    K tap-major (an im2col patch row's order), packed as ``linalg.pack_panels`` does: what the
+    packed im2col and the direct conv (``ck.conv_direct``) read."""
+    m = w.shape[0]
+    return pack_panels(np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1, m))
+
+
 def stem_row_buffer(ow: int, r: int, sw: int, kw: int, dw: int) -> int:
     """Floats per input row of ``ck.conv_stem``'s row buffer: the last tile of at most ``r``
     outputs of a row of ``ow`` reads up to here (its outputs past ``ow`` read zeros)."""
@@ -495,9 +503,7 @@ class ConvKernel(CpuKernel):
         elif (PACKED_DIRECT and group == 1 and packed_pays(m) and c >= DIRECT_MIN_CHANNELS
               and kh * kw > 1):
             self.algo = "direct"
-            kk = kh * kw * c
-            self.w = self.shared("im2col_panels", lambda: pack_panels(
-                np.ascontiguousarray(wv.transpose(2, 3, 1, 0)).reshape(kk, m)))
+            self.w = self.shared("im2col_panels", lambda: tap_panels(wv))
             span = (ow - 1) * sw + (kw - 1) * dil[1] + 1
             self.wp = 0 if pb[1] == 0 and span <= w_ else max(pb[1] + w_, span)
             self.rows, self.split_m = direct_blocks(n, oh, ow, m, kh * kw, sh,
@@ -511,8 +517,7 @@ class ConvKernel(CpuKernel):
             kk = kh * kw * cg
             self.im2col_packed = PACKED_IM2COL and group == 1 and packed_pays(m)
             if self.im2col_packed:
-                self.w = self.shared("im2col_panels", lambda: pack_panels(
-                    np.ascontiguousarray(wg).reshape(kk, m)))
+                self.w = self.shared("im2col_panels", lambda: tap_panels(wv))
                 target = max(12, IM2COL_PACKED_BYTES // (4 * kk))
             else:
                 self.w = self.shared("im2col", lambda: np.ascontiguousarray(wg).ravel())
@@ -571,10 +576,9 @@ class ConvKernel(CpuKernel):
         """(fn, args) of a depthwise conv with ``_mean``: the blocked kernel given the mean
         and its scratch, or the conv then the reduce kernel's global average pool."""
         n, c, oh, ow = self.geom[0], self.geom[3], self.geom[5], self.geom[6]
-        if self.algo == "depthwise" and self.blocked:
-            fn, args = self._args_for(xa, ya, ra, ())
-            return fn, (*args, mean.reshape(-1), *bufs)
         fn, args = self._args_for(xa, ya, ra, ())
+        if self.algo == "depthwise" and self.blocked:
+            return fn, (*args, mean.reshape(-1), *bufs)
         pool = (ya.reshape(-1), mean.reshape(-1), n, oh * ow, c, ck.MEAN, self.nt, bufs[0])
 
         def conv_then_pool(*a):

@@ -48,6 +48,12 @@ cdef inline idx conv_floordiv(idx a, idx b) noexcept nogil:
     return a // b if a >= 0 else -((-a + b - 1) // b)
 
 
+cdef inline idx conv_col_edge(idx t, idx nt, idx M, idx unit) noexcept nogil:
+    """The first output channel of slot ``t`` when ``M`` channels are split over ``nt`` slots
+    in multiples of ``unit``, the last slot taking the rest (``t == nt``: M)."""
+    return M if t >= nt else (t * M // nt) // unit * unit
+
+
 cdef inline void conv_copy(float* d, const float* s, idx n) noexcept nogil:
     """``d[:n] = s[:n]`` for runs that do not overlap. Short runs (a stem's 3-27 floats per
     window) move as two overlapping fixed-size blocks, which the compiler inlines; a
@@ -153,8 +159,8 @@ cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, con
     cdef idx bi, p0, rows, g, b0, b1, c0, c1
     if split_m:
         b0, b1 = 0, nb
-        c0 = (t * M // nt) // 8 * 8
-        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+        c0 = conv_col_edge(t, nt, M, 8)
+        c1 = conv_col_edge(t + 1, nt, M, 8)
     else:
         b0, b1 = t * nb // nt, (t + 1) * nb // nt
         c0, c1 = 0, mg
@@ -574,8 +580,8 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
     e.bias, e.slope, e.code, e.a, e.b = bias, slope, code, a, b
     if split_m:
         b0, b1 = 0, nb
-        c0 = (t * M // nt) // unit * unit
-        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // unit * unit
+        c0 = conv_col_edge(t, nt, M, unit)
+        c1 = conv_col_edge(t + 1, nt, M, unit)
     else:
         b0, b1 = t * nb // nt, (t + 1) * nb // nt
         c0, c1 = 0, M
@@ -678,8 +684,8 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
     e.code = code if in_regs else A_NONE
     if split_m:
         i0, i1 = 0, items
-        c0 = (t * M // nt) // SPRAT_PK_NR * SPRAT_PK_NR
-        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // SPRAT_PK_NR * SPRAT_PK_NR
+        c0 = conv_col_edge(t, nt, M, SPRAT_PK_NR)
+        c1 = conv_col_edge(t + 1, nt, M, SPRAT_PK_NR)
     else:
         i0, i1 = t * items // nt, (t + 1) * items // nt
         c0, c1 = 0, M
@@ -1630,8 +1636,8 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
     cdef idx b0, b1, c0, c1, mt, blk, t0, cnt, k, g, n, r, ti, tj, p
     if split_m:
         b0, b1 = 0, nblk
-        c0 = (t * M // nt) // 8 * 8
-        c1 = M if t == nt - 1 else ((t + 1) * M // nt) // 8 * 8
+        c0 = conv_col_edge(t, nt, M, 8)
+        c1 = conv_col_edge(t + 1, nt, M, 8)
     else:
         b0, b1 = t * nblk // nt, (t + 1) * nblk // nt
         c0, c1 = 0, M
