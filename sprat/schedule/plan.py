@@ -232,24 +232,22 @@ def view_aliases(pending, kernels, sizes: dict, spans: dict, known) -> dict[int,
 
 
 def inplace_aliases(pending, kernels, sizes: dict, spans: dict, known, aliases: dict,
-                    kept) -> None:
+                    inputs) -> None:
     """Add to ``aliases`` (``{value: root}``, ``view_aliases``' result) the steps whose kernel
     may write output 0 over an input (``Kernel.inplace_of``) where that input's bytes die at
-    the step: an arena tensor of output 0's bytes whose span (its views' included) ends at
-    this step, read by no other input of the step, and neither it nor a view of it in ``kept``
-    (the graph's inputs and outputs, values a later plan reads). As ``view_aliases``: the
-    output is dropped from ``sizes`` and the root's span grows to cover it and its views (all
-    updated in place)."""
-    kept = {aliases.get(v, v) for v in kept}
+    the step: an arena tensor of output 0's bytes, not a graph input (``inputs``), whose span
+    (its views' included) ends at this step, read by no other input of the step. (The graph's
+    outputs and the values a later plan reads never die: ``lifetimes`` keeps them past the last
+    step.) As ``view_aliases``: the output is dropped from ``sizes`` and the root's span grows
+    to cover it and its views (all updated in place)."""
     for t, ((node, _, _), kernel) in enumerate(zip(pending, kernels)):
         k = kernel.inplace_of
         if k is None or not node.outputs or not 0 <= k < len(node.inputs):
             continue
         i, o = node.inputs[k], node.outputs[0]
         r = aliases.get(i, i)
-        if (r not in sizes or o not in sizes or r in kept or spans[r][1] != t
+        if (r not in sizes or o not in sizes or r in inputs or spans[r][1] != t
                 or known[i].dtype != known[o].dtype or known[i].nbytes != known[o].nbytes
-                or sizes[r] != known[o].nbytes
                 or any(aliases.get(j, j) == r for n, j in enumerate(node.inputs) if n != k)):
             continue
         for v, root in aliases.items():  # the views of the output: now of the input's bytes
@@ -344,8 +342,7 @@ class _Builder:
         kernels = [self.make_kernel(node, ins, outs) for node, ins, outs in pending]
         aliases = {} if self.exclusive else view_aliases(pending, kernels, sizes, spans, known)
         if not self.exclusive:
-            inplace_aliases(pending, kernels, sizes, spans, known, aliases,
-                            set(g.inputs) | set(g.outputs) | later)
+            inplace_aliases(pending, kernels, sizes, spans, known, aliases, set(g.inputs))
         slots = {v: known[v] for v in planned}
         zeroed = set()
         workspaces = []
