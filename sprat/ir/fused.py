@@ -52,7 +52,8 @@ NCHW_TO_NHWC = {3: (0, 2, 1), 4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
 NHWC_TO_NCHW = {3: (0, 2, 1), 4: (0, 3, 1, 2), 5: (0, 4, 1, 2, 3)}
 #: ``_input_layout="NCHW"`` convs (``passes.stem_input``): at most this many input channels and
 #: this many taps (C*kh*kw), the limits of the cpu backend's direct stem kernel
-#: (``conv.stem_pays``; ``compiled/stem.pxi``'s SPRAT_STEM_MAX_TAPS, checked by the tests)
+#: (``conv.stem_pays``; ``compiled/stem.pxi``'s STEM_TAPS, ``ck.STEM_MAX_TAPS``, checked by the
+#: tests)
 STEM_MAX_CHANNELS = 4
 STEM_MAX_TAPS = 256
 

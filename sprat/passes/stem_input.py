@@ -16,7 +16,7 @@ import numpy as np
 
 from ..ir.fused import STEM_MAX_CHANNELS, STEM_MAX_TAPS
 from ..ir.graph import Graph
-from .util import DEAD, drop_dead
+from .util import DEAD, drop_dead, single_consumer
 
 
 def stem_input(g: Graph) -> Graph:
@@ -28,7 +28,7 @@ def stem_input(g: Graph) -> Graph:
             continue
         t = producers.get(n.inputs[0])
         if (t is None or t.op_type != "Transpose" or tuple(t.attrs.get("perm", ())) != (0, 2, 3, 1)
-                or len(consumers.get(t.outputs[0], [])) != 1 or t.outputs[0] in g.outputs):
+                or single_consumer(g, consumers, t.outputs[0]) is None):
             continue
         x, w = g.values[t.inputs[0]], g.values[n.inputs[1]]
         if (x.shape is None or len(x.shape) != 4 or not isinstance(x.shape[1], int)

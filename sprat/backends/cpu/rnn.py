@@ -18,6 +18,7 @@ import itertools
 
 import numpy as np
 
+from ...weights import empty_aligned
 from ..base import WorkspaceSpec
 from ._base import CpuKernel
 from ._epilogue import empty_f32
@@ -65,9 +66,7 @@ def _aligned_rows(rows) -> np.ndarray:
     four (the H = 128 LSTM step streamed R^T at ~88 GB/s from L2 against ~150 aligned)."""
     n = rows[0].size
     pitch = -(-n // 16) * 16
-    buf = np.empty(len(rows) * pitch + 16, np.float32)
-    off = (-buf.ctypes.data % 64) // 4
-    out = buf[off:off + len(rows) * pitch].reshape(len(rows), pitch)
+    out = empty_aligned((len(rows), pitch))
     for d, row in enumerate(rows):
         out[d, :n] = row
         out[d, n:] = 0.0

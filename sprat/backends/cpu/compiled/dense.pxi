@@ -967,7 +967,8 @@ cdef extern from *:
     """
     /* Attention's softmax on score rows in place: + the mask row (when not NULL), then the
        softmax, in explicit SIMD: the mask add and the max in one pass, exp(x - max) and its
-       sum in a second, the scale by 1 / sum in a third (or, AVX-512, left to the caller).
+       sum in a second, the scale by 1 / sum in a third (AVX-512: left to the caller, each
+       row's 1 / sum in ``inv_out``).
        The Cython loops they replace spent a quarter of the kernel's time (vit_tiny's 197
        keys) in the scalar 32-lane reduction of dense_rowmax, run twice per row. simd: 2
        AVX-512F (sprat_attn_softmax16_rows), 1 AVX2 + FMA (sprat_attn_softmax8, a row at a
@@ -1072,23 +1073,8 @@ cdef extern from *:
                 }
                 inv[r] = 1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
             }
-            if (inv_out != NULL) {
-                for (int r = 0; r < g; r++)
-                    inv_out[i0 + r] = inv[r];
-                continue;
-            }
-            for (int r = 0; r < g; r++) {
-                float* x = s + (i0 + r) * n;
-                if (inv[r] == 0.0f)
-                    continue;
-                const __m512 vi = _mm512_set1_ps(inv[r]);
-                Py_ssize_t i = 0;
-                for (; i < nv; i += 16)
-                    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vi));
-                if (t)
-                    _mm512_mask_storeu_ps(x + i, t,
-                                          _mm512_mul_ps(_mm512_maskz_loadu_ps(t, x + i), vi));
-            }
+            for (int r = 0; r < g; r++)
+                inv_out[i0 + r] = inv[r];
         }
     }
     #endif

@@ -27,8 +27,8 @@ cdef extern from *:
     #define SPRAT_RNN_NR 64
     #define SPRAT_RNN_MR 4
     /* floats ahead of the packed stream that the AVX-512F panels prefetch (2 KiB, gemv.pxi's
-       SPRAT_GV_PF): an H = 512 direction's R^T (4 MiB) comes from L3 every step */
-    #define SPRAT_RNN_PF 512
+       measured distance): an H = 512 direction's R^T (4 MiB) comes from L3 every step */
+    #define SPRAT_RNN_PF SPRAT_GV_PF
     /* out[r * NR + j] = sum_k a[r * lda + k] * p[k * NR + j] for r < mr, j < NR: one panel p
        (K x NR) of a packed recurrence weight */
     static void sprat_rnn_panel_c(int mr, Py_ssize_t K, const float* a, Py_ssize_t lda,
@@ -246,9 +246,7 @@ cdef extern from *:
        polynomial), units [k0, n16) */
     __attribute__((target("avx512f"), always_inline))
     static inline __m512 sprat_rnn_sigmoid16(__m512 v) {
-        const __m512 one = _mm512_set1_ps(1.0f);
-        return _mm512_div_ps(one, _mm512_add_ps(one, sprat_pk_exp(_mm512_sub_ps(
-            _mm512_setzero_ps(), v))));
+        return _mm512_div_ps(_mm512_set1_ps(1.0f), sprat_pk_sigmoid_den(v));
     }
     __attribute__((target("avx512f"), always_inline))
     static inline __m512 sprat_rnn_tanh16(__m512 x) {
@@ -759,11 +757,6 @@ def lstm(const float[::1] x, const float[:, ::1] w, int w_mode, const float[:, :
 # h block's product can take r * h (linear_before_reset = 0) as its own GEMV.
 
 
-cdef inline idx rnn_gru_zr_size(idx hid) noexcept nogil:
-    """Floats of the z, r panel set of a GRU's packed R (the h set follows)."""
-    return (2 * hid + SPRAT_RNN_NR - 1) // SPRAT_RNN_NR * SPRAT_RNN_NR * hid
-
-
 cdef void rnn_gru_step(const float* h_prev, const float* r, const float* xw, const float* rbh,
                        float* gates, float* rh, float* h, float* y, idx nb, idx hid,
                        bint lbr, int path) noexcept nogil:
@@ -773,7 +766,7 @@ cdef void rnn_gru_step(const float* h_prev, const float* r, const float* xw, con
     (``h_prev`` may be ``h``: each unit is read before it is written) and ``y`` (NULL: not
     wanted) a copy of it."""
     cdef idx three_h = 3 * hid
-    cdef const float* rh_panels = r + rnn_gru_zr_size(hid)
+    cdef const float* rh_panels = r + rnn_panels_size(2 * hid, hid)  # after the z, r set
     cdef idx b, k, done
     cdef float* g
     cdef const float* x

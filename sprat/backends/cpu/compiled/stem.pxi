@@ -20,7 +20,6 @@ cdef extern from *:
     #include <string.h>
     #if defined(__GNUC__)
     #define SPRAT_STEM_VEC 1
-    #define SPRAT_STEM_MAX_TAPS 256
     #define SPRAT_STEM_MAX_ACC 24
     #define SPRAT_STEM_UNROLL _Pragma("GCC unroll 32")
 
@@ -188,7 +187,6 @@ cdef extern from *:
     }
     #else
     #define SPRAT_STEM_VEC 0
-    #define SPRAT_STEM_MAX_TAPS 256
     static int sprat_stem_wide(void) { return 0; }
     static Py_ssize_t sprat_stem_act512(float* y, Py_ssize_t n, int code) {
         (void)y; (void)n; (void)code;
@@ -217,7 +215,7 @@ cdef extern from *:
 
 
 cdef enum:
-    STEM_TAPS = 256  # SPRAT_STEM_MAX_TAPS
+    STEM_TAPS = 256
 
 #: taps (C*kh*kw) the direct stem kernel takes at most
 STEM_MAX_TAPS = STEM_TAPS
