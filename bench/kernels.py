@@ -45,6 +45,10 @@ at each thread count, in this process, alternating, results compared.
 reverse and bidirectional, hidden 64..512, input 32..512, 16..200 steps, batch 1 and 4, with and
 without initial states and an all-full ``sequence_lens``; GRU with either
 ``linear_before_reset``), output Y; ``RNN_FAMILY``.
+
+``--only pool``: MaxPool / AveragePool / GlobalAveragePool as image nets have them (stem max
+pools, Inception's 3x3 stride-1 branch pools, DenseNet's and VGG's 2x2 pools, final global
+averages); ``POOL_FAMILY``.
 """
 
 from __future__ import annotations
@@ -271,6 +275,41 @@ def gemv_cases():
     return c
 
 
+# the pooling family (--only pool): (op, kernel, stride, pad, ceil_mode, channels, input map)
+# of the image nets' pools: stem max pools (ResNet, SqueezeNet, ShuffleNet, GoogLeNet), the 3x3
+# stride-1 branch pools of Inception v1/v2, DenseNet's 2x2 average transitions, VGG's 2x2 max
+# pools, and the global average pools as GlobalAveragePool (kernel 0)
+POOL_FAMILY = [
+    ("MaxPool", 3, 2, 1, 0, 64, 112), ("MaxPool", 3, 2, 0, 1, 64, 111),
+    ("MaxPool", 3, 2, 0, 1, 128, 55), ("MaxPool", 3, 2, 0, 1, 256, 27),
+    ("MaxPool", 3, 2, 1, 0, 24, 112), ("MaxPool", 3, 1, 1, 0, 192, 28),
+    ("MaxPool", 3, 1, 1, 0, 480, 14), ("MaxPool", 3, 1, 1, 0, 832, 7),
+    ("AveragePool", 3, 1, 1, 0, 256, 28), ("AveragePool", 3, 1, 1, 0, 576, 14),
+    ("AveragePool", 2, 2, 0, 0, 128, 56), ("AveragePool", 2, 2, 0, 0, 256, 28),
+    ("AveragePool", 2, 2, 0, 0, 512, 14), ("MaxPool", 2, 2, 0, 0, 64, 224),
+    ("MaxPool", 2, 2, 0, 0, 256, 56), ("MaxPool", 2, 2, 0, 0, 512, 28),
+    ("GlobalAveragePool", 0, 0, 0, 0, 1000, 13), ("GlobalAveragePool", 0, 0, 0, 0, 2048, 7),
+    ("GlobalAveragePool", 0, 0, 0, 0, 1280, 7), ("GlobalAveragePool", 0, 0, 0, 0, 1024, 7),
+]
+
+
+def pool_cases():
+    """The ``pool`` family (``POOL_FAMILY``): one pooling node each, NHWC in sprat."""
+    cases = []
+    for op, k, s, p, ceil, ch, hw in POOL_FAMILY:
+        x = _randn(1, ch, hw, hw)
+        if op == "GlobalAveragePool":
+            node = helper.make_node(op, ["x"], ["y"])
+            name = f"pool gap {ch}@{hw}"
+        else:
+            extra = {"count_include_pad": 0} if op == "AveragePool" else {}
+            node = helper.make_node(op, ["x"], ["y"], kernel_shape=[k, k], strides=[s, s],
+                                    pads=[p] * 4, ceil_mode=ceil, **extra)
+            name = f"pool {'max' if op == 'MaxPool' else 'avg'}{k} s{s} {ch}@{hw}"
+        cases.append(Case(name, [node], {"x": x}, {}, nhwc=True))
+    return cases
+
+
 # the attention family (--only attn): (sequence, heads, head dim, padding mask) of encoders:
 # bert_minilm (128 x 6 x 64, mask) and vit_tiny (197 x 3 x 64) of the broad suite, MiniLM-L12
 # (12 x 32), BERT-base (12 x 64), ViT-S/B (6 / 12 x 64 at 197), short and long sequences
@@ -431,7 +470,7 @@ def cases():
                                             helper.make_node("Relu", ["t"], ["y"])],
                   {"a": x1, "b": x2}, {}, {"_activation": "Relu"}))
     c += [attention_case(*shape) for shape in ATTN_FAMILY]
-    return c + gemv_cases() + cold_conv_cases() + rnn_cases()
+    return c + gemv_cases() + cold_conv_cases() + rnn_cases() + pool_cases()
 
 
 def _time(fn, seconds):

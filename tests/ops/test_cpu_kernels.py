@@ -547,6 +547,9 @@ POOL_CASES = [
     ((1, 4, 9, 9), {"kernel_shape": [3, 2], "strides": [1, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 4, 9, 9), {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [1, 2, 1, 0]}),
     ((2, 3, 17), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    # the AVX2 build's register blocks: 64 + 8 + 5 channels, and 2 x 64 + 8
+    ((1, 77, 9, 8), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ((2, 136, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
 ]
 
 

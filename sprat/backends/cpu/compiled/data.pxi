@@ -18,17 +18,105 @@ SUM, MEAN, MAX_, MIN_ = RED_SUM, RED_MEAN, RED_MAX, RED_MIN
 
 # ---- MaxPool / AveragePool ---------------------------------------------------------------------
 
+cdef extern from *:
+    """
+    /* One output pixel of a pool over NHWC floats, all C channels: the ni x nj taps at
+       p + i * rs + j * cs (p: the window's first tap inside the map). The channels go in
+       blocks of SPRAT_POOL_CB held in registers over every tap (one load per tap and vector,
+       one store per output) instead of a pass over y per tap. is_max: the max (NaN in the
+       first tap propagates, as fmax32), else the sum times inv; init: the value of a window
+       without taps. */
+    #define SPRAT_POOL_CB 32
+    #define SPRAT_POOL_TAPS(N)                                                            \
+        for (int c = 0; c < (N); c++) acc[c] = p[c0 + c];                                 \
+        for (int i = 0; i < ni; i++)                                                      \
+            for (int j = (i == 0); j < nj; j++) {                                         \
+                const float *q = p + i * rs + j * cs + c0;                                \
+                if (is_max)                                                               \
+                    for (int c = 0; c < (N); c++) acc[c] = q[c] > acc[c] ? q[c] : acc[c]; \
+                else                                                                      \
+                    for (int c = 0; c < (N); c++) acc[c] += q[c];                         \
+            }                                                                             \
+        if (is_max)                                                                       \
+            for (int c = 0; c < (N); c++) y[c0 + c] = acc[c];                             \
+        else                                                                              \
+            for (int c = 0; c < (N); c++) y[c0 + c] = acc[c] * inv;
+    #if defined(__AVX2__)
+    #include <immintrin.h>
+    /* 8 x 8 channels in registers; max as _mm256_max_ps(q, acc), which returns acc when
+       either is NaN: a NaN in the first tap propagates, as fmax32 */
+    #define SPRAT_POOL_VEC(OP)                                                            \
+        for (; c0 + 64 <= C; c0 += 64) {                                                  \
+            __m256 a0 = _mm256_loadu_ps(p + c0), a1 = _mm256_loadu_ps(p + c0 + 8);        \
+            __m256 a2 = _mm256_loadu_ps(p + c0 + 16), a3 = _mm256_loadu_ps(p + c0 + 24);  \
+            __m256 a4 = _mm256_loadu_ps(p + c0 + 32), a5 = _mm256_loadu_ps(p + c0 + 40);  \
+            __m256 a6 = _mm256_loadu_ps(p + c0 + 48), a7 = _mm256_loadu_ps(p + c0 + 56);  \
+            for (int i = 0; i < ni; i++)                                                  \
+                for (int j = (i == 0); j < nj; j++) {                                     \
+                    const float *q = p + i * rs + j * cs + c0;                            \
+                    a0 = OP(_mm256_loadu_ps(q), a0); a1 = OP(_mm256_loadu_ps(q + 8), a1); \
+                    a2 = OP(_mm256_loadu_ps(q + 16), a2);                                 \
+                    a3 = OP(_mm256_loadu_ps(q + 24), a3);                                 \
+                    a4 = OP(_mm256_loadu_ps(q + 32), a4);                                 \
+                    a5 = OP(_mm256_loadu_ps(q + 40), a5);                                 \
+                    a6 = OP(_mm256_loadu_ps(q + 48), a6);                                 \
+                    a7 = OP(_mm256_loadu_ps(q + 56), a7);                                 \
+                }                                                                         \
+            if (!is_max) {                                                                \
+                a0 = _mm256_mul_ps(a0, vinv); a1 = _mm256_mul_ps(a1, vinv);               \
+                a2 = _mm256_mul_ps(a2, vinv); a3 = _mm256_mul_ps(a3, vinv);               \
+                a4 = _mm256_mul_ps(a4, vinv); a5 = _mm256_mul_ps(a5, vinv);               \
+                a6 = _mm256_mul_ps(a6, vinv); a7 = _mm256_mul_ps(a7, vinv);               \
+            }                                                                             \
+            _mm256_storeu_ps(y + c0, a0); _mm256_storeu_ps(y + c0 + 8, a1);               \
+            _mm256_storeu_ps(y + c0 + 16, a2); _mm256_storeu_ps(y + c0 + 24, a3);         \
+            _mm256_storeu_ps(y + c0 + 32, a4); _mm256_storeu_ps(y + c0 + 40, a5);         \
+            _mm256_storeu_ps(y + c0 + 48, a6); _mm256_storeu_ps(y + c0 + 56, a7);         \
+        }                                                                                 \
+        for (; c0 + 8 <= C; c0 += 8) {                                                    \
+            __m256 a0 = _mm256_loadu_ps(p + c0);                                          \
+            for (int i = 0; i < ni; i++)                                                  \
+                for (int j = (i == 0); j < nj; j++)                                       \
+                    a0 = OP(_mm256_loadu_ps(p + i * rs + j * cs + c0), a0);               \
+            _mm256_storeu_ps(y + c0, is_max ? a0 : _mm256_mul_ps(a0, vinv));              \
+        }
+    #endif
+    static void sprat_pool_pixel(const float *p, Py_ssize_t rs, Py_ssize_t cs, int ni, int nj,
+                                 Py_ssize_t C, int is_max, float inv, float init, float *y) {
+        float acc[SPRAT_POOL_CB];
+        Py_ssize_t c0 = 0;
+        if (ni <= 0 || nj <= 0) {
+            for (Py_ssize_t c = 0; c < C; c++) y[c] = init;
+            return;
+        }
+    #if defined(__AVX2__)
+        const __m256 vinv = _mm256_set1_ps(inv);
+        if (is_max) { SPRAT_POOL_VEC(_mm256_max_ps) }
+        else { SPRAT_POOL_VEC(_mm256_add_ps) }
+    #endif
+        for (; c0 + SPRAT_POOL_CB <= C; c0 += SPRAT_POOL_CB) {
+            SPRAT_POOL_TAPS(SPRAT_POOL_CB)
+        }
+        if (c0 < C) {
+            int n = (int)(C - c0);
+            SPRAT_POOL_TAPS(n)
+        }
+    }
+    """
+    void sprat_pool_pixel(const float* p, idx rs, idx cs, int ni, int nj, idx C, int is_max,
+                          float inv, float init, float* y) nogil
+
+
 cdef void _pool_rows(const float* x, float* y, idx lo, idx hi, idx H, idx W, idx C, idx OH,
                      idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
                      idx he, idx we, bint is_max, bint include_pad, int code, float a,
                      float b) noexcept nogil:
     """Output rows [lo, hi) (row q = (n, oh)) of a pool over NHWC ``x``; ``he``/``we``: the end
     of the padded extent (AveragePool with ``count_include_pad`` counts pads up to it)."""
-    cdef idx q, n, oh, cnt_h, cnt_w, i, j, ih, iw, ow, c
+    cdef idx q, n, oh, cnt_h, cnt_w, i, j, ih, iw, ow
+    cdef int i0, i1, j0, j1
     cdef float init = -INFINITY if is_max else 0.0
     cdef float inv
-    cdef float* yo
-    cdef const float* xs
     for q in range(lo, hi):
         n = q // OH
         oh = q - n * OH
@@ -37,34 +125,27 @@ cdef void _pool_rows(const float* x, float* y, idx lo, idx hi, idx H, idx W, idx
             ih = oh * sh - ph + i * dh
             if (ih >= 0 and ih < H) or (include_pad and ih < he):
                 cnt_h += 1
+        # the taps' rows inside the map
+        i0, i1 = 0, <int>kh
+        while i0 < kh and oh * sh - ph + i0 * dh < 0:
+            i0 += 1
+        while i1 > i0 and oh * sh - ph + (i1 - 1) * dh >= H:
+            i1 -= 1
         for ow in range(OW):
-            yo = y + (q * OW + ow) * C
             cnt_w = 0
             for j in range(kw):
                 iw = ow * sw - pw + j * dw
                 if (iw >= 0 and iw < W) or (include_pad and iw < we):
                     cnt_w += 1
-            for c in range(C):
-                yo[c] = init
-            for i in range(kh):
-                ih = oh * sh - ph + i * dh
-                if ih < 0 or ih >= H:
-                    continue
-                for j in range(kw):
-                    iw = ow * sw - pw + j * dw
-                    if iw < 0 or iw >= W:
-                        continue
-                    xs = x + ((n * H + ih) * W + iw) * C
-                    if is_max:
-                        for c in range(C):
-                            yo[c] = fmax32(yo[c], xs[c])
-                    else:
-                        for c in range(C):
-                            yo[c] += xs[c]
-            if not is_max:
-                inv = <float>1.0 / <float>max(<idx>1, cnt_h * cnt_w)
-                for c in range(C):
-                    yo[c] *= inv
+            j0, j1 = 0, <int>kw
+            while j0 < kw and ow * sw - pw + j0 * dw < 0:
+                j0 += 1
+            while j1 > j0 and ow * sw - pw + (j1 - 1) * dw >= W:
+                j1 -= 1
+            inv = <float>1.0 / <float>max(<idx>1, cnt_h * cnt_w)
+            sprat_pool_pixel(x + ((n * H + oh * sh - ph + i0 * dh) * W + ow * sw - pw
+                                  + j0 * dw) * C, dh * W * C, dw * C, i1 - i0, j1 - j0, C,
+                             is_max, inv, init, y + (q * OW + ow) * C)
         if code != A_NONE:
             act_inplace(y + q * OW * C, OW * C, code, a, b)
 
@@ -189,22 +270,57 @@ cdef float _reduce_row(const float* xr, idx n, int op) noexcept nogil:
     return m
 
 
-cdef void _reduce_columns(const float* x, float* yr, idx n, double* acc, idx R, idx I,
+cdef extern from *:
+    """
+    /* y[i] = (float)(scale * sum over r < R of x[r * I + i]) for i < n, the sums in float64
+       in row order (as a plain loop). Blocks of 32 columns are held in eight AVX registers
+       over all R rows (one load per row and block, one store at the end) */
+    static void sprat_colsum(const float *x, Py_ssize_t n, Py_ssize_t R, Py_ssize_t I,
+                             double scale, float *y) {
+        Py_ssize_t i = 0;
+    #if defined(__AVX2__)
+        const __m256d vs = _mm256_set1_pd(scale);
+        for (; i + 32 <= n; i += 32) {
+            __m256d a[8];
+            for (int k = 0; k < 8; k++) a[k] = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
+            for (Py_ssize_t r = 1; r < R; r++) {
+                const float *xr = x + r * I + i;
+                a[0] = _mm256_add_pd(a[0], _mm256_cvtps_pd(_mm_loadu_ps(xr)));
+                a[1] = _mm256_add_pd(a[1], _mm256_cvtps_pd(_mm_loadu_ps(xr + 4)));
+                a[2] = _mm256_add_pd(a[2], _mm256_cvtps_pd(_mm_loadu_ps(xr + 8)));
+                a[3] = _mm256_add_pd(a[3], _mm256_cvtps_pd(_mm_loadu_ps(xr + 12)));
+                a[4] = _mm256_add_pd(a[4], _mm256_cvtps_pd(_mm_loadu_ps(xr + 16)));
+                a[5] = _mm256_add_pd(a[5], _mm256_cvtps_pd(_mm_loadu_ps(xr + 20)));
+                a[6] = _mm256_add_pd(a[6], _mm256_cvtps_pd(_mm_loadu_ps(xr + 24)));
+                a[7] = _mm256_add_pd(a[7], _mm256_cvtps_pd(_mm_loadu_ps(xr + 28)));
+            }
+            for (int k = 0; k < 8; k++)
+                _mm_storeu_ps(y + i + 4 * k, _mm256_cvtpd_ps(_mm256_mul_pd(a[k], vs)));
+        }
+        for (; i + 4 <= n; i += 4) {
+            __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+            for (Py_ssize_t r = 1; r < R; r++)
+                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + r * I + i)));
+            _mm_storeu_ps(y + i, _mm256_cvtpd_ps(_mm256_mul_pd(a0, vs)));
+        }
+    #endif
+        for (; i < n; i++) {
+            double a0 = x[i];
+            for (Py_ssize_t r = 1; r < R; r++) a0 += x[r * I + i];
+            y[i] = (float)(a0 * scale);
+        }
+    }
+    """
+    void sprat_colsum(const float* x, idx n, idx R, idx I, double scale, float* y) nogil
+
+
+cdef void _reduce_columns(const float* x, float* yr, idx n, idx R, idx I,
                           int op) noexcept nogil:
-    """``yr[:n]`` = reduce over r of ``x[r*I : r*I + n]`` (sums in the float64 ``acc``)."""
+    """``yr[:n]`` = reduce over r of ``x[r*I : r*I + n]`` (sums in float64, ``sprat_colsum``)."""
     cdef idx i, r
     cdef const float* xr
-    cdef double scale
     if op == RED_SUM or op == RED_MEAN:
-        for i in range(n):
-            acc[i] = x[i]
-        for r in range(1, R):
-            xr = x + r * I
-            for i in range(n):
-                acc[i] += xr[i]
-        scale = 1.0 / R if op == RED_MEAN else 1.0
-        for i in range(n):
-            yr[i] = <float>(acc[i] * scale)
+        sprat_colsum(x, n, R, I, 1.0 / R if op == RED_MEAN else 1.0, yr)
         return
     memcpy(yr, x, n * sizeof(float))
     for r in range(1, R):
@@ -217,8 +333,8 @@ cdef void _reduce_columns(const float* x, float* yr, idx n, double* acc, idx R, 
                 yr[i] = fmin32(yr[i], xr[i])
 
 
-cdef void _reduce_items(const float* x, float* y, idx lo, idx hi, idx O, idx R, idx I, int op,
-                        double* acc) noexcept nogil:
+cdef void _reduce_items(const float* x, float* y, idx lo, idx hi, idx O, idx R, idx I,
+                        int op) noexcept nogil:
     cdef idx it, o, i0, nch
     if I == 1:
         for o in range(lo, hi):
@@ -228,8 +344,16 @@ cdef void _reduce_items(const float* x, float* y, idx lo, idx hi, idx O, idx R, 
     for it in range(lo, hi):
         o = it // nch
         i0 = (it - o * nch) * RED_CHUNK_
-        _reduce_columns(x + o * R * I + i0, y + o * I + i0, min(<idx>RED_CHUNK_, I - i0), acc,
-                        R, I, op)
+        _reduce_columns(x + o * R * I + i0, y + o * I + i0, min(<idx>RED_CHUNK_, I - i0), R, I,
+                        op)
+
+
+cdef void _column_range(const float* x, float* y, idx O, idx R, idx I, int op, idx c0,
+                        idx c1) noexcept nogil:
+    """Columns [c0, c1) of every one of the O (R, I) blocks of ``x`` reduced over R."""
+    cdef idx o
+    for o in range(O):
+        _reduce_columns(x + o * R * I + c0, y + o * I + c0, c1 - c0, R, I, op)
 
 
 cdef void _sum_part(const float* x, idx r0, idx r1, idx O, idx R, idx I,
@@ -252,9 +376,9 @@ def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, in
                double[:, ::1] acc):
     """``y (O, I)`` = reduce over R of ``x (O, R, I)`` (float32; sums and means accumulate in
     float64); ``acc`` (nt, >= REDUCE_CHUNK) float64 scratch; work split over ``nt`` slots: the
-    (row, column chunk) items, or -- a sum or mean with fewer items than slots and at most
-    REDUCE_CHUNK outputs (a global average pool of an NHWC map: one item) -- ranges of R into
-    per-slot partial sums, added after."""
+    (row, column chunk) items; with fewer items than slots (a global pool of one NHWC image),
+    ranges of columns when there are 32 a slot, else -- a sum or mean of at most REDUCE_CHUNK
+    outputs -- ranges of R into per-slot partial sums, added after."""
     cdef idx items = O if I == 1 else O * ((I + RED_CHUNK_ - 1) // RED_CHUNK_)
     cdef const float* px = &x[0]
     cdef float* py = &y[0]
@@ -263,7 +387,14 @@ def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, in
     cdef double v, scale
     if nt <= 1:
         with nogil:
-            _reduce_items(px, py, 0, items, O, R, I, op, &acc[0, 0])
+            _reduce_items(px, py, 0, items, O, R, I, op)
+        return
+    if items < nt and I >= 32 * nt:
+        # NOTE: a global pool of one image (one item): the columns split in blocks of 32 (the
+        # sums stay in registers, in the same order as at one slot)
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            _column_range(px, py, O, R, I, op, t * (I // 32) // nt * 32,
+                          I if t == nt - 1 else (t + 1) * (I // 32) // nt * 32)
         return
     if (items < nt and (op == RED_SUM or op == RED_MEAN) and O * I <= acc.shape[1]
             and R >= 4 * nt and I > 1):
@@ -278,7 +409,7 @@ def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, in
                 py[j] = <float>(v * scale)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _reduce_items(px, py, t * items // nt, (t + 1) * items // nt, O, R, I, op, &acc[t, 0])
+        _reduce_items(px, py, t * items // nt, (t + 1) * items // nt, O, R, I, op)
 
 
 # ---- Pad rows, 6-D copies, tiled transposes ------------------------------------------------------
