@@ -72,6 +72,13 @@ PACKED = ck.packed_gemm_available()
 PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) stay in L2 while
 # every column panel passes over them: 128 x 768 at K = 768 (best of 24..256 rows, 150-160
 # GFLOP/s, at M 128..512, K and N 768 / 3072), 256 rows at K <= 512
+#: a packed product's slots split its columns (``_blocks``) only when its weight has at least
+#: this many bytes; a smaller weight stays in L2 for both slots and they split the rows.
+# NOTE: measured at 2 threads, row split against column split, M 49..256, N 128..1000, K 32..512
+# (the shapes of 1x1 convs on 7x7..16x16 maps): K <= 64 (weights <= 256 KiB) the column split
+# took 1.0-1.7x the row split's time (1.3x typical; a 1x1 conv 48 -> 192 on 13x13 ran 1.05x
+# faster on two slots than on one), from 1 MiB of weights the two were within 5 %
+PACKED_COL_SPLIT_BYTES = 1 << 19
 
 
 #: rows up to which a product with a constant 2-D weight runs ``ck.gemv_packed`` (the weight
@@ -129,10 +136,13 @@ def pack_panels(b: np.ndarray, trans: bool = False) -> np.ndarray:
 
 def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
     """(rows, columns) per work item of ``ck.gemm_packed``: the ``_blocks`` split (at least
-    ``nt`` items), with rows cut into equal blocks that fit PACKED_A_BYTES and a multiple of
-    ``nt`` items in all, columns a multiple of the panel width."""
+    ``nt`` items; rows instead of columns for a weight below PACKED_COL_SPLIT_BYTES), with rows
+    cut into equal blocks that fit PACKED_A_BYTES and a multiple of ``nt`` items in all,
+    columns a multiple of the panel width."""
     nr = ck.PACKED_NR
     rb, cb = _blocks(1, m, n, nt)
+    if cb < n and 4 * k * n < PACKED_COL_SPLIT_BYTES and m >= 16 * nt:
+        rb, cb = -(-m // nt), n
     rows = max(12, PACKED_A_BYTES // (4 * max(k, 1)) // 12 * 12)
     if rb > rows:
         # NOTE: equal row blocks, as many items per slot (197 rows at K = 768 as 168 + 29
