@@ -350,10 +350,15 @@ cdef void _reduce_items(const float* x, float* y, idx lo, idx hi, idx O, idx R, 
 
 cdef void _column_range(const float* x, float* y, idx O, idx R, idx I, int op, idx c0,
                         idx c1) noexcept nogil:
-    """Columns [c0, c1) of every one of the O (R, I) blocks of ``x`` reduced over R."""
-    cdef idx o
+    """Columns [c0, c1) of every one of the O (R, I) blocks of ``x`` reduced over R, in chunks
+    of REDUCE_CHUNK columns (a max or min updates its outputs in L1)."""
+    cdef idx o, i
     for o in range(O):
-        _reduce_columns(x + o * R * I + c0, y + o * I + c0, c1 - c0, R, I, op)
+        i = c0
+        while i < c1:
+            _reduce_columns(x + o * R * I + i, y + o * I + i, min(<idx>RED_CHUNK_, c1 - i), R,
+                            I, op)
+            i += RED_CHUNK_
 
 
 cdef void _sum_part(const float* x, idx r0, idx r1, idx O, idx R, idx I,
@@ -375,10 +380,10 @@ cdef void _sum_part(const float* x, idx r0, idx r1, idx O, idx R, idx I,
 def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, int nt,
                double[:, ::1] acc):
     """``y (O, I)`` = reduce over R of ``x (O, R, I)`` (float32; sums and means accumulate in
-    float64); ``acc`` (nt, >= REDUCE_CHUNK) float64 scratch; work split over ``nt`` slots: the
-    (row, column chunk) items; with fewer items than slots (a global pool of one NHWC image),
-    ranges of columns when there are 32 a slot, else -- a sum or mean of at most REDUCE_CHUNK
-    outputs -- ranges of R into per-slot partial sums, added after."""
+    float64); ``acc`` (nt, >= REDUCE_CHUNK) float64 scratch; work split over ``nt`` slots:
+    ranges of columns when there are 32 a slot, else the (row, column chunk) items, or -- a
+    sum or mean with fewer items than slots, of at most REDUCE_CHUNK outputs -- ranges of R
+    into per-slot partial sums, added after."""
     cdef idx items = O if I == 1 else O * ((I + RED_CHUNK_ - 1) // RED_CHUNK_)
     cdef const float* px = &x[0]
     cdef float* py = &y[0]
@@ -389,9 +394,10 @@ def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, in
         with nogil:
             _reduce_items(px, py, 0, items, O, R, I, op)
         return
-    if items < nt and I >= 32 * nt:
-        # NOTE: a global pool of one image (one item): the columns split in blocks of 32 (the
-        # sums stay in registers, in the same order as at one slot)
+    if I >= 32 * nt:
+        # NOTE: the columns split in blocks of 32 (a global pool of one image is one or a few
+        # column chunks: 3 of 1280 channels left one slot twice the other's); the sums stay in
+        # registers, in the same order as at one slot
         for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
             _column_range(px, py, O, R, I, op, t * (I // 32) // nt * 32,
                           I if t == nt - 1 else (t + 1) * (I // 32) // nt * 32)
