@@ -121,6 +121,35 @@ def test_binary_equal_shapes(op, dtype, shape):
     exact(op, [q(shape, dtype), q(shape, dtype)], _binary_attrs(op, dtype))
 
 
+# ADD / SUB's input rescale on the AVX2 build's 32-bit path (``tfl_in8``: |x - zp| <= 255 and
+# 8 <= left_shift + max(shift, 0) <= 23) and the general one around it: (left_shift, a's and
+# b's (multiplier, shift), the output's (multiplier, shift), zero points): TFLite's (20, below
+# 1/2), the window's edges (8, 23) and just past them (7, 24: the general path), positive
+# input shifts, negative and INT32_MIN multipliers, a zero point that puts |x - zp| past 255
+BINARY_PARAMS = [(20, (1 << 30, -1), (1518500250, -2), (1 << 30, -10), (0, 0)),
+                 (8, (2147483647, 0), (1073741825, -31), (1932735283, -3), (3, -4)),
+                 (23, (-1717986918, 0), (1 << 30, -5), (-(2 ** 31), -12), (-128, 127)),
+                 (7, (1 << 30, -1), (1 << 30, 0), (1 << 30, -2), (1, 2)),
+                 (24, (1 << 30, -1), (1 << 30, -1), (1 << 30, -20), (0, 0)),
+                 (18, (1288490189, 3), (1 << 30, 5), (1717986918, -23), (5, -7)),
+                 (20, (1 << 30, -1), (1 << 30, -1), (1 << 30, 2), (300, 0))]
+
+
+@pytest.mark.parametrize("op", ["TflAdd", "TflSub"])
+@pytest.mark.parametrize("dtype", [I8, U8])
+@pytest.mark.parametrize("left,a,b,out,zps", BINARY_PARAMS)
+def test_add_sub_over_the_rescale_parameters(op, dtype, left, a, b, out, zps):
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    base = 0 if dtype == I8 else 128
+    attrs = {"a_zero_point": zps[0] + base, "a_multiplier": a[0], "a_shift": a[1],
+             "b_zero_point": zps[1] + base, "b_multiplier": b[0], "b_shift": b[1],
+             "left_shift": left, "multiplier": out[0], "shift": out[1],
+             "output_zero_point": base - 3, "qmin": lo, "qmax": hi}
+    x = q((3, 45), dtype)
+    x.reshape(-1)[:2] = [lo, hi]
+    exact(op, [x, q((3, 45), dtype)], attrs)
+
+
 @pytest.mark.parametrize("op", ["TflAdd", "TflMul"])
 def test_binary_with_a_scalar_operand(op):
     x = q((1, 64, 64, 40), I8)

@@ -565,6 +565,88 @@ cdef extern from *:
     #endif
     }
 
+    #if defined(__AVX2__)
+    /* An ADD / SUB input's rescale MBQM((v << L), m, s) in 32-bit lanes, for |v| <= 255 and
+       8 <= L' = L + max(s, 0) <= 23: the doubling high multiply of v * 2^L' by m is
+       floor((v * m + 2^(k-1)) / 2^k), k = 31 - L' (gemmlowp's nudge as in tfl_mbqm8, both
+       terms divided by 2^L'); with m = mh * 2^k + ml (0 <= ml < 2^k) that is v * mh +
+       ((v * ml + 2^(k-1)) >> k), every term within int32 (|v * mh| <= 255 * 2^L' < 2^31,
+       |v * ml| + 2^(k-1) < 255 * 2^23 + 2^22 < 2^31), and no INT32_MIN * INT32_MIN (|v << L'|
+       < 2^31). Then RoundingDivideByPOT by max(-s, 0). Two vpmulld instead of tfl_mbqm8's
+       64-bit products and their recombination */
+    typedef struct {
+        __m256i mh, ml, half, mask, thr;
+        __m128i k, right;
+    } tfl_in8;
+
+    static inline tfl_in8 tfl_in8_prep(int32_t m, int32_t s, int L) {
+        tfl_in8 c;
+        int lp = L + (s > 0 ? s : 0), k = 31 - lp, right = s > 0 ? 0 : -s;
+        c.mh = _mm256_set1_epi32((int32_t)((int64_t)m >> k));
+        c.ml = _mm256_set1_epi32((int32_t)((int64_t)m & (((int64_t)1 << k) - 1)));
+        c.half = _mm256_set1_epi32((int32_t)1 << (k - 1));
+        c.k = _mm_cvtsi32_si128(k);
+        int32_t mask = (int32_t)(((int64_t)1 << right) - 1);
+        c.mask = _mm256_set1_epi32(mask);
+        c.thr = _mm256_set1_epi32(mask >> 1);
+        c.right = _mm_cvtsi32_si128(right);
+        return c;
+    }
+
+    static inline __m256i tfl_in8_apply(const tfl_in8 *c, __m256i v) {
+        __m256i h = _mm256_add_epi32(_mm256_mullo_epi32(v, c->mh), _mm256_sra_epi32(
+            _mm256_add_epi32(_mm256_mullo_epi32(v, c->ml), c->half), c->k));
+        __m256i threshold = _mm256_sub_epi32(c->thr, _mm256_cmpgt_epi32(_mm256_setzero_si256(), h));
+        __m256i up = _mm256_cmpgt_epi32(_mm256_and_si256(h, c->mask), threshold);
+        return _mm256_sub_epi32(_mm256_sra_epi32(h, c->right), up);
+    }
+
+    /* whether tfl_in8 holds for an input of dtype kind (1 int8, 2 uint8), zero point zp */
+    static inline int tfl_in8_ok(int kind, int32_t zp, int32_t s, int32_t L) {
+        int64_t vmin = (kind == 1 ? -128 : 0) - (int64_t)zp, vmax = (kind == 1 ? 127 : 255) - (int64_t)zp;
+        int64_t lp = (int64_t)L + (s > 0 ? s : 0);
+        return vmin >= -255 && vmax <= 255 && L >= 0 && lp >= 8 && lp <= 23 && s >= -31;
+    }
+
+    /* ADD (op 0) / SUB (1) of equal shapes, elements [i, i1) in steps of 16 (returns where
+       it stopped): both inputs through tfl_in8, the sum through tfl_rq8 (the output's
+       multiplier), 16 bytes packed and stored at once */
+    static Py_ssize_t tfl_addsub16(int op, const unsigned char *a, const unsigned char *b,
+                                   int kind, unsigned char *y, Py_ssize_t i, Py_ssize_t i1,
+                                   const int32_t *p) {
+        int32_t mv[8], sv[8];
+        for (int l = 0; l < 8; l++) { mv[l] = p[7]; sv[l] = p[8]; }
+        tfl_rq8 rq = tfl_rq8_load(mv, sv);
+        tfl_in8 ca = tfl_in8_prep(p[1], p[2], p[6]), cb = tfl_in8_prep(p[4], p[5], p[6]);
+        const __m256i azp = _mm256_set1_epi32(p[0]), bzp = _mm256_set1_epi32(p[3]);
+        const __m256i ozp = _mm256_set1_epi32(p[9]);
+        const __m256i lo_z = _mm256_set1_epi32(p[10] - p[9]), hi_z = _mm256_set1_epi32(p[11] - p[9]);
+        for (; i + 16 <= i1; i += 16) {
+            __m128i a16 = _mm_loadu_si128((const __m128i *)(a + i));
+            __m128i b16 = _mm_loadu_si128((const __m128i *)(b + i));
+            __m256i r[2];
+            for (int h = 0; h < 2; h++) {
+                __m128i a8 = h ? _mm_unpackhi_epi64(a16, a16) : a16;
+                __m128i b8 = h ? _mm_unpackhi_epi64(b16, b16) : b16;
+                __m256i av = _mm256_sub_epi32(kind == 1 ? _mm256_cvtepi8_epi32(a8)
+                                                        : _mm256_cvtepu8_epi32(a8), azp);
+                __m256i bv = _mm256_sub_epi32(kind == 1 ? _mm256_cvtepi8_epi32(b8)
+                                                        : _mm256_cvtepu8_epi32(b8), bzp);
+                __m256i u = tfl_in8_apply(&ca, av), w = tfl_in8_apply(&cb, bv);
+                __m256i t = op == 0 ? _mm256_add_epi32(u, w) : _mm256_sub_epi32(u, w);
+                r[h] = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(
+                    tfl_rq8_apply(&rq, t), lo_z), hi_z), ozp);
+            }
+            /* int32 -> int16 (exact: clamped to 8 bits) -> bytes, lanes back in order */
+            __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), 0xD8);
+            __m256i w8 = kind == 1 ? _mm256_packs_epi16(w16, w16) : _mm256_packus_epi16(w16, w16);
+            _mm_storeu_si128((__m128i *)(y + i),
+                             _mm256_castsi256_si128(_mm256_permute4x64_epi64(w8, 0x08)));
+        }
+        return i;
+    }
+    #endif
+
     /* op 0 ADD, 1 SUB (reference/integer_ops/add.h, sub.h), 2 MUL (mul.h); a[i * sa],
        b[i * sb] for i in [i0, i1); p: a_zp, a_mult, a_shift, b_zp, b_mult, b_shift,
        left_shift, mult, shift, out_zp, qmin, qmax */
@@ -574,6 +656,9 @@ cdef extern from *:
                                  const int32_t *p) {
         Py_ssize_t i = i0;
         #if defined(__AVX2__)
+        if (sa == 1 && sb == 1 && op != 2 && tfl_in8_ok(kind, p[0], p[2], p[6])
+                && tfl_in8_ok(kind, p[3], p[5], p[6]))
+            i = tfl_addsub16(op, a, b, kind, y, i, i1, p);
         if (sa == 1 && sb == 1) {
             __m256i azp = _mm256_set1_epi32(p[0]), bzp = _mm256_set1_epi32(p[3]);
             __m256i am = _mm256_set1_epi32(p[1]), ash = _mm256_set1_epi32(p[2]);
