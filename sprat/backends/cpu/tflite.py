@@ -242,9 +242,9 @@ class TflBinaryKernel(CpuKernel):
     def run(self, ins, outs, ws):
         a, b, y = ins[0], ins[1], outs[0]
         sa, sb = self.steps
-        self.bound_call(ws, (a, b, y), lambda: (ck.tfl_binary, (
+        self.bound_call(ws, (a, b, y), lambda: (ck.TflBinaryCall((
             self.nt, self.op, _view(a), sa, _view(b), sb, self.kind, _view(y), self.n,
-            ck.i8_view(self.params))))
+            ck.i8_view(self.params))), ()))
 
 
 class TflSoftmaxKernel(CpuKernel):
@@ -391,9 +391,9 @@ class TflConvKernel(QConvKernel):
             return
         x, y = ins[0], outs[0]
         v = ck.i8_view
-        self.bound_call(ws, (x, y), lambda: (ck.tfl_depthwise, (
+        self.bound_call(ws, (x, y), lambda: (ck.TflDepthwiseCall((
             self.nt, _view(x), self.signed, self.xz, v(self.w32), self.wq, *self.geom,
-            v(self.bias), v(self.mult), v(self.shift), *self.q, _view(y), ws.buffers[0])))
+            v(self.bias), v(self.mult), v(self.shift), *self.q, _view(y), ws.buffers[0])), ()))
 
 
 class TflFullyConnectedKernel(_Int8Gemm):

@@ -867,6 +867,97 @@ def tfl_pool(int nt, bint avg, const unsigned char[::1] x, int kind, unsigned ch
                        OH, OW, kh, kw, sh, sw, top, left, lo, hi)
 
 
+# NOTE: a depthwise conv's or an ADD's call parsed ~8 memoryviews among 28 arguments per run
+# (~1 us, as much as the work of the small ones); their kernels bind the checked arguments
+# once per binding of their arrays into these call objects (as ``I8GemmCall``)
+cdef struct tfl_dw_t:
+    const unsigned char* x
+    int is_signed, xz
+    const int* w
+    const short* wq
+    idx H, W, C, OH, OW
+    int kh, kw, sh, sw, dh, dw, ph, pw
+    const int* bias
+    const int* mult
+    const int* shift
+    int ozp, lo, hi
+    unsigned char* y
+    idx rows
+    int nt
+    short* buf
+    idx pitch
+
+
+cdef inline void _tfl_dw_exec(const tfl_dw_t* a, idx r0, idx r1, short* buf) noexcept nogil:
+    sprat_tfl_depthwise(a.x, a.is_signed, a.xz, a.w, a.wq, a.H, a.W, a.C, a.OH, a.OW, a.kh,
+                        a.kw, a.sh, a.sw, a.dh, a.dw, a.ph, a.pw, a.bias, a.mult, a.shift, a.ozp,
+                        a.lo, a.hi, a.y, r0, r1, buf)
+
+
+cdef class TflDepthwiseCall:
+    """One ``tfl_depthwise`` call with its arguments checked and bound once:
+    ``TflDepthwiseCall(args)`` (``tfl_depthwise``'s argument tuple, kept alive here), then
+    ``call()`` runs it. Raises as ``tfl_depthwise``."""
+    cdef tfl_dw_t a
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        tfl_depthwise(*args, into=self)
+
+    def __call__(self):
+        cdef const tfl_dw_t* a = &self.a
+        cdef int t, nt = a.nt
+        cdef idx rows = a.rows
+        if rows == 0:
+            return
+        if nt <= 1:
+            with nogil:
+                _tfl_dw_exec(a, 0, rows, a.buf)
+            return
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            _tfl_dw_exec(a, t * rows // nt, (t + 1) * rows // nt, a.buf + t * a.pitch)
+
+
+cdef struct tfl_bin_t:
+    int op
+    const unsigned char* a
+    idx sa
+    const unsigned char* b
+    idx sb
+    int kind
+    unsigned char* y
+    idx n
+    const int* p
+    int nt
+
+
+cdef class TflBinaryCall:
+    """One ``tfl_binary`` call with its arguments checked and bound once:
+    ``TflBinaryCall(args)`` (``tfl_binary``'s argument tuple, kept alive here), then ``call()``
+    runs it. Raises as ``tfl_binary``."""
+    cdef tfl_bin_t a
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        tfl_binary(*args, into=self)
+
+    def __call__(self):
+        cdef const tfl_bin_t* a = &self.a
+        cdef int t, nt = a.nt
+        cdef idx n = a.n
+        if n == 0:
+            return
+        if nt <= 1:
+            with nogil:
+                sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, 0, n, a.p)
+            return
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, t * n // nt,
+                             (t + 1) * n // nt, a.p)
+
+
 def tfl_depthwise_scratch(idx C, idx OW, int kh, int kw, int sw, int dh, int dw):
     """int16 values per work slot of ``tfl_depthwise``'s ``buf`` (its ring of pair buffers,
     one per input row in use)."""
@@ -877,7 +968,8 @@ def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
                   const int[::1] w, const short[::1] wq, idx N, idx H, idx W, idx C, idx OH,
                   idx OW, int kh, int kw, int sh, int sw, int dh, int dw, int ph, int pw,
                   const int[::1] bias, const int[::1] mult, const int[::1] shift, int ozp,
-                  int lo, int hi, unsigned char[::1] y, short[:, ::1] buf):
+                  int lo, int hi, unsigned char[::1] y, short[:, ::1] buf,
+                  TflDepthwiseCall into=None):
     """TFLite's quantized DEPTHWISE_CONV_2D with depth multiplier 1 (``ops_tflite.tfl_conv``
     with group == C == M) of the bytes of an int8 (``is_signed``) / uint8 NHWC map ``x`` (N,
     H, W, C), zero point ``xz``, into ``y`` (N, OH, OW, C): ``w`` (kh * kw * C) int32 weights
@@ -888,7 +980,8 @@ def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
     rounded up to 8 each, zeros past C), output zero point and clamp; ``buf`` (nt,
     ``tfl_depthwise_scratch``) int16. Output rows split over ``nt`` slots; the int32 sums
     wrap as the reference's int32 accumulator and bias do, so the bits are equal for any
-    input. Raises ValueError on short operands."""
+    input. With ``into``: the checked arguments bound into that call object, nothing run.
+    Raises ValueError on short operands."""
     cdef idx cp = (C + 7) // 8 * 8
     if (x.shape[0] < N * H * W * C or y.shape[0] < N * OH * OW * C or w.shape[0] < kh * kw * C
             or bias.shape[0] < cp or mult.shape[0] < cp or shift.shape[0] < cp
@@ -899,9 +992,16 @@ def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
     if min(kh, kw, sh, sw, dh, dw) < 1 or ph < 0 or pw < 0:
         raise ValueError("tfl_depthwise: kernel, strides and dilations must be positive")
     if N * OH * OW * C == 0:
+        if into is not None:
+            into.a.rows = 0
         return
     cdef idx rows = N * OH
     cdef int t
+    if into is not None:
+        into.a = tfl_dw_t(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw, sh, sw,
+                          dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
+                          rows, max(nt, 1), &buf[0, 0], buf.shape[1])
+        return
     if nt <= 1:
         with nogil:
             sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw,
@@ -915,15 +1015,22 @@ def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
 
 
 def tfl_binary(int nt, int op, const unsigned char[::1] a, idx sa, const unsigned char[::1] b,
-               idx sb, int kind, unsigned char[::1] y, idx n, const int[::1] params):
+               idx sb, int kind, unsigned char[::1] y, idx n, const int[::1] params,
+               TflBinaryCall into=None):
     """TFLite's quantized ADD (``op`` 0), SUB (1) or MUL (2) over ``n`` outputs, ``y[i]`` from
     ``a[i * sa]`` and ``b[i * sb]`` (a step of 0 broadcasts a scalar); int8 (``kind`` 1) or
     uint8 (2) bytes. ``params`` (12 int32): a_zp, a_mult, a_shift, b_zp, b_mult, b_shift,
     left_shift, mult, shift, out_zp, qmin, qmax (``ops_tflite.tfl_add``, ``tfl_mul``: MUL
-    reads only the zero points and the output's). Raises ValueError on short operands."""
+    reads only the zero points and the output's). With ``into``: the checked arguments bound
+    into that call object, nothing run. Raises ValueError on short operands."""
     if y.shape[0] < n or params.shape[0] < 12 or (n > 0 and (
             a.shape[0] < (n - 1) * sa + 1 or b.shape[0] < (n - 1) * sb + 1)):
         raise ValueError("tfl_binary: operands too short")
+    if into is not None:
+        into.a.n = 0
+        if n > 0:
+            into.a = tfl_bin_t(op, &a[0], sa, &b[0], sb, kind, &y[0], n, &params[0], max(nt, 1))
+        return
     if n == 0:
         return
     cdef int t
