@@ -28,7 +28,7 @@ import dataclasses
 import numpy as np
 
 from ...dtypes import CODE_TO_NUMPY
-from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from .compiled import kernels as ck
 from .qconv import QConvKernel, _plan
 from .quant import _OUT, _Int8Gemm
@@ -40,6 +40,12 @@ _I32 = np.int32
 # NOTE: the float elementwise kernels' threshold (not measured for these ops: the tensors of
 # the full-integer models in the zoo are all below it)
 PARALLEL_MIN = PARALLEL_MIN_ELEMENTS
+# NOTE: the integer depthwise conv does ~8-12 G multiply-adds/s on one core, a quarter of the
+# float GEMM's rate PARALLEL_MIN_MACS was measured on, so a second thread pays from fewer:
+# ``ck.tfl_depthwise`` at 1 / 2 threads (3x3, the mltk models' nine depthwise shapes, 41K-
+# 166K MACs): 41K 4.8 / 4.9 us, 54K 5.3 / 5.0, 72K 9.4 / 6.8, 83K 7.6 / 6.2 and 8.7 / 7.0,
+# 166K 13.5 / 9.7 and 15.1 / 10.7
+DW_PARALLEL_MIN_MACS = 1 << 16
 #: the largest pooling window the compiled kernel sums in int32 (255 * 2^23 < 2^31)
 POOL_MAX_WINDOW = 1 << 23
 
@@ -381,7 +387,7 @@ class TflConvKernel(QConvKernel):
         self.xz, self.signed = int(plan["xz"]), x.dtype == np.int8
         self.packed = (1,)
         macs = int(np.prod(y.shape, dtype=np.int64)) * kern[0] * kern[1]
-        self.nt = self.threads if macs >= PARALLEL_MIN_MACS and n * y.shape[1] > 1 else 1
+        self.nt = self.threads if macs >= DW_PARALLEL_MIN_MACS and n * y.shape[1] > 1 else 1
         self.workspaces = (scratch(self.nt, ck.tfl_depthwise_scratch(
             c, y.shape[2], kern[0], kern[1], strides[1], dil[0], dil[1]), np.int16),)
 
