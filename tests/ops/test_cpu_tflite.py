@@ -121,6 +121,35 @@ def test_binary_equal_shapes(op, dtype, shape):
     exact(op, [q(shape, dtype), q(shape, dtype)], _binary_attrs(op, dtype))
 
 
+# ADD / SUB's input rescale on the AVX2 build's 32-bit path (``tfl_in8``: |x - zp| <= 255 and
+# 8 <= left_shift + max(shift, 0) <= 23) and the general one around it: (left_shift, a's and
+# b's (multiplier, shift), the output's (multiplier, shift), zero points): TFLite's (20, below
+# 1/2), the window's edges (8, 23) and just past them (7, 24: the general path), positive
+# input shifts, negative and INT32_MIN multipliers, a zero point that puts |x - zp| past 255
+BINARY_PARAMS = [(20, (1 << 30, -1), (1518500250, -2), (1 << 30, -10), (0, 0)),
+                 (8, (2147483647, 0), (1073741825, -31), (1932735283, -3), (3, -4)),
+                 (23, (-1717986918, 0), (1 << 30, -5), (-(2 ** 31), -12), (-128, 127)),
+                 (7, (1 << 30, -1), (1 << 30, 0), (1 << 30, -2), (1, 2)),
+                 (24, (1 << 30, -1), (1 << 30, -1), (1 << 30, -20), (0, 0)),
+                 (18, (1288490189, 3), (1 << 30, 5), (1717986918, -23), (5, -7)),
+                 (20, (1 << 30, -1), (1 << 30, -1), (1 << 30, 2), (300, 0))]
+
+
+@pytest.mark.parametrize("op", ["TflAdd", "TflSub"])
+@pytest.mark.parametrize("dtype", [I8, U8])
+@pytest.mark.parametrize("left,a,b,out,zps", BINARY_PARAMS)
+def test_add_sub_over_the_rescale_parameters(op, dtype, left, a, b, out, zps):
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    base = 0 if dtype == I8 else 128
+    attrs = {"a_zero_point": zps[0] + base, "a_multiplier": a[0], "a_shift": a[1],
+             "b_zero_point": zps[1] + base, "b_multiplier": b[0], "b_shift": b[1],
+             "left_shift": left, "multiplier": out[0], "shift": out[1],
+             "output_zero_point": base - 3, "qmin": lo, "qmax": hi}
+    x = q((3, 45), dtype)
+    x.reshape(-1)[:2] = [lo, hi]
+    exact(op, [x, q((3, 45), dtype)], attrs)
+
+
 @pytest.mark.parametrize("op", ["TflAdd", "TflMul"])
 def test_binary_with_a_scalar_operand(op):
     x = q((1, 64, 64, 40), I8)
@@ -249,6 +278,61 @@ def test_conv_extreme_sums_and_multipliers(group):
     exact("TflConv", [x, w, np.array(-128, I8), None, mult, shift],
           {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": group, "_layout": "NHWC",
            "to": to_code(I8)}, consts=(1, 2, 4, 5))
+
+
+# The depthwise kernel (``tfl_depthwise``; on the AVX2 build every tap through vpmaddwd from a
+# ring of per-row pair buffers, 4 output pixels a step) over a family of shapes: channels 1 ..
+# 70 (one and several 16-channel blocks, an odd number of 8-channel groups, tails of 1 .. 7),
+# kernels 3x3, 5x5 and odd/even widths (an odd row's last tap paired with a zero weight),
+# strides 1 .. 3 (horizontal stride 2: the pair buffer's compact positions; 3: every
+# position), pads on either side, dilations, maps narrower than 4 output pixels (the
+# one-pixel remainder) and smaller than the kernel, batch 2, a map above the parallel
+# threshold: (x shape, kernel, strides, pads, dilations)
+DEPTHWISE = [((1, 7, 9, 1), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 9, 6, 3), (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
+             ((2, 6, 11, 8), (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),
+             ((1, 5, 13, 13), (3, 3), (1, 2), (1, 0, 1, 2), (1, 1)),
+             ((1, 8, 7, 16), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+             ((1, 6, 10, 24), (3, 3), (1, 1), (2, 3, 2, 3), (2, 3)),
+             ((1, 9, 12, 31), (3, 3), (2, 2), (2, 2, 2, 2), (2, 2)),
+             ((1, 10, 9, 37), (1, 3), (1, 1), (0, 1, 0, 1), (1, 1)),
+             ((1, 4, 3, 40), (3, 3), (2, 1), (1, 1, 1, 1), (1, 2)),
+             ((1, 7, 8, 64), (4, 2), (1, 3), (1, 0, 2, 1), (1, 1)),
+             ((1, 12, 12, 70), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((1, 3, 2, 9), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+             ((1, 40, 41, 56), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("shape,kernel,strides,pads,dil", DEPTHWISE)
+@pytest.mark.parametrize("dtype", [I8, U8])
+def test_conv_depthwise_family(shape, kernel, strides, pads, dil, dtype):
+    c = shape[-1]
+    ins = _conv_inputs(shape, c, kernel, c, dtype, True, True)
+    ins[4], ins[5] = multipliers(c)  # shifts -19 .. +3, per channel
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    exact("TflConv", ins, {"kernel_shape": list(kernel), "strides": list(strides),
+                           "pads": list(pads), "dilations": list(dil), "group": c,
+                           "_layout": "NHWC", "output_zero_point": -3 if dtype == I8 else 120,
+                           "qmin": lo, "qmax": hi, "to": to_code(dtype)},
+          consts=range(1, len(ins)))
+
+
+def test_conv_depthwise_largest_products_and_any_multiplier():
+    """|x - x_zp| = |w - w_zp| = 255 (uint8 weights with their zero point: vpmaddwd's pair
+    sums at their largest), and an INT32_MIN multiplier among the channels (the
+    requantisation's saturating path)."""
+    shape, c = (1, 6, 9, 20), 20
+    x = np.zeros(shape, U8)
+    x[0, 1::2] = RNG.integers(0, 256, (3, 9, c))
+    w = np.full((c, 1, 3, 3), 255, U8)
+    w[::3] = 0
+    mult, shift = multipliers(c)
+    mult[5], shift[5] = -(2 ** 31), -20
+    exact("TflConv", [x, w, np.array(255, U8), np.array(0, U8), mult, shift,
+                      RNG.integers(-20000, 20000, c).astype(I32)],
+          {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": c, "_layout": "NHWC",
+           "output_zero_point": 128, "qmin": 0, "qmax": 255, "to": to_code(U8)},
+          consts=range(1, 7))
 
 
 def test_conv_refuses_runtime_parameters():

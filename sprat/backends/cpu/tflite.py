@@ -28,7 +28,7 @@ import dataclasses
 import numpy as np
 
 from ...dtypes import CODE_TO_NUMPY
-from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
+from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from .compiled import kernels as ck
 from .qconv import QConvKernel, _plan
 from .quant import _OUT, _Int8Gemm
@@ -40,6 +40,12 @@ _I32 = np.int32
 # NOTE: the float elementwise kernels' threshold (not measured for these ops: the tensors of
 # the full-integer models in the zoo are all below it)
 PARALLEL_MIN = PARALLEL_MIN_ELEMENTS
+# NOTE: the integer depthwise conv does ~8-12 G multiply-adds/s on one core, a quarter of the
+# float GEMM's rate PARALLEL_MIN_MACS was measured on, so a second thread pays from fewer:
+# ``ck.tfl_depthwise`` at 1 / 2 threads (3x3, the mltk models' nine depthwise shapes, 41K-
+# 166K MACs): 41K 4.8 / 4.9 us, 54K 5.3 / 5.0, 72K 9.4 / 6.8, 83K 7.6 / 6.2 and 8.7 / 7.0,
+# 166K 13.5 / 9.7 and 15.1 / 10.7
+DW_PARALLEL_MIN_MACS = 1 << 16
 #: the largest pooling window the compiled kernel sums in int32 (255 * 2^23 < 2^31)
 POOL_MAX_WINDOW = 1 << 23
 
@@ -242,9 +248,9 @@ class TflBinaryKernel(CpuKernel):
     def run(self, ins, outs, ws):
         a, b, y = ins[0], ins[1], outs[0]
         sa, sb = self.steps
-        self.bound_call(ws, (a, b, y), lambda: (ck.tfl_binary, (
+        self.bound_call(ws, (a, b, y), lambda: (ck.TflBinaryCall((
             self.nt, self.op, _view(a), sa, _view(b), sb, self.kind, _view(y), self.n,
-            ck.i8_view(self.params))))
+            ck.i8_view(self.params))), ()))
 
 
 class TflSoftmaxKernel(CpuKernel):
@@ -324,20 +330,29 @@ def _tfl_conv_plan(node, ins):
 
 
 def _tap_pairs(wi: np.ndarray, c: int) -> np.ndarray:
-    """The depthwise weights ``wi`` (C, 1, kh, kw) as ``tfl_depthwise``'s pairs of
-    horizontally adjacent taps: (kh, kw - 1, C, 2) int16, flat (2 zeros when kw is 1)."""
-    w = np.moveaxis(wi.reshape(c, wi.shape[2], wi.shape[3]), 0, -1)  # (kh, kw, C)
-    if w.shape[1] < 2:
-        return np.zeros(2, np.int16)
-    return np.ascontiguousarray(np.stack([w[:, :-1], w[:, 1:]], axis=-1), np.int16).reshape(-1)
+    """The depthwise weights ``wi`` (C, 1, kh, kw) as ``tfl_depthwise``'s ``wq``: pairs of
+    horizontally adjacent taps (kh, ceil(kw / 2), ceil(C / 8), 8, 2) int16, flat, a zero
+    weight after an odd row's last tap and for the channels past C."""
+    kh, kw = wi.shape[2:]
+    cp = -(-c // 8) * 8
+    w = np.zeros((kh, kw + kw % 2, cp), np.int16)
+    w[:, :kw, :c] = np.moveaxis(wi.reshape(c, kh, kw), 0, -1)
+    w = w.reshape(kh, -1, 2, cp // 8, 8)  # (kh, T, 2, G, 8)
+    return np.ascontiguousarray(w.transpose(0, 1, 3, 4, 2)).reshape(-1)
+
+
+def _pad8(v: np.ndarray) -> np.ndarray:
+    """int32 ``v`` with zeros up to a multiple of 8 values."""
+    return np.concatenate([v, np.zeros(-v.size % 8, _I32)]).astype(_I32)
 
 
 class TflConvKernel(QConvKernel):
     """TflConv (``ops_tflite.tfl_conv``) in NHWC: x int8/uint8 (N, H, W, C), w constant
     (M, C/group, kh, kw), x_zero_point and w_zero_point constant scalars, multiplier, shift and
     bias constant int32 of 1 or M values -> y int8/uint8 (N, OH, OW, M). A depthwise conv of
-    depth multiplier 1 on ``ck.tfl_depthwise`` (taps summed in int32 registers, requantised
-    at once); the others: the quantized conv's exact sums (``qconv.py``: the same paths as
+    depth multiplier 1 on ``ck.tfl_depthwise`` (AVX2: every tap through vpmaddwd from a
+    per-row buffer of (x - xz) pairs, 4 output pixels per weight load, requantised in
+    registers; its ``workspaces``: the ring of those buffers per slot); the others: the quantized conv's exact sums (``qconv.py``: the same paths as
     ConvInteger) requantised in its epilogue."""
 
     plan_of = staticmethod(_tfl_conv_plan)
@@ -364,15 +379,17 @@ class TflConvKernel(QConvKernel):
                      strides[1], dil[0], dil[1], pb[0], pb[1])
         self.w32 = self.shared("w_dw", lambda: np.ascontiguousarray(
             wi.reshape(c, -1).T, np.int32).reshape(-1))
-        self.wp = self.shared("w_dw_pairs", lambda: _tap_pairs(wi, c))
+        self.wq = self.shared("w_dw_pairs", lambda: _tap_pairs(wi, c))
         ms = plan["mult"].view(np.int32)
-        self.mult, self.shift = ms[:c].copy(), ms[c:].copy()
-        self.bias = plan["bias"]
+        self.mult, self.shift = _pad8(ms[:c]), _pad8(ms[c:])
+        self.bias = _pad8(plan["bias"])
         self.q = (int(plan["yz"]), int(plan["lo"]), int(plan["hi"]))
         self.xz, self.signed = int(plan["xz"]), x.dtype == np.int8
         self.packed = (1,)
         macs = int(np.prod(y.shape, dtype=np.int64)) * kern[0] * kern[1]
-        self.nt = self.threads if macs >= PARALLEL_MIN_MACS and n * y.shape[1] > 1 else 1
+        self.nt = self.threads if macs >= DW_PARALLEL_MIN_MACS and n * y.shape[1] > 1 else 1
+        self.workspaces = (scratch(self.nt, ck.tfl_depthwise_scratch(
+            c, y.shape[2], kern[0], kern[1], strides[1], dil[0], dil[1]), np.int16),)
 
     def run(self, ins, outs, ws):
         if not self.dw:
@@ -380,10 +397,9 @@ class TflConvKernel(QConvKernel):
             return
         x, y = ins[0], outs[0]
         v = ck.i8_view
-        self.bound_call(ws, (x, y), lambda: (ck.tfl_depthwise, (
-            self.nt, _view(x), self.signed, self.xz, v(self.w32), self.wp, *self.geom,
-            v(self.bias),
-            v(self.mult), v(self.shift), *self.q, _view(y))))
+        self.bound_call(ws, (x, y), lambda: (ck.TflDepthwiseCall((
+            self.nt, _view(x), self.signed, self.xz, v(self.w32), self.wq, *self.geom,
+            v(self.bias), v(self.mult), v(self.shift), *self.q, _view(y), ws.buffers[0])), ()))
 
 
 class TflFullyConnectedKernel(_Int8Gemm):

@@ -59,6 +59,17 @@ cdef extern from *:
         return p[i];
     }
 
+    /* int16 values of tfl_dw_avx2's ring of pair buffers (per work slot) */
+    static inline Py_ssize_t tfl_dw_ring_size(Py_ssize_t C, Py_ssize_t OW, int kh, int kw,
+                                              int sw, int dh, int dw) {
+        Py_ssize_t G = (C + 7) / 8, T = (kw + 1) / 2;
+        int qstep = (2 * dw) % sw == 0 ? sw : 1;
+        Py_ssize_t NQs = ((OW - 1) * sw + (2 * T - 2) * dw) / qstep + 1;
+        /* the ring, then one row's int16 line (tfl_dw_pairs_row) */
+        return ((Py_ssize_t)(kh - 1) * dh + 1) * G * NQs * 16
+               + ((NQs - 1) * qstep + dw + 1) * ((C + 15) / 16 * 16);
+    }
+
     static inline unsigned char tfl_clamp(int64_t v, int32_t lo, int32_t hi) {
         return (unsigned char)(v < lo ? lo : (v > hi ? hi : v));
     }
@@ -269,50 +280,16 @@ cdef extern from *:
 
     /* TFLite's quantized DEPTHWISE_CONV_2D, depth multiplier 1 (reference/integer_ops/
        depthwise_conv.h), NHWC int8/uint8 x (N, H, W, C) -> y (N, OH, OW, C), output rows [r0,
-       r1) of the N * OH: per output pixel and 8 channels, the int32 sum of bias and the taps
-       inside the map (x - xz) * w in a register, then TFLite's requantisation, stored.
-       w: (kh * kw, C) int32 (zero point subtracted); wp: the pairs of horizontally adjacent
-       taps (kh, kw - 1, C, 2) int16, for vpmaddwd: two taps' products summed in one step
-       (|x - xz|, |w| <= 255: each product and their sum exact in int32). NOTE: nothing goes
-       through memory between the taps and the requantisation (the int32 or float32 map of a
-       ConvInteger / QLinearConv path cost 3-5x this on the small maps of keyword-spotting
-       models) */
-    #define TFL_DW_VEC(CVT, CVT16)                                                        \
-        for (; c + 8 <= C; c += 8) {                                                      \
-            __m256i acc = _mm256_loadu_si256((const __m256i *)(bias + c));                \
-            for (int i = i0; i < i1; i++) {                                               \
-                const unsigned char *xr = x + ((n * H + oy * sh - ph + i * dh) * W) * C + c; \
-                int j = j0;                                                               \
-                for (; j + 1 < j1; j += 2) {                                              \
-                    __m128i a = _mm_loadl_epi64((const __m128i *)(xr + (ix0 + j * dw) * C)); \
-                    __m128i b = _mm_loadl_epi64(                                          \
-                        (const __m128i *)(xr + (ix0 + (j + 1) * dw) * C));                \
-                    __m256i ab = _mm256_sub_epi16(CVT16(_mm_unpacklo_epi8(a, b)), vxz16); \
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ab, _mm256_loadu_si256( \
-                        (const __m256i *)(wp + ((i * (kw - 1) + j) * C + c) * 2))));      \
-                }                                                                         \
-                for (; j < j1; j++) {                                                     \
-                    __m128i b = _mm_loadl_epi64((const __m128i *)(xr + (ix0 + j * dw) * C)); \
-                    __m256i v = _mm256_sub_epi32(CVT(b), vxz);                            \
-                    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(v,                     \
-                        _mm256_loadu_si256((const __m256i *)(w + (i * kw + j) * C + c)))); \
-                }                                                                         \
-            }                                                                             \
-            tfl_store8(yo + c, tfl_mbqm8(acc, _mm256_loadu_si256((const __m256i *)(mult + c)), \
-                       _mm256_loadu_si256((const __m256i *)(shift + c))), vozp, vlo, vhi); \
-        }
-    static void sprat_tfl_depthwise(const unsigned char *x, int is_signed, int32_t xz,
-                                    const int32_t *w, const int16_t *wp, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
-                                    Py_ssize_t OH, Py_ssize_t OW, int kh, int kw, int sh, int sw,
-                                    int dh, int dw, int ph, int pw, const int32_t *bias,
-                                    const int32_t *mult, const int32_t *shift, int32_t ozp,
-                                    int32_t lo, int32_t hi, unsigned char *y, Py_ssize_t r0,
-                                    Py_ssize_t r1) {
-    #if defined(__AVX2__)
-        const __m256i vxz = _mm256_set1_epi32(xz), vozp = _mm256_set1_epi32(ozp);
-        const __m256i vxz16 = _mm256_set1_epi16((short)xz);
-        const __m256i vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
-    #endif
+       r1) of the N * OH: per output pixel and channel, the int32 sum of bias and the taps
+       inside the map (x - xz) * w, then TFLite's requantisation. w: (kh * kw, C) int32 (zero
+       point subtracted). The baseline build's path (the AVX2 one: tfl_dw_avx2 below) */
+    static void tfl_dw_scalar(const unsigned char *x, int is_signed, int32_t xz,
+                              const int32_t *w, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                              Py_ssize_t OH, Py_ssize_t OW, int kh, int kw, int sh, int sw,
+                              int dh, int dw, int ph, int pw, const int32_t *bias,
+                              const int32_t *mult, const int32_t *shift, int32_t ozp,
+                              int32_t lo, int32_t hi, unsigned char *y, Py_ssize_t r0,
+                              Py_ssize_t r1) {
         for (Py_ssize_t r = r0; r < r1; r++) {
             Py_ssize_t n = r / OH, oy = r % OH;
             int i0 = 0, i1 = kh;  /* the taps' rows inside the map */
@@ -324,12 +301,7 @@ cdef extern from *:
                 while (j0 < kw && ix0 + j0 * dw < 0) j0++;
                 while (j1 > j0 && ix0 + (j1 - 1) * dw >= W) j1--;
                 unsigned char *yo = y + (r * OW + ox) * C;
-                Py_ssize_t c = 0;
-    #if defined(__AVX2__)
-                if (is_signed) { TFL_DW_VEC(_mm256_cvtepi8_epi32, _mm256_cvtepi8_epi16) }
-                else { TFL_DW_VEC(_mm256_cvtepu8_epi32, _mm256_cvtepu8_epi16) }
-    #endif
-                for (; c < C; c++) {
+                for (Py_ssize_t c = 0; c < C; c++) {
                     int64_t acc = bias[c];
                     for (int i = i0; i < i1; i++)
                         for (int j = j0; j < j1; j++) {
@@ -345,6 +317,336 @@ cdef extern from *:
         }
     }
 
+    #if defined(__AVX2__)
+    /* TFLite's requantisation of 8 channels with the per-channel values prepared once (the
+       channel group's constants kept over a row of output pixels): tfl_mbqm8 without its
+       per-call shift arithmetic, and without its INT32_MIN * INT32_MIN test when no
+       multiplier of the group is INT32_MIN (``sat`` 0; else tfl_mbqm8 itself) */
+    typedef struct {
+        __m256i m, modd, shift, left, right, mask, thr;
+        int sat;
+    } tfl_rq8;
+
+    static inline tfl_rq8 tfl_rq8_load(const int32_t *mult, const int32_t *shift) {
+        tfl_rq8 q;
+        const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+        q.m = _mm256_loadu_si256((const __m256i *)mult);
+        q.modd = _mm256_srli_epi64(q.m, 32);
+        q.shift = _mm256_loadu_si256((const __m256i *)shift);
+        q.left = _mm256_max_epi32(q.shift, zero);
+        q.right = _mm256_sub_epi32(q.left, q.shift);
+        q.mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, q.right), one);
+        q.thr = _mm256_srai_epi32(q.mask, 1);
+        q.sat = _mm256_movemask_epi8(_mm256_cmpeq_epi32(q.m, _mm256_set1_epi32(INT32_MIN))) != 0;
+        return q;
+    }
+
+    static inline __m256i tfl_rq8_apply(const tfl_rq8 *q, __m256i x) {
+        if (q->sat) return tfl_mbqm8(x, q->m, q->shift);
+        const __m256i nudge = _mm256_set1_epi64x((int64_t)1 << 30);
+        __m256i a = _mm256_sllv_epi32(x, q->left);
+        __m256i p0 = _mm256_add_epi64(_mm256_mul_epi32(a, q->m), nudge);
+        __m256i p1 = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(a, 32), q->modd), nudge);
+        __m256i h = _mm256_blend_epi32(_mm256_srli_epi64(p0, 31), _mm256_slli_epi64(p1, 1), 0xAA);
+        __m256i threshold = _mm256_sub_epi32(q->thr, _mm256_cmpgt_epi32(_mm256_setzero_si256(), h));
+        __m256i up = _mm256_cmpgt_epi32(_mm256_and_si256(h, q->mask), threshold);
+        return _mm256_sub_epi32(_mm256_srav_epi32(h, q->right), up);
+    }
+
+    /* 8 int32 lanes + ozp clamped (as tfl_store8) into the low 8 bytes of an xmm */
+    static inline __m128i tfl_bytes8(__m256i v, __m256i ozp, __m256i lo_z, __m256i hi_z) {
+        v = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(v, lo_z), hi_z), ozp);
+        __m256i b = _mm256_shuffle_epi8(v, _mm256_setr_epi8(
+            0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+            0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+        return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(
+            0, 4, 1, 1, 1, 1, 1, 1)));
+    }
+
+    /* the first nb (< 8) bytes of o to y */
+    static inline void tfl_store_tail(unsigned char *y, __m128i o, Py_ssize_t nb) {
+        uint64_t v = (uint64_t)_mm_cvtsi128_si64(o);
+        memcpy(y, &v, (size_t)nb);
+    }
+
+    /* 16 channels' (x - xz) as int16 from the first nb (<= 16) bytes at p (a channel
+       block's tail: never read past the map; the lanes past nb multiply zero weights) */
+    static inline __attribute__((always_inline)) __m256i tfl_dw_load16(
+            const unsigned char *p, Py_ssize_t nb, int is_signed, __m256i vxz) {
+        __m128i v;
+        if (nb == 16) {
+            v = _mm_loadu_si128((const __m128i *)p);
+        } else if (nb == 8) {
+            v = _mm_loadl_epi64((const __m128i *)p);
+        } else {
+            unsigned char tmp[16] = {0};
+            memcpy(tmp, p, (size_t)nb);
+            v = _mm_loadu_si128((const __m128i *)tmp);
+        }
+        return _mm256_sub_epi16(is_signed ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v),
+                                vxz);
+    }
+
+    /* One input row (the bytes of its W pixels of C channels) as the pair buffer of the AVX2
+       depthwise below: for channel group g (8 channels) and position q (padded column
+       q * qstep - pw), 16 int16, channel l's (x - xz) at that column and dw columns right of
+       it interleaved (vpmaddwd's operand order); zeros for columns in the padding. First the
+       row's (x - xz) as int16 in ``line`` (NL positions of C16 = 16 * ceil(C / 16) values,
+       the padding's zeros included: each pixel converted once), then the pairs, 16 channels
+       a step: the two groups' halves out of one vpunpck{l,h}wd pair */
+    static inline __attribute__((always_inline)) void tfl_dw_pairs_row(
+            const unsigned char *xr, int is_signed, int32_t xz, Py_ssize_t W, Py_ssize_t C,
+            Py_ssize_t G, Py_ssize_t NQs, int qstep, int dw, int pw, int16_t *line,
+            int16_t *b) {
+        const __m256i vxz = _mm256_set1_epi16((short)xz);
+        Py_ssize_t C16 = (C + 15) / 16 * 16, NL = (NQs - 1) * qstep + dw + 1;
+        Py_ssize_t pa = pw < NL ? pw : NL, pb = pw + W < NL ? pw + W : NL;
+        if (pa > 0) memset(line, 0, (size_t)(pa * C16) * sizeof(int16_t));
+        if (pb < NL) memset(line + pb * C16, 0, (size_t)((NL - pb) * C16) * sizeof(int16_t));
+        if (C <= 16) {
+            /* NOTE: one block of channels (the first layers' 8 or 16): no inner loops, whose
+               per-pixel overhead was most of a C = 8 row's cost */
+            for (Py_ssize_t pos = pa; pos < pb; pos++)
+                _mm256_storeu_si256((__m256i *)(line + pos * 16),
+                                    tfl_dw_load16(xr + (pos - pw) * C, C, is_signed, vxz));
+            for (Py_ssize_t q = 0; q < NQs; q++) {
+                const int16_t *l0 = line + q * qstep * 16;
+                __m256i a = _mm256_loadu_si256((const __m256i *)l0);
+                __m256i d = _mm256_loadu_si256((const __m256i *)(l0 + dw * 16));
+                __m256i lo = _mm256_unpacklo_epi16(a, d), hi = _mm256_unpackhi_epi16(a, d);
+                _mm256_storeu_si256((__m256i *)(b + q * 16), _mm256_permute2x128_si256(lo, hi, 0x20));
+                if (G > 1)
+                    _mm256_storeu_si256((__m256i *)(b + (NQs + q) * 16),
+                                        _mm256_permute2x128_si256(lo, hi, 0x31));
+            }
+            return;
+        }
+        for (Py_ssize_t pos = pa; pos < pb; pos++) {
+            const unsigned char *s = xr + (pos - pw) * C;
+            int16_t *o = line + pos * C16;
+            for (Py_ssize_t c = 0; c < C; c += 16)
+                _mm256_storeu_si256((__m256i *)(o + c),
+                                    tfl_dw_load16(s + c, C - c < 16 ? C - c : 16, is_signed, vxz));
+        }
+        for (Py_ssize_t q = 0; q < NQs; q++) {
+            const int16_t *l0 = line + q * qstep * C16, *l1 = l0 + dw * C16;
+            for (Py_ssize_t c = 0; c < C; c += 16) {
+                Py_ssize_t g = c / 8;
+                __m256i a = _mm256_loadu_si256((const __m256i *)(l0 + c));
+                __m256i d = _mm256_loadu_si256((const __m256i *)(l1 + c));
+                __m256i lo = _mm256_unpacklo_epi16(a, d), hi = _mm256_unpackhi_epi16(a, d);
+                _mm256_storeu_si256((__m256i *)(b + (g * NQs + q) * 16),
+                                    _mm256_permute2x128_si256(lo, hi, 0x20));
+                if (g + 1 < G)
+                    _mm256_storeu_si256((__m256i *)(b + ((g + 1) * NQs + q) * 16),
+                                        _mm256_permute2x128_si256(lo, hi, 0x31));
+            }
+        }
+    }
+
+    /* The AVX2 depthwise: every tap through vpmaddwd. Each input row is converted once to
+       its pair buffer (tfl_dw_pairs_row; a ring of R = (kh - 1) * dh + 1 of them in buf,
+       tagged with the row they hold, so a row serves the kh output rows that read it); a
+       row's odd last tap is paired with a zero weight. Per output row and group of 8
+       channels (weights wq: (kh, T, G, 16) int16, T = ceil(kw / 2) pairs per row, the
+       group's requantisation constants prepared once), 4 output pixels at a time share each
+       weight load. Sums as the scalar path (int32, wrapping), the same bits */
+    static void tfl_dw_avx2(const unsigned char *x, int is_signed, int32_t xz,
+                            const int16_t *wq, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                            Py_ssize_t OH, Py_ssize_t OW, int kh, int kw, int sh, int sw,
+                            int dh, int dw, int ph, int pw, const int32_t *bias,
+                            const int32_t *mult, const int32_t *shift, int32_t ozp, int32_t lo,
+                            int32_t hi, unsigned char *y, Py_ssize_t r0, Py_ssize_t r1,
+                            int16_t *buf) {
+        Py_ssize_t G = (C + 7) / 8, T = (kw + 1) / 2;
+        int qstep = (2 * dw) % sw == 0 ? sw : 1;
+        Py_ssize_t ostep = sw / qstep, tstep = 2 * dw / qstep;
+        Py_ssize_t NQs = ((OW - 1) * sw + (2 * T - 2) * dw) / qstep + 1;
+        Py_ssize_t R = (Py_ssize_t)(kh - 1) * dh + 1, S = G * NQs * 16;  /* tfl_dw_ring_size */
+        int16_t *line = buf + R * S;
+        Py_ssize_t tag[R];
+        const int16_t *rows[kh];
+        for (Py_ssize_t k = 0; k < R; k++) tag[k] = -1;
+        const __m256i vozp = _mm256_set1_epi32(ozp);
+        const __m256i lo_z = _mm256_set1_epi32(lo - ozp), hi_z = _mm256_set1_epi32(hi - ozp);
+        for (Py_ssize_t r = r0; r < r1; r++) {
+            Py_ssize_t n = r / OH, oy = r % OH;
+            int i0 = 0, i1 = kh;
+            while (i0 < kh && oy * sh - ph + i0 * dh < 0) i0++;
+            while (i1 > i0 && oy * sh - ph + (i1 - 1) * dh >= H) i1--;
+            for (int i = i0; i < i1; i++) {
+                Py_ssize_t iy = oy * sh - ph + (Py_ssize_t)i * dh, key = n * H + iy;
+                int16_t *b = buf + (iy % R) * S;
+                if (tag[iy % R] != key) {
+                    if (is_signed)
+                        tfl_dw_pairs_row(x + key * W * C, 1, xz, W, C, G, NQs, qstep, dw, pw,
+                                         line, b);
+                    else
+                        tfl_dw_pairs_row(x + key * W * C, 0, xz, W, C, G, NQs, qstep, dw, pw,
+                                         line, b);
+                    tag[iy % R] = key;
+                }
+                rows[i] = b;
+            }
+            unsigned char *yr = y + r * OW * C;
+            for (Py_ssize_t g = 0; g < G; g++) {
+                tfl_rq8 rq = tfl_rq8_load(mult + g * 8, shift + g * 8);
+                const __m256i vb = _mm256_loadu_si256((const __m256i *)(bias + g * 8));
+                Py_ssize_t nb = C - g * 8 < 8 ? C - g * 8 : 8;
+                const int16_t *wg = wq + g * 16;
+                Py_ssize_t ox = 0;
+                /* NOTE: 4 output pixels a step share each weight load */
+                for (; ox + 4 <= OW; ox += 4) {
+                    __m256i a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+                    for (int i = i0; i < i1; i++) {
+                        const int16_t *rp = rows[i] + (g * NQs + ox * ostep) * 16;
+                        for (Py_ssize_t t = 0; t < T; t++) {
+                            __m256i wv = _mm256_loadu_si256((const __m256i *)(wg + (i * T + t) * G * 16));
+                            const int16_t *tp = rp + t * tstep * 16;
+                            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)tp), wv));
+                            a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(tp + ostep * 16)), wv));
+                            a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(tp + 2 * ostep * 16)), wv));
+                            a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(tp + 3 * ostep * 16)), wv));
+                        }
+                    }
+                    unsigned char *yo = yr + ox * C + g * 8;
+                    __m128i o0 = tfl_bytes8(tfl_rq8_apply(&rq, a0), vozp, lo_z, hi_z);
+                    __m128i o1 = tfl_bytes8(tfl_rq8_apply(&rq, a1), vozp, lo_z, hi_z);
+                    __m128i o2 = tfl_bytes8(tfl_rq8_apply(&rq, a2), vozp, lo_z, hi_z);
+                    __m128i o3 = tfl_bytes8(tfl_rq8_apply(&rq, a3), vozp, lo_z, hi_z);
+                    if (nb == 8) {
+                        _mm_storel_epi64((__m128i *)yo, o0);
+                        _mm_storel_epi64((__m128i *)(yo + C), o1);
+                        _mm_storel_epi64((__m128i *)(yo + 2 * C), o2);
+                        _mm_storel_epi64((__m128i *)(yo + 3 * C), o3);
+                    } else {
+                        tfl_store_tail(yo, o0, nb);
+                        tfl_store_tail(yo + C, o1, nb);
+                        tfl_store_tail(yo + 2 * C, o2, nb);
+                        tfl_store_tail(yo + 3 * C, o3, nb);
+                    }
+                }
+                for (; ox < OW; ox++) {
+                    __m256i a0 = vb;
+                    for (int i = i0; i < i1; i++) {
+                        const int16_t *rp = rows[i] + (g * NQs + ox * ostep) * 16;
+                        for (Py_ssize_t t = 0; t < T; t++)
+                            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(
+                                _mm256_loadu_si256((const __m256i *)(rp + t * tstep * 16)),
+                                _mm256_loadu_si256((const __m256i *)(wg + (i * T + t) * G * 16))));
+                    }
+                    __m128i o0 = tfl_bytes8(tfl_rq8_apply(&rq, a0), vozp, lo_z, hi_z);
+                    unsigned char *yo = yr + ox * C + g * 8;
+                    if (nb == 8) _mm_storel_epi64((__m128i *)yo, o0);
+                    else tfl_store_tail(yo, o0, nb);
+                }
+            }
+        }
+    }
+    #endif
+
+
+    /* rows [r0, r1) of the depthwise conv: tfl_dw_avx2 (wq, buf) on the AVX2 build,
+       tfl_dw_scalar (w) on the baseline one */
+    static void sprat_tfl_depthwise(const unsigned char *x, int is_signed, int32_t xz,
+                                    const int32_t *w, const int16_t *wq, Py_ssize_t H,
+                                    Py_ssize_t W, Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW,
+                                    int kh, int kw, int sh, int sw, int dh, int dw, int ph,
+                                    int pw, const int32_t *bias, const int32_t *mult,
+                                    const int32_t *shift, int32_t ozp, int32_t lo, int32_t hi,
+                                    unsigned char *y, Py_ssize_t r0, Py_ssize_t r1,
+                                    int16_t *buf) {
+    #if defined(__AVX2__)
+        tfl_dw_avx2(x, is_signed, xz, wq, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, bias,
+                    mult, shift, ozp, lo, hi, y, r0, r1, buf);
+    #else
+        tfl_dw_scalar(x, is_signed, xz, w, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, bias,
+                      mult, shift, ozp, lo, hi, y, r0, r1);
+    #endif
+    }
+
+    #if defined(__AVX2__)
+    /* An ADD / SUB input's rescale MBQM((v << L), m, s) in 32-bit lanes, for |v| <= 255 and
+       8 <= L' = L + max(s, 0) <= 23: the doubling high multiply of v * 2^L' by m is
+       floor((v * m + 2^(k-1)) / 2^k), k = 31 - L' (gemmlowp's nudge as in tfl_mbqm8, both
+       terms divided by 2^L'); with m = mh * 2^k + ml (0 <= ml < 2^k) that is v * mh +
+       ((v * ml + 2^(k-1)) >> k), every term within int32 (|v * mh| <= 255 * 2^L' < 2^31,
+       |v * ml| + 2^(k-1) < 255 * 2^23 + 2^22 < 2^31), and no INT32_MIN * INT32_MIN (|v << L'|
+       < 2^31). Then RoundingDivideByPOT by max(-s, 0). Two vpmulld instead of tfl_mbqm8's
+       64-bit products and their recombination */
+    typedef struct {
+        __m256i mh, ml, half, mask, thr;
+        __m128i k, right;
+    } tfl_in8;
+
+    static inline tfl_in8 tfl_in8_prep(int32_t m, int32_t s, int L) {
+        tfl_in8 c;
+        int lp = L + (s > 0 ? s : 0), k = 31 - lp, right = s > 0 ? 0 : -s;
+        c.mh = _mm256_set1_epi32((int32_t)((int64_t)m >> k));
+        c.ml = _mm256_set1_epi32((int32_t)((int64_t)m & (((int64_t)1 << k) - 1)));
+        c.half = _mm256_set1_epi32((int32_t)1 << (k - 1));
+        c.k = _mm_cvtsi32_si128(k);
+        int32_t mask = (int32_t)(((int64_t)1 << right) - 1);
+        c.mask = _mm256_set1_epi32(mask);
+        c.thr = _mm256_set1_epi32(mask >> 1);
+        c.right = _mm_cvtsi32_si128(right);
+        return c;
+    }
+
+    static inline __m256i tfl_in8_apply(const tfl_in8 *c, __m256i v) {
+        __m256i h = _mm256_add_epi32(_mm256_mullo_epi32(v, c->mh), _mm256_sra_epi32(
+            _mm256_add_epi32(_mm256_mullo_epi32(v, c->ml), c->half), c->k));
+        __m256i threshold = _mm256_sub_epi32(c->thr, _mm256_cmpgt_epi32(_mm256_setzero_si256(), h));
+        __m256i up = _mm256_cmpgt_epi32(_mm256_and_si256(h, c->mask), threshold);
+        return _mm256_sub_epi32(_mm256_sra_epi32(h, c->right), up);
+    }
+
+    /* whether tfl_in8 holds for an input of dtype kind (1 int8, 2 uint8), zero point zp */
+    static inline int tfl_in8_ok(int kind, int32_t zp, int32_t s, int32_t L) {
+        int64_t vmin = (kind == 1 ? -128 : 0) - (int64_t)zp, vmax = (kind == 1 ? 127 : 255) - (int64_t)zp;
+        int64_t lp = (int64_t)L + (s > 0 ? s : 0);
+        return vmin >= -255 && vmax <= 255 && L >= 0 && lp >= 8 && lp <= 23 && s >= -31;
+    }
+
+    /* ADD (op 0) / SUB (1) of equal shapes, elements [i, i1) in steps of 16 (returns where
+       it stopped): both inputs through tfl_in8, the sum through tfl_rq8 (the output's
+       multiplier), 16 bytes packed and stored at once */
+    static Py_ssize_t tfl_addsub16(int op, const unsigned char *a, const unsigned char *b,
+                                   int kind, unsigned char *y, Py_ssize_t i, Py_ssize_t i1,
+                                   const int32_t *p) {
+        int32_t mv[8], sv[8];
+        for (int l = 0; l < 8; l++) { mv[l] = p[7]; sv[l] = p[8]; }
+        tfl_rq8 rq = tfl_rq8_load(mv, sv);
+        tfl_in8 ca = tfl_in8_prep(p[1], p[2], p[6]), cb = tfl_in8_prep(p[4], p[5], p[6]);
+        const __m256i azp = _mm256_set1_epi32(p[0]), bzp = _mm256_set1_epi32(p[3]);
+        const __m256i ozp = _mm256_set1_epi32(p[9]);
+        const __m256i lo_z = _mm256_set1_epi32(p[10] - p[9]), hi_z = _mm256_set1_epi32(p[11] - p[9]);
+        for (; i + 16 <= i1; i += 16) {
+            __m128i a16 = _mm_loadu_si128((const __m128i *)(a + i));
+            __m128i b16 = _mm_loadu_si128((const __m128i *)(b + i));
+            __m256i r[2];
+            for (int h = 0; h < 2; h++) {
+                __m128i a8 = h ? _mm_unpackhi_epi64(a16, a16) : a16;
+                __m128i b8 = h ? _mm_unpackhi_epi64(b16, b16) : b16;
+                __m256i av = _mm256_sub_epi32(kind == 1 ? _mm256_cvtepi8_epi32(a8)
+                                                        : _mm256_cvtepu8_epi32(a8), azp);
+                __m256i bv = _mm256_sub_epi32(kind == 1 ? _mm256_cvtepi8_epi32(b8)
+                                                        : _mm256_cvtepu8_epi32(b8), bzp);
+                __m256i u = tfl_in8_apply(&ca, av), w = tfl_in8_apply(&cb, bv);
+                __m256i t = op == 0 ? _mm256_add_epi32(u, w) : _mm256_sub_epi32(u, w);
+                r[h] = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(
+                    tfl_rq8_apply(&rq, t), lo_z), hi_z), ozp);
+            }
+            /* int32 -> int16 (exact: clamped to 8 bits) -> bytes, lanes back in order */
+            __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), 0xD8);
+            __m256i w8 = kind == 1 ? _mm256_packs_epi16(w16, w16) : _mm256_packus_epi16(w16, w16);
+            _mm_storeu_si128((__m128i *)(y + i),
+                             _mm256_castsi256_si128(_mm256_permute4x64_epi64(w8, 0x08)));
+        }
+        return i;
+    }
+    #endif
+
     /* op 0 ADD, 1 SUB (reference/integer_ops/add.h, sub.h), 2 MUL (mul.h); a[i * sa],
        b[i * sb] for i in [i0, i1); p: a_zp, a_mult, a_shift, b_zp, b_mult, b_shift,
        left_shift, mult, shift, out_zp, qmin, qmax */
@@ -354,6 +656,9 @@ cdef extern from *:
                                  const int32_t *p) {
         Py_ssize_t i = i0;
         #if defined(__AVX2__)
+        if (sa == 1 && sb == 1 && op != 2 && tfl_in8_ok(kind, p[0], p[2], p[6])
+                && tfl_in8_ok(kind, p[3], p[5], p[6]))
+            i = tfl_addsub16(op, a, b, kind, y, i, i1, p);
         if (sa == 1 && sb == 1) {
             __m256i azp = _mm256_set1_epi32(p[0]), bzp = _mm256_set1_epi32(p[3]);
             __m256i am = _mm256_set1_epi32(p[1]), ash = _mm256_set1_epi32(p[2]);
@@ -477,12 +782,13 @@ cdef extern from *:
     void sprat_tfl_pool(int avg, const unsigned char* x, int kind, unsigned char* y, idx q0,
                         idx q1, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw, int sh,
                         int sw, int top, int left, int lo, int hi) nogil
+    idx tfl_dw_ring_size(idx C, idx OW, int kh, int kw, int sw, int dh, int dw) nogil
     void sprat_tfl_depthwise(const unsigned char* x, int is_signed, int xz, const int* w,
-                             const short* wp, idx H,
-                             idx W, idx C, idx OH, idx OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int ph, int pw, const int* bias, const int* mult,
-                             const int* shift, int ozp, int lo, int hi, unsigned char* y,
-                             idx r0, idx r1) nogil
+                             const short* wq, idx H, idx W, idx C, idx OH, idx OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int ph, int pw,
+                             const int* bias, const int* mult, const int* shift, int ozp,
+                             int lo, int hi, unsigned char* y, idx r0, idx r1,
+                             short* buf) nogil
     void sprat_tfl_binary(int op, const unsigned char* a, idx sa, const unsigned char* b,
                           idx sb, int kind, unsigned char* y, idx i0, idx i1,
                           const int* p) nogil
@@ -561,49 +867,170 @@ def tfl_pool(int nt, bint avg, const unsigned char[::1] x, int kind, unsigned ch
                        OH, OW, kh, kw, sh, sw, top, left, lo, hi)
 
 
+# NOTE: a depthwise conv's or an ADD's call parsed ~8 memoryviews among 28 arguments per run
+# (~1 us, as much as the work of the small ones); their kernels bind the checked arguments
+# once per binding of their arrays into these call objects (as ``I8GemmCall``)
+cdef struct tfl_dw_t:
+    const unsigned char* x
+    int is_signed, xz
+    const int* w
+    const short* wq
+    idx H, W, C, OH, OW
+    int kh, kw, sh, sw, dh, dw, ph, pw
+    const int* bias
+    const int* mult
+    const int* shift
+    int ozp, lo, hi
+    unsigned char* y
+    idx rows
+    int nt
+    short* buf
+    idx pitch
+
+
+cdef inline void _tfl_dw_exec(const tfl_dw_t* a, idx r0, idx r1, short* buf) noexcept nogil:
+    sprat_tfl_depthwise(a.x, a.is_signed, a.xz, a.w, a.wq, a.H, a.W, a.C, a.OH, a.OW, a.kh,
+                        a.kw, a.sh, a.sw, a.dh, a.dw, a.ph, a.pw, a.bias, a.mult, a.shift, a.ozp,
+                        a.lo, a.hi, a.y, r0, r1, buf)
+
+
+cdef class TflDepthwiseCall:
+    """One ``tfl_depthwise`` call with its arguments checked and bound once:
+    ``TflDepthwiseCall(args)`` (``tfl_depthwise``'s argument tuple, kept alive here), then
+    ``call()`` runs it. Raises as ``tfl_depthwise``."""
+    cdef tfl_dw_t a
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        tfl_depthwise(*args, into=self)
+
+    def __call__(self):
+        cdef const tfl_dw_t* a = &self.a
+        cdef int t, nt = a.nt
+        cdef idx rows = a.rows
+        if rows == 0:
+            return
+        if nt <= 1:
+            with nogil:
+                _tfl_dw_exec(a, 0, rows, a.buf)
+            return
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            _tfl_dw_exec(a, t * rows // nt, (t + 1) * rows // nt, a.buf + t * a.pitch)
+
+
+cdef struct tfl_bin_t:
+    int op
+    const unsigned char* a
+    idx sa
+    const unsigned char* b
+    idx sb
+    int kind
+    unsigned char* y
+    idx n
+    const int* p
+    int nt
+
+
+cdef class TflBinaryCall:
+    """One ``tfl_binary`` call with its arguments checked and bound once:
+    ``TflBinaryCall(args)`` (``tfl_binary``'s argument tuple, kept alive here), then ``call()``
+    runs it. Raises as ``tfl_binary``."""
+    cdef tfl_bin_t a
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        tfl_binary(*args, into=self)
+
+    def __call__(self):
+        cdef const tfl_bin_t* a = &self.a
+        cdef int t, nt = a.nt
+        cdef idx n = a.n
+        if n == 0:
+            return
+        if nt <= 1:
+            with nogil:
+                sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, 0, n, a.p)
+            return
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, t * n // nt,
+                             (t + 1) * n // nt, a.p)
+
+
+def tfl_depthwise_scratch(idx C, idx OW, int kh, int kw, int sw, int dh, int dw):
+    """int16 values per work slot of ``tfl_depthwise``'s ``buf`` (its ring of pair buffers,
+    one per input row in use)."""
+    return tfl_dw_ring_size(C, OW, kh, kw, sw, dh, dw)
+
+
 def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
-                  const int[::1] w, const short[::1] wp, idx N, idx H, idx W, idx C, idx OH, idx OW, int kh, int kw,
-                  int sh, int sw, int dh, int dw, int ph, int pw, const int[::1] bias,
-                  const int[::1] mult, const int[::1] shift, int ozp, int lo, int hi,
-                  unsigned char[::1] y):
+                  const int[::1] w, const short[::1] wq, idx N, idx H, idx W, idx C, idx OH,
+                  idx OW, int kh, int kw, int sh, int sw, int dh, int dw, int ph, int pw,
+                  const int[::1] bias, const int[::1] mult, const int[::1] shift, int ozp,
+                  int lo, int hi, unsigned char[::1] y, short[:, ::1] buf,
+                  TflDepthwiseCall into=None):
     """TFLite's quantized DEPTHWISE_CONV_2D with depth multiplier 1 (``ops_tflite.tfl_conv``
     with group == C == M) of the bytes of an int8 (``is_signed``) / uint8 NHWC map ``x`` (N,
     H, W, C), zero point ``xz``, into ``y`` (N, OH, OW, C): ``w`` (kh * kw * C) int32 weights
-    minus their zero point (|w| <= 255), ``wp`` the pairs of horizontally adjacent
-    ones (kh, kw - 1, C, 2) int16 (at least 2 values), strides, dilations and leading pads (ph, pw), per channel ``bias``,
-    ``mult``, ``shift`` (C int32 each), output zero point and clamp. Output rows split over
-    ``nt`` slots; the int32 sums wrap as the reference's int32 accumulator and bias do, so
-    the bits are equal for any input. Raises ValueError on short operands."""
+    minus their zero point (|w| <= 255, the baseline build's), ``wq`` the same as pairs of
+    horizontally adjacent taps (kh, ceil(kw / 2), ceil(C / 8), 8, 2) int16, a zero weight
+    after an odd row's last tap and for channels past C (the AVX2 build's); strides,
+    dilations and leading pads (ph, pw); per channel ``bias``, ``mult``, ``shift`` (int32, C
+    rounded up to 8 each, zeros past C), output zero point and clamp; ``buf`` (nt,
+    ``tfl_depthwise_scratch``) int16. Output rows split over ``nt`` slots; the int32 sums
+    wrap as the reference's int32 accumulator and bias do, so the bits are equal for any
+    input. With ``into``: the checked arguments bound into that call object, nothing run.
+    Raises ValueError on short operands."""
+    cdef idx cp = (C + 7) // 8 * 8
     if (x.shape[0] < N * H * W * C or y.shape[0] < N * OH * OW * C or w.shape[0] < kh * kw * C
-            or bias.shape[0] < C or mult.shape[0] < C or shift.shape[0] < C
-            or wp.shape[0] < max(2, kh * (kw - 1) * C * 2)):
+            or bias.shape[0] < cp or mult.shape[0] < cp or shift.shape[0] < cp
+            or wq.shape[0] < kh * ((kw + 1) // 2) * cp * 2 or buf.shape[0] < max(nt, 1)
+            or (N * OH * OW * C > 0
+                and buf.shape[1] < tfl_dw_ring_size(C, OW, kh, kw, sw, dh, dw))):
         raise ValueError("tfl_depthwise: operands too short")
+    if min(kh, kw, sh, sw, dh, dw) < 1 or ph < 0 or pw < 0:
+        raise ValueError("tfl_depthwise: kernel, strides and dilations must be positive")
     if N * OH * OW * C == 0:
+        if into is not None:
+            into.a.rows = 0
         return
     cdef idx rows = N * OH
     cdef int t
+    if into is not None:
+        into.a = tfl_dw_t(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw, sh, sw,
+                          dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
+                          rows, max(nt, 1), &buf[0, 0], buf.shape[1])
+        return
     if nt <= 1:
         with nogil:
-            sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wp[0], H, W, C, OH, OW, kh, kw, sh,
-                                sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0], 0,
-                                rows)
+            sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw,
+                                sh, sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo,
+                                hi, &y[0], 0, rows, &buf[0, 0])
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wp[0], H, W, C, OH, OW, kh, kw, sh,
-                            sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
-                            t * rows // nt, (t + 1) * rows // nt)
+        sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw, sh,
+                            sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi,
+                            &y[0], t * rows // nt, (t + 1) * rows // nt, &buf[t, 0])
 
 
 def tfl_binary(int nt, int op, const unsigned char[::1] a, idx sa, const unsigned char[::1] b,
-               idx sb, int kind, unsigned char[::1] y, idx n, const int[::1] params):
+               idx sb, int kind, unsigned char[::1] y, idx n, const int[::1] params,
+               TflBinaryCall into=None):
     """TFLite's quantized ADD (``op`` 0), SUB (1) or MUL (2) over ``n`` outputs, ``y[i]`` from
     ``a[i * sa]`` and ``b[i * sb]`` (a step of 0 broadcasts a scalar); int8 (``kind`` 1) or
     uint8 (2) bytes. ``params`` (12 int32): a_zp, a_mult, a_shift, b_zp, b_mult, b_shift,
     left_shift, mult, shift, out_zp, qmin, qmax (``ops_tflite.tfl_add``, ``tfl_mul``: MUL
-    reads only the zero points and the output's). Raises ValueError on short operands."""
+    reads only the zero points and the output's). With ``into``: the checked arguments bound
+    into that call object, nothing run. Raises ValueError on short operands."""
     if y.shape[0] < n or params.shape[0] < 12 or (n > 0 and (
             a.shape[0] < (n - 1) * sa + 1 or b.shape[0] < (n - 1) * sb + 1)):
         raise ValueError("tfl_binary: operands too short")
+    if into is not None:
+        into.a.n = 0
+        if n > 0:
+            into.a = tfl_bin_t(op, &a[0], sa, &b[0], sb, kind, &y[0], n, &params[0], max(nt, 1))
+        return
     if n == 0:
         return
     cdef int t
