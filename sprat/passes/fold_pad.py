@@ -1,4 +1,4 @@
-"""Fold a zero ``Pad`` of the spatial axes into the ``Conv`` that reads it.
+"""Fold a constant ``Pad`` of the spatial axes into the conv that reads it.
 
 TFLite models pad explicitly (``PAD`` then a ``VALID`` conv: TensorFlow's asymmetric "same"
 padding of strided convs, and MediaPipe's BlazeFace pads before every strided block), and so do
@@ -7,11 +7,18 @@ axis) compute the same result without writing the padded copy: the conv kernels 
 at the borders. Measured on MediaPipe's full-range face detector: its 43 Pads were 0.64 of
 5.4 ms.
 
-Folded when: the Pad's mode is ``constant`` with a value of 0 (or none), its pads are constants
->= 0 that touch only the conv's spatial axes (per the conv's layout: NCHW, or NHWC after the
-layout pass), the Pad's output is read by that one Conv only (as its input X), and the Conv's
-``auto_pad`` is NOTSET or VALID. Source: ONNX Pad-21 (inputs data, pads, constant_value, axes;
-attribute ``pads``/``value`` before opset 11), Conv-22.
+The quantized convs (ConvInteger-10, QLinearConv-10, TflConv) compute ``Conv(x - x_zero_point,
+w - w_zero_point)`` with zeros padded after the shift: their own pads read ``x_zero_point``. A
+quantized TFLite model pads with the input's zero point before strided convs (TFLite's PAD of a
+quantized tensor fills with its zero point), so such a Pad folds into them the same way.
+
+Folded when: the Pad's mode is ``constant`` with the value the conv's padding reads (a float
+Conv: 0, or none; a quantized conv: its constant scalar ``x_zero_point``, 0 when absent), its
+pads are constants >= 0 that touch only the conv's spatial axes (per the conv's layout: NCHW,
+or NHWC after the layout pass), the Pad's output is read by that one conv only (as its input
+X), and the conv's ``auto_pad`` is NOTSET or VALID. Source: ONNX Pad-21 (inputs data, pads,
+constant_value, axes; attribute ``pads``/``value`` before opset 11), Conv-22, ConvInteger-10,
+QLinearConv-10; TFLite's reference ``pad.h`` (quantized: the output zero point).
 """
 
 from __future__ import annotations
@@ -22,9 +29,26 @@ from ..ir.graph import MISSING, Graph
 from .util import DEAD, drop_dead, single_consumer
 
 
-def _pad_amounts(g: Graph, pad) -> list[int] | None:
-    """The Pad's ``pads`` (begins then ends, every axis) when it is a zero constant pad, else
-    None."""
+#: the convs a Pad folds into: op type -> input index of the zero point their padding reads
+#: (None: zeros)
+CONVS = {"Conv": None, "ConvInteger": 2, "QLinearConv": 2, "TflConv": 2}
+
+
+def _pad_value(g: Graph, conv) -> float | None:
+    """The value ``conv``'s own padding reads (0, or its constant scalar x zero point), or None
+    when it is not a constant."""
+    k = CONVS[conv.op_type]
+    if k is None or len(conv.inputs) <= k or conv.inputs[k] == MISSING:
+        return 0.0
+    data = g.values[conv.inputs[k]].data
+    if data is None or np.asarray(data).size != 1:
+        return None
+    return float(np.asarray(data).reshape(-1)[0])
+
+
+def _pad_amounts(g: Graph, pad, fill: float) -> list[int] | None:
+    """The Pad's ``pads`` (begins then ends, every axis) when it is a constant pad of value
+    ``fill``, else None."""
     if pad.attrs.get("mode", "constant") not in ("constant", b"constant"):
         return None
     ins = pad.inputs
@@ -43,7 +67,7 @@ def _pad_amounts(g: Graph, pad) -> list[int] | None:
         if data is None or np.asarray(data).size != 1:
             return None
         value = float(np.asarray(data).reshape(-1)[0])
-    if value != 0.0 or not pads or len(pads) % 2 or min(pads) < 0:
+    if value != fill or not pads or len(pads) % 2 or min(pads) < 0:
         return None
     return pads
 
@@ -55,12 +79,13 @@ def fold_pad(g: Graph) -> Graph:
         if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.outputs) != 1:
             continue
         conv = single_consumer(g, consumers, pad.outputs[0])
-        if (conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx")
+        if (conv is None or conv.op_type not in CONVS or conv.domain not in ("", "ai.onnx")
                 or conv.inputs[0] != pad.outputs[0] or pad.outputs[0] in conv.inputs[1:]):
             continue
         if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
             continue
-        pads = _pad_amounts(g, pad)
+        fill = _pad_value(g, conv)
+        pads = None if fill is None else _pad_amounts(g, pad, fill)
         rank = len(pads) // 2 if pads else 0
         if pads is None or rank < 3:
             continue

@@ -375,3 +375,45 @@ def test_vit_attention_with_k_transposed_twice_fuses(extra_reader):
         for name, w in zip([o.name for o in model.graph.output], want):
             np.testing.assert_allclose(got[name], w, rtol=1e-4,
                                        atol=1e-4 * max(1, np.abs(w).max()))
+
+
+def _pad_qconv(op, value, zp=7):
+    """x uint8 (1, 8, 9, 7) -> Pad (constant ``value``) -> ``op`` (QLinearConv or ConvInteger,
+    x zero point ``zp``) 3x3 stride 2 -> y."""
+    inits = {"pads": np.array((0, 0, 1, 0, 0, 0, 1, 1), np.int64),
+             "v": np.array(value, np.uint8), "xs": np.array(0.02, np.float32),
+             "xz": np.array(zp, np.uint8),
+             "w": RNG.integers(-100, 100, (6, 8, 3, 3)).astype(np.int8),
+             "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
+             "ys": np.array(0.05, np.float32), "yz": np.array(128, np.uint8)}
+    ins = (["p", "xs", "xz", "w", "ws", "wz", "ys", "yz"] if op == "QLinearConv"
+           else ["p", "w", "xz", "wz"])
+    out = T.UINT8 if op == "QLinearConv" else T.INT32
+    g = h.make_graph([h.make_node("Pad", ["x", "pads", "v"], ["p"]),
+                      h.make_node(op, ins, ["y"], strides=[2, 2])], "m",
+                     [h.make_tensor_value_info("x", T.UINT8, [1, 8, 9, 7])],
+                     [h.make_tensor_value_info("y", out, None)],
+                     [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("op", ["QLinearConv", "ConvInteger"])
+@pytest.mark.parametrize("value", [7, 0])
+def test_pad_with_the_zero_point_folds_into_a_quantized_conv(op, value):
+    """A quantized conv pads ``x - x_zero_point`` with zeros, i.e. x with its zero point: a
+    Pad of that value folds (a TFLite PAD before a strided int8 conv); another value stays.
+    Exact against onnxruntime's spec path (no graph optimisations)."""
+    model = _pad_qconv(op, value)
+    x = RNG.integers(0, 256, (1, 8, 9, 7)).astype(np.uint8)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    g = convert_graph(model)
+    assert g.op_counts().get("Pad", 0) == (0 if value == 7 else 1)
+    for threads in (1, 2):
+        sess = sprat.Interpreter.from_graph(g).create_session(
+            sprat.ScheduleConfig(num_threads=threads))
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], want)
