@@ -661,12 +661,12 @@ cdef extern from *:
 
     /* The raw paths' copy of one A row: K bytes of src (int8 shifted to u8: flip XOR 0x80)
        into o (a row of ``room`` >= K bytes), bytes K..4*ceil(K/4) zeroed; returns the row's
-       sum. ``avail``: the bytes readable from src (to the end of A). NOTE: loads from the
+       sum (0 unless ``want``). ``avail``: the bytes readable from src (to the end of A). NOTE: loads from the
        source and sums in registers, 32 then 16 bytes a step, the last step masked (a copy
        then a reread of the row stalled on store forwarding at every K not a multiple of 32:
        4096 rows of K = 16 took 70 us where K = 32 took 39) */
     static int32_t sprat_i8_copy_row(unsigned char* o, const unsigned char* src, Py_ssize_t K,
-                                     Py_ssize_t room, Py_ssize_t avail, int flip) {
+                                     Py_ssize_t room, Py_ssize_t avail, int flip, int want) {
         Py_ssize_t k = 0;
         int64_t acc = 0;
         const unsigned char fb = flip ? 0x80 : 0;
@@ -679,7 +679,8 @@ cdef extern from *:
         for (; k + 32 <= K; k += 32) {
             __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(src + k)), f);
             _mm256_storeu_si256((__m256i*)(o + k), v);
-            s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
+            if (want)
+                s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
         }
         while (k < K && k + 16 <= room && k + 16 <= avail) {
             Py_ssize_t m = K - k < 16 ? K - k : 16;
@@ -687,7 +688,8 @@ cdef extern from *:
             __m128i v = _mm_and_si128(
                 _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src + k)), f16), valid);
             _mm_storeu_si128((__m128i*)(o + k), v);
-            s16 = _mm_add_epi64(s16, _mm_sad_epu8(v, z16));
+            if (want)
+                s16 = _mm_add_epi64(s16, _mm_sad_epu8(v, z16));
             k += m;
         }
         acc = _mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1)
@@ -709,7 +711,7 @@ cdef extern from *:
        (rows of ``pitch`` bytes): row r (output pixel (n, oy, ox)) holds the taps (i, j) in
        order, C values each. raw (vnni, amx): the bytes, int8 shifted to u8 (signed: XOR
        0x80), a tap outside the map the zero point's byte, bytes K..4*ceil(K/4) zeroed, the
-       row's sum into rowsum[r]; else (int16) ``x - zp`` as int16, 0 outside the map and in
+       row's sum into rowsum[r] (rowsum NULL: not summed, B's zero point being 0); else (int16) ``x - zp`` as int16, 0 outside the map and in
        the odd tail.
        NOTE: 16 values a step (32 for long runs) from the source, a kernel row's taps in one
        run where they lie in the map, the sum in registers, the pixel's position stepped
@@ -729,6 +731,7 @@ cdef extern from *:
         const unsigned char pad = (unsigned char)(zp & 0xFF) ^ fb;
         const Py_ssize_t run = kw * C, K = kh * run;
         const unsigned char* x_end = x + nx;
+        const int want = rowsum != NULL;
         Py_ssize_t n = r0 / (OH * OW), rem = r0 - n * OH * OW;
         Py_ssize_t oy = rem / OW, ox = rem - oy * OW;
     #if defined(__AVX2__)
@@ -755,14 +758,16 @@ cdef extern from *:
                 for (; l_ >= 32 && s_ + 32 <= x_end; k_ += 32, s_ += 32, l_ -= 32) {    \
                     __m256i v_ = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)s_), f32); \
                     _mm256_storeu_si256((__m256i*)(o8 + k_), v_);                        \
-                    s32 = _mm256_add_epi64(s32, _mm256_sad_epu8(v_, z32));               \
+                    if (want)                                                            \
+                        s32 = _mm256_add_epi64(s32, _mm256_sad_epu8(v_, z32));           \
                 }                                                                        \
                 while (l_ > 0 && s_ + 16 <= x_end && o8 + k_ + 16 <= o_end) {           \
                     Py_ssize_t m_ = l_ < 16 ? l_ : 16;                                   \
                     __m128i v_ = _mm_xor_si128(_mm_loadu_si128((const __m128i*)s_), f16); \
                     _mm_storeu_si128((__m128i*)(o8 + k_), v_);                           \
-                    s16 = _mm_add_epi64(s16, _mm_sad_epu8(_mm_and_si128(v_,              \
-                              _mm_cmpgt_epi8(_mm_set1_epi8((char)m_), iota)), z16));     \
+                    if (want)                                                            \
+                        s16 = _mm_add_epi64(s16, _mm_sad_epu8(_mm_and_si128(v_,          \
+                                  _mm_cmpgt_epi8(_mm_set1_epi8((char)m_), iota)), z16)); \
                     k_ += m_; s_ += m_; l_ -= m_;                                        \
                 }                                                                        \
             } else {                                                                     \
@@ -834,7 +839,8 @@ cdef extern from *:
     #endif
                 for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
                     o8[k] = 0;
-                rowsum[r] = (int32_t)acc;
+                if (want)
+                    rowsum[r] = (int32_t)acc;
             } else if (K % 2) {
                 o16[K] = 0;
             }
@@ -964,7 +970,7 @@ cdef extern from *:
                                                   idx pld) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
     int i8_copy_row "sprat_i8_copy_row" (unsigned char* o, const unsigned char* src, idx K,
-                                         idx room, idx avail, int flip) noexcept nogil
+                                         idx room, idx avail, int flip, int want) noexcept nogil
     void i8_im2col_range "sprat_i8_im2col_range" (
         unsigned char* out, idx pitch, const unsigned char* x, idx nx, idx r0, idx r1, idx H,
         idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
@@ -1121,7 +1127,8 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
     bytes): the int16 path widens to ``a - zp`` (int16, the odd tail 0; ``zp_rows``: one zero
     point per row, else ``zp[0]``), the vnni and amx paths copy u8 (int8 A shifted by +128),
     zero-pad to a multiple of 4 and sum each row into ``rowsum`` (``i8_copy_row``; past
-    that, AMX reads bytes that meet B's zero quads)."""
+    that, AMX reads bytes that meet B's zero quads; ``rowsum`` NULL: no sums, where every
+    zero point of B is 0 and the epilogue does not read them)."""
     cdef idx r, k
     cdef int z
     cdef short* o
@@ -1130,7 +1137,11 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
     for r in range(r0, r1):
         ar = a + r * K
         if path != I8_INT16:
-            rowsum[r] = i8_copy_row(out + r * pitch, ar, K, pitch, (nrows - r) * K, a_signed)
+            if rowsum != NULL:
+                rowsum[r] = i8_copy_row(out + r * pitch, ar, K, pitch, (nrows - r) * K,
+                                        a_signed, 1)
+            else:
+                i8_copy_row(out + r * pitch, ar, K, pitch, (nrows - r) * K, a_signed, 0)
             continue
         z = zp[r] if zp_rows else zp[0]
         o = <short*>(out + r * pitch)
@@ -1213,6 +1224,8 @@ cdef struct i8_gemm_t:
     int q_signed
     int act
     float pa, pb
+    int* sums  # where the raw paths' A packing puts the row sums: rowsum, or NULL when B's
+    # zero points are all 0 (the epilogue multiplies the sums by them)
     const float* post
     const int* tfl_ms
     const double* tfl_scale
@@ -1412,6 +1425,14 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     # NOTE: the vnni and amx paths correct for A's zero point in the epilogue, shifted as the
     # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
+    # NOTE: a symmetric weight (every zero point of B 0, after the shift: s8 B with zp 0)
+    # needs no row sums: summing them cost a fifth of a small-K conv's A packing
+    g.sums = NULL
+    if path != I8_INT16:
+        for i in range(N):
+            if bcol[i] != 0:
+                g.sums = &rowsum[0]
+                break
     g.za_add = 128 if a_signed and path != I8_INT16 else 0
     run.g = g
     run.nt, run.a_signed, run.a_zp_rows, run.a_packed = nt, a_signed, a_zp_rows, a_packed
@@ -1446,19 +1467,19 @@ cdef void i8_gemm_exec(i8_run_t* r) noexcept nogil:
     if nt <= 1:
         if not r.a_packed:
             i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, rows, r.K, r.pws,
-                         r.pitch, r.g.path, <int*>r.g.rowsum)
+                         r.pitch, r.g.path, r.g.sums)
         i8_items(gp, 0, items)
         return
     # NOTE: the bytes the pack writes (rows of the padded pitch: a 1x1 conv of 16 channels
     # writes 64 per pixel on AMX), not those it reads
     if not r.a_packed and rows * r.pitch < I8_PACK_PARALLEL:
         i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, rows, r.K, r.pws,
-                     r.pitch, r.g.path, <int*>r.g.rowsum)
+                     r.pitch, r.g.path, r.g.sums)
     elif not r.a_packed:
         for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
             i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, t * rows // nt,
                          (t + 1) * rows // nt, rows, r.K, r.pws, r.pitch, r.g.path,
-                         <int*>r.g.rowsum)
+                         r.g.sums)
     for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
         i8_items(gp, t * items // nt, (t + 1) * items // nt)
 
@@ -1477,12 +1498,12 @@ cdef void i8_im2col_exec(const i8_col_t* c, const i8_run_t* r) noexcept nogil:
     if nt <= 1:
         i8_im2col_rows(c.x, c.nx, c.a_signed, c.zp, 0, c.rows, c.H, c.W, c.C, c.OH, c.OW, c.kh, c.kw,
                        c.sh, c.sw, c.dh, c.dw, c.ph, c.pw, r.pws, r.pitch, r.g.path,
-                       <int*>r.g.rowsum)
+                       r.g.sums)
         return
     for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
         i8_im2col_rows(c.x, c.nx, c.a_signed, c.zp, t * c.rows // nt, (t + 1) * c.rows // nt, c.H,
                        c.W, c.C, c.OH, c.OW, c.kh, c.kw, c.sh, c.sw, c.dh, c.dw, c.ph, c.pw,
-                       r.pws, r.pitch, r.g.path, <int*>r.g.rowsum)
+                       r.pws, r.pitch, r.g.path, r.g.sums)
 
 
 cdef class I8GemmCall:
