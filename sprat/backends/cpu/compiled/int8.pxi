@@ -1231,6 +1231,25 @@ cdef struct i8_gemm_t:
     const double* tfl_scale
 
 
+cdef struct i8_run_t:
+    # one ``i8_gemm`` call, checked: the GEMM, then how A is packed and the work split
+    i8_gemm_t g
+    int nt
+    bint a_signed, a_zp_rows, a_packed
+    const unsigned char* a
+    const int* a_zp
+    idx rows, K, pitch, items
+    unsigned char* pws
+
+
+cdef struct i8_col_t:
+    # the byte im2col that fills a conv's A operand before its ``i8_gemm``
+    const unsigned char* x
+    bint a_signed
+    int zp
+    idx nx, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw
+
+
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
                                 idx yrow, idx j0, idx rows, idx n, idx yo) noexcept nogil:
     """The epilogue of ``rows`` x ``n`` sums ``t`` (row pitch ``ldt``) of A's rows from
@@ -1269,11 +1288,14 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
             act_inplace(<float*>(g.y) + yo + (yrow + r) * g.N + j0, n, g.act, g.pa, g.pb)
 
 
-cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
+cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
+                   const i8_col_t* col) noexcept nogil:
     """Work items [lo, hi) of ``i8_gemm``: (batch, block of ``rb`` rows, block of ``cb``
     columns); in a block, each 16-column panel of B (in L1/L2) meets every group of I8_MR
     rows of A (the block's rows stay in L2), and each tile gets its epilogue at once. The
-    AMX path walks the item in blocks of 32 x 32 (four tiles)."""
+    AMX path walks the item in blocks of 32 x 32 (four tiles). ``fill`` (not NULL: one batch,
+    one block of columns, so each item has rows of its own): the item's rows of A are packed
+    first (``i8_pack_rows``, or the im2col ``col`` when not NULL), while in cache."""
     cdef idx nrb = (g.M + g.rb - 1) // g.rb
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
     cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, yo, a0
@@ -1297,6 +1319,13 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
         bb = g.b + g.offs[3 * bi + 1]
         yo = g.offs[3 * bi + 2]
         j0 = n0
+        if fill != NULL and col != NULL:
+            i8_im2col_rows(col.x, col.nx, col.a_signed, col.zp, m0, m1, col.H, col.W, col.C,
+                           col.OH, col.OW, col.kh, col.kw, col.sh, col.sw, col.dh, col.dw,
+                           col.ph, col.pw, fill.pws, fill.pitch, g.path, g.sums)
+        elif fill != NULL:
+            i8_pack_rows(fill.a, fill.a_signed, fill.a_zp, fill.a_zp_rows, m0, m1, fill.rows,
+                         fill.K, fill.pws, fill.pitch, g.path, g.sums)
         if g.path == I8_AMX:
             while j0 < n1:
                 nr = min(<idx>32, n1 - j0)
@@ -1444,31 +1473,36 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
         into.run = run
         return
     with nogil:
-        i8_gemm_exec(&run)
+        i8_gemm_exec(&run, NULL)
 
 
-cdef struct i8_run_t:
-    # one ``i8_gemm`` call, checked: the GEMM, then how A is packed and the work split
-    i8_gemm_t g
-    int nt
-    bint a_signed, a_zp_rows, a_packed
-    const unsigned char* a
-    const int* a_zp
-    idx rows, K, pitch, items
-    unsigned char* pws
-
-
-cdef void i8_gemm_exec(i8_run_t* r) noexcept nogil:
-    """Run a checked ``i8_gemm``: A packed (rows split over the slots when large), then the
-    work items over ``nt`` slots."""
+cdef void i8_gemm_exec(i8_run_t* r, const i8_col_t* col) noexcept nogil:
+    """Run a checked ``i8_gemm``: A packed (or its im2col ``col`` when not NULL; rows split
+    over the slots when large), then the work items over ``nt`` slots; where each item has
+    rows of its own (one batch, one block of columns), each item packs its rows itself.
+    NOTE: so a row block is packed just before its product reads it (from L1/L2, not
+    memory: a 112 x 112 stem writes 800 KB of A on AMX) and in the same parallel region
+    (a second one cost its fork and join)."""
     cdef const i8_gemm_t* gp = &r.g
     cdef int t, nt = r.nt
     cdef idx rows = r.rows, items = r.items
+    cdef bint fuse = (r.g.nbatch == 1 and r.g.N <= r.g.cb and (col != NULL or not r.a_packed)
+                      and r.g.path != I8_AMX
+                      and items > 0)
+    if fuse and nt <= 1:
+        i8_items(gp, 0, items, r, col)
+        return
+    if fuse:
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+            i8_items(gp, t * items // nt, (t + 1) * items // nt, r, col)
+        return
+    if col != NULL:
+        i8_im2col_exec(col, r)
     if nt <= 1:
         if not r.a_packed:
             i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, rows, r.K, r.pws,
                          r.pitch, r.g.path, r.g.sums)
-        i8_items(gp, 0, items)
+        i8_items(gp, 0, items, NULL, NULL)
         return
     # NOTE: the bytes the pack writes (rows of the padded pitch: a 1x1 conv of 16 channels
     # writes 64 per pixel on AMX), not those it reads
@@ -1481,15 +1515,7 @@ cdef void i8_gemm_exec(i8_run_t* r) noexcept nogil:
                          (t + 1) * rows // nt, rows, r.K, r.pws, r.pitch, r.g.path,
                          r.g.sums)
     for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
-        i8_items(gp, t * items // nt, (t + 1) * items // nt)
-
-
-cdef struct i8_col_t:
-    # the byte im2col that fills a conv's A operand before its ``i8_gemm``
-    const unsigned char* x
-    bint a_signed
-    int zp
-    idx nx, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw
+        i8_items(gp, t * items // nt, (t + 1) * items // nt, NULL, NULL)
 
 
 cdef void i8_im2col_exec(const i8_col_t* c, const i8_run_t* r) noexcept nogil:
@@ -1541,9 +1567,7 @@ cdef class I8GemmCall:
 
     def __call__(self):
         with nogil:
-            if self.has_col:
-                i8_im2col_exec(&self.col, &self.run)
-            i8_gemm_exec(&self.run)
+            i8_gemm_exec(&self.run, &self.col if self.has_col else NULL)
 
 
 # ---- DynamicQuantizeLinear ------------------------------------------------------------------
