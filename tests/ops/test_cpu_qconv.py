@@ -91,6 +91,30 @@ def test_qlinear_conv(n, h, w, c, m, k, attrs, xdt, wdt, conv_path):
     check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [k, k], **attrs}, consts, rtol=0)
 
 
+# the integer GEMM's A on small shapes (``i8_pack_rows`` / ``i8_im2col_rows``: 16 or 32 bytes
+# a step from the source, the last step masked, near the end of the input bytewise): K not a
+# multiple of 4, 16 or 64 (1x1 over C, or kh*kw*C), 1 to 200 rows, N not a multiple of 16;
+# the last two shapes large enough for two slots (each work item packing its own rows)
+FAMILY = [  # (n, h, w, c, m, k, attrs)
+    (1, 1, 1, 3, 5, 1, {}), (1, 1, 7, 13, 17, 1, {}), (1, 5, 9, 8, 33, 1, {}),
+    (1, 10, 20, 27, 40, 1, {}), (1, 3, 3, 70, 9, 1, {}), (1, 4, 50, 16, 96, 1, {}),
+    (1, 9, 9, 1, 20, 3, {"pads": [1, 1, 1, 1]}), (1, 10, 9, 3, 17, 3, {"strides": [2, 2],
+                                                                        "pads": [1, 1, 1, 1]}),
+    (1, 12, 7, 5, 6, 3, {"pads": [0, 1, 2, 1]}), (2, 6, 6, 2, 31, 5, {"pads": [2, 2, 2, 2]}),
+    (1, 14, 6, 1, 64, 4, {"strides": [2, 2], "pads": [1, 1, 2, 2]}),
+    (1, 7, 7, 24, 18, 3, {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    (1, 112, 112, 3, 32, 3, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (1, 64, 64, 16, 40, 1, {}),
+]
+
+
+@pytest.mark.parametrize("n,h,w,c,m,k,attrs", FAMILY)
+@pytest.mark.parametrize("xdt,wdt", [(_U8, _S8), (_S8, _S8), (_U8, _U8), (_S8, _U8)])
+def test_qlinear_conv_small_shapes_on_the_integer_gemm(n, h, w, c, m, k, attrs, xdt, wdt):
+    ins, consts = _qlinear_inputs(n, h, w, c, m, k, xdt=xdt, wdt=wdt, seed=c + m)
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [k, k], **attrs}, consts, rtol=0)
+
+
 def test_qlinear_conv_per_tensor_without_bias_and_one_d(conv_path):
     ins, consts = _qlinear_inputs(1, 1, 20, 8, 8, 3, per_channel=False, bias=False)
     check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},

@@ -48,10 +48,14 @@ BLOCK_COLS = 128  # columns per work item (8 panels), fewer when the items canno
 
 
 def _blocks(m: int, n: int, nt: int, amx: bool = False) -> tuple[int, int]:
-    """(rows, columns) of a work item: BLOCK_ROWS x BLOCK_COLS (AMX: AMX_BLOCK_ROWS rows, a
-    multiple of its 32-row blocks), the columns halved (down to one 16-column panel) until
-    there are at least two items per slot."""
-    rb, cb = max(1, min(m, BLOCK_ROWS)), BLOCK_COLS
+    """(rows, columns) of a work item: the rows in equal blocks of at most BLOCK_ROWS, whole
+    6-row micro-tiles (AMX: AMX_BLOCK_ROWS rows, a multiple of its 32-row blocks), BLOCK_COLS
+    columns halved (down to one 16-column panel) until there are at least two items per
+    slot. NOTE: equal row blocks: 49 rows were a 48-row and a 1-row block, and one slot did
+    all the work (MobileNetV2's 7 x 7 layers, vnni: no gain from a second slot)."""
+    nrb = max(1, -(-m // BLOCK_ROWS))
+    per = -(-m // nrb)  # NOTE: rows per block, then up to whole micro-tiles
+    rb, cb = max(6, -(-per // 6) * 6), BLOCK_COLS
     if amx:
         rb = AMX_BLOCK_ROWS
     while cb > 16 and -(-m // rb) * -(-n // cb) < 2 * nt:

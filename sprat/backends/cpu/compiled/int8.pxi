@@ -659,40 +659,199 @@ cdef extern from *:
                                 post != NULL ? post + j : NULL, pld);
     }
 
-    /* The raw paths' finish of one A row of K bytes (in a row of ``room`` >= K bytes): int8
-       bytes shifted to u8 (flip: XOR 0x80) in place, and the row's sum; bytes past K within
-       the last 32-byte step may be zeroed. NOTE: 32 bytes a step on AVX2 (vpsadbw sums), the
-       last step masked; the byte loops of the im2col cost most of a small-channel conv's time */
-    static int32_t sprat_i8_row_fix(unsigned char* o, Py_ssize_t K, Py_ssize_t room, int flip) {
+    /* The raw paths' copy of one A row: K bytes of src (int8 shifted to u8: flip XOR 0x80)
+       into o (a row of ``room`` >= K bytes), bytes K..4*ceil(K/4) zeroed; returns the row's
+       sum (0 unless ``want``). ``avail``: the bytes readable from src (to the end of A). NOTE: loads from the
+       source and sums in registers, 32 then 16 bytes a step, the last step masked (a copy
+       then a reread of the row stalled on store forwarding at every K not a multiple of 32:
+       4096 rows of K = 16 took 70 us where K = 32 took 39) */
+    static int32_t sprat_i8_copy_row(unsigned char* o, const unsigned char* src, Py_ssize_t K,
+                                     Py_ssize_t room, Py_ssize_t avail, int flip, int want) {
         Py_ssize_t k = 0;
         int64_t acc = 0;
+        const unsigned char fb = flip ? 0x80 : 0;
     #if defined(__AVX2__)
-        const __m256i f = _mm256_set1_epi8(flip ? (char)0x80 : 0), z = _mm256_setzero_si256();
+        const __m256i f = _mm256_set1_epi8((char)fb), z = _mm256_setzero_si256();
+        const __m128i f16 = _mm_set1_epi8((char)fb), z16 = _mm_setzero_si128();
+        const __m128i iota = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         __m256i s = z;
+        __m128i s16 = z16;
         for (; k + 32 <= K; k += 32) {
-            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(o + k)), f);
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(src + k)), f);
             _mm256_storeu_si256((__m256i*)(o + k), v);
-            s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
+            if (want)
+                s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
         }
-        if (k < K && k + 32 <= room) {
-            const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
-                14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
-            __m256i valid = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)(K - k)), iota);
-            __m256i v = _mm256_and_si256(
-                _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(o + k)), f), valid);
-            _mm256_storeu_si256((__m256i*)(o + k), v);
-            s = _mm256_add_epi64(s, _mm256_sad_epu8(v, z));
-            k = K;
+        while (k < K && k + 16 <= room && k + 16 <= avail) {
+            Py_ssize_t m = K - k < 16 ? K - k : 16;
+            __m128i valid = _mm_cmpgt_epi8(_mm_set1_epi8((char)m), iota);
+            __m128i v = _mm_and_si128(
+                _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src + k)), f16), valid);
+            _mm_storeu_si128((__m128i*)(o + k), v);
+            if (want)
+                s16 = _mm_add_epi64(s16, _mm_sad_epu8(v, z16));
+            k += m;
         }
         acc = _mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1)
-              + _mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3);
+              + _mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3)
+              + _mm_extract_epi64(s16, 0) + _mm_extract_epi64(s16, 1);
     #endif
-        if (flip)
-            for (Py_ssize_t i = k; i < K; i++)
-                o[i] ^= 0x80;
-        for (; k < K; k++)
-            acc += o[k];
+        for (; k < K; k++) {
+            unsigned char b = src[k] ^ fb;
+            o[k] = b;
+            acc += b;
+        }
+        for (Py_ssize_t i = K; i < 4 * ((K + 3) / 4); i++)
+            o[i] = 0;
         return (int32_t)acc;
+    }
+
+    /* Rows [r0, r1) of the byte im2col of an NHWC map x (N, H, W, C; nx bytes) for a (kh,
+       kw) kernel, strides, dilations, leading pads and an output of (N, OH, OW), into out
+       (rows of ``pitch`` bytes): row r (output pixel (n, oy, ox)) holds the taps (i, j) in
+       order, C values each. raw (vnni, amx): the bytes, int8 shifted to u8 (signed: XOR
+       0x80), a tap outside the map the zero point's byte, bytes K..4*ceil(K/4) zeroed, the
+       row's sum into rowsum[r] (rowsum NULL: not summed, B's zero point being 0); else (int16) ``x - zp`` as int16, 0 outside the map and in
+       the odd tail.
+       NOTE: 16 values a step (32 for long runs) from the source, a kernel row's taps in one
+       run where they lie in the map, the sum in registers, the pixel's position stepped
+       instead of divided: memcpy calls of 3-byte taps, a reread of the row (stalled on store
+       forwarding) and two divisions a row were a 3-channel stem's time. A step's values
+       past its run are overwritten by the next run, or lie past K (where the packed B is 0)
+       and are zeroed up to the quad. */
+    static void sprat_i8_im2col_range(unsigned char* out, Py_ssize_t pitch,
+                                      const unsigned char* x, Py_ssize_t nx, Py_ssize_t r0,
+                                      Py_ssize_t r1, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                                      Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh,
+                                      Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                                      Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t ph,
+                                      Py_ssize_t pw, int zp, int is_signed, int raw,
+                                      int32_t* rowsum) {
+        const unsigned char fb = is_signed && raw ? 0x80 : 0;
+        const unsigned char pad = (unsigned char)(zp & 0xFF) ^ fb;
+        const Py_ssize_t run = kw * C, K = kh * run;
+        const unsigned char* x_end = x + nx;
+        const int want = rowsum != NULL;
+        Py_ssize_t n = r0 / (OH * OW), rem = r0 - n * OH * OW;
+        Py_ssize_t oy = rem / OW, ox = rem - oy * OW;
+    #if defined(__AVX2__)
+        const __m128i f16 = _mm_set1_epi8((char)fb), z16 = _mm_setzero_si128();
+        const __m256i f32 = _mm256_set1_epi8((char)fb), z32 = _mm256_setzero_si256();
+        const __m128i iota = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m256i vzp = _mm256_set1_epi16((short)zp);
+    #endif
+        for (Py_ssize_t r = r0; r < r1; r++) {
+            unsigned char* o8 = out + r * pitch;
+            const unsigned char* o_end = o8 + pitch;
+            int16_t* o16 = (int16_t*)o8;
+            const Py_ssize_t ix0 = ox * sw - pw;
+            int64_t acc = 0;
+    #if defined(__AVX2__)
+            __m128i s16 = z16;
+            __m256i s32 = z32;
+    #define SPRAT_I8_COPY(k, src, len)                                                   \
+        {                                                                                \
+            Py_ssize_t k_ = (k);                                                         \
+            const unsigned char* s_ = (src);                                             \
+            Py_ssize_t l_ = (len);                                                       \
+            if (raw) {                                                                   \
+                for (; l_ >= 32 && s_ + 32 <= x_end; k_ += 32, s_ += 32, l_ -= 32) {    \
+                    __m256i v_ = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)s_), f32); \
+                    _mm256_storeu_si256((__m256i*)(o8 + k_), v_);                        \
+                    if (want)                                                            \
+                        s32 = _mm256_add_epi64(s32, _mm256_sad_epu8(v_, z32));           \
+                }                                                                        \
+                while (l_ > 0 && s_ + 16 <= x_end && o8 + k_ + 16 <= o_end) {           \
+                    Py_ssize_t m_ = l_ < 16 ? l_ : 16;                                   \
+                    __m128i v_ = _mm_xor_si128(_mm_loadu_si128((const __m128i*)s_), f16); \
+                    _mm_storeu_si128((__m128i*)(o8 + k_), v_);                           \
+                    if (want)                                                            \
+                        s16 = _mm_add_epi64(s16, _mm_sad_epu8(_mm_and_si128(v_,          \
+                                  _mm_cmpgt_epi8(_mm_set1_epi8((char)m_), iota)), z16)); \
+                    k_ += m_; s_ += m_; l_ -= m_;                                        \
+                }                                                                        \
+            } else {                                                                     \
+                while (l_ > 0 && s_ + 16 <= x_end && (unsigned char*)(o16 + k_ + 16) <= o_end) { \
+                    Py_ssize_t m_ = l_ < 16 ? l_ : 16;                                   \
+                    __m128i b_ = _mm_loadu_si128((const __m128i*)s_);                    \
+                    __m256i w_ = is_signed ? _mm256_cvtepi8_epi16(b_) : _mm256_cvtepu8_epi16(b_); \
+                    _mm256_storeu_si256((__m256i*)(o16 + k_), _mm256_sub_epi16(w_, vzp)); \
+                    k_ += m_; s_ += m_; l_ -= m_;                                        \
+                }                                                                        \
+            }                                                                            \
+            SPRAT_I8_COPY_TAIL                                                           \
+        }
+    #else
+    #define SPRAT_I8_COPY(k, src, len)                                                   \
+        {                                                                                \
+            Py_ssize_t k_ = (k);                                                         \
+            const unsigned char* s_ = (src);                                             \
+            Py_ssize_t l_ = (len);                                                       \
+            SPRAT_I8_COPY_TAIL                                                           \
+        }
+    #endif
+    #define SPRAT_I8_COPY_TAIL                                                           \
+            for (; l_ > 0; l_--, k_++, s_++) {                                           \
+                if (raw) {                                                               \
+                    unsigned char b_ = *s_ ^ fb;                                         \
+                    o8[k_] = b_;                                                         \
+                    acc += b_;                                                           \
+                } else {                                                                 \
+                    o16[k_] = (int16_t)((is_signed ? (int)(signed char)*s_ : (int)*s_) - zp); \
+                }                                                                        \
+            }
+    #define SPRAT_I8_PAD(k, len)                                                         \
+            if (raw) {                                                                   \
+                memset(o8 + (k), pad, (len));                                            \
+                acc += (int64_t)pad * (len);                                             \
+            } else {                                                                     \
+                memset(o16 + (k), 0, (len) * sizeof(int16_t));                           \
+            }
+            for (Py_ssize_t i = 0; i < kh; i++) {
+                const Py_ssize_t iy = oy * sh - ph + i * dh;
+                const Py_ssize_t k = i * run;
+                if (iy < 0 || iy >= H) {
+                    SPRAT_I8_PAD(k, run)
+                    continue;
+                }
+                const unsigned char* xrow = x + ((n * H + iy) * W) * C;
+                if (dw == 1 && ix0 >= 0 && ix0 + kw <= W) {
+                    SPRAT_I8_COPY(k, xrow + ix0 * C, run)
+                    continue;
+                }
+                for (Py_ssize_t j = 0; j < kw; j++) {
+                    const Py_ssize_t ix = ix0 + j * dw;
+                    if (ix < 0 || ix >= W) {
+                        SPRAT_I8_PAD(k + j * C, C)
+                    } else {
+                        SPRAT_I8_COPY(k + j * C, xrow + ix * C, C)
+                    }
+                }
+            }
+    #undef SPRAT_I8_COPY
+    #undef SPRAT_I8_COPY_TAIL
+    #undef SPRAT_I8_PAD
+            if (raw) {
+    #if defined(__AVX2__)
+                acc += _mm_extract_epi64(s16, 0) + _mm_extract_epi64(s16, 1)
+                       + _mm256_extract_epi64(s32, 0) + _mm256_extract_epi64(s32, 1)
+                       + _mm256_extract_epi64(s32, 2) + _mm256_extract_epi64(s32, 3);
+    #endif
+                for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
+                    o8[k] = 0;
+                if (want)
+                    rowsum[r] = (int32_t)acc;
+            } else if (K % 2) {
+                o16[K] = 0;
+            }
+            if (++ox == OW) {
+                ox = 0;
+                if (++oy == OH) {
+                    oy = 0;
+                    n++;
+                }
+            }
+        }
     }
 
     /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
@@ -810,7 +969,12 @@ cdef extern from *:
                                                   float hi, int q_signed, const float* post,
                                                   idx pld) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
-    int i8_row_fix "sprat_i8_row_fix" (unsigned char* o, idx K, idx room, int flip) noexcept nogil
+    int i8_copy_row "sprat_i8_copy_row" (unsigned char* o, const unsigned char* src, idx K,
+                                         idx room, idx avail, int flip, int want) noexcept nogil
+    void i8_im2col_range "sprat_i8_im2col_range" (
+        unsigned char* out, idx pitch, const unsigned char* x, idx nx, idx r0, idx r1, idx H,
+        idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
+        idx pw, int zp, int is_signed, int raw, int* rowsum) noexcept nogil
     int i8_dql_params "sprat_i8_dql_params" (float lo, float hi, float* scale) noexcept nogil
     void i8_quantize "sprat_i8_quantize" (const float* x, idx n, float scale, int zp,
                                           unsigned char* y, short* a16) noexcept nogil
@@ -957,28 +1121,27 @@ def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx 
 
 
 cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bint zp_rows,
-                       idx r0, idx r1, idx K, unsigned char* out, idx pitch, int path,
-                       int* rowsum) noexcept nogil:
-    """Rows [r0, r1) of A (K bytes each) into the A workspace (rows of ``pitch`` bytes): the
-    int16 path widens to ``a - zp`` (int16, the odd tail 0; ``zp_rows``: one zero point per
-    row, else ``zp[0]``), the vnni and amx paths copy u8 (int8 A shifted by +128), zero-pad
-    to a multiple of 4 and sum each row into ``rowsum`` (past that, AMX reads bytes that
-    meet B's zero quads)."""
-    cdef idx r, k, kend
+                       idx r0, idx r1, idx nrows, idx K, unsigned char* out, idx pitch,
+                       int path, int* rowsum) noexcept nogil:
+    """Rows [r0, r1) of A (``nrows`` rows of K bytes) into the A workspace (rows of ``pitch``
+    bytes): the int16 path widens to ``a - zp`` (int16, the odd tail 0; ``zp_rows``: one zero
+    point per row, else ``zp[0]``), the vnni and amx paths copy u8 (int8 A shifted by +128),
+    zero-pad to a multiple of 4 and sum each row into ``rowsum`` (``i8_copy_row``; past
+    that, AMX reads bytes that meet B's zero quads; ``rowsum`` NULL: no sums, where every
+    zero point of B is 0 and the epilogue does not read them)."""
+    cdef idx r, k
     cdef int z
     cdef short* o
-    cdef unsigned char* o8
     cdef const unsigned char* ar
     cdef const signed char* sr
     for r in range(r0, r1):
         ar = a + r * K
         if path != I8_INT16:
-            o8 = out + r * pitch
-            memcpy(o8, ar, K)
-            rowsum[r] = i8_row_fix(o8, K, pitch, a_signed)
-            kend = 4 * ((K + 3) // 4)
-            for k in range(K, kend):
-                o8[k] = 0
+            if rowsum != NULL:
+                rowsum[r] = i8_copy_row(out + r * pitch, ar, K, pitch, (nrows - r) * K,
+                                        a_signed, 1)
+            else:
+                i8_copy_row(out + r * pitch, ar, K, pitch, (nrows - r) * K, a_signed, 0)
             continue
         z = zp[r] if zp_rows else zp[0]
         o = <short*>(out + r * pitch)
@@ -993,116 +1156,17 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
             o[K] = 0
 
 
-cdef void _im2col_rows_raw(const unsigned char* x, bint a_signed, int padv, idx r0, idx r1,
-                           idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
-                           idx dh, idx dw, idx ph, idx pw, unsigned char* out, idx pitch,
-                           int* rowsum) noexcept nogil:
-    """``i8_im2col_rows`` for the raw (vnni, amx) paths: a kernel row whose taps all lie in
-    the map (no dilation along x) is one run of ``kw * C`` bytes, copied by one loop (NOTE: a
-    3-channel stem's taps were a ``memcpy`` call of 3 bytes each, and the im2col most of its
-    time); the row's sum is taken over the packed bytes at the end."""
-    cdef idx r, n, rem, oy, ox, i, j, iy, ix, ix0, c, K = kh * kw * C, k, run = kw * C
-    cdef int acc
-    cdef unsigned char flip = 0x80 if a_signed else 0
-    cdef unsigned char* o8
-    cdef unsigned char* d
-    cdef const unsigned char* src
-    for r in range(r0, r1):
-        n = r // (OH * OW)
-        rem = r - n * OH * OW
-        oy = rem // OW
-        ox = rem - oy * OW
-        o8 = out + r * pitch
-        ix0 = ox * sw - pw
-        for i in range(kh):
-            iy = oy * sh - ph + i * dh
-            d = o8 + i * run
-            if iy < 0 or iy >= H:
-                memset(d, padv, run)
-                continue
-            if dw == 1 and ix0 >= 0 and ix0 + kw <= W:
-                src = x + ((n * H + iy) * W + ix0) * C
-                for c in range(run):
-                    d[c] = src[c] ^ flip
-                continue
-            for j in range(kw):
-                ix = ix0 + j * dw
-                k = j * C
-                if ix < 0 or ix >= W:
-                    memset(d + k, padv, C)
-                    continue
-                src = x + ((n * H + iy) * W + ix) * C
-                for c in range(C):
-                    d[k + c] = src[c] ^ flip
-        acc = 0
-        for k in range(K):
-            acc = acc + o8[k]
-        for k in range(K, 4 * ((K + 3) // 4)):
-            o8[k] = 0
-        rowsum[r] = acc
-
-
-cdef void i8_im2col_rows(const unsigned char* x, bint a_signed, int zp, idx r0, idx r1, idx H,
-                         idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
-                         idx dw, idx ph, idx pw, unsigned char* out, idx pitch, int path,
+cdef void i8_im2col_rows(const unsigned char* x, idx nx, bint a_signed, int zp, idx r0, idx r1,
+                         idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
+                         idx dh, idx dw, idx ph, idx pw, unsigned char* out, idx pitch, int path,
                          int* rowsum) noexcept nogil:
-    """Rows [r0, r1) of the byte im2col of an NHWC map ``x`` (N, H, W, C), packed as
-    ``i8_pack_rows`` packs A: row ``r`` (output pixel ``(n, oy, ox)``) holds the taps
-    ``(i, j)`` in order, C channels each, a tap outside the map reading the zero point (so it
-    adds nothing)."""
-    cdef idx r, n, rem, oy, ox, i, j, iy, ix, ix0, c, K = kh * kw * C, k
-    cdef bint raw = path != I8_INT16
-    cdef unsigned char* o8
-    cdef short* o
-    cdef short* d16
-    cdef const unsigned char* src
-    cdef unsigned char zbyte = <unsigned char>(zp & 0xFF)
-    for r in range(r0, r1):
-        n = r // (OH * OW)
-        rem = r - n * OH * OW
-        oy = rem // OW
-        ox = rem - oy * OW
-        o8 = out + r * pitch
-        o = <short*>o8
-        ix0 = ox * sw - pw
-        for i in range(kh):
-            iy = oy * sh - ph + i * dh
-            k = i * kw * C
-            if raw:
-                # NOTE: the raw paths copy the input's bytes (the zero point's byte in the
-                # padding), a row of taps in one copy where it lies in the map, then shift
-                # int8 to u8 and sum the row at once (``i8_row_fix``)
-                if iy < 0 or iy >= H:
-                    memset(o8 + k, zbyte, kw * C)
-                elif dw == 1 and ix0 >= 0 and ix0 + kw <= W:
-                    memcpy(o8 + k, x + ((n * H + iy) * W + ix0) * C, kw * C)
-                else:
-                    for j in range(kw):
-                        ix = ix0 + j * dw
-                        if ix < 0 or ix >= W:
-                            memset(o8 + k + j * C, zbyte, C)
-                        else:
-                            memcpy(o8 + k + j * C, x + ((n * H + iy) * W + ix) * C, C)
-                continue
-            for j in range(kw):
-                ix = ix0 + j * dw
-                d16 = o + k + j * C
-                if iy < 0 or iy >= H or ix < 0 or ix >= W:
-                    memset(d16, 0, C * sizeof(short))
-                    continue
-                src = x + ((n * H + iy) * W + ix) * C
-                if a_signed:
-                    for c in range(C):
-                        d16[c] = <short>((<const signed char*>src)[c] - zp)
-                else:
-                    for c in range(C):
-                        d16[c] = <short>(src[c] - zp)
-        if raw:
-            rowsum[r] = i8_row_fix(o8, K, pitch, a_signed)
-            for k in range(K, 4 * ((K + 3) // 4)):
-                o8[k] = 0
-        elif K % 2:
-            o[K] = 0
+    """Rows [r0, r1) of the byte im2col of an NHWC map ``x`` (N, H, W, C; ``nx`` bytes),
+    packed as ``i8_pack_rows`` packs A: row ``r`` (output pixel ``(n, oy, ox)``) holds the
+    taps ``(i, j)`` in order, C channels each, a tap outside the map reading the zero point
+    (so it adds nothing). See ``sprat_i8_im2col_range``."""
+    if r1 > r0:
+        i8_im2col_range(out, pitch, x, nx, r0, r1, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
+                        pw, zp, a_signed, path != I8_INT16, rowsum)
 
 
 def i8_im2col(int nt, const unsigned char[::1] x, bint a_signed, int zp, idx N, idx H, idx W,
@@ -1131,11 +1195,11 @@ def i8_im2col(int nt, const unsigned char[::1] x, bint a_signed, int zp, idx N, 
     cdef idx pitch = a_ws.shape[1]
     if nt <= 1:
         with nogil:
-            i8_im2col_rows(px, a_signed, zp, 0, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
+            i8_im2col_rows(px, N * H * W * C, a_signed, zp, 0, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
                            ph, pw, po, pitch, path, prs)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        i8_im2col_rows(px, a_signed, zp, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW,
+        i8_im2col_rows(px, N * H * W * C, a_signed, zp, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW,
                        kh, kw, sh, sw, dh, dw, ph, pw, po, pitch, path, prs)
 
 
@@ -1160,9 +1224,30 @@ cdef struct i8_gemm_t:
     int q_signed
     int act
     float pa, pb
+    int* sums  # where the raw paths' A packing puts the row sums: rowsum, or NULL when B's
+    # zero points are all 0 (the epilogue multiplies the sums by them)
     const float* post
     const int* tfl_ms
     const double* tfl_scale
+
+
+cdef struct i8_run_t:
+    # one ``i8_gemm`` call, checked: the GEMM, then how A is packed and the work split
+    i8_gemm_t g
+    int nt
+    bint a_signed, a_zp_rows, a_packed
+    const unsigned char* a
+    const int* a_zp
+    idx rows, K, pitch, items
+    unsigned char* pws
+
+
+cdef struct i8_col_t:
+    # the byte im2col that fills a conv's A operand before its ``i8_gemm``
+    const unsigned char* x
+    bint a_signed
+    int zp
+    idx nx, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw
 
 
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
@@ -1203,11 +1288,14 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
             act_inplace(<float*>(g.y) + yo + (yrow + r) * g.N + j0, n, g.act, g.pa, g.pb)
 
 
-cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
+cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
+                   const i8_col_t* col) noexcept nogil:
     """Work items [lo, hi) of ``i8_gemm``: (batch, block of ``rb`` rows, block of ``cb``
     columns); in a block, each 16-column panel of B (in L1/L2) meets every group of I8_MR
     rows of A (the block's rows stay in L2), and each tile gets its epilogue at once. The
-    AMX path walks the item in blocks of 32 x 32 (four tiles)."""
+    AMX path walks the item in blocks of 32 x 32 (four tiles). ``fill`` (not NULL: one batch,
+    one block of columns, so each item has rows of its own): the item's rows of A are packed
+    first (``i8_pack_rows``, or the im2col ``col`` when not NULL), while in cache."""
     cdef idx nrb = (g.M + g.rb - 1) // g.rb
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
     cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, yo, a0
@@ -1231,6 +1319,13 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi) noexcept nogil:
         bb = g.b + g.offs[3 * bi + 1]
         yo = g.offs[3 * bi + 2]
         j0 = n0
+        if fill != NULL and col != NULL:
+            i8_im2col_rows(col.x, col.nx, col.a_signed, col.zp, m0, m1, col.H, col.W, col.C,
+                           col.OH, col.OW, col.kh, col.kw, col.sh, col.sw, col.dh, col.dw,
+                           col.ph, col.pw, fill.pws, fill.pitch, g.path, g.sums)
+        elif fill != NULL:
+            i8_pack_rows(fill.a, fill.a_signed, fill.a_zp, fill.a_zp_rows, m0, m1, fill.rows,
+                         fill.K, fill.pws, fill.pitch, g.path, g.sums)
         if g.path == I8_AMX:
             while j0 < n1:
                 nr = min(<idx>32, n1 - j0)
@@ -1359,6 +1454,14 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     # NOTE: the vnni and amx paths correct for A's zero point in the epilogue, shifted as the
     # data (int8 A is stored +128)
     g.za, g.za_step = &a_zp[0], 1 if a_zp_rows else 0
+    # NOTE: a symmetric weight (every zero point of B 0, after the shift: s8 B with zp 0)
+    # needs no row sums: summing them cost a fifth of a small-K conv's A packing
+    g.sums = NULL
+    if path != I8_INT16:
+        for i in range(N):
+            if bcol[i] != 0:
+                g.sums = &rowsum[0]
+                break
     g.za_add = 128 if a_signed and path != I8_INT16 else 0
     run.g = g
     run.nt, run.a_signed, run.a_zp_rows, run.a_packed = nt, a_signed, a_zp_rows, a_packed
@@ -1370,65 +1473,63 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
         into.run = run
         return
     with nogil:
-        i8_gemm_exec(&run)
+        i8_gemm_exec(&run, NULL)
 
 
-cdef struct i8_run_t:
-    # one ``i8_gemm`` call, checked: the GEMM, then how A is packed and the work split
-    i8_gemm_t g
-    int nt
-    bint a_signed, a_zp_rows, a_packed
-    const unsigned char* a
-    const int* a_zp
-    idx rows, K, pitch, items
-    unsigned char* pws
-
-
-cdef void i8_gemm_exec(i8_run_t* r) noexcept nogil:
-    """Run a checked ``i8_gemm``: A packed (rows split over the slots when large), then the
-    work items over ``nt`` slots."""
+cdef void i8_gemm_exec(i8_run_t* r, const i8_col_t* col) noexcept nogil:
+    """Run a checked ``i8_gemm``: A packed (or its im2col ``col`` when not NULL; rows split
+    over the slots when large), then the work items over ``nt`` slots; where each item has
+    rows of its own (one batch, one block of columns), each item packs its rows itself.
+    NOTE: so a row block is packed just before its product reads it (from L1/L2, not
+    memory: a 112 x 112 stem writes 800 KB of A on AMX) and in the same parallel region
+    (a second one cost its fork and join)."""
     cdef const i8_gemm_t* gp = &r.g
     cdef int t, nt = r.nt
     cdef idx rows = r.rows, items = r.items
+    cdef bint fuse = (r.g.nbatch == 1 and r.g.N <= r.g.cb and (col != NULL or not r.a_packed)
+                      and r.g.path != I8_AMX
+                      and items > 0)
+    if fuse and nt <= 1:
+        i8_items(gp, 0, items, r, col)
+        return
+    if fuse:
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+            i8_items(gp, t * items // nt, (t + 1) * items // nt, r, col)
+        return
+    if col != NULL:
+        i8_im2col_exec(col, r)
     if nt <= 1:
         if not r.a_packed:
-            i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, r.K, r.pws, r.pitch,
-                         r.g.path, <int*>r.g.rowsum)
-        i8_items(gp, 0, items)
+            i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, rows, r.K, r.pws,
+                         r.pitch, r.g.path, r.g.sums)
+        i8_items(gp, 0, items, NULL, NULL)
         return
     # NOTE: the bytes the pack writes (rows of the padded pitch: a 1x1 conv of 16 channels
     # writes 64 per pixel on AMX), not those it reads
     if not r.a_packed and rows * r.pitch < I8_PACK_PARALLEL:
-        i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, r.K, r.pws, r.pitch,
-                     r.g.path, <int*>r.g.rowsum)
+        i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, 0, rows, rows, r.K, r.pws,
+                     r.pitch, r.g.path, r.g.sums)
     elif not r.a_packed:
         for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
             i8_pack_rows(r.a, r.a_signed, r.a_zp, r.a_zp_rows, t * rows // nt,
-                         (t + 1) * rows // nt, r.K, r.pws, r.pitch, r.g.path, <int*>r.g.rowsum)
+                         (t + 1) * rows // nt, rows, r.K, r.pws, r.pitch, r.g.path,
+                         r.g.sums)
     for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
-        i8_items(gp, t * items // nt, (t + 1) * items // nt)
-
-
-cdef struct i8_col_t:
-    # the byte im2col that fills a conv's A operand before its ``i8_gemm``
-    const unsigned char* x
-    bint a_signed
-    int zp
-    idx rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw
+        i8_items(gp, t * items // nt, (t + 1) * items // nt, NULL, NULL)
 
 
 cdef void i8_im2col_exec(const i8_col_t* c, const i8_run_t* r) noexcept nogil:
     """``i8_im2col`` into the A workspace of the checked call ``r`` (rows over its slots)."""
     cdef int t, nt = r.nt
     if nt <= 1:
-        i8_im2col_rows(c.x, c.a_signed, c.zp, 0, c.rows, c.H, c.W, c.C, c.OH, c.OW, c.kh, c.kw,
+        i8_im2col_rows(c.x, c.nx, c.a_signed, c.zp, 0, c.rows, c.H, c.W, c.C, c.OH, c.OW, c.kh, c.kw,
                        c.sh, c.sw, c.dh, c.dw, c.ph, c.pw, r.pws, r.pitch, r.g.path,
-                       <int*>r.g.rowsum)
+                       r.g.sums)
         return
     for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
-        i8_im2col_rows(c.x, c.a_signed, c.zp, t * c.rows // nt, (t + 1) * c.rows // nt, c.H,
+        i8_im2col_rows(c.x, c.nx, c.a_signed, c.zp, t * c.rows // nt, (t + 1) * c.rows // nt, c.H,
                        c.W, c.C, c.OH, c.OW, c.kh, c.kw, c.sh, c.sw, c.dh, c.dw, c.ph, c.pw,
-                       r.pws, r.pitch, r.g.path, <int*>r.g.rowsum)
+                       r.pws, r.pitch, r.g.path, r.g.sums)
 
 
 cdef class I8GemmCall:
@@ -1459,15 +1560,14 @@ cdef class I8GemmCall:
             raise ValueError("I8GemmCall: the im2col does not fit the GEMM's packed A")
         self.col.x, self.col.a_signed, self.col.zp = &x[0], a_signed, zp
         self.col.rows, self.col.H, self.col.W, self.col.C = N * OH * OW, H, W, C
+        self.col.nx = N * H * W * C
         self.col.OH, self.col.OW, self.col.kh, self.col.kw = OH, OW, kh, kw
         self.col.sh, self.col.sw, self.col.dh, self.col.dw = sh, sw, dh, dw
         self.col.ph, self.col.pw = ph, pw
 
     def __call__(self):
         with nogil:
-            if self.has_col:
-                i8_im2col_exec(&self.col, &self.run)
-            i8_gemm_exec(&self.run)
+            i8_gemm_exec(&self.run, &self.col if self.has_col else NULL)
 
 
 # ---- DynamicQuantizeLinear ------------------------------------------------------------------
