@@ -28,7 +28,6 @@ import numpy as np
 from ..ir.graph import MISSING, Graph
 from .util import DEAD, drop_dead, single_consumer
 
-
 #: the convs a Pad folds into: op type -> input index of the zero point their padding reads
 #: (None: zeros)
 CONVS = {"Conv": None, "ConvInteger": 2, "QLinearConv": 2, "TflConv": 2}

@@ -352,8 +352,9 @@ class TflConvKernel(QConvKernel):
     bias constant int32 of 1 or M values -> y int8/uint8 (N, OH, OW, M). A depthwise conv of
     depth multiplier 1 on ``ck.tfl_depthwise`` (AVX2: every tap through vpmaddwd from a
     per-row buffer of (x - xz) pairs, 4 output pixels per weight load, requantised in
-    registers; its ``workspaces``: the ring of those buffers per slot); the others: the quantized conv's exact sums (``qconv.py``: the same paths as
-    ConvInteger) requantised in its epilogue."""
+    registers; its ``workspaces``: the ring of those buffers per slot); the others: the
+    quantized conv's exact sums (``qconv.py``: the same paths as ConvInteger) requantised in
+    its epilogue."""
 
     plan_of = staticmethod(_tfl_conv_plan)
 
