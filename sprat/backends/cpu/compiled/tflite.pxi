@@ -894,6 +894,20 @@ cdef inline void _tfl_dw_exec(const tfl_dw_t* a, idx r0, idx r1, short* buf) noe
                         a.lo, a.hi, a.y, r0, r1, buf)
 
 
+cdef _tfl_dw_run(const tfl_dw_t* a):
+    """A bound depthwise call: its output rows split over its slots."""
+    cdef int t, nt = a.nt
+    cdef idx rows = a.rows
+    if rows == 0:
+        return
+    if nt <= 1:
+        with nogil:
+            _tfl_dw_exec(a, 0, rows, a.buf)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _tfl_dw_exec(a, t * rows // nt, (t + 1) * rows // nt, a.buf + t * a.pitch)
+
+
 cdef class TflDepthwiseCall:
     """One ``tfl_depthwise`` call with its arguments checked and bound once:
     ``TflDepthwiseCall(args)`` (``tfl_depthwise``'s argument tuple, kept alive here), then
@@ -906,17 +920,7 @@ cdef class TflDepthwiseCall:
         tfl_depthwise(*args, into=self)
 
     def __call__(self):
-        cdef const tfl_dw_t* a = &self.a
-        cdef int t, nt = a.nt
-        cdef idx rows = a.rows
-        if rows == 0:
-            return
-        if nt <= 1:
-            with nogil:
-                _tfl_dw_exec(a, 0, rows, a.buf)
-            return
-        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            _tfl_dw_exec(a, t * rows // nt, (t + 1) * rows // nt, a.buf + t * a.pitch)
+        _tfl_dw_run(&self.a)
 
 
 cdef struct tfl_bin_t:
@@ -932,6 +936,21 @@ cdef struct tfl_bin_t:
     int nt
 
 
+cdef _tfl_bin_run(const tfl_bin_t* a):
+    """A bound elementwise call: its outputs split over its slots."""
+    cdef int t, nt = a.nt
+    cdef idx n = a.n
+    if n == 0:
+        return
+    if nt <= 1:
+        with nogil:
+            sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, 0, n, a.p)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, t * n // nt,
+                         (t + 1) * n // nt, a.p)
+
+
 cdef class TflBinaryCall:
     """One ``tfl_binary`` call with its arguments checked and bound once:
     ``TflBinaryCall(args)`` (``tfl_binary``'s argument tuple, kept alive here), then ``call()``
@@ -944,18 +963,7 @@ cdef class TflBinaryCall:
         tfl_binary(*args, into=self)
 
     def __call__(self):
-        cdef const tfl_bin_t* a = &self.a
-        cdef int t, nt = a.nt
-        cdef idx n = a.n
-        if n == 0:
-            return
-        if nt <= 1:
-            with nogil:
-                sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, 0, n, a.p)
-            return
-        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            sprat_tfl_binary(a.op, a.a, a.sa, a.b, a.sb, a.kind, a.y, t * n // nt,
-                             (t + 1) * n // nt, a.p)
+        _tfl_bin_run(&self.a)
 
 
 def tfl_depthwise_scratch(idx C, idx OW, int kh, int kw, int sw, int dh, int dw):
@@ -995,23 +1003,14 @@ def tfl_depthwise(int nt, const unsigned char[::1] x, bint is_signed, int xz,
         if into is not None:
             into.a.rows = 0
         return
-    cdef idx rows = N * OH
-    cdef int t
+    cdef tfl_dw_t bound = tfl_dw_t(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh,
+                                   kw, sh, sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0],
+                                   ozp, lo, hi, &y[0], N * OH, max(nt, 1), &buf[0, 0],
+                                   buf.shape[1])
     if into is not None:
-        into.a = tfl_dw_t(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw, sh, sw,
-                          dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
-                          rows, max(nt, 1), &buf[0, 0], buf.shape[1])
+        into.a = bound
         return
-    if nt <= 1:
-        with nogil:
-            sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw,
-                                sh, sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo,
-                                hi, &y[0], 0, rows, &buf[0, 0])
-        return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        sprat_tfl_depthwise(&x[0], is_signed, xz, &w[0], &wq[0], H, W, C, OH, OW, kh, kw, sh,
-                            sw, dh, dw, ph, pw, &bias[0], &mult[0], &shift[0], ozp, lo, hi,
-                            &y[0], t * rows // nt, (t + 1) * rows // nt, &buf[t, 0])
+    _tfl_dw_run(&bound)
 
 
 def tfl_binary(int nt, int op, const unsigned char[::1] a, idx sa, const unsigned char[::1] b,
@@ -1026,21 +1025,16 @@ def tfl_binary(int nt, int op, const unsigned char[::1] a, idx sa, const unsigne
     if y.shape[0] < n or params.shape[0] < 12 or (n > 0 and (
             a.shape[0] < (n - 1) * sa + 1 or b.shape[0] < (n - 1) * sb + 1)):
         raise ValueError("tfl_binary: operands too short")
-    if into is not None:
-        into.a.n = 0
-        if n > 0:
-            into.a = tfl_bin_t(op, &a[0], sa, &b[0], sb, kind, &y[0], n, &params[0], max(nt, 1))
-        return
     if n == 0:
+        if into is not None:
+            into.a.n = 0
         return
-    cdef int t
-    if nt <= 1:
-        with nogil:
-            sprat_tfl_binary(op, &a[0], sa, &b[0], sb, kind, &y[0], 0, n, &params[0])
+    cdef tfl_bin_t bound = tfl_bin_t(op, &a[0], sa, &b[0], sb, kind, &y[0], n, &params[0],
+                                     max(nt, 1))
+    if into is not None:
+        into.a = bound
         return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        sprat_tfl_binary(op, &a[0], sa, &b[0], sb, kind, &y[0], t * n // nt, (t + 1) * n // nt,
-                         &params[0])
+    _tfl_bin_run(&bound)
 
 
 def tfl_softmax(int nt, const unsigned char[::1] x, int kind, unsigned char[::1] y, idx rows,
