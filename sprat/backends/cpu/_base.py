@@ -14,6 +14,15 @@ from ..base import Kernel, PackCache, WorkspaceSpec
 # within noise).
 PARALLEL_MIN_ELEMENTS = 1 << 17
 PARALLEL_MIN_MACS = 1 << 18
+# NOTE: an 8-bit (de)quantising elementwise op costs more per value than a float copy (a
+# conversion, scale, rounding and clamp: QuantizeLinear ~0.2 ns, QLinearAdd ~0.3 ns, against
+# ~0.1 for a float add), so its second slot pays at fewer values. Measured one op at 1 and 2
+# slots over 4K-200K values (bench-style medians): QuantizeLinear 1.17x at 16K, 1.44x at 32K;
+# QLinearAdd 1.30x at 16K, 1.74x at 75K; DequantizeLinear 0.80x at 16K, 1.07x at 32K, 1.33x
+# at 62K. Below these counts one slot: PARALLEL_MIN_QUANT for the ops that round,
+# PARALLEL_MIN_DEQUANT for DequantizeLinear.
+PARALLEL_MIN_QUANT = 1 << 14
+PARALLEL_MIN_DEQUANT = 1 << 15
 
 
 class CpuKernel(Kernel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel
+from ._base import PARALLEL_MIN_DEQUANT, PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_QUANT, CpuKernel
 from .compiled import kernels as ck
 
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
@@ -54,8 +54,9 @@ class QuantizeKernel(CpuKernel):
         self.scale = float(np.float32(_scalar(s)))
         self.zp = 0.0 if z is None else float(_scalar(z))
         self.n = int(np.prod(x.shape))
-        self.nt = self.threads if self.n >= PARALLEL_MIN_ELEMENTS else 1
         self.quantize = self.node.op_type == "QuantizeLinear"
+        least = PARALLEL_MIN_QUANT if self.quantize else PARALLEL_MIN_DEQUANT
+        self.nt = self.threads if self.n >= least else 1
         dt = outs[0].dtype if self.quantize else x.dtype
         self.signed = dt == np.int8
 
@@ -130,7 +131,7 @@ class QLinearBinaryKernel(CpuKernel):
 
         self.params = (f(za), f(sa), f(zb), f(sb), f(sc), f(zc))
         self.n = int(np.prod(a.shape))
-        self.nt = self.threads if self.n >= PARALLEL_MIN_ELEMENTS else 1
+        self.nt = self.threads if self.n >= PARALLEL_MIN_QUANT else 1
         self.signed = a.dtype == np.int8
         self.mul = self.node.op_type == "QLinearMul"
 
