@@ -178,8 +178,13 @@ def lookup_stage(table: np.ndarray, m: int, lo: float, hi: float, in_dtype, out_
     got = _post_eval(post[0][:, None], post[1][:, None], post[2][:, None], post[3][:, None],
                      q.astype(np.float32)[None, :])
     bad = np.flatnonzero(~(np.isfinite(post).all(axis=0) & (got == tv).all(axis=1)))
-    # NOTE: the identity onto the index: q - min(in) + min(out) lies in out's range
-    post[:, bad] = np.array([[1.0], [omin - imin], [omin], [omax]], np.float32)
+    # NOTE: the identity onto the index: q - min(in) + min(out) lies in out's range. Its
+    # clamp, as every channel's, is to the map's values at lo and hi, where a monotonic map
+    # (a * q + b, rounded) has its least and greatest value over [lo, hi]: the AVX2 epilogues
+    # skip the first requantisation's clamp of q to [lo, hi] (sprat_i8_finish_q8), so a q
+    # beyond [lo, hi] must give what lo or hi gives
+    post[:, bad] = np.array([[1.0], [omin - imin], [lo - imin + omin], [hi - imin + omin]],
+                            np.float32)
     tables = np.ascontiguousarray(t[bad]).view(np.uint8).reshape(-1)
     return np.ascontiguousarray(post.reshape(-1)), bad.astype(np.int32), tables
 

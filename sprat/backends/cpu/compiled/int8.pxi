@@ -473,12 +473,12 @@ cdef extern from *:
                 }
                 __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
                 __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
-                f0 = _mm256_min_ps(_mm256_max_ps(f0, flo), fhi);
-                f1 = _mm256_min_ps(_mm256_max_ps(f1, flo), fhi);
                 __m256i i0, i1;
                 if (post != NULL) {
-                    /* q = rint(f) + zp (exact small integers), then clamp(rint(q * a + b),
-                       lo2, hi2) */
+                    /* q = rint(f) + zp (exact integers), then clamp(rint(q * a + b), lo2,
+                       hi2). NOTE: without q's clamp to [lo, hi]: the second map is monotonic
+                       in q and lo2, hi2 are its values at lo and hi (``qconv.lookup_stage``),
+                       so a q past them gives the same bytes */
                     f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
                     f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
                     f0 = _mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0);
@@ -486,6 +486,8 @@ cdef extern from *:
                     i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, pl0), ph0));
                     i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, pl1), ph1));
                 } else {
+                    f0 = _mm256_min_ps(_mm256_max_ps(f0, flo), fhi);
+                    f1 = _mm256_min_ps(_mm256_max_ps(f1, flo), fhi);
                     i0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), izp);
                     i1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), izp);
                 }
@@ -549,13 +551,14 @@ cdef extern from *:
                 if (zb_any)
                     v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(rs[r]), z));
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), sv);
-                f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
                 __m512i i;
                 if (post != NULL) {
+                    /* NOTE: without q's clamp, as sprat_i8_finish_q8 */
                     f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
                     f = _mm512_add_ps(_mm512_mul_ps(f, pa), pb);
                     i = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(f, pl), ph));
                 } else {
+                    f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
                     i = _mm512_add_epi32(_mm512_cvtps_epi32(f), izp);
                 }
                 /* NOTE: within the type's range: the low byte is the u8 / s8 value */
