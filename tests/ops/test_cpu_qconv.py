@@ -222,6 +222,23 @@ def test_qlinear_conv_fused_lookup(n, h, w, c, m, k, group, attrs, table, xdt, y
                                    "group": group, **attrs}, consts, rtol=0)
 
 
+@pytest.mark.parametrize("group", [1, 24])
+def test_qlinear_conv_fused_lookup_rounds_ties_to_even(group, conv_path):
+    """Sums whose requantised value lies on a half (scale 1/2, small sums, some out of the
+    output range): the epilogue's rounding before the second requantisation (by the magic
+    number on AVX2) is half to even, as the reference's rint."""
+    rng = np.random.default_rng(7)
+    k = 1 if group == 1 else 3
+    x = (120 + rng.integers(-3, 4, (2, 9, 11, 24))).astype(_U8)
+    w = rng.integers(-1, 2, (24, 24 // group, k, k)).astype(_S8)
+    ins = [x, np.float32(0.5), np.asarray(_U8(120)), w, np.ones(24, np.float32),
+           np.zeros(24, _S8), np.float32(1.0), np.asarray(_U8(10)),
+           rng.integers(-3, 4, 24).astype(np.int32), _lookup_inputs("bn", 24, _U8, _U8, 2)]
+    attrs = {**fused(), "_lookup": True, "kernel_shape": [k, k], "group": group,
+             "pads": [k // 2] * 4}
+    check_cpu("QLinearConv", [np.asarray(a) for a in ins], attrs, tuple(range(1, 10)), rtol=0)
+
+
 def test_qlinear_conv_fused_lookup_after_clip_and_without_bias(conv_path):
     """The fused Clip narrows the values the table is read at; no bias: the table after an
     absent input."""

@@ -51,6 +51,8 @@ cdef extern from *:
     #endif
 
     #define SPRAT_I8_MR 6
+    /* 1.5 * 2^23: x + M - M is rint(x) (half to even) for |x| < 2^22 */
+    #define SPRAT_I8_MAGIC 12582912.0f
     #define SPRAT_I8_NR 16
 
     /* c[r*16 + j] = sum_p a[r*lda + 2p] * b[p*32 + 2j] + a[r*lda + 2p + 1] * b[p*32 + 2j + 1]
@@ -430,6 +432,9 @@ cdef extern from *:
         const __m256 fz = _mm256_set1_ps(zp);
         const __m256i izp = _mm256_set1_epi32((int32_t)zp);
         const __m256i zero = _mm256_setzero_si256();
+        const __m256 magic = _mm256_set1_ps(SPRAT_I8_MAGIC);
+        const __m256 magic_z = _mm256_set1_ps(SPRAT_I8_MAGIC - zp);
+        const int has_o = ib != NULL || ct != NULL;
         int zb_any = 0;
         if (ct != NULL)
             for (Py_ssize_t k = 0; k < n; k++)
@@ -464,8 +469,12 @@ cdef extern from *:
                 ph1 = _mm256_loadu_ps(post + 3 * pld + j + 8);
             }
             for (Py_ssize_t r = 0; r < rows; r++) {
-                __m256i v0 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(t + r * ldt + j)), o0);
-                __m256i v1 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(t + r * ldt + j + 8)), o1);
+                __m256i v0 = _mm256_loadu_si256((const __m256i*)(t + r * ldt + j));
+                __m256i v1 = _mm256_loadu_si256((const __m256i*)(t + r * ldt + j + 8));
+                if (has_o) {
+                    v0 = _mm256_add_epi32(v0, o0);
+                    v1 = _mm256_add_epi32(v1, o1);
+                }
                 if (zb_any) {
                     __m256i vrs = _mm256_set1_epi32(rs[r]);
                     v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(vrs, z0));
@@ -478,9 +487,12 @@ cdef extern from *:
                     /* q = rint(f) + zp (exact integers), then clamp(rint(q * a + b), lo2,
                        hi2). NOTE: without q's clamp to [lo, hi]: the second map is monotonic
                        in q and lo2, hi2 are its values at lo and hi (``qconv.lookup_stage``),
-                       so a q past them gives the same bytes */
-                    f0 = _mm256_add_ps(_mm256_round_ps(f0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
-                    f1 = _mm256_add_ps(_mm256_round_ps(f1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
+                       so a q past them gives the same bytes. rint(f) + zp as (f + M) - (M - zp),
+                       M = 1.5 * 2^23 (SPRAT_I8_MAGIC): f + M rounds to an integer (half to
+                       even, M even) for |f| < 2^22, where the result is exact; beyond, where
+                       q saturates, it is still monotonic in f (one add less than vroundps) */
+                    f0 = _mm256_sub_ps(_mm256_add_ps(f0, magic), magic_z);
+                    f1 = _mm256_sub_ps(_mm256_add_ps(f1, magic), magic_z);
                     f0 = _mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0);
                     f1 = _mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1);
                     i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, pl0), ph0));
@@ -524,6 +536,9 @@ cdef extern from *:
         const __m512 fz = _mm512_set1_ps(zp);
         const __m512i izp = _mm512_set1_epi32((int32_t)zp);
         const __m512i zero = _mm512_setzero_si512();
+        const __m512 magic = _mm512_set1_ps(SPRAT_I8_MAGIC);
+        const __m512 magic_z = _mm512_set1_ps(SPRAT_I8_MAGIC - zp);
+        const int has_o = ib != NULL || ct != NULL;
         int zb_any = 0;
         if (ct != NULL)
             for (Py_ssize_t k = 0; k < n; k++)
@@ -547,14 +562,17 @@ cdef extern from *:
                 ph = _mm512_loadu_ps(post + 3 * pld + j);
             }
             for (Py_ssize_t r = 0; r < rows; r++) {
-                __m512i v = _mm512_add_epi32(_mm512_loadu_si512((const void*)(t + r * ldt + j)), o);
+                __m512i v = _mm512_loadu_si512((const void*)(t + r * ldt + j));
+                if (has_o)
+                    v = _mm512_add_epi32(v, o);
                 if (zb_any)
                     v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(rs[r]), z));
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), sv);
                 __m512i i;
                 if (post != NULL) {
-                    /* NOTE: without q's clamp, as sprat_i8_finish_q8 */
-                    f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), fz);
+                    /* NOTE: without q's clamp, and rint(f) + zp by the magic number, as
+                       sprat_i8_finish_q8 */
+                    f = _mm512_sub_ps(_mm512_add_ps(f, magic), magic_z);
                     f = _mm512_add_ps(_mm512_mul_ps(f, pa), pb);
                     i = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(f, pl), ph));
                 } else {
