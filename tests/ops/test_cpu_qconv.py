@@ -289,9 +289,6 @@ DW_CASES = [  # (h, w, c, k, attrs): the direct depthwise kernel's blocks and ed
     (12, 12, 16, 5, {"pads": [4, 3, 2, 4], "dilations": [2, 1]}),  # a ring of 9 rows
     (6, 30, 8, 7, {"strides": [1, 3], "pads": [3, 3, 3, 3]}),
     (1, 1, 960, 3, {"pads": [1, 1, 1, 1]}),  # one pixel: every tap but the centre outside
-    # few rows, many channels: 2 slots split the channels (96 + 104; 64 + 67 with 3 scalar)
-    (9, 9, 200, 3, {"pads": [1, 1, 1, 1]}),
-    (14, 14, 131, 5, {"strides": [2, 2], "pads": [2, 2, 2, 2]}),
 ]
 
 
@@ -302,8 +299,6 @@ def test_qlinear_conv_depthwise_direct(h, w, c, k, attrs, xdt):
     ins, consts = _qlinear_inputs(2, h, w, c, c, k, group=c, xdt=xdt, seed=c + k)
     full = {**fused(), "kernel_shape": [k, k], "group": c, **attrs}
     assert _kernel("QLinearConv", ins, full, consts).direct_dw
-    two = _kernel("QLinearConv", ins, full, consts, threads=2)
-    assert two.dw_by_channels == (two.nt == 2 and c >= 128 and 2 * h < 32)
     check_cpu("QLinearConv", ins, full, consts, rtol=0)
     check_cpu("ConvInteger", [ins[0], ins[3], ins[2]], full, (1, 2), rtol=0)
 

@@ -60,16 +60,6 @@ from .conv import ConvKernel
 EXACT_LIMIT = 1 << 24
 #: floats of one fused 1x1 block (widened input and sums): 256 KiB, half this machine's L2
 FUSED_BLOCK_FLOATS = 1 << 16
-# NOTE: a direct depthwise conv on several slots splits its channels (groups of 8) instead of
-# its output rows below DW_CHANNEL_SPLIT_ROWS rows when every slot gets DW_CHANNEL_SPLIT_MIN
-# channels: no input row widened twice, no slot a row short (7 rows: 3 + 4). Measured on 20
-# shapes (3x3 and 5x5, strides 1 and 2, 7x7..112x112, 24..960 channels; ``qconv_depthwise``
-# at 1 and 2 slots, the two splits' results equal): the channels' speed-up was higher on every
-# map of 7..28 rows with >= 192 channels (28x28x192 1.55 -> 1.64x, 14x14x576 1.67 -> 1.97x,
-# 7x7x960 1.38 -> 1.82x, 7x7x672 5x5 1.25 -> 1.59x), the rows' on every map of 56 rows and
-# more (112x112x96 s2 1.86 against 1.51x) and at 28x28x120 5x5 (1.64 against 1.50x).
-DW_CHANNEL_SPLIT_ROWS = 32
-DW_CHANNEL_SPLIT_MIN = 64
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 #: one-group convs run on the exact integer GEMM (``SPRAT_QCONV=float`` keeps the float32 path:
 #: the comparison in tests/ops/test_cpu_qconv.py)
@@ -368,9 +358,6 @@ class QConvKernel(CpuKernel):
             self.direct_dw = sizes is not None
         if self.direct_dw:
             self.nt = k.nt
-            n, _, _, c, _, oh = k.geom[:6]
-            self.dw_by_channels = (self.nt > 1 and n * oh < DW_CHANNEL_SPLIT_ROWS
-                                   and c >= DW_CHANNEL_SPLIT_MIN * self.nt)
             self.workspaces = (scratch(self.nt, sizes[0]), scratch(self.nt, sizes[1], np.int32))
             return
         if self.fused:
@@ -481,7 +468,7 @@ class QConvKernel(CpuKernel):
             return self._fixed([(ck.qconv_depthwise, (
                 self.nt, xb, self.signed, self.xz, k.w, n, h, w, c, oh, ow, kh, kw, sh, sw, dh,
                 dw, ph, pw, self.bias, self.mult, self.yz, self.lo, self.hi, self.kind, y8, y32,
-                bufs[0], bufs[1], self.post, self.dw_by_channels))], y)
+                bufs[0], bufs[1], self.post))], y)
         xf, acc, iscratch = bufs[0], bufs[1], bufs[2]
         if self.fused:
             return self._fixed([(ck.qconv_pointwise, (

@@ -102,28 +102,28 @@ cdef extern from *:
         }
     }
 
-    /* sprat_q_out over rows x M sums (t, row pitch M) into y (row pitch ldy bytes): 16 channels
+    /* sprat_q_out over rows x M sums (t, row pitch M) into y (row pitch M bytes): 16 channels
        at a time across the rows (sprat_i8_finish_q8: the per-channel terms loaded once per 16
        channels of a depthwise conv's output row and kept in registers; the same operations,
        so the same bits); the channels past a multiple of 16 row by row. */
     static void sprat_q_out_rows(const int32_t* t, Py_ssize_t rows, Py_ssize_t M,
                                  const float* mult, float zp, float lo, float hi,
                                  const float* post, Py_ssize_t pld, int is_signed,
-                                 unsigned char* y, Py_ssize_t ldy) {
+                                 unsigned char* y) {
         Py_ssize_t m = 0;
     #if defined(__AVX2__)
         /* NOTE: the integer GEMM's requantising epilogue (int8.pxi) without zero-point terms */
         if (M >= 16)
             m = sprat_i8_wide
-                ? sprat_i8_finish_q8_512(t, M, rows, M, NULL, 0, NULL, NULL, y, ldy, mult, 1,
-                                         NULL, zp, lo, hi, post, pld)
-                : sprat_i8_finish_q8(t, M, rows, M, NULL, 0, NULL, NULL, y, ldy, mult, 1, NULL,
-                                     zp, lo, hi, is_signed, post, pld);
+                ? sprat_i8_finish_q8_512(t, M, rows, M, NULL, 0, NULL, NULL, y, M, mult, 1, NULL,
+                                         zp, lo, hi, post, pld)
+                : sprat_i8_finish_q8(t, M, rows, M, NULL, 0, NULL, NULL, y, M, mult, 1, NULL, zp,
+                                     lo, hi, is_signed, post, pld);
     #endif
         if (m < M)
             for (Py_ssize_t r = 0; r < rows; r++)
                 sprat_q_out(t + r * M + m, M - m, mult + m, zp, lo, hi,
-                            post != NULL ? post + m : NULL, pld, is_signed, y + r * ldy + m);
+                            post != NULL ? post + m : NULL, pld, is_signed, y + r * M + m);
     }
     #pragma GCC pop_options
     """
@@ -131,7 +131,7 @@ cdef extern from *:
                      const float* post, idx pld, int is_signed, unsigned char* y) nogil
     void sprat_q_out_rows(const int* t, idx rows, idx M, const float* mult, float zp, float lo,
                           float hi, const float* post, idx pld, int is_signed,
-                          unsigned char* y, idx ldy) nogil
+                          unsigned char* y) nogil
 
 
 cdef void _qrequant_rows(const float* acc, idx lda, int S, idx p0, idx p1, idx M,
@@ -493,22 +493,14 @@ cdef extern from *:
     #include <immintrin.h>
     #endif
     /* buf (Wp * C floats) = [pl zero pixels, x[0:W] - xz, pr zero pixels]: one input row of a
-       depthwise conv (C channels of each pixel, pixels xc bytes apart) widened once for the kh
-       output rows that read it; the zero pixels are the padding (x's zero point minus itself),
-       so the taps need no bounds. */
-    static void sprat_qdw_widen(const unsigned char* x, Py_ssize_t xc, int is_signed, float xz,
-                                Py_ssize_t W, Py_ssize_t C, Py_ssize_t pl, Py_ssize_t pr,
-                                float* buf) {
+       depthwise conv widened once for the kh output rows that read it; the zero pixels are the
+       padding (x's zero point minus itself), so the taps need no bounds. */
+    static void sprat_qdw_widen(const unsigned char* x, int is_signed, float xz, Py_ssize_t W,
+                                Py_ssize_t C, Py_ssize_t pl, Py_ssize_t pr, float* buf) {
         Py_ssize_t n = W * C, i = 0;
         float* o = buf + pl * C;
         memset(buf, 0, pl * C * sizeof(float));
         memset(o + n, 0, pr * C * sizeof(float));
-        if (xc != C) {
-            /* NOTE: a slot's share of the channels (``_qdw_slot``'s channel split) */
-            for (Py_ssize_t p = 0; p < W; p++)
-                sprat_qdw_widen(x + p * xc, C, is_signed, xz, 1, C, 0, 0, o + p * C);
-            return;
-        }
     #if defined(__AVX2__) && defined(__FMA__)
         __m256 vz = _mm256_set1_ps(xz);
         for (; i + 8 <= n; i += 8) {
@@ -530,8 +522,8 @@ cdef extern from *:
        former kernel loaded and stored its float row for each tap); 4 x 16 is 8 of AVX2's 16 */
     static inline __attribute__((always_inline)) void sprat_qdw_block(
             const float* const* rows, int kh, int kw, Py_ssize_t C, Py_ssize_t sw,
-            Py_ssize_t dw, const float* w, Py_ssize_t wc, const int* bias, Py_ssize_t ow0,
-            Py_ssize_t c, const int np, const int nv, int* t) {
+            Py_ssize_t dw, const float* w, const int* bias, Py_ssize_t ow0, Py_ssize_t c,
+            const int np, const int nv, int* t) {
         __m256 acc[4][2];
         for (int p = 0; p < np; p++)
             for (int v = 0; v < nv; v++)
@@ -541,7 +533,7 @@ cdef extern from *:
             const float* r = rows[i] + ow0 * sw * C + c;
             for (int j = 0; j < kw; j++) {
                 const float* q = r + j * dw * C;
-                const float* wt = w + (i * kw + j) * wc + c;
+                const float* wt = w + (i * kw + j) * C + c;
                 for (int v = 0; v < nv; v++) {
                     __m256 wv = _mm256_loadu_ps(wt + 8 * v);
                     for (int p = 0; p < np; p++)
@@ -565,8 +557,8 @@ cdef extern from *:
     __attribute__((target("avx512f")))
     static inline __attribute__((always_inline)) void sprat_qdw_block_512(
             const float* const* rows, int kh, int kw, Py_ssize_t C, Py_ssize_t sw,
-            Py_ssize_t dw, const float* w, Py_ssize_t wc, const int* bias, Py_ssize_t ow0,
-            Py_ssize_t c, const int np, const int nv, int* t) {
+            Py_ssize_t dw, const float* w, const int* bias, Py_ssize_t ow0, Py_ssize_t c,
+            const int np, const int nv, int* t) {
         __m512 acc[4][2];
         for (int p = 0; p < np; p++)
             for (int v = 0; v < nv; v++)
@@ -576,7 +568,7 @@ cdef extern from *:
             const float* r = rows[i] + ow0 * sw * C + c;
             for (int j = 0; j < kw; j++) {
                 const float* q = r + j * dw * C;
-                const float* wt = w + (i * kw + j) * wc + c;
+                const float* wt = w + (i * kw + j) * C + c;
                 for (int v = 0; v < nv; v++) {
                     __m512 wv = _mm512_loadu_ps(wt + 16 * v);
                     for (int p = 0; p < np; p++)
@@ -597,53 +589,51 @@ cdef extern from *:
     __attribute__((target("avx512f")))
     static Py_ssize_t sprat_qdw_row_512(const float* const* rows, int kh, int kw,
                                         Py_ssize_t OW, Py_ssize_t C, Py_ssize_t sw,
-                                        Py_ssize_t dw, const float* w, Py_ssize_t wc,
-                                        const int* bias, int* t) {
+                                        Py_ssize_t dw, const float* w, const int* bias, int* t) {
         Py_ssize_t ow = 0;
         for (; ow + 4 <= OW; ow += 4) {
             Py_ssize_t c = 0;
             for (; c + 32 <= C; c += 32)
-                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 4, 2, t);
+                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, bias, ow, c, 4, 2, t);
             for (; c + 16 <= C; c += 16)
-                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 4, 1, t);
+                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, bias, ow, c, 4, 1, t);
         }
         for (; ow < OW; ow++) {
             Py_ssize_t c = 0;
             for (; c + 32 <= C; c += 32)
-                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 1, 2, t);
+                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, bias, ow, c, 1, 2, t);
             for (; c + 16 <= C; c += 16)
-                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 1, 1, t);
+                sprat_qdw_block_512(rows, kh, kw, C, sw, dw, w, bias, ow, c, 1, 1, t);
         }
         return C - C % 16;
     }
     #endif
 
     /* One output row of a depthwise conv: t[ow * C + c] (int32) = bias[c] + the exact sum over
-       the kh x kw taps (rows[i] NULL: tap row i outside the map) for ow < OW; the weight of
-       tap (i, j) and channel c at w[(i * kw + j) * wc + c]. */
+       the kh x kw taps (rows[i] NULL: tap row i outside the map) for ow < OW. */
     static void sprat_qdw_row(const float* const* rows, int kh, int kw, Py_ssize_t OW,
                               Py_ssize_t C, Py_ssize_t sw, Py_ssize_t dw, const float* w,
-                              Py_ssize_t wc, const int* bias, int* t) {
+                              const int* bias, int* t) {
         Py_ssize_t ow = 0, c0 = 0;
     #if defined(__AVX2__) && defined(__FMA__)
         Py_ssize_t cw = 0;
     #if defined(__GNUC__)
         if (sprat_i8_wide)
-            cw = sprat_qdw_row_512(rows, kh, kw, OW, C, sw, dw, w, wc, bias, t);
+            cw = sprat_qdw_row_512(rows, kh, kw, OW, C, sw, dw, w, bias, t);
     #endif
         for (; ow + 4 <= OW; ow += 4) {
             Py_ssize_t c = cw;
             for (; c + 16 <= C; c += 16)
-                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 4, 2, t);
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 4, 2, t);
             for (; c + 8 <= C; c += 8)
-                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 4, 1, t);
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 4, 1, t);
         }
         for (; ow < OW; ow++) {
             Py_ssize_t c = cw;
             for (; c + 16 <= C; c += 16)
-                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 1, 2, t);
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 1, 2, t);
             for (; c + 8 <= C; c += 8)
-                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, wc, bias, ow, c, 1, 1, t);
+                sprat_qdw_block(rows, kh, kw, C, sw, dw, w, bias, ow, c, 1, 1, t);
         }
         c0 = C - C % 8;
     #endif
@@ -656,42 +646,39 @@ cdef extern from *:
                     if (rows[i] == NULL) continue;
                     const float* r = rows[i] + ow * sw * C + c;
                     for (int j = 0; j < kw; j++)
-                        a += r[j * dw * C] * w[(i * kw + j) * wc + c];
+                        a += r[j * dw * C] * w[(i * kw + j) * C + c];
                 }
                 t[ow * C + c] = bias[c] + (int)a;
             }
     }
     """
-    void sprat_qdw_widen(const unsigned char* x, idx xc, int is_signed, float xz, idx W, idx C,
-                         idx pl, idx pr, float* buf) nogil
+    void sprat_qdw_widen(const unsigned char* x, int is_signed, float xz, idx W, idx C, idx pl,
+                         idx pr, float* buf) nogil
     void sprat_qdw_row(const float* const* rows, int kh, int kw, idx OW, idx C, idx sw, idx dw,
-                       const float* w, idx wc, const int* bias, int* t) nogil
+                       const float* w, const int* bias, int* t) nogil
 
 
 cdef enum:
     QDW_MAX_TAPS = 64  # kernel rows a direct depthwise conv holds (span (kh-1)*dh + 1)
 
 
-cdef void _qdw_slot(idx r0, idx r1, idx c0, idx c1, const unsigned char* x, bint signed_,
-                    float xz, const float* w, idx N, idx H, idx W, idx C, idx OH, idx OW,
-                    idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
-                    const int* bias, const float* mult, float zp, float lo, float hi, int kind,
+cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
+                    const float* w, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
+                    idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, const int* bias,
+                    const float* mult, float zp, float lo, float hi, int kind,
                     unsigned char* y8, int* y32, float* fbuf, int* ibuf,
                     const float* post) noexcept nogil:
-    """Output rows [r0, r1) (of all N * OH), channels [c0, c1), of ``qconv_depthwise``."""
-    cdef idx cn = c1 - c0
+    cdef idx nr = N * OH
     cdef idx span = (kh - 1) * dh + 1
     cdef idx pr = max(<idx>0, (OW - 1) * sw + (kw - 1) * dw - pw - (W - 1))
-    cdef idx wp = (pw + W + pr) * cn
+    cdef idx wp = (pw + W + pr) * C
     cdef idx r, n, oh, i, ih, slot, ow, o
-    cdef int* tags = ibuf + OW * cn
+    cdef int* tags = ibuf + OW * C
     cdef const float* rows[QDW_MAX_TAPS]
     cdef int* tout = ibuf
-    if cn <= 0:
-        return
     for i in range(span):
         tags[i] = -1
-    for r in range(r0, r1):
+    for r in range(t * nr // nt, (t + 1) * nr // nt):
         n = r // OH
         oh = r - n * OH
         for i in range(kh):
@@ -702,18 +689,16 @@ cdef void _qdw_slot(idx r0, idx r1, idx c0, idx c1, const unsigned char* x, bint
             # NOTE: a ring of the last ``span`` input rows, each widened once per slot
             slot = ih % span
             if tags[slot] != n * H + ih:
-                sprat_qdw_widen(x + (n * H + ih) * W * C + c0, C, signed_, xz, W, cn, pw, pr,
+                sprat_qdw_widen(x + (n * H + ih) * W * C, signed_, xz, W, C, pw, pr,
                                 fbuf + slot * wp)
                 tags[slot] = <int>(n * H + ih)
             rows[i] = fbuf + slot * wp
-        sprat_qdw_row(rows, <int>kh, <int>kw, OW, cn, sw, dw, w + c0, C, bias + c0, tout)
-        o = r * OW * C + c0
+        sprat_qdw_row(rows, <int>kh, <int>kw, OW, C, sw, dw, w, bias, tout)
+        o = r * OW * C
         if kind == 2:
-            for ow in range(OW):
-                memcpy(y32 + o + ow * C, tout + ow * cn, cn * sizeof(int))
+            memcpy(y32 + o, tout, OW * C * sizeof(int))
             continue
-        sprat_q_out_rows(tout, OW, cn, mult + c0, zp, lo, hi,
-                         post + c0 if post != NULL else NULL, C, kind == 1, y8 + o, C)
+        sprat_q_out_rows(tout, OW, C, mult, zp, lo, hi, post, C, kind == 1, y8 + o)
 
 
 def qdw_workspace(idx W, idx C, idx OW, idx kh, idx kw, idx sw, idx dh, idx dw, idx pw):
@@ -731,16 +716,15 @@ def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
                     idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
                     const int[::1] bias, const float[::1] mult, float zp, float lo, float hi,
                     int kind, unsigned char[::1] y8, int[::1] y32, float[:, ::1] fbuf,
-                    int[:, ::1] ibuf, const float[::1] post, bint by_channels=False):
+                    int[:, ::1] ibuf, const float[::1] post):
     """A depthwise (group == C == M) quantized conv of ``x`` (N, H, W, C) (bytes of uint8/int8
     NHWC) into ``y`` (N, OH, OW, C), directly: each input row widened once to float32 ``x -
     xz`` (zero pixels for the padding), then per output row the taps summed in registers, 4
     pixels x 16 channels at a time (exact: the caller checks the 2^24 bound), ``w`` (kh, kw,
     C) the integer weights minus their zero points; then the epilogue of ``qconv_requant``
-    (``post`` as there). Output rows split over ``nt`` slots, or with ``by_channels`` the
-    channels (in groups of 8); workspaces (nt, ...) of the sizes ``qdw_workspace`` gives:
-    ``fbuf`` floats, ``ibuf`` ints. Raises ValueError on short operands or a kernel taller
-    than the kernel holds."""
+    (``post`` as there). Output rows split over ``nt`` slots; workspaces (nt, ...) of the sizes
+    ``qdw_workspace`` gives: ``fbuf`` floats, ``ibuf`` ints. Raises ValueError on short
+    operands or a kernel taller than the kernel holds."""
     sizes = qdw_workspace(W, C, OW, kh, kw, sw, dh, dw, pw)
     if sizes is None:
         raise ValueError("qconv_depthwise: the kernel's rows span more than it holds")
@@ -761,26 +745,14 @@ def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
     cdef int* p32 = &y32[0] if kind == 2 else NULL
     cdef const float* pp = &post[0] if post.shape[0] else NULL
     cdef int t
-    cdef idx nr = N * OH
-    cdef idx g = (C + 7) // 8
     if nt <= 1:
         with nogil:
-            _qdw_slot(0, nr, 0, C, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh,
-                      dw, ph, pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[0, 0], &ibuf[0, 0],
-                      pp)
-        return
-    if by_channels:
-        # NOTE: each slot all the rows of its share of the channels (groups of 8): no input
-        # row widened twice, and no slot short of a row (7 rows split 3 + 4)
-        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            _qdw_slot(0, nr, t * g // nt * 8, min(C, (t + 1) * g // nt * 8), px, signed_, xz,
-                      pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, pb, pm, zp, lo,
-                      hi, kind, p8, p32, &fbuf[t, 0], &ibuf[t, 0], pp)
+            _qdw_slot(0, 1, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
+                      pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[0, 0], &ibuf[0, 0], pp)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _qdw_slot(t * nr // nt, (t + 1) * nr // nt, 0, C, px, signed_, xz, pw_, N, H, W, C, OH,
-                  OW, kh, kw, sh, sw, dh, dw, ph, pw, pb, pm, zp, lo, hi, kind, p8, p32,
-                  &fbuf[t, 0], &ibuf[t, 0], pp)
+        _qdw_slot(t, nt, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
+                  pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[t, 0], &ibuf[t, 0], pp)
 
 
 # ---- A fused lookup's channels that no second requantisation reproduces ----------------------
