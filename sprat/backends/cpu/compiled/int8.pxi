@@ -837,6 +837,24 @@ cdef extern from *:
                 }
                 const unsigned char* xrow = x + ((n * H + iy) * W) * C;
                 if (dw == 1 && ix0 >= 0 && ix0 + kw <= W) {
+    #if defined(__AVX2__)
+                    /* NOTE: a kernel row of <= 64 bytes inside the map, no sums: whole 32-byte
+                       steps, the bytes past the run overwritten by the next kernel row or, past
+                       K, never read as products (the packed B is 0 there; K..4*ceil(K/4) are
+                       zeroed below). The general copy's steps and tails cost ~50 cycles a row:
+                       most of a small conv's time (a 32x32 map of 16 or 3 channels) */
+                    const unsigned char* s_ = xrow + ix0 * C;
+                    const Py_ssize_t steps = (run + 31) / 32;
+                    if (raw && !want && run <= 64 && k + 32 * steps <= pitch
+                            && s_ + 32 * steps <= x_end) {
+                        _mm256_storeu_si256((__m256i*)(o8 + k), _mm256_xor_si256(
+                            _mm256_loadu_si256((const __m256i*)s_), f32));
+                        if (steps > 1)
+                            _mm256_storeu_si256((__m256i*)(o8 + k + 32), _mm256_xor_si256(
+                                _mm256_loadu_si256((const __m256i*)(s_ + 32)), f32));
+                        continue;
+                    }
+    #endif
                     SPRAT_I8_COPY(k, xrow + ix0 * C, run)
                     continue;
                 }
@@ -854,9 +872,10 @@ cdef extern from *:
     #undef SPRAT_I8_PAD
             if (raw) {
     #if defined(__AVX2__)
-                acc += _mm_extract_epi64(s16, 0) + _mm_extract_epi64(s16, 1)
-                       + _mm256_extract_epi64(s32, 0) + _mm256_extract_epi64(s32, 1)
-                       + _mm256_extract_epi64(s32, 2) + _mm256_extract_epi64(s32, 3);
+                if (want)
+                    acc += _mm_extract_epi64(s16, 0) + _mm_extract_epi64(s16, 1)
+                           + _mm256_extract_epi64(s32, 0) + _mm256_extract_epi64(s32, 1)
+                           + _mm256_extract_epi64(s32, 2) + _mm256_extract_epi64(s32, 3);
     #endif
                 for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
                     o8[k] = 0;
