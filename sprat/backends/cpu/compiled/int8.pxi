@@ -1299,22 +1299,22 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
     cdef int* ti
     if g.kind == I8_OUT_TFL or g.kind == I8_OUT_TFL_RESCALE:
         # NOTE: TFLite's epilogues (``tflite.pxi``): the sums corrected for the zero points in
-        # place (the int32 epilogue into the tile itself), then requantised row by row
+        # place (the int32 epilogue into the tile itself), then requantised (a block of rows
+        # per 8 columns) or rescaled row by row
         ti = <int*>t
         i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL,
                         g.za + row * g.za_step, g.za_step, g.za_add,
                         g.rowsum + row if raw else NULL, g.bcol + j0 if raw else NULL,
                         I8_OUT_I32, <unsigned char*>ti, ldt * 4, g.scale, 0, NULL, NULL, 0.0,
                         0.0, 0.0, 0.0, 0, NULL, 0)
+        if g.kind == I8_OUT_TFL:
+            sprat_tfl_requant_block(ti, ldt, rows, n, g.tfl_ms + j0, g.tfl_ms + g.N + j0,
+                                    g.ibias + j0 if g.ibias != NULL else NULL, <int>g.zp,
+                                    <int>g.lo, <int>g.hi, g.y + yo + yrow * g.N + j0, g.N)
+            return
         for r in range(rows):
-            if g.kind == I8_OUT_TFL:
-                sprat_tfl_requant_row(ti + r * ldt, n, g.tfl_ms + j0, g.tfl_ms + g.N + j0,
-                                      g.ibias + j0 if g.ibias != NULL else NULL, <int>g.zp,
-                                      <int>g.lo, <int>g.hi, g.y + yo + (yrow + r) * g.N + j0)
-            else:
-                sprat_tfl_rescale(ti + r * ldt, g.y + yo + (yrow + r) * g.N + j0, 0, 1, n,
-                                  g.tfl_scale + j0, g.ibias + j0, <int>g.zp, <int>g.lo,
-                                  <int>g.hi)
+            sprat_tfl_rescale(ti + r * ldt, g.y + yo + (yrow + r) * g.N + j0, 0, 1, n,
+                              g.tfl_scale + j0, g.ibias + j0, <int>g.zp, <int>g.lo, <int>g.hi)
         return
     i8_finish_block(t, ldt, rows, n, g.bcol + g.N + j0 if raw else NULL, g.za + row * g.za_step,
                     g.za_step, g.za_add, g.rowsum + row if raw else NULL,
