@@ -1295,8 +1295,22 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
     """The epilogue of ``rows`` x ``n`` sums ``t`` (row pitch ``ldt``) of A's rows from
     ``row`` (among all rows), columns j0.., into Y's rows from ``yrow`` of the batch at ``yo``."""
     cdef bint raw = g.path != I8_INT16
-    cdef idx r
+    cdef idx r, j
     cdef int* ti
+    cdef int za
+    cdef int off[32]
+    if g.kind == I8_OUT_TFL and n <= 32 and (not raw or (g.sums == NULL and g.za_step == 0)):
+        # NOTE: no term per row (B's zero points all 0, one A zero point; or the int16 path's
+        # operands already shifted): the column terms folded into the bias, one pass
+        za = g.za[0] + g.za_add
+        for j in range(n):
+            off[j] = <int>((<unsigned int>g.ibias[j0 + j] if g.ibias != NULL else 0u)
+                           + (<unsigned int>za * <unsigned int>g.bcol[g.N + j0 + j]
+                              if raw else 0u))
+        sprat_tfl_requant_block(t, ldt, rows, n, g.tfl_ms + j0, g.tfl_ms + g.N + j0, off,
+                                <int>g.zp, <int>g.lo, <int>g.hi, g.y + yo + yrow * g.N + j0,
+                                g.N)
+        return
     if g.kind == I8_OUT_TFL or g.kind == I8_OUT_TFL_RESCALE:
         # NOTE: TFLite's epilogues (``tflite.pxi``): the sums corrected for the zero points in
         # place (the int32 epilogue into the tile itself), then requantised (a block of rows
