@@ -58,17 +58,29 @@ def _entered(state, before, after, observed):
 
 
 def run_plain(state: RunState, env: dict | None = None) -> None:
-    """Every prepared step (but views with nothing to do, ``RunState.hot``), then the dynamic
-    tail if the plan has one. ``env``: the arrays of the graph inputs by value index (default:
+    """Every prepared step (but views with nothing to do, ``RunState.hot``; from the second run
+    their calls, ``RunState.flat``), then the dynamic tail if the plan has one. ``env``: the arrays of the graph inputs by value index (default:
     the state's own input arrays)."""
     i = 0
-    try:
-        for i, (run, ins, outs, ws) in enumerate(state.hot):
-            run(ins, outs, ws)
-    except SpratError:
-        raise
-    except Exception as e:
-        raise _error(state.plan.steps[state.hot_index[i]].info, e) from e
+    flat = state.flat
+    if flat is not None and not state.outputs_bound:
+        try:
+            for i, (fn, args) in enumerate(flat):
+                fn(*args)
+        except SpratError:
+            raise
+        except Exception as e:
+            raise _error(state.plan.steps[state.flat_index[i]].info, e) from e
+    else:
+        try:
+            for i, (run, ins, outs, ws) in enumerate(state.hot):
+                run(ins, outs, ws)
+        except SpratError:
+            raise
+        except Exception as e:
+            raise _error(state.plan.steps[state.hot_index[i]].info, e) from e
+        if flat is None and not state.flat_off and not state.outputs_bound:
+            state.make_flat()
     if state.plan.dynamic is not None:
         for step in tail_steps(state, env):
             _run_step(*step)

@@ -94,6 +94,35 @@ def test_outputs_written_in_place_without_copy(interp, model):
     assert not np.shares_memory(out2["y"], y)
 
 
+def test_later_runs_replay_the_kernels_bound_calls(interp, model):
+    """From its second run the plain loop calls what each kernel's run called
+    (``RunState.flat``) instead of the kernels' runs: other feeds of the same shape, a run with
+    an output array bound (which takes the kernels' runs) and the runs after it all equal
+    onnxruntime; a call that raises is a KernelError naming its node."""
+    sess = interp.create_session()
+    rng = np.random.default_rng(5)
+    y = np.empty((1, 8), np.float32)
+    for k in range(5):
+        feeds = {**_feeds(), "x": rng.standard_normal((1, 3, 9, 7)).astype(np.float32)}
+        out = sess.run(feeds, outputs={"y": y} if k == 2 else None)
+        want = _want(model, feeds)
+        np.testing.assert_allclose(out["y"], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out["z"], want[1])
+        assert (out["y"] is y) == (k == 2)
+    state = sess._state
+    runs = {id(run) for run, *_ in state.hot}
+    assert state.flat is not None and len(state.flat_index) == len(state.flat)
+    assert any(id(fn) not in runs for fn, _ in state.flat)  # bound calls, not runs
+
+    def boom(*args):
+        raise ValueError("boom")
+
+    state.flat[0] = (boom, ())
+    with pytest.raises(sprat.KernelError, match="boom") as e:
+        sess.run(_feeds())
+    assert state.plan.steps[state.flat_index[0]].info.name in str(e.value)
+
+
 def test_outputs_copied_when_layout_or_dtype_differ(interp, model):
     sess = interp.create_session()
     want = _want(model, _feeds())[0]

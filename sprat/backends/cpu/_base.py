@@ -70,6 +70,20 @@ class CpuKernel(Kernel):
             b = ws.memo = (ids, arrays, make())
         return b[2]
 
+    #: what ``run`` is, for the run state's flat list of calls (``RunState.make_flat``):
+    #: ``"call"``, one ``bound_call``; ``"calls"``, the calls of one ``binding`` run in order;
+    #: None (default), anything else (run is called as it is). Only a run that does nothing
+    #: but those calls may say so: the flat list replays them without calling ``run``.
+    flat_run = None
+
+    def flat_calls(self, ws) -> list | None:
+        """The ``(fn, args)`` calls ``run`` made last with workspace ``ws`` (``flat_run``), or
+        None when ``run`` must be called itself."""
+        memo = ws.memo
+        if self.flat_run is None or memo is None:
+            return None
+        return [memo[2]] if self.flat_run == "call" else list(memo[2])
+
     def bound_call(self, ws, arrays: tuple, make) -> None:
         """Run ``fn(*args)`` with ``(fn, args) = make()``, the argument tuple built once per
         ``binding`` of ``arrays``, not per call."""

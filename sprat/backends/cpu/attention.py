@@ -66,6 +66,8 @@ def query_block(pairs: int, Sq: int, Skv: int, nt: int) -> int:
 class AttentionKernel(CpuKernel):
     """Attention-23, 3-D form; see the module docstring."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         a = node.attrs

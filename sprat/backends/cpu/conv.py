@@ -305,6 +305,8 @@ def _split_inputs(node, ins):
 class ConvKernel(CpuKernel):
     """NHWC Conv; see the module docstring for the algorithms."""
 
+    flat_run = "call"
+
     #: the packed 1x1 weight of ``ck.gemm_packed`` when that path runs (``PACKED_POINTWISE``);
     #: ``qconv`` turns the path off: its fused 1x1 pass reads ``w`` in the BLAS layout
     panels = None

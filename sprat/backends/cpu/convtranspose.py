@@ -32,6 +32,8 @@ def _geometry(node, x_shape, w_shape):
 class ConvTransposeKernel(CpuKernel):
     """NHWC ConvTranspose with kernel == stride (non-overlapping upsampling)."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         a = node.attrs

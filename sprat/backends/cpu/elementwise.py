@@ -113,11 +113,14 @@ class BinaryKernel(_Epilogue):
         if self.node.op_type == "Pow":
             expo = float(ins[1].value.reshape(-1)[0])
             self.unary = ck.POW2 if expo == 2.0 else ck.SQRT
+            self.flat_run = "call"
             return
         self.unary = None
         self.bind_constants(ins, (0, 1))
         self.op = BINARY[self.node.op_type]
         self.plan = collapse(out, ins[0].shape, ins[1].shape)
+        # NOTE: without a plan, run calls a NumPy ufunc before its bound call
+        self.flat_run = "call" if self.plan is not None else None
         size = int(np.prod(out))
         self.nt = self.threads if size >= PARALLEL_MIN else 1
         if self.plan is not None:
@@ -157,6 +160,8 @@ def _unary_call(kernel, op, x, y, pa, pb, r):
 
 class UnaryKernel(_Epilogue):
     """Unary float32 activations and math (see module docstring); Clip needs constant bounds."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:

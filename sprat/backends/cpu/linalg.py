@@ -184,6 +184,7 @@ def _fused_ok(node, out_shape, ins) -> bool:
 
 
 class _Gemmish(CpuKernel):
+    flat_run = "call"
     panels = None  # the packed weight of ``ck.gemm_packed`` / ``ck.gemv_packed``
     gemv = False  # whether ``ck.gemv_packed`` runs (at most GEMV_ROWS rows)
 

@@ -38,6 +38,8 @@ def _split_axis(shape, axis):
 class SoftmaxKernel(CpuKernel):
     """Softmax-13 / LogSoftmax-13 of float32 along one axis."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         x = ins[0]
@@ -86,6 +88,9 @@ class LayerNormKernel(CpuKernel):
         self.zeros = np.zeros(self.D, np.float32)
         self.full_scale = ins[1].size == self.D
         self.full_bias = self.has_bias and ins[2].size == self.D
+        # NOTE: a one-value Scale or B is spread by run before its bound call
+        self.flat_run = "call" if self.full_scale and (self.full_bias or not self.has_bias) \
+            else None
         self.bind_constants(ins, (1, 2))
 
     def run(self, ins, outs, ws):
@@ -107,6 +112,8 @@ class LayerNormKernel(CpuKernel):
 
 class BatchNormKernel(CpuKernel):
     """BatchNormalization-15 inference with constant scale/B/mean/var, NCHW or NHWC."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:

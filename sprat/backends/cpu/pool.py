@@ -20,6 +20,8 @@ from .compiled import kernels as ck
 class PoolKernel(CpuKernel):
     """MaxPool (one output) and AveragePool over NHWC float32, with a fused activation."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         x = ins[0]

@@ -282,6 +282,8 @@ class QConvKernel(CpuKernel):
     output channel, B constant int32 (M)); output uint8/int8 (QLinearConv, y_zero_point's
     type) or int32 (ConvInteger)."""
 
+    flat_run = "calls"
+
     #: the node's plan (``_plan``; ``tflite.TflConvKernel`` adds TFLite's requantisation)
     plan_of = staticmethod(_plan)
 

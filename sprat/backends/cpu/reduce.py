@@ -62,6 +62,8 @@ def _axes(node, ins):
 class ReduceKernel(CpuKernel):
     """Float32 Reduce{Sum,Mean,Max,Min} and Global{Average,Max}Pool over one block of axes."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         x = ins[0]

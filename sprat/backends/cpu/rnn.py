@@ -179,6 +179,8 @@ class LSTMKernel(CpuKernel):
     """ONNX LSTM: X [seq, batch, input], W [dirs, 4H, input], R [dirs, 4H, H], B [dirs, 8H];
     outputs Y [seq, dirs, batch, H], Y_h and Y_c [dirs, batch, H]."""
 
+    flat_run = "call"
+
     #: the recurrence's SIMD path, as ``ck.lstm`` takes it (tests force the lower ones)
     path = 2
 
@@ -253,6 +255,8 @@ class LSTMKernel(CpuKernel):
 class GRUKernel(CpuKernel):
     """ONNX GRU: X [seq, batch, input], W [dirs, 3H, input], R [dirs, 3H, H], B [dirs, 6H],
     initial_h [dirs, batch, H]; outputs Y [seq, dirs, batch, H] and Y_h [dirs, batch, H]."""
+
+    flat_run = "call"
 
     #: the recurrence's SIMD path, as ``ck.gru`` takes it (tests force the lower ones)
     path = 2

@@ -31,6 +31,8 @@ def _plain(node) -> bool:
 class ConcatKernel(CpuKernel):
     """Concat of inputs of one dtype along ``axis``."""
 
+    flat_run = "call"
+
     empty_ok = True
 
     @classmethod
@@ -151,6 +153,8 @@ class TransposeKernel(CpuKernel):
             total = n * -(-a // sa) * -(-b // sb)
             nt = self.threads if n * a * b * i >= PARALLEL_MIN_ELEMENTS and total > 1 else 1
             self.form = (nt, total, a, b, i, sa, sb)
+        # NOTE: without a form, run copies through NumPy
+        self.flat_run = "call" if self.form is not None else None
 
     def run(self, ins, outs, ws):
         if self.form is None:
@@ -203,6 +207,8 @@ def _const_ints(info):
 class SplitKernel(CpuKernel):
     """Split-18 along ``axis`` into the planned output sizes (``split`` input or
     ``num_outputs``): one strided copy per output."""
+
+    flat_run = "call"
 
     empty_ok = True
 

@@ -104,6 +104,8 @@ class TflRequantizeKernel(CpuKernel):
     """TflRequantize: ``clamp(MBQM(x - input_zero_point + bias, multiplier, shift) +
     output_zero_point, qmin, qmax)``, x int32/int8/uint8 -> int8/uint8."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if any(k.startswith("_") for k in node.attrs) or len(ins) not in (3, 4) \
@@ -139,6 +141,8 @@ class TflRescaleKernel(CpuKernel):
     """TflRescale (LiteRT's reference FULLY_CONNECTED epilogue): ``clamp(round_half_away(
     double(x + bias) * scale) + output_zero_point, qmin, qmax)``, x int32 -> int8/uint8."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if any(k.startswith("_") for k in node.attrs) or len(ins) not in (2, 3) \
@@ -173,6 +177,8 @@ class TflRescaleKernel(CpuKernel):
 class TflPoolKernel(CpuKernel):
     """TflAveragePool2D / TflMaxPool2D on NHWC int8/uint8: the window clipped to the image,
     the average rounded half away from zero (reference/integer_ops/pooling.h)."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -226,6 +232,8 @@ class TflBinaryKernel(CpuKernel):
     """TflAdd / TflSub / TflMul on int8/uint8 of one dtype: equal shapes, or one operand a
     single value."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         if any(k.startswith("_") for k in node.attrs) or len(ins) != 2 or None in ins:
@@ -260,6 +268,8 @@ class TflBinaryKernel(CpuKernel):
 class TflSoftmaxKernel(CpuKernel):
     """TflSoftmax over the last axis, int8/uint8 in and out."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         return (not any(k.startswith("_") for k in node.attrs) and len(ins) == 1
@@ -288,6 +298,8 @@ class TflSoftmaxKernel(CpuKernel):
 class TflQuantizeKernel(CpuKernel):
     """TflQuantize: float32 -> int8/uint8, ``clamp(round_half_away(x / scale) + zero_point)``
     (reference/quantize.h AffineQuantize)."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -368,6 +380,7 @@ class TflConvKernel(QConvKernel):
         m = plan["w"].shape[0]
         self.dw = (int(self.node.attrs.get("group", 1)) == x.shape[-1] == m
                    and len(x.shape) == 4 and plan["w"].shape[1] == 1)
+        self.flat_run = "call" if self.dw else "calls"  # NOTE: a bound_call, or QConvKernel's
         if not self.dw:
             super().prepare(ins, outs)
             return
@@ -412,6 +425,8 @@ class TflFullyConnectedKernel(_Int8Gemm):
     int8/uint8 (K, O), x_zero_point and w_zero_point constant scalars, scale constant float64
     and bias constant int32 of 1 or O values -> y int8/uint8 (N, O), on the integer GEMM with
     the double requantisation in its epilogue."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:
