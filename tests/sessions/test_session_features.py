@@ -123,6 +123,36 @@ def test_later_runs_replay_the_kernels_bound_calls(interp, model):
     assert state.plan.steps[state.flat_index[0]].info.name in str(e.value)
 
 
+def test_repeated_feeds_take_the_short_path_and_the_rest_is_still_checked(interp, model):
+    """Feeds like the last plain run's skip the checks (``Session._run_ready``); anything
+    else takes the checked path: a wrong dtype is still an InputError, a new shape resizes,
+    a bound output or an input buffer is honoured, and every result equals onnxruntime."""
+    sess = interp.create_session()
+    rng = np.random.default_rng(9)
+
+    def feeds(hw=(9, 7)):
+        return {**_feeds(hw=hw), "x": rng.standard_normal((1, 3, *hw)).astype(np.float32)}
+
+    def check(out, f):
+        want = _want(model, f)
+        np.testing.assert_allclose(out["y"], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out["z"], want[1])
+
+    f = feeds()
+    check(sess.run(f), f)
+    assert sess._ready is not None
+    for hw in [(9, 7), (9, 7), (12, 5), (9, 7)]:
+        f = feeds(hw)
+        check(sess.run(f), f)
+    with pytest.raises(sprat.InputError, match="dtype"):
+        sess.run({**f, "x": f["x"].astype(np.float64)})
+    y = np.empty((1, 8), np.float32)
+    assert sess.run(f, outputs={"y": y})["y"] is y
+    check({"y": y, "z": sess.run(f)["z"]}, f)
+    sess.input_buffer("x")[...] = f["x"]
+    check(sess.run({"idx": f["idx"]}), f)
+
+
 def test_outputs_copied_when_layout_or_dtype_differ(interp, model):
     sess = interp.create_session()
     want = _want(model, _feeds())[0]
