@@ -18,6 +18,9 @@ slots is passed to every kernel call, not set globally.
 from __future__ import annotations
 
 _blas_libs = None
+# NOTE: the compiled module, when it holds the kernels' BLAS's thread count itself
+# (``kernels.blas_hold_one``: two ctypes calls cost ~1 us of every run)
+_direct = None
 
 # NOTE: the BLAS the kernels call is held through its own get/set functions, bound once with
 # ctypes: threadpoolctl's controllers look their C functions up on every call (~3 us each, three
@@ -30,10 +33,11 @@ _OPENBLAS_AFFIXES = [(p, s) for p in ("scipy_", "") for s in ("64_", "", "_64")]
 class _Threads:
     """``get()`` / ``set(n)`` of one BLAS library's thread count."""
 
-    __slots__ = ("get", "set", "_keep")
+    __slots__ = ("get", "set", "_keep", "addresses")
 
-    def __init__(self, get, set_, keep=None):
+    def __init__(self, get, set_, keep=None, addresses=None):
         self.get, self.set, self._keep = get, set_, keep
+        self.addresses = addresses  # (get, set) function addresses, for the compiled module
 
 
 def _openblas(path: str) -> _Threads | None:
@@ -57,18 +61,21 @@ def _openblas(path: str) -> _Threads | None:
                 return None
         get.restype, get.argtypes = ctypes.c_int, []
         put.restype, put.argtypes = None, [ctypes.c_int]
-        return _Threads(get, put, dll)
+        return _Threads(get, put, dll, (ctypes.cast(get, ctypes.c_void_p).value,
+                                        ctypes.cast(put, ctypes.c_void_p).value))
     return None
 
 
 def _blas() -> list[_Threads]:
     """The thread controls of the BLAS the kernels call (found once)."""
-    global _blas_libs
+    global _blas_libs, _direct
     if _blas_libs is None:
         from . import compiled  # NOTE: load and bind the BLAS the kernels call first
 
         direct = _openblas(compiled.BLAS_LIBRARY) if compiled.BLAS_LIBRARY else None
         if direct is not None:
+            compiled.kernels.bind_blas_threads(*direct.addresses)
+            _direct = compiled.kernels
             _blas_libs = [direct]
         else:
             from threadpoolctl import ThreadpoolController
@@ -78,10 +85,14 @@ def _blas() -> list[_Threads]:
     return _blas_libs
 
 
-def _hold_blas_to_one() -> list[int]:
-    """Set every BLAS to one thread; returns the previous counts (for ``_restore_blas``)."""
+def _hold_blas_to_one() -> list[int] | int:
+    """Set every BLAS to one thread; returns the previous counts (for ``_restore_blas``): an
+    int when the compiled module holds the one BLAS itself (``blas_hold_one``)."""
+    libs = _blas_libs if _blas_libs is not None else _blas()
+    if _direct is not None:
+        return _direct.blas_hold_one()
     previous = []
-    for lib in _blas():
+    for lib in libs:
         n = lib.get()
         previous.append(n)
         if n != 1:
@@ -89,7 +100,10 @@ def _hold_blas_to_one() -> list[int]:
     return previous
 
 
-def _restore_blas(previous: list[int]) -> None:
+def _restore_blas(previous: list[int] | int) -> None:
+    if type(previous) is int:
+        _direct.blas_restore(previous)
+        return
     for lib, n in zip(_blas(), previous):
         if n != 1:
             lib.set(n)

@@ -394,6 +394,37 @@ def bind_blas(size_t address, bint ilp64):
     _sgemm32 = <sgemm32_t>address if not ilp64 else NULL
 
 
+ctypedef int (*blas_get_t)() noexcept nogil
+ctypedef void (*blas_set_t)(int) noexcept nogil
+cdef blas_get_t _blas_get = NULL
+cdef blas_set_t _blas_set = NULL
+
+
+def bind_blas_threads(size_t get, size_t set_):
+    """Bind the BLAS's own thread-count functions (OpenBLAS's ``openblas_get_num_threads``
+    / ``openblas_set_num_threads``) at these addresses for ``blas_hold_one``; 0: unbound."""
+    global _blas_get, _blas_set
+    _blas_get = <blas_get_t>get if get and set_ else NULL
+    _blas_set = <blas_set_t>set_ if get and set_ else NULL
+
+
+def blas_hold_one() -> int:
+    """The bound BLAS's thread count, which is then set to 1 (-1: none bound). NOTE: called
+    around every run (``threading.limits``): two ctypes calls cost ~1 us of it."""
+    if _blas_get == NULL:
+        return -1
+    cdef int n = _blas_get()
+    if n != 1:
+        _blas_set(1)
+    return n
+
+
+def blas_restore(int n):
+    """Give the bound BLAS back ``n`` threads (``blas_hold_one``'s count; <= 1: nothing)."""
+    if n > 1 and _blas_set != NULL:
+        _blas_set(n)
+
+
 cdef void _small_nn(idx m, idx n, idx k, float alpha, const float* a, idx lda, const float* b,
                     idx ldb, float beta, float* c, idx ldc) noexcept nogil:
     """C = alpha * A @ B + beta * C for a few rows of A: each row of B read once."""
