@@ -59,8 +59,8 @@ def _entered(state, before, after, observed):
 
 def run_plain(state: RunState, env: dict | None = None) -> None:
     """Every prepared step (but views with nothing to do, ``RunState.hot``; from the second run
-    their calls, ``RunState.flat``), then the dynamic tail if the plan has one. ``env``: the arrays of the graph inputs by value index (default:
-    the state's own input arrays)."""
+    their calls, ``RunState.flat``), then the dynamic tail if the plan has one. ``env``: the
+    arrays of the graph inputs by value index (default: the state's own input arrays)."""
     i = 0
     flat = state.flat
     if flat is not None and not state.outputs_bound:
