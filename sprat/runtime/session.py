@@ -39,6 +39,10 @@ log = logging.getLogger("sprat")
 VALUE_INPUT_MAX = 4096
 
 
+_BUSY = ("this session is already running a call; use one session per thread "
+         "(Interpreter.create_session) for concurrent runs")
+
+
 class RunResult(dict):
     """``{output name: np.ndarray}`` returned by ``run_with_callback``; ``partial`` is True when
     an ``after`` callback stopped the run (then only the outputs computed so far are present)."""
@@ -211,8 +215,7 @@ class Session:
     def _run(self, feeds, output_names, outputs, before, after) -> RunResult:
         # NOTE: the lock taken inline (``_busy`` is a generator context manager: ~1 us)
         if not self._lock.acquire(blocking=False):
-            raise SessionBusyError("this session is already running a call; use one session per "
-                                   "thread (Interpreter.create_session) for concurrent runs")
+            raise SessionBusyError(_BUSY)
         try:
             if (self._ready is not None and outputs is None and output_names is None
                     and before is None and after is None):
@@ -315,8 +318,7 @@ class Session:
     @contextlib.contextmanager
     def _busy(self):
         if not self._lock.acquire(blocking=False):
-            raise SessionBusyError("this session is already running a call; use one session per "
-                                   "thread (Interpreter.create_session) for concurrent runs")
+            raise SessionBusyError(_BUSY)
         try:
             yield
         finally:
