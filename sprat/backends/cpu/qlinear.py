@@ -17,6 +17,19 @@ from .compiled import kernels as ck
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
+def byte_view(a: np.ndarray):
+    """``a``'s bytes as a typed memoryview object (``ck.i8_view``). NOTE: the 8-bit kernels
+    build their argument tuples once per binding of their arrays (``bound_call``), with such
+    views: an ndarray argument costs a buffer request per call, and on small tensors the
+    calls' Python overhead was most of the time"""
+    return ck.i8_view(a.reshape(-1).view(np.uint8))
+
+
+def flat_view(a: np.ndarray):
+    """``a`` (int32 or float32) flattened, as a typed memoryview object."""
+    return ck.i8_view(a.reshape(-1))
+
+
 def _scalar(info):
     if info is None or info.value is None or np.asarray(info.value).size != 1:
         return None
@@ -26,6 +39,8 @@ def _scalar(info):
 class QuantizeKernel(CpuKernel):
     """QuantizeLinear / DequantizeLinear with a constant per-tensor scale and zero point:
     float32 x -> uint8/int8 y, or uint8/int8 x -> float32 y (the scale float32)."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -62,18 +77,18 @@ class QuantizeKernel(CpuKernel):
 
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
-        if self.quantize:
-            ck.quantize8(self.nt, x.reshape(-1), y.reshape(-1).view(np.uint8), self.n,
-                         self.scale, self.zp, self.signed)
-        else:
-            ck.dequantize8(self.nt, x.reshape(-1).view(np.uint8), y.reshape(-1), self.n,
-                           self.zp, self.scale, self.signed)
+        self.bound_call(ws, (x, y), lambda: (ck.quantize8, (
+            self.nt, flat_view(x), byte_view(y), self.n, self.scale, self.zp, self.signed))
+            if self.quantize else (ck.dequantize8, (
+                self.nt, byte_view(x), flat_view(y), self.n, self.zp, self.scale, self.signed)))
 
 
 class LookupKernel(CpuKernel):
     """QLinearLookup (``passes.fuse_qdq``): uint8/int8 X through a constant per-channel table
     (C, 256) or (1, 256) along ``axis``; any layout. Also TFLite's TflLookup (LOGISTIC, TANH
     and the other 8-bit lookup-table kernels): one (256,) table, ``y = table[x - min]``."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -96,15 +111,18 @@ class LookupKernel(CpuKernel):
         self.signed = x.dtype == np.int8
 
     def run(self, ins, outs, ws):
-        ck.qlinear_lookup(self.nt, ins[0].reshape(-1).view(np.uint8),
-                          outs[0].reshape(-1).view(np.uint8), self.table, self.outer, self.c,
-                          self.inner, self.signed)
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.qlinear_lookup, (
+            self.nt, byte_view(x), byte_view(y), ck.i8_view(self.table), self.outer, self.c,
+            self.inner, self.signed)))
 
 
 class QLinearBinaryKernel(CpuKernel):
     """com.microsoft QLinearAdd / QLinearMul of two same-shaped uint8 (or int8) tensors with
     constant per-tensor scales and zero points, the output of the same type (onnxruntime's
     contrib ops; the reference's float32 operations, so equal bit for bit)."""
+
+    flat_run = "call"
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -136,6 +154,7 @@ class QLinearBinaryKernel(CpuKernel):
         self.mul = self.node.op_type == "QLinearMul"
 
     def run(self, ins, outs, ws):
-        ck.qlinear_binary(self.nt, self.mul, ins[0].reshape(-1).view(np.uint8),
-                          ins[3].reshape(-1).view(np.uint8), outs[0].reshape(-1).view(np.uint8),
-                          self.n, self.signed, *self.params)
+        a, b, y = ins[0], ins[3], outs[0]
+        self.bound_call(ws, (a, b, y), lambda: (ck.qlinear_binary, (
+            self.nt, self.mul, byte_view(a), byte_view(b), byte_view(y), self.n, self.signed,
+            *self.params)))

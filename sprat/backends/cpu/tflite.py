@@ -31,6 +31,8 @@ from ...dtypes import CODE_TO_NUMPY
 from ._base import PARALLEL_MIN_ELEMENTS, CpuKernel, scratch
 from .compiled import kernels as ck
 from .qconv import QConvKernel, _plan
+from .qlinear import byte_view as _view
+from .qlinear import flat_view as _flat
 from .quant import _OUT, _Int8Gemm
 
 _Q8 = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -56,19 +58,6 @@ POOL_MAX_WINDOW = 1 << 23
 
 def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
-
-
-def _view(a: np.ndarray):
-    """``a``'s bytes as a typed memoryview object (``ck.i8_view``). NOTE: the kernels below
-    build their argument tuples once per binding of their arrays (``bound_call``), with such
-    views: an ndarray argument costs a buffer request per call, and on these models' small
-    tensors the calls' Python overhead was most of the time"""
-    return ck.i8_view(_bytes(a))
-
-
-def _flat(a: np.ndarray):
-    """``a`` (int32 or float32) flattened, as a typed memoryview object."""
-    return ck.i8_view(a.reshape(-1))
 
 
 def _slots(kernel: CpuKernel, n: int) -> int:
