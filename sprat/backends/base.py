@@ -104,6 +104,12 @@ class Kernel:
     def run(self, ins: list[np.ndarray | None], outs: list[np.ndarray], ws: Workspace) -> None:
         raise NotImplementedError
 
+    def flat_calls(self, ws: Workspace) -> list | None:
+        """The ``(fn, args)`` calls the last ``run`` with workspace ``ws`` made and nothing
+        else (the run loop replays them instead of calling ``run``: ``RunState.make_flat``),
+        or None (default): ``run`` must be called itself."""
+        return None
+
 
 class Backend:
     """A set of kernels. ``supports`` must be cheap and return False for a node it cannot

@@ -62,25 +62,17 @@ def run_plain(state: RunState, env: dict | None = None) -> None:
     their calls, ``RunState.flat``), then the dynamic tail if the plan has one. ``env``: the
     arrays of the graph inputs by value index (default: the state's own input arrays)."""
     i = 0
-    flat = state.flat
-    if flat is not None and not state.outputs_bound:
-        try:
-            for i, (fn, args) in enumerate(flat):
-                fn(*args)
-        except SpratError:
-            raise
-        except Exception as e:
-            raise _error(state.plan.steps[state.flat_index[i]].info, e) from e
-    else:
-        try:
-            for i, (run, ins, outs, ws) in enumerate(state.hot):
-                run(ins, outs, ws)
-        except SpratError:
-            raise
-        except Exception as e:
-            raise _error(state.plan.steps[state.hot_index[i]].info, e) from e
-        if flat is None and not state.flat_off and not state.outputs_bound:
-            state.make_flat()
+    replay = state.flat is not None and not state.outputs_bound
+    calls, index = (state.flat, state.flat_index) if replay else (state.hot, state.hot_index)
+    try:
+        for i, (fn, args) in enumerate(calls):
+            fn(*args)
+    except SpratError:
+        raise
+    except Exception as e:
+        raise _error(state.plan.steps[index[i]].info, e) from e
+    if state.flat is None and not state.flat_off and not state.outputs_bound:
+        state.make_flat()
     if state.plan.dynamic is not None:
         for step in tail_steps(state, env):
             _run_step(*step)

@@ -43,6 +43,32 @@ _BUSY = ("this session is already running a call; use one session per thread "
          "(Interpreter.create_session) for concurrent runs")
 
 
+def _signature(feeds: dict) -> tuple:
+    """``(names, ((name, shape, dtype), ...))`` of ``feeds`` (``Session._fed`` / ``_ready``)."""
+    return frozenset(feeds), tuple((n, a.shape, a.dtype) for n, a in feeds.items())
+
+
+def _like(signature: tuple, feeds) -> bool:
+    """Whether ``feeds`` (a Mapping) has ``signature``'s names, and ndarrays of its shapes and
+    dtypes."""
+    if feeds.keys() != signature[0]:
+        return False
+    for name, shape, dtype in signature[1]:
+        a = feeds[name]
+        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+            return False
+    return True
+
+
+def _copy_in(state, feeds: dict) -> None:
+    """The feeds into the run state's input arrays (none given as those arrays themselves)."""
+    views = state.input_arrays
+    for name, arr in feeds.items():
+        if arr is not views[name]:
+            np.copyto(views[name], arr)
+            state.copy_counts["inputs"] += 1
+
+
 class RunResult(dict):
     """``{output name: np.ndarray}`` returned by ``run_with_callback``; ``partial`` is True when
     an ``after`` callback stopped the run (then only the outputs computed so far are present)."""
@@ -232,28 +258,14 @@ class Session:
         feeds copied in, the plan run, the outputs copied out (what ``_run_checked`` does for
         them, without its checks and bookkeeping: ~5 us of a small model's ~20). None when
         the feeds differ."""
-        names, specs = self._ready
-        if type(feeds) is not dict or feeds.keys() != names:
-            return None
-        for name, shape, dtype in specs:
-            a = feeds[name]
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                return None
-        if self._pending is not None or self._lent or self._value_inputs:
+        if (type(feeds) is not dict or not _like(self._ready, feeds)
+                or self._pending is not None or self._lent or self._value_inputs):
             return None
         state = self._state
-        views = state.input_arrays
-        for name, arr in feeds.items():
-            if arr is not views[name]:
-                np.copyto(views[name], arr)
-                state.copy_counts["inputs"] += 1
+        _copy_in(state, feeds)
         executor.execute(state, self.runtime, self.num_threads, None, None,
                          self.config.profiling)
-        result = RunResult()
-        for name, arr in state.outputs:
-            result[name] = arr.copy()
-        state.copy_counts["outputs"] += len(state.outputs)
-        return result
+        return self._results(state, None, {}, None, None)
 
     def _run_checked(self, feeds, output_names, outputs, before, after) -> RunResult:
         self._ready = None
@@ -275,11 +287,7 @@ class Session:
             self._prepare_for(self._complete_shapes(shapes), feeds)
         state = self._state
         user = self._check_user_outputs(outputs)
-        views = state.input_arrays
-        for name, arr in feeds.items():
-            if arr is not views[name]:
-                np.copyto(views[name], arr)
-                state.copy_counts["inputs"] += 1
+        _copy_in(state, feeds)
         bound = [(n, a) for n, a in user.items() if a is not None]
         state.bind_outputs(bound)
         try:
@@ -290,8 +298,7 @@ class Session:
         if (wanted is None and not user and before is None and after is None
                 and not self._lent and not self._value_inputs and self._pending is None
                 and len(feeds) == len(self._in_specs)):
-            self._ready = (frozenset(feeds), tuple((n, a.shape, a.dtype)
-                                                   for n, a in feeds.items()))
+            self._ready = _signature(feeds)
         return self._results(state, wanted, user, outputs, produced)
 
     def _results(self, state, wanted, user, outputs, produced) -> RunResult:
@@ -326,17 +333,12 @@ class Session:
 
     def _check_feeds(self, feeds) -> dict[str, np.ndarray]:
         fed = self._fed
-        if fed is not None and isinstance(feeds, Mapping) and feeds.keys() == fed[0]:
-            for name, shape, dtype in fed[1]:
-                a = feeds[name]
-                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                    break
-            else:
-                return dict(feeds)
+        if fed is not None and isinstance(feeds, Mapping) and _like(fed, feeds):
+            return dict(feeds)
         out = checks.feeds(self._in_specs, feeds, self._lent)
         if len(out) == len(self._in_specs) and all(type(a) is np.ndarray
                                                    for a in out.values()):
-            self._fed = (frozenset(out), tuple((n, a.shape, a.dtype) for n, a in out.items()))
+            self._fed = _signature(out)
         return out
 
     def _check_user_outputs(self, outputs) -> dict[str, np.ndarray | None]:

@@ -35,8 +35,9 @@ class RunState:
     ``outer``: the arrays of the run state of the plan before this one (a plan after a dynamic
     node reads the values planned there). Attributes: ``arrays`` (``{slot: array}``), ``calls``
     (per step ``(kernel.run, ins, outs, ws)``: what the observed loop calls), ``hot`` /
-    ``hot_index`` (the calls the plain loop makes, and their step indices), ``input_arrays``
-    (``{graph input name: the arena array it is read from}``), ``outputs``
+    ``hot_index`` (the calls the plain loop makes, ``(kernel.run, (ins, outs, ws))``, and their
+    step indices; ``flat`` / ``flat_index`` the same from a second run, ``make_flat``),
+    ``input_arrays`` (``{graph input name: the arena array it is read from}``), ``outputs``
     (``[(graph output name, array)]`` of the last run), ``op_times`` / ``op_starts`` (seconds,
     filled by a profiled or observed run), ``record`` / ``tail_times`` (the steps after a
     dynamic node in the last run, and their start and duration), ``copy_counts``
@@ -66,7 +67,8 @@ class RunState:
         rebound = {*g.inputs, *g.outputs, *plan.bound}
         self.hot_index = [t for t, s in enumerate(plan.steps) if not _no_op_view(s, plan,
                                                                                   rebound)]
-        self.hot = [self.calls[t] for t in self.hot_index]
+        self.hot = [(run, (ins, outs, ws)) for run, ins, outs, ws in
+                    (self.calls[t] for t in self.hot_index)]
         # NOTE: the plain loop's calls one level down (``make_flat``), made after a first run;
         # never where a run supplies values (a subgraph's inputs, ``rebind``), not used while
         # user output arrays are bound
@@ -125,17 +127,14 @@ class RunState:
 
     def make_flat(self) -> None:
         """``flat``: the plain loop's steps as ``(fn, args)`` calls, each kernel's bound calls
-        (``CpuKernel.flat_calls``: what its run just called, after a run with the arena's
+        (``Kernel.flat_calls``: what its run just called, after a run with the arena's
         arrays) in place of its run, which is kept for the others; ``flat_index``: the step
         index of each call. NOTE: a step's run cost ~0.5-1 us of Python around its calls
         (the method call, the binding's identity check): a tenth to a fifth of a small
         model's run (mltk keyword spotting MobileNetV2: 70 steps in ~0.25 ms)."""
         flat, index = [], []
-        for t, (run, ins, outs, ws) in zip(self.hot_index, self.hot):
-            get = getattr(getattr(run, "__self__", None), "flat_calls", None)
-            calls = get(ws) if get is not None else None
-            if calls is None:
-                calls = [(run, (ins, outs, ws))]
+        for t, call in zip(self.hot_index, self.hot):
+            calls = self.plan.steps[t].kernel.flat_calls(call[1][2]) or [call]
             flat.extend(calls)
             index.extend([t] * len(calls))
         self.flat, self.flat_index = flat, index

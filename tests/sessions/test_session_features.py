@@ -110,7 +110,7 @@ def test_later_runs_replay_the_kernels_bound_calls(interp, model):
         np.testing.assert_array_equal(out["z"], want[1])
         assert (out["y"] is y) == (k == 2)
     state = sess._state
-    runs = {id(run) for run, *_ in state.hot}
+    runs = {id(run) for run, _ in state.hot}
     assert state.flat is not None and len(state.flat_index) == len(state.flat)
     assert any(id(fn) not in runs for fn, _ in state.flat)  # bound calls, not runs
 

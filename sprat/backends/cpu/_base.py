@@ -77,8 +77,7 @@ class CpuKernel(Kernel):
     flat_run = None
 
     def flat_calls(self, ws) -> list | None:
-        """The ``(fn, args)`` calls ``run`` made last with workspace ``ws`` (``flat_run``), or
-        None when ``run`` must be called itself."""
+        """``Kernel.flat_calls``: the calls of ``bound_call`` / ``binding`` per ``flat_run``."""
         memo = ws.memo
         if self.flat_run is None or memo is None:
             return None

@@ -88,7 +88,7 @@ def _blas() -> list[_Threads]:
 def _hold_blas_to_one() -> list[int] | int:
     """Set every BLAS to one thread; returns the previous counts (for ``_restore_blas``): an
     int when the compiled module holds the one BLAS itself (``blas_hold_one``)."""
-    libs = _blas_libs if _blas_libs is not None else _blas()
+    libs = _blas()
     if _direct is not None:
         return _direct.blas_hold_one()
     previous = []
@@ -101,7 +101,7 @@ def _hold_blas_to_one() -> list[int] | int:
 
 
 def _restore_blas(previous: list[int] | int) -> None:
-    if type(previous) is int:
+    if _direct is not None:
         _direct.blas_restore(previous)
         return
     for lib, n in zip(_blas(), previous):
