@@ -481,3 +481,36 @@ def test_qdq_conv_may_run_by_winograd_within_one_lsb(threads, monkeypatch):
     diff = np.abs(got.astype(int) - want.astype(int))
     assert diff.max() <= 1 and (diff == 0).mean() > 0.99
     check_cpu("QLinearConv", ins, attrs, consts, rtol=0, threads=(threads,))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qdq_conv_on_the_int16_path_prefers_winograd(threads, monkeypatch):
+    """On the int16 integer path (AVX2 without VNNI: ``qconv.WINOGRAD_FIRST``), a QDQ 3x3 stride-1 conv
+    whose map Winograd pays on takes the float32 path's Winograd F(4,3), within 1 LSB of the
+    exact conv and equal on most values; on a map too small for Winograd, and without
+    ``_qdq``, the conv stays on the exact integer GEMM."""
+    if not qconv.I8_CONV:
+        pytest.skip("SPRAT_QCONV=float")
+    from opcheck import run_cpu
+
+    from sprat.backends.reference import evaluate
+
+    monkeypatch.setattr(qconv, "WINOGRAD_FIRST", True)
+    attrs = {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    ins, consts = _qlinear_inputs(1, 24, 24, 64, 64, 3)
+    ins[4] = np.full(64, 0.004, np.float32)  # outputs spread over the range, few saturated
+    qdq = {**attrs, "_qdq": True}
+    k = _kernel("QLinearConv", ins, qdq, consts, threads)
+    assert not k.i8 and [i.algo for i in k.inner] == ["winograd"]
+    from opcheck import make_node
+
+    node, infos = make_node("QLinearConv", ins, qdq, consts)
+    want = evaluate(node, ins)[0]
+    got = run_cpu(node, infos, ins, threads)[0]
+    diff = np.abs(got.astype(int) - want.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.99
+    assert _kernel("QLinearConv", ins, attrs, consts, threads).i8
+    small, sconsts = _qlinear_inputs(1, 3, 3, 64, 64, 3)
+    k = _kernel("QLinearConv", small, {**qdq}, sconsts, threads)
+    assert k.i8
+    check_cpu("QLinearConv", small, qdq, sconsts, rtol=0, threads=(threads,))

@@ -13,8 +13,10 @@ for a 1x1 stride-1 unpadded conv (rows of C bytes), else its byte im2col (``i8_i
 kh*kw*C bytes, a tap outside the map reading x's zero point); the GEMM's ``quantized`` epilogue is
 the requantisation above (``mult`` per column, the int32 bias, y's zero point, saturation, a fused
 clamp), the ``int32`` one ConvInteger's. Exact for every input (a QDQ conv's sums too: its results
-within 1 LSB of the float graph's, never by Winograd). ``SPRAT_QCONV=float`` (or ``I8_CONV =
-False``) keeps them on the float32 path below, which grouped and depthwise convs take:
+within 1 LSB of the float graph's). One exception: on the ``int16`` path (AVX2 without VNNI) a QDQ
+conv of Winograd's shape runs by the float32 path's Winograd (``QConvKernel._winograd_first``, see
+below). ``SPRAT_QCONV=float`` (or ``I8_CONV = False``) keeps them on the float32 path below,
+which grouped and depthwise convs take:
 
 1. ``x - x_zp`` is widened to float32 (``compiled/quant.pxi``: ``qconv_unpack``), the weights
    ``w - w_zp`` are packed once at prepare as float32 by the fp32 conv kernel
@@ -53,6 +55,7 @@ import numpy as np
 from ...ir.graph import Node
 from ...ir.tensorinfo import TensorInfo
 from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
+from . import quant as _quant
 from .compiled import kernels as ck
 from .conv import ConvKernel
 
@@ -64,6 +67,10 @@ _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 #: one-group convs run on the exact integer GEMM (``SPRAT_QCONV=float`` keeps the float32 path:
 #: the comparison in tests/ops/test_cpu_qconv.py)
 I8_CONV = os.environ.get("SPRAT_QCONV", "").strip().lower() != "float"
+#: whether QDQ convs of Winograd's shape take the float32 path's Winograd before the integer
+#: GEMM (``QConvKernel._winograd_first``): on the int16 path, whose products are no faster than
+#: float32 FMAs
+WINOGRAD_FIRST = _quant.PATH == "int16"
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
@@ -321,9 +328,30 @@ class QConvKernel(CpuKernel):
         self.packed = (3 if node.op_type == "QLinearConv" else 1,)
         self.i8 = plan["i8"] and I8_CONV
         self.direct_dw = self.fused = False
-        if self.i8:
+        if self.i8 and not self._winograd_first(plan, attrs):
             self._prepare_i8(plan, x, y, attrs)
             return
+        self.i8 = False
+        self._prepare_float(plan, x, y, attrs)
+        if plan["i8"] and I8_CONV and self.inner[0].algo != "winograd":
+            # NOTE: _winograd_first asked for Winograd, but the map is too small for it
+            self.i8 = True
+            self._prepare_i8(plan, x, y, attrs)
+
+    def _winograd_first(self, plan, attrs) -> bool:
+        """Whether a QDQ conv (``_qdq``: the float graph's semantics) of Winograd's shape takes
+        the float32 path's Winograd F(4,3) instead of the integer GEMM: on the ``int16`` path
+        (AVX2 CPUs without VNNI), whose vpmaddwd products are no faster than float32 FMAs, so
+        Winograd's 4x fewer products win. Measured on ResNet-18 QDQ's 3x3 stride-1 convs with
+        ``SPRAT_I8=int16``: 0.46-0.62x the integer GEMM's time at 28x28 and 56x56, 0.92x at
+        14x14."""
+        return (WINOGRAD_FIRST and bool(self.node.attrs.get("_qdq"))
+                and _winograd_shape(plan["w"], attrs))
+
+    def _prepare_float(self, plan, x, y, attrs):
+        """The float32 path (module docstring): one inner ``ConvKernel`` per part of x's
+        channels, or the fused pointwise / direct depthwise passes."""
+        node = self.node
         self.inner = []
         spans = []
         for s, (c0, c1) in enumerate(self.parts):
