@@ -300,7 +300,30 @@ def markdown_table(rows: list[Row]) -> str:
         else:
             lines.append(f"Geometric mean of sprat/ort at {n} thread(s): "
                          f"**{geomean(ratios):.2f}** over {len(ratios)} model(s).  ")
+    speedups = speedup_line(rows)
+    if speedups:
+        lines.append(speedups)
     return "\n".join(lines)
+
+
+def speedup_line(rows: list[Row]) -> str:
+    """Each model's 2-thread speed-up (its 1-thread time / its 2-thread time), sprat's beside
+    onnxruntime's (issue 15: at least onnxruntime's on every conv-heavy model); the models where
+    sprat's is lower are named. Empty without rows at 1 and 2 threads."""
+    at = {(r.model, r.threads): r for r in rows}
+    pairs = [(m, at[m, 1], at[m, 2]) for m in dict.fromkeys(r.model for r in rows)
+             if (m, 1) in at and (m, 2) in at]
+    if not pairs:
+        return ""
+    parts, lower = [], []
+    for m, one, two in pairs:
+        s, o = one.sprat_ms / two.sprat_ms, one.ort_ms / two.ort_ms
+        parts.append(f"{m} {s:.2f} / {o:.2f}")
+        if s < o:
+            lower.append(m)
+    tail = (f"sprat's lower on {len(lower)}: {', '.join(lower)}" if lower
+            else "sprat's at least onnxruntime's on every model")
+    return f"2-thread speed-up (1-thread / 2-thread time), sprat / ort: {'; '.join(parts)} ({tail}).  "
 
 
 def machine_info() -> str:
