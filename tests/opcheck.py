@@ -453,7 +453,9 @@ def run_cpu(node, infos, inputs, threads: int = 1, with_kernel: bool = False):
     """The outputs of the cpu backend's fast kernel for ``node`` at ``threads``: asserts that
     the fast kernel took it, runs it twice into garbage-filled outputs with garbage-filled
     workspaces (a kernel must write every element and read no scratch it did not write, as
-    another tensor's arena bytes) and checks that both runs agree. ``with_kernel``: returns
+    another tensor's arena bytes) and checks that both runs agree, and that replaying the
+    kernel's ``flat_calls`` (what the run loop does from a session's second run) gives the same
+    outputs again. ``with_kernel``: returns
     ``(outputs, the prepared kernel)``."""
     from sprat.backends.base import Workspace
     from sprat.backends.cpu import CpuBackend, limits
@@ -474,8 +476,18 @@ def run_cpu(node, infos, inputs, threads: int = 1, with_kernel: bool = False):
         for o in outs:
             o[...] = garbage(o.shape, o.dtype)
         kernel.run(inputs, outs, ws)
-    for a, b in zip(first, outs):
-        np.testing.assert_array_equal(a, b)  # deterministic, nothing left over between calls
+        for a, b in zip(first, outs):
+            np.testing.assert_array_equal(a, b)  # deterministic, nothing left over between calls
+        calls = kernel.flat_calls(ws)
+        if calls is not None:
+            # NOTE: the calls the run loop replays from a session's second run instead of run
+            # (``RunState.flat``, ``CpuKernel.flat_run``) must do all that run does
+            for o in outs:
+                o[...] = garbage(o.shape, o.dtype)
+            for fn, args in calls:
+                fn(*args)
+            for a, b in zip(first, outs):
+                np.testing.assert_array_equal(a, b, err_msg="flat_calls replay differs from run")
     return (outs, kernel) if with_kernel else outs
 
 
