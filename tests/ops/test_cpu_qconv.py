@@ -375,6 +375,48 @@ def test_i8_im2col_errors():
                           ws, rs)
 
 
+def _im2col_reference(x, zp, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow):
+    """(N*OH*OW, kh*kw*C) int32: each output pixel's taps (i, j) in order, C values each,
+    ``x - zp`` inside the map and 0 outside."""
+    n, h, w, c = x.shape
+    xp = np.zeros((n, h + ph + (oh - 1) * sh + (kh - 1) * dh + 1, w + pw + (ow - 1) * sw
+                   + (kw - 1) * dw + 1, c), np.int32)
+    xp[:, ph:ph + h, pw:pw + w] = x.astype(np.int32) - zp
+    taps = [xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            for i in range(kh) for j in range(kw)]
+    return np.concatenate(taps, axis=-1).reshape(n * oh * ow, -1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n,h,w,c,k,s,d,pads", [
+    (1, 9, 11, 16, 3, 1, 1, (1, 1)), (2, 7, 6, 3, 3, 1, 1, (1, 1)), (1, 12, 13, 8, 5, 1, 1, (2, 2)),
+    (1, 10, 9, 24, 3, 2, 1, (1, 0)), (2, 6, 17, 7, 3, 1, 1, (0, 2)), (1, 8, 8, 32, 2, 1, 1, (0, 0)),
+    (1, 9, 9, 5, 3, 1, 2, (2, 2)), (3, 5, 5, 64, 1, 2, 1, (0, 0)), (1, 6, 40, 1, 4, 2, 1, (1, 1)),
+])
+def test_i8_im2col_int16_rows_equal_the_taps(n, h, w, c, k, s, d, pads, threads):
+    """The int16 path's im2col (``x - zp`` widened, 0 in the padding; the rows whose kernel rows
+    lie inside the map across by ``sprat_i8_im2col_seg``, the others by the general loop) equals
+    the taps of the padded map, for int8 and uint8 maps, several images, strides, dilations
+    and asymmetric placements, at 1 and 2 slots."""
+    from sprat.backends.cpu.compiled import kernels
+
+    path = kernels.I8_PATHS["int16"]
+    ph, pw = pads
+    oh, ow = (h + 2 * ph - d * (k - 1) - 1) // s + 1, (w + 2 * pw - d * (k - 1) - 1) // s + 1
+    rows, kk = n * oh * ow, k * k * c
+    for dt, zp in ((_U8, 7), (_S8, -3)):
+        x = _q((n, h, w, c), dt, 5)
+        ws = np.full((kernels.i8_a_rows(rows, path), kernels.i8_a_pitch(kk, path)), 0xAB,
+                     np.uint8)
+        kernels.i8_im2col(threads, x.reshape(-1).view(np.uint8), dt == _S8, zp, n, h, w, c, oh,
+                          ow, k, k, s, s, d, d, ph, pw, path, ws, np.zeros(0, np.int32))
+        got = ws[:rows].view(np.int16)[:, :kk]
+        want = _im2col_reference(x, zp, k, k, s, s, d, d, ph, pw, oh, ow)
+        np.testing.assert_array_equal(got, want)
+        if kk % 2:
+            assert (ws[:rows].view(np.int16)[:, kk] == 0).all()
+
+
 @pytest.mark.skipif(os.environ.get("SPRAT_I8") is not None, reason="runs the other paths")
 def test_every_integer_path_this_cpu_has_passes_these_tests():
     """This file again with SPRAT_I8 forcing each slower integer GEMM path the CPU has (as
