@@ -782,6 +782,40 @@ cdef extern from *:
             o16[b] = (int16_t)((is_signed ? (int)(signed char)src[b] : (int)src[b]) - zp);
     }
 
+    /* One row of the im2col (``sprat_i8_im2col_range``) into o, any output pixel, dilation 1
+       across, no row sums, a kernel row of run <= 64 bytes (the seg's case, at the map's
+       borders): each kernel row's taps inside the map copied into a buffer of the zero
+       point's byte, then written out as the seg writes (XOR fb, or widened less zp: the
+       padding becomes the zero point's byte, or 0). ix0, iy0: its leftmost tap's column, its
+       top kernel row's row. NOTE: the general loop's per-tap copies and memset calls cost
+       ~80 cycles a kernel row of a 1-channel map */
+    static void sprat_i8_im2col_px(unsigned char* o, const unsigned char* x, Py_ssize_t img,
+                                   Py_ssize_t H, Py_ssize_t W, Py_ssize_t C, Py_ssize_t ix0,
+                                   Py_ssize_t iy0, Py_ssize_t kh, Py_ssize_t kw,
+                                   Py_ssize_t dh, Py_ssize_t run, Py_ssize_t K, int zp,
+                                   int is_signed, int raw, unsigned char fb) {
+        unsigned char tmp[64];
+        const __m256i vz = _mm256_set1_epi8((char)(zp & 0xFF));
+        Py_ssize_t j0 = ix0 < 0 ? -ix0 : 0, j1 = W - ix0 < kw ? W - ix0 : kw;
+        j0 = j0 < kw ? j0 : kw;
+        j1 = j1 > j0 ? j1 : j0;
+        for (Py_ssize_t i = 0; i < kh; i++) {
+            const Py_ssize_t iy = iy0 + i * dh;
+            _mm256_storeu_si256((__m256i*)tmp, vz);
+            _mm256_storeu_si256((__m256i*)(tmp + 32), vz);
+            if (iy >= 0 && iy < H && j1 > j0)
+                memcpy(tmp + j0 * C, x + ((img * H + iy) * W + ix0 + j0) * C,
+                       (size_t)((j1 - j0) * C));
+            sprat_i8_copy_exact(o + (raw ? i * run : 2 * i * run), tmp, run, zp, is_signed,
+                                raw, fb);
+        }
+        if (raw)
+            for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
+                o[k] = 0;
+        else if (K % 2)
+            ((int16_t*)o)[K] = 0;
+    }
+
     static int sprat_i8_im2col_seg(unsigned char* out, Py_ssize_t pitch, const unsigned char* x,
                                    const unsigned char* x_end, Py_ssize_t cnt,
                                    Py_ssize_t img, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
@@ -889,26 +923,32 @@ cdef extern from *:
         const __m256i f32 = _mm256_set1_epi8((char)fb), z32 = _mm256_setzero_si256();
         const __m128i iota = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         const __m256i vzp = _mm256_set1_epi16((short)zp);
-        /* NOTE: rows whose kernel rows lie inside the map across go by sprat_i8_im2col_seg */
-        const int seg = dw == 1 && !want && run <= 64
-            && (kh < 2 || (raw ? (kh - 2) * run + 32 * ((run + 31) / 32)
-                               : 2 * (kh - 2) * run + 32 * ((run + 15) / 16)) <= pitch);
-    #else
-        const int seg = 0;
+        /* NOTE: with dilation 1 across, no sums and kernel rows of <= 64 bytes, the rows whose
+           kernel rows lie inside the map across go by sprat_i8_im2col_seg (where the pitch
+           leaves room for its steps' overshoot), the others by sprat_i8_im2col_px */
+        const int px = dw == 1 && !want && run <= 64;
+        const int seg = px && (kh < 2 || (raw ? (kh - 2) * run + 32 * ((run + 31) / 32)
+                                              : 2 * (kh - 2) * run + 32 * ((run + 15) / 16))
+                                         <= pitch);
     #endif
         for (Py_ssize_t r = r0; r < r1; r++) {
     #if defined(__AVX2__)
-            if (seg && ox * sw - pw >= 0 && ox * sw - pw + kw <= W) {
-                Py_ssize_t last = (W - kw + pw) / sw;  /* the last ox whose kernel row fits */
-                Py_ssize_t cnt = (last < OW - 1 ? last : OW - 1) - ox + 1;
-                cnt = cnt < r1 - r ? cnt : r1 - r;
-                if (cnt >= 2 && sprat_i8_im2col_seg(out + r * pitch, pitch, x, x_end, cnt, n, H,
-                                                    W, C, ox * sw - pw, oy * sh - ph, kh, dh,
-                                                    sw, run, K, zp, is_signed, raw, fb, pad)) {
-                    r += cnt - 1;
-                    ox += cnt - 1;
-                    goto next_row;
+            if (px) {
+                if (seg && ox * sw - pw >= 0 && ox * sw - pw + kw <= W) {
+                    Py_ssize_t last = (W - kw + pw) / sw;  /* the last ox whose row fits */
+                    Py_ssize_t cnt = (last < OW - 1 ? last : OW - 1) - ox + 1;
+                    cnt = cnt < r1 - r ? cnt : r1 - r;
+                    if (sprat_i8_im2col_seg(out + r * pitch, pitch, x, x_end, cnt, n, H, W, C,
+                                            ox * sw - pw, oy * sh - ph, kh, dh, sw, run, K, zp,
+                                            is_signed, raw, fb, pad)) {
+                        r += cnt - 1;
+                        ox += cnt - 1;
+                        goto next_row;
+                    }
                 }
+                sprat_i8_im2col_px(out + r * pitch, x, n, H, W, C, ox * sw - pw, oy * sh - ph,
+                                   kh, kw, dh, run, K, zp, is_signed, raw, fb);
+                goto next_row;
             }
     #endif
             {
@@ -1035,7 +1075,9 @@ cdef extern from *:
                 o16[K] = 0;
             }
             }
+    #if defined(__AVX2__)
         next_row:
+    #endif
             if (++ox == OW) {
                 ox = 0;
                 if (++oy == OH) {
