@@ -556,3 +556,19 @@ def test_qdq_conv_on_the_int16_path_prefers_winograd(threads, monkeypatch):
     k = _kernel("QLinearConv", small, {**qdq}, sconsts, threads)
     assert k.i8
     check_cpu("QLinearConv", small, qdq, sconsts, rtol=0, threads=(threads,))
+
+
+def test_amx_work_items_split_rows_before_columns():
+    """``quant._blocks`` on AMX at 2 slots: a map of 64 rows is two 32-row items with all the
+    columns (each slot multiplies the rows of A it wrote), a large map keeps 64-row items, a
+    16-row one splits columns; at 1 slot the rows stay in 64-row items. A conv of that 8x8 shape equals
+    the reference at 1 and 2 slots on every path this CPU has (the file's reruns)."""
+    from sprat.backends.cpu.quant import _blocks
+
+    assert _blocks(64, 64, 2, amx=True) == (32, 128)
+    assert _blocks(1024, 16, 2, amx=True) == (64, 128)
+    assert _blocks(16, 64, 2, amx=True)[1] < 64
+    assert _blocks(64, 64, 1, amx=True)[0] == 64
+    ins, consts = _qlinear_inputs(1, 8, 8, 64, 64, 3)
+    check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+              consts, rtol=0)
