@@ -572,3 +572,50 @@ def test_amx_work_items_split_rows_before_columns():
     ins, consts = _qlinear_inputs(1, 8, 8, 64, 64, 3)
     check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
               consts, rtol=0)
+
+
+def test_integer_conv_from_two_threads_at_once():
+    """Two callers run one prepared integer conv at 2 slots at the same time, each with its
+    own input, outputs and workspace: each gets its own result (the items' rows of A go to a
+    buffer per OS thread, ``sprat_i8_tl``, which two callers never share)."""
+    import threading as th
+
+    from opcheck import make_node
+
+    from sprat.backends.base import Workspace
+    from sprat.backends.cpu import CpuBackend, limits
+    from sprat.backends.reference import evaluate
+    from sprat.ir.shapes import infer
+    from sprat.ir.tensorinfo import TensorInfo
+
+    attrs = {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    feeds = [_qlinear_inputs(1, 16, 16, 32, 64, 3, seed=s) for s in (1, 2)]
+    node, infos = make_node("QLinearConv", feeds[0][0], attrs, feeds[0][1])
+    kernel = CpuBackend(2).make_kernel(node, infos)
+    shapes = infer(node, infos)
+    kernel.prepare(infos, [TensorInfo(s, d) for s, d in shapes])
+    # NOTE: the callers' inputs x differ; the weights and constants are the prepared node's
+    xs = [feeds[0][0][0], feeds[1][0][0]]
+    want = [evaluate(node, [x] + list(feeds[0][0][1:]))[0] for x in xs]
+    errors = []
+
+    def caller(i):
+        try:
+            ws = Workspace.allocate(kernel, 0)
+            out = [np.empty(shapes[0][0], shapes[0][1])]
+            ins = [xs[i]] + list(feeds[0][0][1:])
+            with limits(2):
+                for _ in range(200):
+                    kernel.run(ins, out, ws)
+                    if not np.array_equal(out[0], want[i]):
+                        errors.append(i)
+                        return
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [th.Thread(target=caller, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

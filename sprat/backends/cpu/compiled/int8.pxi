@@ -42,6 +42,7 @@
 cdef extern from *:
     """
     #include <stdint.h>
+    #include <stdlib.h>
     #include <string.h>
     #include <math.h>
     #pragma GCC push_options
@@ -1088,6 +1089,25 @@ cdef extern from *:
         }
     }
 
+    /* This thread's buffer for the rows of A a work item packs, at least ``bytes`` (64-byte
+       aligned; kept for the thread's life, grown as needed), or NULL when it cannot be had.
+       NOTE: per thread, as MLAS's ThreadedBufHolder: rows packed into the arena's A workspace
+       were written by one slot in one op and by the other in the next (each op splits its
+       rows its own way), and every such line crossed cores on the write (in mltk image
+       classification at 2 threads, a stride-2 conv took 16.6 us in the model, 7.4 run
+       again at once) */
+    static __thread unsigned char* sprat_i8_tl_buf = NULL;
+    static __thread size_t sprat_i8_tl_cap = 0;
+    static unsigned char* sprat_i8_tl(size_t bytes) {
+        if (bytes > sprat_i8_tl_cap) {
+            free(sprat_i8_tl_buf);
+            size_t cap = (bytes + 4095) & ~(size_t)4095;
+            sprat_i8_tl_buf = (unsigned char*)aligned_alloc(64, cap);
+            sprat_i8_tl_cap = sprat_i8_tl_buf != NULL ? cap : 0;
+        }
+        return sprat_i8_tl_buf;
+    }
+
     /* min and max of x[:n] (n >= 1), NaN ignored unless every value is NaN */
     static void sprat_i8_minmax(const float* x, Py_ssize_t n, float* lo, float* hi) {
         Py_ssize_t i = 0;
@@ -1202,6 +1222,7 @@ cdef extern from *:
                                                   const int* ib, float qdiv, float zp, float lo,
                                                   float hi, int q_signed, const float* post,
                                                   idx pld) noexcept nogil
+    unsigned char* i8_tl "sprat_i8_tl" (size_t bytes) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
     int i8_copy_row "sprat_i8_copy_row" (unsigned char* o, const unsigned char* src, idx K,
                                          idx room, idx avail, int flip, int want) noexcept nogil
@@ -1537,13 +1558,14 @@ cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx r
 
 
 cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
-                   const i8_col_t* col) noexcept nogil:
+                   const i8_col_t* col, bint tl=False) noexcept nogil:
     """Work items [lo, hi) of ``i8_gemm``: (batch, block of ``rb`` rows, block of ``cb``
     columns); in a block, each 16-column panel of B (in L1/L2) meets every group of I8_MR
     rows of A (the block's rows stay in L2), and each tile gets its epilogue at once. The
     AMX path walks the item in blocks of 32 x 32 (four tiles). ``fill`` (not NULL: one batch,
     one block of columns, so each item has rows of its own): the item's rows of A are packed
-    first (``i8_pack_rows``, or the im2col ``col`` when not NULL), while in cache."""
+    first (``i8_pack_rows``, or the im2col ``col`` when not NULL), while in cache; with
+    ``tl``, into this thread's buffer (``sprat_i8_tl``) instead of the A workspace."""
     cdef idx nrb = (g.M + g.rb - 1) // g.rb
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
     cdef idx it, bi, rem, m0, n0, m1, n1, j0, i0, mr, nr, yo, a0
@@ -1554,6 +1576,9 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
     cdef idx p_row = 0, p_i0 = 0, p_j0 = 0, p_mr = 0, p_nr = 0, p_yo = 0
     cdef const unsigned char* bb
     cdef const unsigned char* ar
+    cdef const unsigned char* abase = g.a
+    cdef unsigned char* wbase = NULL if fill == NULL else fill.pws
+    cdef unsigned char* own
     if g.path == I8_AMX:
         i8_amx_begin()
     for it in range(lo, hi):
@@ -1567,20 +1592,29 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
         bb = g.b + g.offs[3 * bi + 1]
         yo = g.offs[3 * bi + 2]
         j0 = n0
+        if fill != NULL and tl:
+            # NOTE: rows m0.. at the buffer's start (AMX reads up to 31 rows past m1: their
+            # products are dropped); the writers and the products index rows from m0 back
+            own = i8_tl(<size_t>((m1 - m0 + 32) * fill.pitch))
+            if own != NULL:
+                wbase = <unsigned char*>(<size_t>own - <size_t>(m0 * fill.pitch))
+                abase = wbase
+            else:
+                wbase, abase = fill.pws, g.a
         if fill != NULL and col != NULL:
             i8_im2col_rows(col.x, col.nx, col.a_signed, col.zp, m0, m1, col.H, col.W, col.C,
                            col.OH, col.OW, col.kh, col.kw, col.sh, col.sw, col.dh, col.dw,
-                           col.ph, col.pw, fill.pws, fill.pitch, g.path, g.sums)
+                           col.ph, col.pw, wbase, fill.pitch, g.path, g.sums)
         elif fill != NULL:
             i8_pack_rows(fill.a, fill.a_signed, fill.a_zp, fill.a_zp_rows, m0, m1, fill.rows,
-                         fill.K, fill.pws, fill.pitch, g.path, g.sums)
+                         fill.K, wbase, fill.pitch, g.path, g.sums)
         if g.path == I8_AMX:
             while j0 < n1:
                 nr = min(<idx>32, n1 - j0)
                 i0 = m0
                 while i0 < m1:
                     mr = min(<idx>32, m1 - i0)
-                    i8_amx_block(g.a + (a0 + i0) * g.pitch, g.pitch,
+                    i8_amx_block(abase + (a0 + i0) * g.pitch, g.pitch,
                                  <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
                                  block + cur * 1024, mr > 16, nr > 16)
                     # NOTE: the epilogue of the block before, while this one's tile stores
@@ -1599,7 +1633,7 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
             i0 = m0
             while i0 < m1:
                 mr = min(<idx>I8_MR, m1 - i0)
-                ar = g.a + (a0 + i0) * g.pitch
+                ar = abase + (a0 + i0) * g.pitch
                 if g.path == I8_VNNI:
                     i8_tile_vnni(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
                                  g.kq, tile, <int>mr)
@@ -1730,19 +1764,22 @@ cdef void i8_gemm_exec(i8_run_t* r, const i8_col_t* col) noexcept nogil:
     rows of its own (one batch, one block of columns), each item packs its rows itself.
     NOTE: so a row block is packed just before its product reads it (from L1/L2, not
     memory: a 112 x 112 stem writes 800 KB of A on AMX) and in the same parallel region
-    (a second one cost its fork and join)."""
+    (a second one cost its fork and join). On more than one slot, into each thread's own
+    buffer (``i8_items``' ``tl``: the A workspace's lines crossed cores between ops); AMX only
+    then (on one slot its blocks ran 4-7 % slower packed item by item: mltk image
+    classification, visual wake words, keyword spotting)."""
     cdef const i8_gemm_t* gp = &r.g
     cdef int t, nt = r.nt
     cdef idx rows = r.rows, items = r.items
     cdef bint fuse = (r.g.nbatch == 1 and r.g.N <= r.g.cb and (col != NULL or not r.a_packed)
-                      and r.g.path != I8_AMX
+                      and (r.g.path != I8_AMX or nt > 1)
                       and items > 0)
     if fuse and nt <= 1:
         i8_items(gp, 0, items, r, col)
         return
     if fuse:
         for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
-            i8_items(gp, t * items // nt, (t + 1) * items // nt, r, col)
+            i8_items(gp, t * items // nt, (t + 1) * items // nt, r, col, True)
         return
     if col != NULL:
         i8_im2col_exec(col, r)
