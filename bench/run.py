@@ -323,7 +323,8 @@ def speedup_line(rows: list[Row]) -> str:
             lower.append(m)
     tail = (f"sprat's lower on {len(lower)}: {', '.join(lower)}" if lower
             else "sprat's at least onnxruntime's on every model")
-    return f"2-thread speed-up (1-thread / 2-thread time), sprat / ort: {'; '.join(parts)} ({tail}).  "
+    return (f"2-thread speed-up (1-thread / 2-thread time), sprat / ort: {'; '.join(parts)} "
+            f"({tail}).  ")
 
 
 def machine_info() -> str:

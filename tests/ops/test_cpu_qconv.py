@@ -527,10 +527,10 @@ def test_qdq_conv_may_run_by_winograd_within_one_lsb(threads, monkeypatch):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_qdq_conv_on_the_int16_path_prefers_winograd(threads, monkeypatch):
-    """On the int16 integer path (AVX2 without VNNI: ``qconv.WINOGRAD_FIRST``), a QDQ 3x3 stride-1 conv
-    whose map Winograd pays on takes the float32 path's Winograd F(4,3), within 1 LSB of the
-    exact conv and equal on most values; on a map too small for Winograd, and without
-    ``_qdq``, the conv stays on the exact integer GEMM."""
+    """On the int16 integer path (AVX2 without VNNI: ``qconv.WINOGRAD_FIRST``), a QDQ 3x3
+    stride-1 conv whose map Winograd pays on takes the float32 path's Winograd F(4,3), within
+    1 LSB of the exact conv and equal on most values; on a map too small for Winograd, and
+    without ``_qdq``, the conv stays on the exact integer GEMM."""
     if not qconv.I8_CONV:
         pytest.skip("SPRAT_QCONV=float")
     from opcheck import run_cpu
@@ -561,8 +561,9 @@ def test_qdq_conv_on_the_int16_path_prefers_winograd(threads, monkeypatch):
 def test_amx_work_items_split_rows_before_columns():
     """``quant._blocks`` on AMX at 2 slots: a map of 64 rows is two 32-row items with all the
     columns (each slot multiplies the rows of A it wrote), a large map keeps 64-row items, a
-    16-row one splits columns; at 1 slot the rows stay in 64-row items. A conv of that 8x8 shape equals
-    the reference at 1 and 2 slots on every path this CPU has (the file's reruns)."""
+    16-row one splits columns; at 1 slot the rows stay in 64-row items. A conv of that 8x8
+    shape equals the reference at 1 and 2 slots on every path this CPU has (the file's
+    reruns)."""
     from sprat.backends.cpu.quant import _blocks
 
     assert _blocks(64, 64, 2, amx=True) == (32, 128)

@@ -54,8 +54,8 @@ import numpy as np
 
 from ...ir.graph import Node
 from ...ir.tensorinfo import TensorInfo
-from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
 from . import quant as _quant
+from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
 from .compiled import kernels as ck
 from .conv import ConvKernel
 
