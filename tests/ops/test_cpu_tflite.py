@@ -369,3 +369,52 @@ def test_every_integer_path_this_cpu_has_passes_the_conv_and_fully_connected_tes
     GEMM path the CPU has (int16: no zero-point correction in the epilogue; vnni: 6 x 16
     tiles), as test_cpu_qconv.py does."""
     rerun_on_other_integer_paths(__file__, "-k", "conv or fully_connected")
+
+
+# The exact integer Winograd F(2x2, 3x3) of 3x3 stride-1 convs (``ck.tfl_winograd``, the int16
+# path's): channels 16 .. 64 (one and several 16-channel blocks), outputs a multiple of 16 (the
+# AVX2 output transform) or not, odd and even maps (a last tile row or column of one output),
+# SAME, VALID and one-sided pads, batch 2, a map above the parallel threshold:
+# (x shape, M, pads)
+WINOGRAD = [((1, 9, 10, 16), 16, (1, 1, 1, 1)), ((2, 7, 8, 32), 20, (1, 1, 1, 1)),
+            ((1, 11, 9, 48), 33, (0, 0, 0, 0)), ((1, 6, 13, 16), 64, (0, 0, 1, 1)),
+            ((1, 32, 32, 16), 16, (1, 1, 1, 1)), ((1, 5, 5, 64), 48, (1, 0, 1, 2))]
+
+
+@pytest.mark.parametrize("shape,m,pads", WINOGRAD)
+@pytest.mark.parametrize("dtype,per_channel,bias", [(I8, True, True), (U8, False, False)])
+def test_conv_by_integer_winograd(shape, m, pads, dtype, per_channel, bias, monkeypatch):
+    """Bit-exact against the reference kernels, on every CPU (the test turns the path on)."""
+    from sprat.backends.cpu import tflite
+
+    monkeypatch.setattr(tflite, "WINOGRAD_ON", True)
+    lo, hi = (-128, 127) if dtype == I8 else (0, 255)
+    ins = _conv_inputs(shape, m, (3, 3), 1, dtype, per_channel, bias)
+    attrs = {"kernel_shape": [3, 3], "pads": list(pads), "_layout": "NHWC",
+             "output_zero_point": 5 if dtype == I8 else 130, "qmin": lo + 1, "qmax": hi - 60,
+             "to": to_code(dtype)}
+    from opcheck import make_node, run_cpu
+
+    node, infos = make_node("TflConv", ins, attrs, range(1, len(ins)))
+    assert run_cpu(node, infos, ins, 1, with_kernel=True)[1].wino
+    exact("TflConv", ins, attrs, consts=range(1, len(ins)))
+
+
+def test_conv_by_integer_winograd_extreme_sums(monkeypatch):
+    """|x - x_zp| = 255 against |w| = 127 over 3x3x64 taps (the transforms' largest values),
+    multipliers of 1 - 2^-31 and every shift: bit-exact."""
+    from sprat.backends.cpu import tflite
+
+    monkeypatch.setattr(tflite, "WINOGRAD_ON", True)
+    x = np.full((1, 6, 7, 64), 127, I8)
+    x[0, ::2] = -128
+    x[0, :, ::3] = -128
+    w = RNG.choice(np.array([-127, 127], I8), (32, 64, 3, 3))
+    mult, shift = multipliers(32)
+    ins = [x, w, np.array(-128, I8), None, mult, shift]
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "_layout": "NHWC", "to": to_code(I8)}
+    from opcheck import make_node, run_cpu
+
+    node, infos = make_node("TflConv", ins, attrs, (1, 2, 4, 5))
+    assert run_cpu(node, infos, ins, 1, with_kernel=True)[1].wino
+    exact("TflConv", ins, attrs, consts=(1, 2, 4, 5))

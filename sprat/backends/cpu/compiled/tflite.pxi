@@ -806,6 +806,184 @@ cdef extern from *:
             }
         }
     }
+
+    /* Exact Winograd F(2x2, 3x3) of TFLite's quantized CONV_2D (3x3, stride 1, dilation 1,
+       one group) for tile rows [t0, t1) of the output (a tile row: two output rows of one
+       image; TW = ceil(OW / 2) tiles across), on the int16 products of sprat_i8_tile:
+       - per tile the 4x4 patch d = x - xz (0 in the padding) goes to V = B^T d B, 16 int16
+         values per channel (|V| <= 4 * 255), stored per position xi as rows of C int16
+         (vbuf: 16 x TW x C);
+       - per position the product M_xi = V_xi U_xi with U = G' w G'^T (G' = 2G, integers,
+         packed by the caller as 16-column panels of k-pairs, ``u``: 16 x npan x C/2 x 32),
+         int32 (mbuf: 16 x npan x TWp x 16, TWp = TW rounded up to 6);
+       - per tile Y = A^T M A, 2x2 outputs = 4 x the conv's sums exactly (both transforms
+         scaled G by 2), shifted right by 2 into the rows of ``sums`` (2 x OW x M int32),
+         requantised by sprat_tfl_requant_block into y.
+       Every operation is a ring operation on int32 (wrapping), so the result is the exact sum
+       whenever 4 x the conv's sums fit int32 (the caller checks); the bits equal the GEMM
+       path's. C a multiple of 16 (the caller's condition). */
+    static void sprat_tfl_wino_rows(const unsigned char *x, int is_signed, int32_t xz,
+                                    const int16_t *u, Py_ssize_t N, Py_ssize_t H, Py_ssize_t W,
+                                    Py_ssize_t C, Py_ssize_t M, Py_ssize_t OH, Py_ssize_t OW,
+                                    int ph, int pw, const int32_t *bias, const int32_t *mult,
+                                    const int32_t *shift, int32_t ozp, int32_t lo, int32_t hi,
+                                    unsigned char *y, Py_ssize_t t0, Py_ssize_t t1,
+                                    int16_t *vbuf, int32_t *mbuf, int32_t *sums) {
+        const Py_ssize_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, TWp = (TW + 5) / 6 * 6;
+        const Py_ssize_t npan = (M + 15) / 16, kp = C / 2;
+        for (Py_ssize_t tr = t0; tr < t1; tr++) {
+            const Py_ssize_t n = tr / TH, ty = tr % TH;
+            /* input transform: per tile, per channel */
+    #if defined(__AVX2__)
+            const __m256i vxz = _mm256_set1_epi16((short)xz);
+            for (Py_ssize_t tx = 0; tx < TW; tx++)
+                for (Py_ssize_t c0 = 0; c0 < C; c0 += 16) {
+                    __m256i d[4][4], t[4][4];
+                    for (int i = 0; i < 4; i++) {
+                        const Py_ssize_t iy = 2 * ty - ph + i;
+                        for (int j = 0; j < 4; j++) {
+                            const Py_ssize_t ix = 2 * tx - pw + j;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
+                                d[i][j] = _mm256_setzero_si256();
+                                continue;
+                            }
+                            const __m128i b = _mm_loadu_si128((const __m128i *)(
+                                x + ((n * H + iy) * W + ix) * C + c0));
+                            d[i][j] = _mm256_sub_epi16(is_signed ? _mm256_cvtepi8_epi16(b)
+                                                                 : _mm256_cvtepu8_epi16(b), vxz);
+                        }
+                    }
+                    for (int j = 0; j < 4; j++) {
+                        t[0][j] = _mm256_sub_epi16(d[0][j], d[2][j]);
+                        t[1][j] = _mm256_add_epi16(d[1][j], d[2][j]);
+                        t[2][j] = _mm256_sub_epi16(d[2][j], d[1][j]);
+                        t[3][j] = _mm256_sub_epi16(d[1][j], d[3][j]);
+                    }
+                    const Py_ssize_t sx = TW * C;  /* the next position xi */
+                    for (int i = 0; i < 4; i++) {
+                        int16_t *v = vbuf + ((i * 4) * TW + tx) * C + c0;
+                        _mm256_storeu_si256((__m256i *)v, _mm256_sub_epi16(t[i][0], t[i][2]));
+                        _mm256_storeu_si256((__m256i *)(v + sx), _mm256_add_epi16(t[i][1], t[i][2]));
+                        _mm256_storeu_si256((__m256i *)(v + 2 * sx), _mm256_sub_epi16(t[i][2], t[i][1]));
+                        _mm256_storeu_si256((__m256i *)(v + 3 * sx), _mm256_sub_epi16(t[i][1], t[i][3]));
+                    }
+                }
+    #else
+            for (Py_ssize_t tx = 0; tx < TW; tx++) {
+                int16_t d[4][4][16];
+                for (Py_ssize_t c0 = 0; c0 < C; c0 += 16) {
+                    for (int i = 0; i < 4; i++) {
+                        const Py_ssize_t iy = 2 * ty - ph + i;
+                        for (int j = 0; j < 4; j++) {
+                            const Py_ssize_t ix = 2 * tx - pw + j;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
+                                for (int c = 0; c < 16; c++) d[i][j][c] = 0;
+                                continue;
+                            }
+                            const unsigned char *p = x + ((n * H + iy) * W + ix) * C + c0;
+                            if (is_signed)
+                                for (int c = 0; c < 16; c++)
+                                    d[i][j][c] = (int16_t)((int)(signed char)p[c] - xz);
+                            else
+                                for (int c = 0; c < 16; c++)
+                                    d[i][j][c] = (int16_t)((int)p[c] - xz);
+                        }
+                    }
+                    int16_t t[4][4][16];
+                    for (int j = 0; j < 4; j++)
+                        for (int c = 0; c < 16; c++) {
+                            t[0][j][c] = (int16_t)(d[0][j][c] - d[2][j][c]);
+                            t[1][j][c] = (int16_t)(d[1][j][c] + d[2][j][c]);
+                            t[2][j][c] = (int16_t)(d[2][j][c] - d[1][j][c]);
+                            t[3][j][c] = (int16_t)(d[1][j][c] - d[3][j][c]);
+                        }
+                    for (int i = 0; i < 4; i++) {
+                        int16_t *v = vbuf + ((i * 4) * TW + tx) * C + c0;
+                        const Py_ssize_t sx = TW * C;  /* the next position xi */
+                        for (int c = 0; c < 16; c++) {
+                            v[c] = (int16_t)(t[i][0][c] - t[i][2][c]);
+                            v[sx + c] = (int16_t)(t[i][1][c] + t[i][2][c]);
+                            v[2 * sx + c] = (int16_t)(t[i][2][c] - t[i][1][c]);
+                            v[3 * sx + c] = (int16_t)(t[i][1][c] - t[i][3][c]);
+                        }
+                    }
+                }
+            }
+    #endif
+            /* the 16 products */
+            for (int xi = 0; xi < 16; xi++) {
+                const int16_t *a = vbuf + xi * TW * C;
+                for (Py_ssize_t p = 0; p < npan; p++) {
+                    const int16_t *b = u + (xi * npan + p) * kp * 32;
+                    int32_t *mo = mbuf + (xi * npan + p) * TWp * 16;
+                    for (Py_ssize_t r = 0; r < TW; r += 6) {
+                        const int mr = TW - r < 6 ? (int)(TW - r) : 6;
+                        sprat_i8_tile_any(a + r * C, C, b, kp, mo + r * 16, mr);
+                    }
+                }
+            }
+            /* output transform into the two rows of sums */
+            const Py_ssize_t rows = 2 * ty + 1 < OH ? 2 : 1;
+    #if defined(__AVX2__)
+            if (M % 16 == 0) {
+                const Py_ssize_t sxi = npan * TWp * 16;
+                for (Py_ssize_t tx = 0; tx < TW; tx++)
+                    for (Py_ssize_t p = 0; p < npan; p++)
+                        for (int h8 = 0; h8 < 16; h8 += 8) {
+                            const int32_t *mi = mbuf + p * TWp * 16 + tx * 16 + h8;
+                            __m256i s0[4], s1[4];
+                            for (int i = 0; i < 4; i++) {
+                                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(mi + (i * 4) * sxi));
+                                const __m256i a1 = _mm256_loadu_si256((const __m256i *)(mi + (i * 4 + 1) * sxi));
+                                const __m256i a2 = _mm256_loadu_si256((const __m256i *)(mi + (i * 4 + 2) * sxi));
+                                const __m256i a3 = _mm256_loadu_si256((const __m256i *)(mi + (i * 4 + 3) * sxi));
+                                s0[i] = _mm256_add_epi32(_mm256_add_epi32(a0, a1), a2);
+                                s1[i] = _mm256_sub_epi32(_mm256_sub_epi32(a1, a2), a3);
+                            }
+                            const Py_ssize_t col = p * 16 + h8;
+                            for (int j = 0; j < 2; j++) {
+                                const Py_ssize_t ox = 2 * tx + j;
+                                if (ox >= OW) continue;
+                                const __m256i *sv = j ? s1 : s0;
+                                const __m256i y0 = _mm256_add_epi32(_mm256_add_epi32(sv[0], sv[1]), sv[2]);
+                                _mm256_storeu_si256((__m256i *)(sums + ox * M + col), _mm256_srai_epi32(y0, 2));
+                                if (rows > 1) {
+                                    const __m256i y1 = _mm256_sub_epi32(_mm256_sub_epi32(sv[1], sv[2]), sv[3]);
+                                    _mm256_storeu_si256((__m256i *)(sums + (OW + ox) * M + col), _mm256_srai_epi32(y1, 2));
+                                }
+                            }
+                        }
+            } else
+    #endif
+            for (Py_ssize_t tx = 0; tx < TW; tx++)
+                for (Py_ssize_t p = 0; p < npan; p++) {
+                    const Py_ssize_t m0 = p * 16, mw = M - m0 < 16 ? M - m0 : 16;
+                    const int32_t *mi = mbuf + p * TWp * 16 + tx * 16;
+                    const Py_ssize_t sxi = npan * TWp * 16;  /* the next position xi */
+                    for (Py_ssize_t c = 0; c < mw; c++) {
+                        uint32_t s[4][2];
+                        for (int i = 0; i < 4; i++) {
+                            const uint32_t m0_ = (uint32_t)mi[(i * 4) * sxi + c];
+                            const uint32_t m1_ = (uint32_t)mi[(i * 4 + 1) * sxi + c];
+                            const uint32_t m2_ = (uint32_t)mi[(i * 4 + 2) * sxi + c];
+                            const uint32_t m3_ = (uint32_t)mi[(i * 4 + 3) * sxi + c];
+                            s[i][0] = m0_ + m1_ + m2_;
+                            s[i][1] = m1_ - m2_ - m3_;
+                        }
+                        for (int j = 0; j < 2; j++) {
+                            const int32_t y0 = (int32_t)(s[0][j] + s[1][j] + s[2][j]);
+                            const int32_t y1 = (int32_t)(s[1][j] - s[2][j] - s[3][j]);
+                            const Py_ssize_t ox = 2 * tx + j;
+                            if (ox >= OW) continue;
+                            sums[ox * M + m0 + c] = y0 >> 2;
+                            if (rows > 1) sums[(OW + ox) * M + m0 + c] = y1 >> 2;
+                        }
+                    }
+                }
+            sprat_tfl_requant_block(sums, M, rows * OW, M, mult, shift, bias, ozp, lo, hi,
+                                    y + ((n * OH + 2 * ty) * OW) * M, M);
+        }
+    }
     """
     void sprat_tfl_requantize(const unsigned char* x, int kind, unsigned char* y, idx r0,
                               idx r1, idx C, const int* mult, const int* shift, const int* bias,
@@ -816,6 +994,11 @@ cdef extern from *:
     void sprat_tfl_requant_block(const int* t, idx ldt, idx rows, idx n, const int* mult,
                                  const int* shift, const int* bias, int ozp, int lo, int hi,
                                  unsigned char* y, idx ldy) nogil
+    void sprat_tfl_wino_rows(const unsigned char* x, int is_signed, int xz, const short* u,
+                             idx N, idx H, idx W, idx C, idx M, idx OH, idx OW, int ph, int pw,
+                             const int* bias, const int* mult, const int* shift, int ozp,
+                             int lo, int hi, unsigned char* y, idx t0, idx t1, short* vbuf,
+                             int* mbuf, int* sums) nogil
     void sprat_tfl_rescale(const int* x, unsigned char* y, idx r0, idx r1, idx C,
                            const double* scale, const int* bias, int ozp, int lo, int hi) nogil
     void sprat_tfl_pool(int avg, const unsigned char* x, int kind, unsigned char* y, idx q0,
@@ -1003,6 +1186,53 @@ cdef class TflBinaryCall:
 
     def __call__(self):
         _tfl_bin_run(&self.a)
+
+
+def tfl_winograd_scratch(idx C, idx M, idx OW):
+    """(int16 values, int32 values) per work slot of ``tfl_winograd``: its V rows, then its
+    products and two rows of sums."""
+    cdef idx tw = (OW + 1) // 2, twp = (tw + 5) // 6 * 6, npan = (M + 15) // 16
+    return 16 * tw * C, 16 * npan * twp * 16 + 2 * OW * M
+
+
+def tfl_winograd(int nt, const unsigned char[::1] x, bint is_signed, int xz,
+                 const short[::1] u, idx N, idx H, idx W, idx C, idx M, idx OH, idx OW,
+                 int ph, int pw, const int[::1] bias, const int[::1] mult, const int[::1] shift,
+                 int ozp, int lo, int hi, unsigned char[::1] y, short[:, ::1] vbuf,
+                 int[:, ::1] mbuf):
+    """TFLite's quantized CONV_2D, 3x3, stride 1, dilation 1, one group, C a multiple of 16,
+    by exact Winograd F(2x2, 3x3) on int16 products (``sprat_tfl_wino_rows``): x int8
+    (``is_signed``) / uint8 bytes NHWC (N, H, W, C) with zero point ``xz``; ``u`` the
+    transformed weights (``tflite.winograd_weights``: 16 x ceil(M/16) x C/2 x 32 int16);
+    leading pads; per channel ``bias``, ``mult``, ``shift`` (M int32); y bytes (N, OH, OW, M);
+    ``vbuf`` / ``mbuf`` (nt, ``tfl_winograd_scratch``). The bits equal the direct conv's while
+    4 x every sum fits int32 (the caller's check). Tile rows split over ``nt`` slots. Raises
+    ValueError on short operands."""
+    cdef idx th = (OH + 1) // 2, rows = N * th, npan = (M + 15) // 16
+    cdef idx nv, nm
+    nv, nm = tfl_winograd_scratch(C, M, OW)
+    if C % 16 or C <= 0 or M <= 0:
+        raise ValueError("tfl_winograd: C must be a positive multiple of 16")
+    if (x.shape[0] < N * H * W * C or y.shape[0] < N * OH * OW * M
+            or u.shape[0] < 16 * npan * (C // 2) * 32 or bias.shape[0] < M
+            or mult.shape[0] < M or shift.shape[0] < M or vbuf.shape[0] < max(nt, 1)
+            or mbuf.shape[0] < max(nt, 1) or vbuf.shape[1] < nv or mbuf.shape[1] < nm):
+        raise ValueError("tfl_winograd: operands too short")
+    if rows == 0:
+        return
+    cdef int t
+    cdef idx msz = 16 * npan * ((((OW + 1) // 2) + 5) // 6 * 6) * 16
+    if nt <= 1:
+        with nogil:
+            sprat_tfl_wino_rows(&x[0], is_signed, xz, &u[0], N, H, W, C, M, OH, OW, ph, pw,
+                                &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0], 0, rows,
+                                &vbuf[0, 0], &mbuf[0, 0], &mbuf[0, msz])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        sprat_tfl_wino_rows(&x[0], is_signed, xz, &u[0], N, H, W, C, M, OH, OW, ph, pw,
+                            &bias[0], &mult[0], &shift[0], ozp, lo, hi, &y[0],
+                            t * rows // nt, (t + 1) * rows // nt, &vbuf[t, 0], &mbuf[t, 0],
+                            &mbuf[t, msz])
 
 
 def tfl_depthwise_scratch(idx C, idx OW, int kh, int kw, int sw, int dh, int dw):
