@@ -58,10 +58,6 @@ BINARY_PARALLEL_MIN = 1 << 13
 POOL_MAX_WINDOW = 1 << 23
 
 
-def _bytes(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1).view(np.uint8)
-
-
 def _slots(kernel: CpuKernel, n: int) -> int:
     return kernel.threads if n >= PARALLEL_MIN else 1
 
@@ -365,11 +361,9 @@ def winograd_weights(wi: np.ndarray):
     """The transformed weights of ``ck.tfl_winograd`` from the conv's weights ``wi`` (M, C,
     3, 3) integers (zero point subtracted): U = G' w G'^T per (m, c), each of its 16
     positions packed as the int16 GEMM's B (16-column panels of k-pairs: 16 x ceil(M/16) x
-    C/2 x 32 int16), or None when a value of U does not fit int16."""
+    C/2 x 32 int16). NOTE: |U| <= 9 * 255 for 8-bit weights less their zero point: int16."""
     m, c = wi.shape[:2]
     u = np.einsum("ai,mcij,bj->abcm", _G2, wi.astype(np.int64), _G2)  # (4, 4, C, M)
-    if np.abs(u).max(initial=0) > 32767:
-        return None
     npan = -(-m // 16)
     up = np.zeros((16, c, npan * 16), np.int64)
     up[:, :, :m] = u.reshape(16, c, m)
@@ -423,22 +417,29 @@ class TflConvKernel(QConvKernel):
         self.w32 = self.shared("w_dw", lambda: np.ascontiguousarray(
             wi.reshape(c, -1).T, np.int32).reshape(-1))
         self.wq = self.shared("w_dw_pairs", lambda: _tap_pairs(wi, c))
-        ms = plan["mult"].view(np.int32)
-        self.mult, self.shift = _pad8(ms[:c]), _pad8(ms[c:])
-        self.bias = _pad8(plan["bias"])
-        self.q = (int(plan["yz"]), int(plan["lo"]), int(plan["hi"]))
-        self.xz, self.signed = int(plan["xz"]), x.dtype == np.int8
-        self.packed = (1,)
+        self._requant(plan, x)
         macs = int(np.prod(y.shape, dtype=np.int64)) * kern[0] * kern[1]
         self.nt = self.threads if macs >= DW_PARALLEL_MIN_MACS and n * y.shape[1] > 1 else 1
         self.workspaces = (scratch(self.nt, ck.tfl_depthwise_scratch(
             c, y.shape[2], kern[0], kern[1], strides[1], dil[0], dil[1]), np.int16),)
 
+    def _requant(self, plan, x):
+        """The depthwise and Winograd kernels' requantisation: per channel multipliers, shifts
+        and bias (int32, zeros up to a multiple of 8), output zero point and clamp; x's zero
+        point and signedness. Run never reads the weight input (packed at prepare)."""
+        ms = plan["mult"].view(np.int32)
+        m = ms.size // 2
+        self.mult, self.shift = _pad8(ms[:m]), _pad8(ms[m:])
+        self.bias = _pad8(plan["bias"])
+        self.q = (int(plan["yz"]), int(plan["lo"]), int(plan["hi"]))
+        self.xz, self.signed = int(plan["xz"]), x.dtype == np.int8
+        self.packed = (1,)
+
     def _prepare_winograd(self, plan, x, y) -> bool:
         """The integer Winograd path (``ck.tfl_winograd``) where it applies (``WINOGRAD_ON``):
         a 3x3 stride-1 dilation-1 one-group conv of NHWC maps, C a multiple of 16 and C, M
-        from ``WINOGRAD_MIN_CHANNELS``, U within int16 and 4 x every sum within int32 (the
-        exactness bound: |x - xz| * max_m sum |w| * 4 < 2^31)."""
+        from ``WINOGRAD_MIN_CHANNELS``, and 4 x every sum within int32 (the exactness bound:
+        |x - xz| * max_m sum |w| * 4 < 2^31)."""
         from ...ir.shapes.nn import conv_geometry
 
         a, wi = self.node.attrs, plan["w"]
@@ -459,18 +460,10 @@ class TflConvKernel(QConvKernel):
         amax = max(xz - int(info.min), int(info.max) - xz)
         if 4 * amax * int(np.abs(wi.astype(np.int64)).reshape(m, -1).sum(axis=1).max()) >= 2 ** 31:
             return False
-        u = self.shared("tfl_wino", lambda: winograd_weights(wi))
-        if u is None:
-            return False
         self.wino = True
-        self.u = u
-        ms = plan["mult"].view(np.int32)
-        self.mult, self.shift = np.ascontiguousarray(ms[:m]), np.ascontiguousarray(ms[m:2 * m])
-        self.bias = np.ascontiguousarray(np.broadcast_to(plan["bias"], (m,)), np.int32)
-        self.q = (int(plan["yz"]), int(plan["lo"]), int(plan["hi"]))
-        self.xz, self.signed = xz, x.dtype == np.int8
+        self.u = self.shared("tfl_wino", lambda: winograd_weights(wi))
+        self._requant(plan, x)
         self.geom = (n, h, w, c, m, y.shape[1], y.shape[2], pb[0], pb[1])
-        self.packed = (1,)
         macs = int(np.prod(y.shape, dtype=np.int64)) * 9 * c
         self.nt = self.threads if macs >= PARALLEL_MIN_MACS and n * -(-y.shape[1] // 2) > 1 else 1
         nv, nm = ck.tfl_winograd_scratch(c, m, y.shape[2])
@@ -545,9 +538,9 @@ class TflFullyConnectedKernel(_Int8Gemm):
         v = ck.i8_view
         packed, bcol = self.b_packed
         zp, lo, hi = self.consts_q
-        args = (self.nt, v(_bytes(x)), self.a_signed, v(self.a_zp), False, v(bufs[0]),
+        args = (self.nt, _view(x), self.a_signed, v(self.a_zp), False, v(bufs[0]),
                 v(bufs[3]), False, v(packed), v(bcol), self.path, v(self.offs), self.M, self.N,
-                self.K, self.rb, self.cb, _OUT["tflite_rescale"], v(_bytes(y)), v(self.one),
+                self.K, self.rb, self.cb, _OUT["tflite_rescale"], _view(y), v(self.one),
                 v(self.empty_f), v(self.ibias), 0.0, zp, lo, hi, False, 0, 0.0, 0.0, None,
                 v(self.scale64))
         return ck.I8GemmCall(args), ()

@@ -741,6 +741,16 @@ cdef extern from *:
        rows).
        NOTE: the general loop's per-row bookkeeping and stack-spilled state cost ~13 cycles a
        kernel row, most of a small conv's im2col (32x32x16 3x3 on AMX: 13 of 28 us) */
+    /* The end of an im2col row of K values at o: raw, the bytes up to the quad zeroed; int16,
+       the odd tail's value (the GEMMs read A in quads / pairs) */
+    static inline void sprat_i8_row_tail(unsigned char* o, Py_ssize_t K, int raw) {
+        if (raw)
+            for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
+                o[k] = 0;
+        else if (K % 2)
+            ((int16_t*)o)[K] = 0;
+    }
+
     #if defined(__AVX2__)
     /* ``len`` bytes from src to o, exactly: raw, XOR fb; else widened to int16 less zp */
     static inline __attribute__((always_inline)) void sprat_i8_copy_exact(
@@ -810,11 +820,7 @@ cdef extern from *:
             sprat_i8_copy_exact(o + (raw ? i * run : 2 * i * run), tmp, run, zp, is_signed,
                                 raw, fb);
         }
-        if (raw)
-            for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
-                o[k] = 0;
-        else if (K % 2)
-            ((int16_t*)o)[K] = 0;
+        sprat_i8_row_tail(o, K, raw);
     }
 
     static int sprat_i8_im2col_seg(unsigned char* out, Py_ssize_t pitch, const unsigned char* x,
@@ -880,13 +886,8 @@ cdef extern from *:
                     }
             }
         }
-        for (Py_ssize_t p = 0; p < cnt; p++, out += pitch) {
-            if (raw)
-                for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
-                    out[k] = 0;
-            else if (K % 2)
-                ((int16_t*)out)[K] = 0;
-        }
+        for (Py_ssize_t p = 0; p < cnt; p++, out += pitch)
+            sprat_i8_row_tail(out, K, raw);
         return 1;
     }
     #endif
@@ -1061,20 +1062,15 @@ cdef extern from *:
     #undef SPRAT_I8_COPY
     #undef SPRAT_I8_COPY_TAIL
     #undef SPRAT_I8_PAD
-            if (raw) {
+            if (raw && want) {
     #if defined(__AVX2__)
-                if (want)
-                    acc += _mm_extract_epi64(s16, 0) + _mm_extract_epi64(s16, 1)
-                           + _mm256_extract_epi64(s32, 0) + _mm256_extract_epi64(s32, 1)
-                           + _mm256_extract_epi64(s32, 2) + _mm256_extract_epi64(s32, 3);
+                acc += _mm_extract_epi64(s16, 0) + _mm_extract_epi64(s16, 1)
+                       + _mm256_extract_epi64(s32, 0) + _mm256_extract_epi64(s32, 1)
+                       + _mm256_extract_epi64(s32, 2) + _mm256_extract_epi64(s32, 3);
     #endif
-                for (Py_ssize_t k = K; k < 4 * ((K + 3) / 4); k++)
-                    o8[k] = 0;
-                if (want)
-                    rowsum[r] = (int32_t)acc;
-            } else if (K % 2) {
-                o16[K] = 0;
+                rowsum[r] = (int32_t)acc;
             }
+            sprat_i8_row_tail(o8, K, raw);
             }
     #if defined(__AVX2__)
         next_row:
