@@ -153,13 +153,22 @@ def test_dynamic_bert_runs_in_onnxruntime(tmp_path):
     (err,) = report.outputs
     assert err.cosine > 0.999, report.format()
     fp32 = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
-    spec = _spec(onnx_out).run(None, feeds)[0]
-    assert sprat.quantize.compare("o", fp32, spec).cosine > 0.999
-    # NOTE: not equality: this model turns one-ulp float differences (LayerNorm, Softmax, Erf)
-    # into whole quantization steps at each DynamicQuantizeLinear; its integer ops are checked
-    # bit for bit against the spec in tests/models/test_quant_models.py
     got = sprat.InferenceSession(str(tmp_path / "bert_dyn.sprat")).run(None, feeds)[0]
-    assert got.shape == spec.shape and sprat.quantize.compare("o", spec, got).cosine > 0.999
+    # onnxruntime runs the file; on a CPU without VNNI its u8 x s8 MatMulInteger saturates pair
+    # sums (vpmaddubsw), graph optimizations off or on: cosine 0.998 to fp32 on a Zen 3, where
+    # sprat's exact integer result above is 0.9995; above 0.999 on AVX-512 VNNI
+    spec = _spec(onnx_out).run(None, feeds)[0]
+    assert spec.shape == got.shape and sprat.quantize.compare("o", fp32, spec).cosine > 0.995
+    # with 7-bit weights (reduce_range, onnxruntime's advice for such CPUs) no pair saturates,
+    # and onnxruntime's result is sprat's on every CPU. NOTE: not equality: this model turns
+    # one-ulp float differences (LayerNorm, Softmax, Erf) into whole quantization steps at each
+    # DynamicQuantizeLinear; its integer ops are checked bit for bit against the spec in
+    # tests/models/test_quant_models.py
+    quantize(model, tmp_path / "bert_dyn7.sprat", calibration=[feeds], mode="dynamic",
+             reduce_range=True, onnx_output=tmp_path / "bert_dyn7.onnx")
+    spec = _spec(tmp_path / "bert_dyn7.onnx").run(None, feeds)[0]
+    got = sprat.InferenceSession(str(tmp_path / "bert_dyn7.sprat")).run(None, feeds)[0]
+    assert sprat.quantize.compare("o", spec, got).cosine > 0.9995
 
 
 def test_cli_quantize_from_a_folder(resnet, tmp_path, capsys):

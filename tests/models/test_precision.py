@@ -93,17 +93,18 @@ def _gemm_model(m, k, n, act=None):
     return convert_graph(model.SerializeToString()), feeds, w
 
 
-def _fp32_pack_bytes(w):
-    """Bytes of the fp32 copy a cpu Gemm packs of its transposed weight ``w`` (N, K): (K, N),
-    as 32-column panels on AVX-512 CPUs (``linalg.pack_panels``)."""
-    return (linalg.pack_panels(w.T) if linalg.PACKED else w).nbytes
+def _fp32_pack_bytes(w, m):
+    """Bytes of the fp32 copy a cpu Gemm of ``m`` rows packs of its transposed weight ``w``
+    (N, K): (K, N) as column panels (``linalg.pack_panels``) on AVX-512 CPUs, and for a GEMV
+    (``linalg.GEMV_ROWS``) on every CPU; otherwise a plain transposed copy."""
+    return (linalg.pack_panels(w.T) if linalg.PACKED or m <= linalg.GEMV_ROWS else w).nbytes
 
 
 @pytest.mark.parametrize("m,act", [(1, None), (2, "Relu"), (5, "Relu")])
 def test_gemm_memory_low_packs_nothing(m, act):
     graph, feeds, w = _gemm_model(m, 300, 700, act)
     ref, normal = _run(graph, feeds)
-    assert normal.packed_bytes == _fp32_pack_bytes(w)
+    assert normal.packed_bytes == _fp32_pack_bytes(w, m)
     low, interp = _run(graph, feeds, memory="low")
     assert interp.packed_bytes == 0
     # NOTE: the same BLAS on the weight as stored (transB) instead of its packed transpose:
@@ -154,4 +155,4 @@ def test_info_reports_modes_and_packed_bytes():
     assert (info["memory"], info["precision"], info["packed_bytes"]) == ("low", "high", 0)
     sess2 = interp.create_session()
     sess2.run(feeds)
-    assert sess2.info()["packed_bytes"] == _fp32_pack_bytes(w) == interp.packed_bytes
+    assert sess2.info()["packed_bytes"] == _fp32_pack_bytes(w, 2) == interp.packed_bytes
