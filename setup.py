@@ -25,5 +25,8 @@ def extension(variant: str) -> Extension:
                      extra_link_args=["-fopenmp"])
 
 
+# NOTE: the two variants are translated and compiled side by side (2 cores: the avx2 one alone
+# takes most of the build)
 setup(ext_modules=cythonize([extension(v) for v in (("base", "avx2") if X86 else ("base",))],
-                            compiler_directives={"language_level": 3}))
+                            compiler_directives={"language_level": 3}, nthreads=2),
+      options={"build_ext": {"parallel": 2}})

@@ -189,6 +189,18 @@ GEMM_CONV_FAMILY = [  # (kernel, stride, in channels, out channels, input map)
 ]
 
 
+# the pointwise family (--only pw): one-group 1x1 convs, stride 1, of MobileNetV2 (expand /
+# project), SqueezeNet (squeeze / expand), ResNet-50 bottlenecks and EfficientNet-B0:
+# (in channels, out channels, input map)
+POINTWISE_FAMILY = [
+    (16, 96, 112), (24, 144, 56), (144, 24, 56), (32, 192, 28), (192, 32, 28), (64, 384, 14),
+    (384, 64, 14), (576, 96, 14), (160, 960, 7), (960, 160, 7), (320, 1280, 7),
+    (96, 16, 55), (16, 64, 55), (512, 64, 13), (64, 256, 13),
+    (64, 256, 56), (256, 64, 56), (1024, 256, 14), (256, 1024, 14), (2048, 512, 7),
+    (40, 240, 28), (240, 40, 28), (672, 112, 14),
+]
+
+
 # the stem family (--only stem): the first conv of image models, 3 input channels, as the
 # ONNX model has it (NCHW input; sprat reads it without a Transpose): (kernel, stride, out
 # channels, input map, activation) of MobileNetV2/V3, EfficientNet, MnasNet, RegNet (3x3 s2
@@ -445,6 +457,9 @@ def cases():
             nodes += [helper.make_node(act, ["t"], ["y"])]
         c.append(Case(f"stem{k} s{s} 3->{cout}@{hw} {act.lower()}", nodes, {"x": x},
                       {"w": wt, "b": b}, {"_activation": act}, nhwc=True, nchw_in=True))
+
+    for cin, cout, hw in POINTWISE_FAMILY:
+        conv(f"pw {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, 1, 1, 0)
 
     # the GEMM-conv family (--only gc): the convs that run as patch matrix + GEMM (stems,
     # strided 3x3 and 1x1 convs, 3x3 convs on maps too small for Winograd) of ResNet, VGG,

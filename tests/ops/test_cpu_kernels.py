@@ -1150,7 +1150,7 @@ def test_attention_packed_heads_grouped(skv, mask):
     (K_h^T and V_h packed once per kv head: GQA's 3 query heads per kv head share them); 47
     keys stay on BLAS."""
     from sprat.backends.cpu.attention import PACKED_MIN_KEYS
-    from sprat.backends.cpu.linalg import PACKED
+    from sprat.backends.cpu.compiled import kernels as ck
 
     ins = [randn(1, 41, 6 * 16, seed=1), randn(1, skv, 2 * 16, seed=2),
            randn(1, skv, 2 * 24, seed=3)]
@@ -1162,7 +1162,7 @@ def test_attention_packed_heads_grouped(skv, mask):
     node, infos = make("Attention", ins, attrs)
     kernel = CpuBackend(1).make_kernel(node, infos)
     kernel.prepare(infos, [TensorInfo((1, 41, 6 * 24), np.dtype(np.float32))])
-    assert kernel.packed_kv == (PACKED and skv >= PACKED_MIN_KEYS)
+    assert kernel.packed_kv == (ck.packed_avx512() and skv >= PACKED_MIN_KEYS)
     check("Attention", ins, attrs)
 
 
@@ -1218,7 +1218,7 @@ def test_matmul_packed_weights(m, k, n):
     """A constant 2-D weight takes the packed GEMM on AVX-512 CPUs (BLAS elsewhere and on the
     baseline build; one row the GEMV), with the bias, residual and GELU epilogue, at 1 and 2
     threads."""
-    from sprat.backends.cpu.linalg import PACKED
+    from sprat.backends.cpu.linalg import PACKED_GEMM
 
     a, b = randn(m, k, seed=1), randn(k, n, seed=2, scale=0.2)
     ins = [a, b, randn(n, seed=3), randn(m, n, seed=4)]
@@ -1227,7 +1227,7 @@ def test_matmul_packed_weights(m, k, n):
     kernel = CpuBackend(2).make_kernel(node, infos)
     kernel.prepare(infos, [TensorInfo((m, n), np.dtype(np.float32))])
     # NOTE: one row runs the GEMV over the same panels on every build (test_cpu_gemv.py)
-    assert (kernel.panels is not None) == (PACKED or m == 1) and kernel.gemv == (m == 1)
+    assert (kernel.panels is not None) == (PACKED_GEMM or m == 1) and kernel.gemv == (m == 1)
     check("MatMul", ins, attrs, consts=(1, 2))
 
 

@@ -244,9 +244,9 @@ def test_recurrence_paths_and_projections_match_reference(path, packed_gemm, mon
     from sprat.backends.cpu.rnn import GRUKernel
 
     if not packed_gemm:
-        monkeypatch.setattr(ck, "packed_gemm_available", lambda: False)
-    elif not ck.packed_gemm_available():
-        pytest.skip("no packed GEMM on this build or CPU")
+        monkeypatch.setattr(ck, "packed_avx512", lambda: False)
+    elif not ck.packed_avx512():
+        pytest.skip("no AVX-512F packed projection on this build or CPU")
     monkeypatch.setattr(rnn, "PROJECT_SPLIT_MACS", 0)
     for hid, nb, direction in ((20, 1, "forward"), (36, 3, "reverse"), (64, 6, "bidirectional"),
                                (36, 2, "forward"), (20, 5, "forward")):

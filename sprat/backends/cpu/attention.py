@@ -115,7 +115,7 @@ class AttentionKernel(CpuKernel):
         self.nt = min(self.nt, B * H * -(-Sq // self.qb))
         # NOTE: the packed micro-kernel (AVX-512) for both products, K_h^T and V_h packed
         # once per slot and kv head, where BLAS repacks them on every call
-        self.packed_kv = (bool(ck.packed_gemm_available()) and D >= 1 and Dv >= 1
+        self.packed_kv = (ck.packed_avx512() and D >= 1 and Dv >= 1
                           and Skv >= PACKED_MIN_KEYS)
         self.workspaces = (scratch(self.nt, ck.attention_scratch(Skv, D, Dv, self.qb,
                                                                  self.packed_kv) + 16),)

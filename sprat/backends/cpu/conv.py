@@ -76,7 +76,9 @@ WINOGRAD_MIN_CHANNELS = 24
 # weight every call. Measured on the broad suite's 1x1-heavy models, one run each way, sprat /
 # onnxruntime at 1 / 2 threads: MobileNetV2 1.40 / 1.41 -> 1.19 / 1.32, EfficientNet-B0 1.35 /
 # 1.51 -> 1.17 / 1.29, SqueezeNet 1.55 / 1.47 -> 1.38 / 1.33, MobileNetV3-small, the YOLO neck
-# and Inception v1 1-9 % faster, none slower
+# and Inception v1 1-9 % faster, none slower. On an AVX2 CPU (Zen 3, the 6 x 16 tiles), one
+# run each way: SqueezeNet 1.27 / 1.32 -> 1.12 / 1.16, ShuffleNet 1.15 / 1.24 -> 1.07 / 0.99,
+# MobileNetV3-small 0.97 / 1.04 -> 0.94 / 0.83, Inception v1 0.67 / 0.69 -> 0.56 / 0.52
 PACKED_POINTWISE = PACKED
 # NOTE: the same packed-weight GEMM for the im2col convs of one group (strided convs, stems,
 # 3x3 convs on maps too small for Winograd): OpenBLAS repacks the whole weight on every block's
@@ -88,7 +90,11 @@ PACKED_POINTWISE = PACKED
 # 5x5 64->64@14 1.42 vs 0.95, 7x7 32->64@28 1.30 vs 1.02, 3x3 64->64@7 1.23 vs 0.94, 1-D k3
 # 64->64 over 400 1.32 vs 1.06; 2 threads the same or better but for a 24 us 1-D k7 conv over 50
 # frames (0.61 vs 0.77)
-PACKED_IM2COL = PACKED
+# NOTE: AVX-512F only, as PACKED_DIRECT: on an AVX2 CPU (Zen 3) the 6 x 16 tiles of the im2col
+# and direct convs lost to the BLAS paths on the 3x3-heavy models (broad suite, one run each
+# way, sprat / onnxruntime at 1 / 2 threads: ResNet-18 0.85 / 0.90 -> 1.13 / 0.99, Inception v2
+# 0.93 / 1.04 -> 1.02 / 1.19, VGG-19 0.51 / 0.54 -> 0.57 / 0.61), where the 1x1 convs gained
+PACKED_IM2COL = PACKED and ck.packed_avx512()
 IM2COL_PACKED_BYTES = 1 << 20
 #: whether one-group GEMM convs of at least DIRECT_MIN_CHANNELS input channels and more than
 #: one tap run as the direct conv on the packed weight (``ck.conv_direct``: no patch matrix)
@@ -100,7 +106,7 @@ IM2COL_PACKED_BYTES = 1 << 20
 # thread; stride-2 3x3 0.94-0.99 against 1.01-1.07). 1x1 convs (strided: the patch matrix
 # is one gather) stay on the packed im2col, whose K blocks keep a panel in L1 (512->1024@28
 # s2: 0.82 against 0.90 direct). 1-4 channels: the stem kernel.
-PACKED_DIRECT = PACKED
+PACKED_DIRECT = PACKED_IM2COL
 DIRECT_MIN_CHANNELS = 5
 DIRECT_BAND_BYTES = 1 << 19
 #: output channels up to which a conv GEMM stays on BLAS (``packed_pays``)

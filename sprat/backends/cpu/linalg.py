@@ -36,6 +36,8 @@ Session modes (``ScheduleConfig``, read from the kernel's PackCache view):
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ...memory import pages
@@ -68,7 +70,25 @@ def f16_ok(w: np.ndarray) -> bool:
     return bool(w.size == 0 or np.max(np.abs(w)) <= F16_MAX)
 
 
-PACKED = ck.packed_gemm_available()
+def _packed() -> bool:
+    """Whether GEMMs with a constant weight and the one-group convs run the packed-panel
+    micro-kernels (``ck.packed_gemm_available()``: AVX-512F or AVX2 + FMA) instead of BLAS;
+    ``SPRAT_PACKED=off`` keeps them on BLAS (to measure the two side by side). Raises
+    ValueError for another value of SPRAT_PACKED."""
+    forced = os.environ.get("SPRAT_PACKED", "").strip().lower()
+    if forced not in ("", "on", "off"):
+        raise ValueError(f"SPRAT_PACKED={forced!r}: expected 'on' or 'off' (or unset)")
+    return ck.packed_gemm_available() and forced != "off"
+
+
+PACKED = _packed()
+#: whether MatMul / Gemm with a constant weight of more than GEMV_ROWS rows run the packed
+#: micro-kernel (``LinearKernel``) rather than BLAS: AVX-512F only.
+# NOTE: on an AVX2 CPU (Zen 3) the 6 x 16 tiles match OpenBLAS on a hot product (74 against
+# 75 GFLOP/s, 128 x 384 x 1536) but lost in the models (broad suite, one run each way,
+# sprat / onnxruntime at 1 / 2 threads: ViT-Ti 0.95 / 1.00 -> 1.25 / 1.01, BERT-MiniLM
+# 0.96 / 1.03 -> 1.08 / 1.01), so there they stay on BLAS
+PACKED_GEMM = PACKED and ck.packed_avx512()
 PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) stay in L2 while
 # every column panel passes over them: 128 x 768 at K = 768 (best of 24..256 rows, 150-160
 # GFLOP/s, at M 128..512, K and N 768 / 3072), 256 rows at K <= 512
@@ -200,7 +220,8 @@ class _Gemmish(CpuKernel):
                 and (rows <= GEMV_MAX_ROWS or memory == "low") and f16_ok(b_const))
 
     def _want_packed(self, b_const) -> bool:
-        return (PACKED and b_const is not None and b_const.ndim == 2 and self.memory != "low"
+        return (PACKED_GEMM and b_const is not None and b_const.ndim == 2
+                and self.memory != "low"
                 and self.K >= 1)
 
     def _want_gemv(self, b_const) -> bool:

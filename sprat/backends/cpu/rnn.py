@@ -114,7 +114,7 @@ def pack_weights(kernel, w, r, slots: int = 1) -> tuple[int, np.ndarray, np.ndar
     def wt(d):
         return np.ascontiguousarray(np.asarray(w[d], np.float32).T[:, order])
 
-    if ck.packed_gemm_available():
+    if ck.packed_avx512():
         w_mode, wp = ck.W_PANELS, kernel.shared("w_panels" + tag, lambda: _aligned_rows([
             pack_panels(wt(d)) for d in range(dirs)]))
     else:

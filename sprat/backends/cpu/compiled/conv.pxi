@@ -362,7 +362,7 @@ def conv_pointwise_scaled(int nt, const float[::1] x, const float[::1] s, bint p
     if (rb < 1 or cb < 1 or hw < 1 or P % hw or (scale_w and (per_image or wt))
             or (packed and wt)
             or s.shape[0] < (P // hw if per_image else 1) * C
-            or (packed and (cb % SPRAT_PK_NR or not sprat_pk_available()))):
+            or (packed and (cb % SPRAT_PK_NR or not sprat_pk_mode()))):
         raise ValueError(f"conv_pointwise_scaled: bad blocks ({rb}, {cb}), images of {hw} "
                          f"pixels, {s.shape[0]} scale floats or packed weights unavailable")
     conv_check_ws(ws, nt, wlen if scale_w else rb * C)
@@ -632,7 +632,7 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
     conv_check_ws(col, nt, blk * kh * kw * C // G)
     if blk < 1 or ((split_m or packed) and G != 1):
         raise ValueError(f"conv_im2col: blk {blk} < 1 or split_m/packed with {G} groups")
-    if packed and (not sprat_pk_available()
+    if packed and (not sprat_pk_mode()
                    or w.shape[0] < -(-M // SPRAT_PK_NR) * SPRAT_PK_NR * kh * kw * C):
         raise ValueError("conv_im2col: packed weights where the packed GEMM does not run, "
                          "or short panels")
@@ -737,7 +737,7 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
     conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w,
                -(-M // SPRAT_PK_NR) * SPRAT_PK_NR * kh * kw * C)
     conv_check_slope(slope, code, M, M)
-    if not sprat_pk_available():
+    if not sprat_pk_mode():
         raise ValueError("conv_direct: the packed GEMM does not run on this CPU")
     if (rows < 1 or kh < 1 or kw < 1 or sh < 1 or sw < 1 or dh < 1 or dw < 1 or ph < 0
             or pw < 0 or bias.shape[0] < M

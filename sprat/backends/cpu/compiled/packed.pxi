@@ -7,9 +7,12 @@
 # onnxruntime's GEMM, packs its weights once the same way. The micro-kernel holds a 12 x 32 tile
 # of Y in 24 zmm registers (MLAS's sgemm kernel for AVX-512F does the same shape).
 #
-# AVX-512F only, compiled in the avx2 build with a target attribute and taken when the CPU has
-# it (``packed_gemm_available``); elsewhere the kernels call BLAS as before. Included before
-# conv.pxi (im2col convs) and dense.pxi (``gemm_packed``, attention), which call it.
+# Compiled in the avx2 build: the AVX-512F kernels (``sprat_pk5_*``, target attribute) where
+# the CPU has AVX-512F, else AVX2 + FMA ones on the same panels (``sprat_p2_*``: 6 x 16 tiles,
+# a panel in two halves), picked once at run time (``sprat_pk_mode``); the baseline build has
+# neither (``packed_gemm_available`` false: the kernels call BLAS). Which ops take the packed
+# path on which CPU is decided in Python (``linalg.PACKED_GEMM``, ``conv.PACKED_*``). Included
+# before conv.pxi (im2col convs) and dense.pxi (``gemm_packed``, attention), which call it.
 
 cdef extern from *:
     """
@@ -266,7 +269,7 @@ cdef extern from *:
        first row and column 0), activation e->code (sprat_pk_act_in_regs), slope[n0:n1]. res
        may be C itself (in place): the first K block then adds to C, which holds it. */
     __attribute__((target("avx512f")))
-    static void sprat_pk_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+    static void sprat_pk5_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
                                   const float* a, Py_ssize_t lda, const float* packed, float* c,
                                   Py_ssize_t ldc, const sprat_pk_epi* e) {
         sprat_pk_epi t;
@@ -297,12 +300,6 @@ cdef extern from *:
         }
     }
 
-    __attribute__((target("avx512f")))
-    static void sprat_pk_gemm(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
-                              const float* a, Py_ssize_t lda, const float* packed, float* c,
-                              Py_ssize_t ldc) {
-        sprat_pk_gemm_epi(m, n0, n1, K, a, lda, packed, c, ldc, NULL);
-    }
 
     /* One tap of a direct conv tile: its rows of A from ``a`` (row r at a + r * lda, past
        the tile's offset), its C weight rows of the panel at ``p``. */
@@ -351,7 +348,7 @@ cdef extern from *:
        column 0. Per panel (its kh*kw*C x NR floats stay in L2 over the rows), each output row
        is cut into ceil(OW / MR) tiles of near-equal width, each tile's rows at stride sw*C. */
     __attribute__((target("avx512f")))
-    static void sprat_pk_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_ssize_t ph,
+    static void sprat_pk5_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_ssize_t ph,
                                 Py_ssize_t H, Py_ssize_t C, int kh, int kw, Py_ssize_t sh,
                                 Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh0,
                                 Py_ssize_t oh1, Py_ssize_t OW, const float* packed,
@@ -396,6 +393,298 @@ cdef extern from *:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f");
     }
+
+    /* ---- the same panels on AVX2 + FMA CPUs (no AVX-512F) ----
+       A panel's 32 columns are two halves of 16; a tile is up to SPRAT_P2_MR (6) rows x 16
+       columns of C in 12 ymm accumulators, with the half's two B vectors and one broadcast of
+       A: 15 of the 16 ymm registers (MLAS's FMA3 sgemm kernel holds a tile of the same shape).
+       One row of a half panel is one 64-byte line (the panels are 64-byte aligned, rows 128
+       bytes apart), so a K block of a half (KC x 16 floats) keeps 16 KiB of L1. */
+    #define SPRAT_P2_MR 6
+
+    /* lanes [0, w) of a vector of 8 (w >= 8: all) as a maskload / maskstore mask */
+    __attribute__((target("avx2,fma"), always_inline))
+    static inline __m256i sprat_p2_mask(Py_ssize_t w) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w < 8 ? w : 8)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+
+    /* sprat_pk_act on 8 lanes (the same formulas: common.pxi's sprat_exp8 is sprat_pk_exp's
+       polynomial and clamps) */
+    __attribute__((target("avx2,fma"), always_inline))
+    static inline __m256 sprat_p2_act(__m256 v, int code, __m256 va, __m256 vb, __m256 sv) {
+        const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+        __m256 r;
+        switch (code) {
+        case 1: return _mm256_max_ps(zero, v);
+        case 2: return _mm256_min_ps(vb, _mm256_max_ps(va, v));
+        case 3: return _mm256_div_ps(one, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, v))));
+        case 4: return _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(va, v, vb)));
+        case 5:
+            r = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
+            return _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, r)));
+        case 6:
+            r = _mm256_max_ps(zero, v);
+            return _mm256_fmadd_ps(va, _mm256_sub_ps(v, r), r);
+        case 8: return _mm256_div_ps(v, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, v))));
+        case 10:
+            return _mm256_blendv_ps(v, _mm256_mul_ps(v, sv), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+        default: return v;
+        }
+    }
+
+    /* The end of a tile of a half panel: C[0:mr, 0:16] (=|+=, ``acc``) x0 / x1 (columns 0-7
+       / 8-15); only the first ``w`` columns are stored (nv 1: w <= 8, x1 unused), after the
+       epilogue ``e`` when it is not NULL (its pointers at the half's first column). */
+    __attribute__((target("avx2,fma"), always_inline))
+    static inline void sprat_p2_store(const int mr, const int nv, __m256* x0, __m256* x1,
+                                      float* c, Py_ssize_t ldc, int acc, Py_ssize_t w,
+                                      const sprat_pk_epi* e) {
+        const int full = w >= 8 * nv;
+        const __m256i m0 = sprat_p2_mask(w), m1 = sprat_p2_mask(w - 8);
+        if (acc) {
+            for (int r = 0; r < mr; r++) {
+                float* cr = c + r * ldc;
+                x0[r] = _mm256_add_ps(x0[r], _mm256_maskload_ps(cr, m0));
+                if (nv == 2) x1[r] = _mm256_add_ps(x1[r], _mm256_maskload_ps(cr + 8, m1));
+            }
+        }
+        if (e != NULL) {
+            const __m256 va = _mm256_set1_ps(e->a), vb = _mm256_set1_ps(e->b);
+            __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+            if (e->bias != NULL) {
+                const __m256 b0 = _mm256_maskload_ps(e->bias, m0);
+                const __m256 b1 = nv == 2 ? _mm256_maskload_ps(e->bias + 8, m1) : b0;
+                for (int r = 0; r < mr; r++) {
+                    x0[r] = _mm256_add_ps(x0[r], b0);
+                    if (nv == 2) x1[r] = _mm256_add_ps(x1[r], b1);
+                }
+            }
+            if (e->res != NULL) {
+                for (int r = 0; r < mr; r++) {
+                    const float* rr = e->res + r * ldc;
+                    x0[r] = _mm256_add_ps(x0[r], _mm256_maskload_ps(rr, m0));
+                    if (nv == 2) x1[r] = _mm256_add_ps(x1[r], _mm256_maskload_ps(rr + 8, m1));
+                }
+            }
+            if (e->code == 10) {
+                s0 = _mm256_maskload_ps(e->slope, m0);
+                if (nv == 2) s1 = _mm256_maskload_ps(e->slope + 8, m1);
+            }
+            /* one dispatch per tile, as sprat_pk_store */
+            #define SPRAT_P2_ACT_ROWS(CODE) \
+                for (int r = 0; r < mr; r++) { \
+                    x0[r] = sprat_p2_act(x0[r], CODE, va, vb, s0); \
+                    if (nv == 2) x1[r] = sprat_p2_act(x1[r], CODE, va, vb, s1); \
+                } \
+                break;
+            switch (e->code) {
+            case 1: SPRAT_P2_ACT_ROWS(1)
+            case 2: SPRAT_P2_ACT_ROWS(2)
+            case 3: SPRAT_P2_ACT_ROWS(3)
+            case 4: SPRAT_P2_ACT_ROWS(4)
+            case 5: SPRAT_P2_ACT_ROWS(5)
+            case 6: SPRAT_P2_ACT_ROWS(6)
+            case 8: SPRAT_P2_ACT_ROWS(8)
+            case 10: SPRAT_P2_ACT_ROWS(10)
+            default: break;
+            }
+            #undef SPRAT_P2_ACT_ROWS
+        }
+        for (int r = 0; r < mr; r++) {
+            float* cr = c + r * ldc;
+            if (full) {
+                _mm256_storeu_ps(cr, x0[r]);
+                if (nv == 2) _mm256_storeu_ps(cr + 8, x1[r]);
+            } else {
+                _mm256_maskstore_ps(cr, m0, x0[r]);
+                if (nv == 2) _mm256_maskstore_ps(cr + 8, m1, x1[r]);
+            }
+        }
+    }
+
+    /* One tile of a half panel: C[0:mr, 0:16] (=|+=, ``acc``) = epilogue(sum over the taps
+       of A_t[0:mr, 0:kc] @ P_t[0:kc, 0:8*nv]), A_t's rows at tp[t].a + off + r * lda, P_t a
+       half panel at tp[t].p (rows SPRAT_PK_NR floats apart); pf: prefetch P_t's line
+       SPRAT_PK_PF k steps ahead. The accumulators are named locals, not an array: GCC kept
+       an array's vectors in memory, a store after every multiply-add (0.4x the speed). */
+    #define SPRAT_P2_FMA(R) \
+        if (mr > R) { \
+            const __m256 av = _mm256_broadcast_ss(ar + R * lda + k); \
+            c##R##0 = _mm256_fmadd_ps(av, b0, c##R##0); \
+            if (nv == 2) c##R##1 = _mm256_fmadd_ps(av, b1, c##R##1); \
+        }
+    __attribute__((target("avx2,fma"), always_inline))
+    static inline void sprat_p2_tile(const int mr, const int nv, const sprat_pk_tap* tp,
+                                     int ntaps, Py_ssize_t off, Py_ssize_t kc, Py_ssize_t lda,
+                                     float* c, Py_ssize_t ldc, int acc, Py_ssize_t w,
+                                     const int pf, const sprat_pk_epi* e) {
+        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+               c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        for (int t = 0; t < ntaps; t++) {
+            const float* ar = tp[t].a + off;
+            const float* p = tp[t].p;
+            for (Py_ssize_t k = 0; k < kc; k++) {
+                if (pf)
+                    _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR),
+                                 _MM_HINT_T0);
+                const __m256 b0 = _mm256_loadu_ps(p + k * SPRAT_PK_NR);
+                const __m256 b1 = nv == 2 ? _mm256_loadu_ps(p + k * SPRAT_PK_NR + 8) : b0;
+                SPRAT_P2_FMA(0) SPRAT_P2_FMA(1) SPRAT_P2_FMA(2)
+                SPRAT_P2_FMA(3) SPRAT_P2_FMA(4) SPRAT_P2_FMA(5)
+            }
+        }
+        __m256 x0[SPRAT_P2_MR] = {c00, c10, c20, c30, c40, c50};
+        __m256 x1[SPRAT_P2_MR] = {c01, c11, c21, c31, c41, c51};
+        sprat_p2_store(mr, nv, x0, x1, c, ldc, acc, w, e);
+    }
+    #undef SPRAT_P2_FMA
+
+    /* mr, nv and pf constants in each case: the accumulators stay in registers */
+    #define SPRAT_P2_CASE(R) case R: \
+        if (w <= 8) { \
+            if (pf) sprat_p2_tile(R, 1, tp, ntaps, off, kc, lda, c, ldc, acc, w, 1, e); \
+            else sprat_p2_tile(R, 1, tp, ntaps, off, kc, lda, c, ldc, acc, w, 0, e); \
+        } else if (pf) sprat_p2_tile(R, 2, tp, ntaps, off, kc, lda, c, ldc, acc, w, 1, e); \
+        else sprat_p2_tile(R, 2, tp, ntaps, off, kc, lda, c, ldc, acc, w, 0, e); \
+        break;
+    /* sprat_p2_tile for rows 1..6 and the taps ``tp`` (one for a GEMM) */
+    __attribute__((target("avx2,fma")))
+    static void sprat_p2_rows(int mr, const sprat_pk_tap* tp, int ntaps, Py_ssize_t off,
+                              Py_ssize_t kc, Py_ssize_t lda, float* c, Py_ssize_t ldc, int acc,
+                              Py_ssize_t w, int pf, const sprat_pk_epi* e) {
+        switch (mr) {
+        SPRAT_P2_CASE(6) SPRAT_P2_CASE(5) SPRAT_P2_CASE(4) SPRAT_P2_CASE(3)
+        SPRAT_P2_CASE(2) SPRAT_P2_CASE(1)
+        default: break;
+        }
+    }
+    #undef SPRAT_P2_CASE
+
+    /* sprat_pk5_gemm_epi on AVX2: per panel, K in blocks of SPRAT_P2_KC, per row tile of
+       SPRAT_P2_MR rows both halves of the panel: the tile's rows of A (L1) serve both, and
+       each row of C is written 128 bytes at a time. NOTE: with the halves outside the row
+       loop (a pass over A and C per half), convs with a small K and a wide output ran
+       1.1-1.2x the time of BLAS (1x1 16->96 on 112x112, 64->256 on 56x56, 1 thread). The
+       panel's K block (KC x 32 floats, 16 KiB) stays in L1 while the row tiles pass. */
+    #define SPRAT_P2_KC 128
+    __attribute__((target("avx2,fma")))
+    static void sprat_p2_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                                  const float* a, Py_ssize_t lda, const float* packed, float* c,
+                                  Py_ssize_t ldc, const sprat_pk_epi* e) {
+        sprat_pk_epi t;
+        const int inplace = e != NULL && e->res == c;
+        for (Py_ssize_t j0 = n0; j0 < n1; j0 += SPRAT_PK_NR) {
+            const float* panel = packed + (j0 / SPRAT_PK_NR) * K * SPRAT_PK_NR;
+            for (Py_ssize_t k0 = 0; k0 < K; k0 += SPRAT_P2_KC) {
+                Py_ssize_t kc = K - k0 < SPRAT_P2_KC ? K - k0 : SPRAT_P2_KC;
+                for (Py_ssize_t i = 0; i < m; i += SPRAT_P2_MR) {
+                    int mr = (int)(m - i < SPRAT_P2_MR ? m - i : SPRAT_P2_MR);
+                    for (Py_ssize_t h = 0; h < SPRAT_PK_NR && j0 + h < n1; h += 16) {
+                        Py_ssize_t j = j0 + h, w = n1 - j < 16 ? n1 - j : 16;
+                        const sprat_pk_epi* te = NULL;
+                        if (e != NULL && k0 + kc >= K) {
+                            t.bias = e->bias != NULL ? e->bias + j : NULL;
+                            t.res = e->res != NULL && !inplace ? e->res + i * ldc + j : NULL;
+                            t.slope = e->slope != NULL ? e->slope + j : NULL;
+                            t.code = e->code;
+                            t.a = e->a;
+                            t.b = e->b;
+                            te = &t;
+                        }
+                        sprat_pk_tap tp = {a + i * lda + k0, panel + k0 * SPRAT_PK_NR + h};
+                        sprat_p2_rows(mr, &tp, 1, 0, kc, lda, c + i * ldc + j, ldc,
+                                      k0 > 0 || inplace, w, i == 0, te);
+                    }
+                }
+            }
+        }
+    }
+
+    /* sprat_pk5_direct on AVX2: the same taps and row tiles (of SPRAT_P2_MR pixels), per
+       half panel */
+    __attribute__((target("avx2,fma")))
+    static void sprat_p2_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_ssize_t ph,
+                                Py_ssize_t H, Py_ssize_t C, int kh, int kw, Py_ssize_t sh,
+                                Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh0,
+                                Py_ssize_t oh1, Py_ssize_t OW, const float* packed,
+                                Py_ssize_t n0, Py_ssize_t n1, float* y, Py_ssize_t M,
+                                const sprat_pk_epi* e) {
+        Py_ssize_t K = (Py_ssize_t)kh * kw * C;
+        Py_ssize_t nq = (OW + SPRAT_P2_MR - 1) / SPRAT_P2_MR;
+        sprat_pk_tap tp[kh * kw];
+        sprat_pk_epi t = *e;
+        for (Py_ssize_t j0 = n0; j0 < n1; j0 += SPRAT_PK_NR) {
+            const float* panel = packed + (j0 / SPRAT_PK_NR) * K * SPRAT_PK_NR;
+            for (Py_ssize_t h = 0; h < SPRAT_PK_NR && j0 + h < n1; h += 16) {
+                Py_ssize_t j = j0 + h, w = n1 - j < 16 ? n1 - j : 16;
+                t.bias = e->bias != NULL ? e->bias + j : NULL;
+                t.slope = e->slope != NULL ? e->slope + j : NULL;
+                for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
+                    int nta = 0;
+                    for (int i = 0; i < kh; i++) {
+                        Py_ssize_t pr = oh * sh + i * dh;
+                        if (pr < ph || pr >= ph + H)
+                            continue;
+                        const float* row = xb + (pr - pr0) * rp;
+                        for (int jj = 0; jj < kw; jj++) {
+                            tp[nta].a = row + jj * dw * C;
+                            tp[nta].p = panel + (Py_ssize_t)(i * kw + jj) * C * SPRAT_PK_NR + h;
+                            nta++;
+                        }
+                    }
+                    for (Py_ssize_t q = 0; q < nq; q++) {
+                        Py_ssize_t ow0 = q * OW / nq, ow1 = (q + 1) * OW / nq;
+                        Py_ssize_t pix = oh * OW + ow0;
+                        t.res = e->res != NULL ? e->res + pix * M + j : NULL;
+                        sprat_p2_rows((int)(ow1 - ow0), tp, nta, ow0 * sw * C, C, sw * C,
+                                      y + pix * M + j, M, 0, w, 1, &t);
+                    }
+                }
+            }
+        }
+    }
+
+    /* 2: the AVX-512F kernels (sprat_pk5_*), 1: the AVX2 + FMA ones (sprat_p2_*), 0: none;
+       decided once (the CPU does not change) */
+    static int sprat_pk_mode(void) {
+        static int mode = -1;
+        if (mode < 0) {
+            __builtin_cpu_init();
+            mode = __builtin_cpu_supports("avx512f") ? 2
+                : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
+        }
+        return mode;
+    }
+
+    static void sprat_pk_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                                  const float* a, Py_ssize_t lda, const float* packed, float* c,
+                                  Py_ssize_t ldc, const sprat_pk_epi* e) {
+        if (sprat_pk_mode() == 2)
+            sprat_pk5_gemm_epi(m, n0, n1, K, a, lda, packed, c, ldc, e);
+        else
+            sprat_p2_gemm_epi(m, n0, n1, K, a, lda, packed, c, ldc, e);
+    }
+
+    static void sprat_pk_gemm(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
+                              const float* a, Py_ssize_t lda, const float* packed, float* c,
+                              Py_ssize_t ldc) {
+        sprat_pk_gemm_epi(m, n0, n1, K, a, lda, packed, c, ldc, NULL);
+    }
+
+    static void sprat_pk_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_ssize_t ph,
+                                Py_ssize_t H, Py_ssize_t C, int kh, int kw, Py_ssize_t sh,
+                                Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh0,
+                                Py_ssize_t oh1, Py_ssize_t OW, const float* packed,
+                                Py_ssize_t n0, Py_ssize_t n1, float* y, Py_ssize_t M,
+                                const sprat_pk_epi* e) {
+        if (sprat_pk_mode() == 2)
+            sprat_pk5_direct(xb, pr0, rp, ph, H, C, kh, kw, sh, sw, dh, dw, oh0, oh1, OW,
+                             packed, n0, n1, y, M, e);
+        else
+            sprat_p2_direct(xb, pr0, rp, ph, H, C, kh, kw, sh, sw, dh, dw, oh0, oh1, OW,
+                            packed, n0, n1, y, M, e);
+    }
     #else
     #define SPRAT_PK 0
     typedef struct {
@@ -429,6 +718,7 @@ cdef extern from *:
         (void)n0; (void)n1; (void)y; (void)M; (void)e;
     }
     static int sprat_pk_available(void) { return 0; }
+    static int sprat_pk_mode(void) { return 0; }
     #endif
     """
     int SPRAT_PK_NR
@@ -446,6 +736,7 @@ cdef extern from *:
     void sprat_pk_gemm(idx m, idx n0, idx n1, idx K, const float* a, idx lda,
                        const float* packed, float* c, idx ldc) noexcept nogil
     int sprat_pk_available() noexcept nogil
+    int sprat_pk_mode() noexcept nogil
     void sprat_pk_direct(const float* xb, idx pr0, idx rp, idx ph, idx H, idx C, int kh,
                          int kw, idx sh, idx sw, idx dh, idx dw, idx oh0, idx oh1, idx OW,
                          const float* packed, idx n0, idx n1, float* y, idx M,
@@ -477,5 +768,13 @@ def pack_weight_panels(const float[:, ::1] b, bint trans, idx j0, idx j1, float[
 
 
 def packed_gemm_available() -> bool:
-    """Whether this build and CPU run ``gemm_packed`` (the avx2 build on an AVX-512F CPU)."""
+    """Whether this build and CPU run ``gemm_packed``, the packed convs and
+    ``conv_pointwise_scaled``'s packed form: the avx2 build on an AVX-512F CPU (a 12 x 32 tile)
+    or an AVX2 + FMA one (6 x 16 tiles)."""
+    return sprat_pk_mode() > 0
+
+
+def packed_avx512() -> bool:
+    """Whether the AVX-512F forms run (the avx2 build on an AVX-512F CPU): the packed LSTM/GRU
+    steps (``rnn.pxi``) and attention's packed K/V, which have no AVX2 form."""
     return bool(sprat_pk_available())
