@@ -76,9 +76,12 @@ WINOGRAD_MIN_CHANNELS = 24
 # weight every call. Measured on the broad suite's 1x1-heavy models, one run each way, sprat /
 # onnxruntime at 1 / 2 threads: MobileNetV2 1.40 / 1.41 -> 1.19 / 1.32, EfficientNet-B0 1.35 /
 # 1.51 -> 1.17 / 1.29, SqueezeNet 1.55 / 1.47 -> 1.38 / 1.33, MobileNetV3-small, the YOLO neck
-# and Inception v1 1-9 % faster, none slower. On an AVX2 CPU (Zen 3, the 6 x 16 tiles), one
-# run each way: SqueezeNet 1.27 / 1.32 -> 1.12 / 1.16, ShuffleNet 1.15 / 1.24 -> 1.07 / 0.99,
-# MobileNetV3-small 0.97 / 1.04 -> 0.94 / 0.83, Inception v1 0.67 / 0.69 -> 0.56 / 0.52
+# and Inception v1 1-9 % faster, none slower. On an AVX2 CPU (Zen 3, the 6 x 16 tiles) the GEMM
+# alone runs 1.2-1.6x OpenBLAS's speed at the 1x1 convs' small K (16-96: 12544x16x96 50-58
+# against 34-36 GFLOP/s, 3136x32x192 66-72 against 45-56) and at par from K 256; in the models
+# (three runs, sprat / onnxruntime at 1 / 2 threads) SqueezeNet 1.27 / 1.32 before, 1.12-1.22
+# / 1.16-1.38 after, MobileNetV3-small 0.97 / 1.04 -> 0.93-0.95 / 0.59-0.83: within that
+# machine's run-to-run noise
 PACKED_POINTWISE = PACKED
 # NOTE: the same packed-weight GEMM for the im2col convs of one group (strided convs, stems,
 # 3x3 convs on maps too small for Winograd): OpenBLAS repacks the whole weight on every block's
@@ -91,9 +94,10 @@ PACKED_POINTWISE = PACKED
 # 64->64 over 400 1.32 vs 1.06; 2 threads the same or better but for a 24 us 1-D k7 conv over 50
 # frames (0.61 vs 0.77)
 # NOTE: AVX-512F only, as PACKED_DIRECT: on an AVX2 CPU (Zen 3) the 6 x 16 tiles of the im2col
-# and direct convs lost to the BLAS paths on the 3x3-heavy models (broad suite, one run each
-# way, sprat / onnxruntime at 1 / 2 threads: ResNet-18 0.85 / 0.90 -> 1.13 / 0.99, Inception v2
-# 0.93 / 1.04 -> 1.02 / 1.19, VGG-19 0.51 / 0.54 -> 0.57 / 0.61), where the 1x1 convs gained
+# and direct convs did not beat the BLAS paths on the 3x3-heavy models (broad suite, one run
+# each way, sprat / onnxruntime at 1 / 2 threads: ResNet-18 0.85 / 0.90 -> 1.13 / 0.99,
+# Inception v2 0.93 / 1.04 -> 1.02 / 1.19, VGG-19 0.51 / 0.54 -> 0.57 / 0.61; that machine's
+# noise is up to 0.2 per model, so a loss, or at best no measured gain)
 PACKED_IM2COL = PACKED and ck.packed_avx512()
 IM2COL_PACKED_BYTES = 1 << 20
 #: whether one-group GEMM convs of at least DIRECT_MIN_CHANNELS input channels and more than

@@ -84,10 +84,11 @@ def _packed() -> bool:
 PACKED = _packed()
 #: whether MatMul / Gemm with a constant weight of more than GEMV_ROWS rows run the packed
 #: micro-kernel (``LinearKernel``) rather than BLAS: AVX-512F only.
-# NOTE: on an AVX2 CPU (Zen 3) the 6 x 16 tiles match OpenBLAS on a hot product (74 against
-# 75 GFLOP/s, 128 x 384 x 1536) but lost in the models (broad suite, one run each way,
-# sprat / onnxruntime at 1 / 2 threads: ViT-Ti 0.95 / 1.00 -> 1.25 / 1.01, BERT-MiniLM
-# 0.96 / 1.03 -> 1.08 / 1.01), so there they stay on BLAS
+# NOTE: on an AVX2 CPU (Zen 3) the 6 x 16 tiles match OpenBLAS on a hot product (64-74 against
+# 63-76 GFLOP/s, 128 x 384 x 1536) and gave the models no measured gain (broad suite, one run
+# each way, sprat / onnxruntime at 1 / 2 threads: ViT-Ti 0.95 / 1.00 -> 1.25 / 1.01,
+# BERT-MiniLM 0.96 / 1.03 -> 1.08 / 1.01; that machine's noise is up to 0.2 per model), so
+# there they stay on BLAS
 PACKED_GEMM = PACKED and ck.packed_avx512()
 PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) stay in L2 while
 # every column panel passes over them: 128 x 768 at K = 768 (best of 24..256 rows, 150-160
