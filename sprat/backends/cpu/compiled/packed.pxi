@@ -76,6 +76,46 @@ cdef extern from *:
             || code == 6 || code == 8 || code == 10;
     }
 
+    /* ``e`` for the tile at row i, column j of C (pitch ldc), into ``t``: bias and slope at
+       column j, res at (i, j), or none when C is its own residual (``inplace``: C holds it) */
+    static inline const sprat_pk_epi* sprat_pk_epi_at(const sprat_pk_epi* e, sprat_pk_epi* t,
+                                                      Py_ssize_t i, Py_ssize_t j,
+                                                      Py_ssize_t ldc, int inplace) {
+        *t = *e;
+        t->bias = e->bias != NULL ? e->bias + j : NULL;
+        t->res = e->res != NULL && !inplace ? e->res + i * ldc + j : NULL;
+        t->slope = e->slope != NULL ? e->slope + j : NULL;
+        return t;
+    }
+
+    /* One tap of a direct conv tile: its rows of A from ``a`` (row r at a + r * lda, past
+       the tile's offset), its C weight rows of the panel at ``p``. */
+    typedef struct { const float* a; const float* p; } sprat_pk_tap;
+
+    /* The taps of output row ``oh`` of a direct conv (sprat_pk5_direct / sprat_p2_direct)
+       into ``tp``: tap (i, j) reads padded input row oh*sh + i*dh at xb (row pr0 first, rows
+       rp floats apart), column j*dw, and the panel's rows (i*kw + j)*C on from ``p0``; rows
+       outside [ph, ph + H) read zeros and are left out. Returns how many taps. */
+    static inline int sprat_pk_row_taps(sprat_pk_tap* tp, const float* xb, Py_ssize_t pr0,
+                                        Py_ssize_t rp, Py_ssize_t ph, Py_ssize_t H,
+                                        Py_ssize_t C, int kh, int kw, Py_ssize_t sh,
+                                        Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh,
+                                        const float* p0) {
+        int nta = 0;
+        for (int i = 0; i < kh; i++) {
+            Py_ssize_t pr = oh * sh + i * dh;
+            if (pr < ph || pr >= ph + H)
+                continue;
+            const float* row = xb + (pr - pr0) * rp;
+            for (int jj = 0; jj < kw; jj++) {
+                tp[nta].a = row + jj * dw * C;
+                tp[nta].p = p0 + (Py_ssize_t)(i * kw + jj) * C * SPRAT_PK_NR;
+                nta++;
+            }
+        }
+        return nta;
+    }
+
     /* common.pxi's sprat_exp8 on 16 lanes (the same polynomial and clamps) */
     __attribute__((target("avx512f"), always_inline))
     static inline __m512 sprat_pk_exp(__m512 x) {
@@ -283,16 +323,8 @@ cdef extern from *:
                 Py_ssize_t kc = K - k0 < SPRAT_PK_KC ? K - k0 : SPRAT_PK_KC;
                 for (Py_ssize_t i = 0; i < m; i += SPRAT_PK_MR) {
                     int mr = (int)(m - i < SPRAT_PK_MR ? m - i : SPRAT_PK_MR);
-                    const sprat_pk_epi* te = NULL;
-                    if (e != NULL && k0 + kc >= K) {
-                        t.bias = e->bias != NULL ? e->bias + j : NULL;
-                        t.res = e->res != NULL && !inplace ? e->res + i * ldc + j : NULL;
-                        t.slope = e->slope != NULL ? e->slope + j : NULL;
-                        t.code = e->code;
-                        t.a = e->a;
-                        t.b = e->b;
-                        te = &t;
-                    }
+                    const sprat_pk_epi* te = e != NULL && k0 + kc >= K
+                        ? sprat_pk_epi_at(e, &t, i, j, ldc, inplace) : NULL;
                     sprat_pk_rows(mr, kc, a + i * lda + k0, lda, panel + k0 * SPRAT_PK_NR,
                                   c + i * ldc + j, ldc, k0 > 0 || inplace, c0, c1, i == 0, te);
                 }
@@ -300,10 +332,6 @@ cdef extern from *:
         }
     }
 
-
-    /* One tap of a direct conv tile: its rows of A from ``a`` (row r at a + r * lda, past
-       the tile's offset), its C weight rows of the panel at ``p``. */
-    typedef struct { const float* a; const float* p; } sprat_pk_tap;
 
     /* C[0:mr, 0:32] = epilogue(sum over the taps of A_t[0:mr, 0:kc] @ P_t[0:kc, 0:32]): the
        accumulators stay in registers across the taps (one store per tile, as with a patch
@@ -357,42 +385,40 @@ cdef extern from *:
         Py_ssize_t K = (Py_ssize_t)kh * kw * C;
         Py_ssize_t nq = (OW + SPRAT_PK_MR - 1) / SPRAT_PK_MR;
         sprat_pk_tap tp[kh * kw];
-        sprat_pk_epi t = *e;
+        sprat_pk_epi t;
         for (Py_ssize_t j = n0; j < n1; j += SPRAT_PK_NR) {
             Py_ssize_t w = n1 - j < SPRAT_PK_NR ? n1 - j : SPRAT_PK_NR;
             __mmask16 c0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
             __mmask16 c1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
             const float* panel = packed + (j / SPRAT_PK_NR) * K * SPRAT_PK_NR;
-            t.bias = e->bias != NULL ? e->bias + j : NULL;
-            t.slope = e->slope != NULL ? e->slope + j : NULL;
             for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
-                int nta = 0;
-                for (int i = 0; i < kh; i++) {
-                    Py_ssize_t pr = oh * sh + i * dh;
-                    if (pr < ph || pr >= ph + H)
-                        continue;
-                    const float* row = xb + (pr - pr0) * rp;
-                    for (int jj = 0; jj < kw; jj++) {
-                        tp[nta].a = row + jj * dw * C;
-                        tp[nta].p = panel + (Py_ssize_t)(i * kw + jj) * C * SPRAT_PK_NR;
-                        nta++;
-                    }
-                }
+                int nta = sprat_pk_row_taps(tp, xb, pr0, rp, ph, H, C, kh, kw, sh, dh, dw, oh,
+                                            panel);
                 for (Py_ssize_t q = 0; q < nq; q++) {
                     Py_ssize_t ow0 = q * OW / nq, ow1 = (q + 1) * OW / nq;
                     Py_ssize_t pix = oh * OW + ow0;
-                    t.res = e->res != NULL ? e->res + pix * M + j : NULL;
                     sprat_pk_drows((int)(ow1 - ow0), tp, nta, ow0 * sw * C, C, sw * C,
-                                   y + pix * M + j, M, c0, c1, &t);
+                                   y + pix * M + j, M, c0, c1,
+                                   sprat_pk_epi_at(e, &t, pix, j, M, 0));
                 }
             }
         }
     }
 
-    static int sprat_pk_available(void) {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f");
+    /* 2: the AVX-512F kernels (sprat_pk5_*), 1: the AVX2 + FMA ones (sprat_p2_*), 0: none;
+       decided once (the CPU does not change) */
+    static int sprat_pk_mode(void) {
+        static int mode = -1;
+        if (mode < 0) {
+            __builtin_cpu_init();
+            mode = __builtin_cpu_supports("avx512f") ? 2
+                : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
+        }
+        return mode;
     }
+
+    /* whether the AVX-512F forms run */
+    static int sprat_pk_available(void) { return sprat_pk_mode() == 2; }
 
     /* ---- the same panels on AVX2 + FMA CPUs (no AVX-512F) ----
        A panel's 32 columns are two halves of 16; a tile is up to SPRAT_P2_MR (6) rows x 16
@@ -582,16 +608,8 @@ cdef extern from *:
                     int mr = (int)(m - i < SPRAT_P2_MR ? m - i : SPRAT_P2_MR);
                     for (Py_ssize_t h = 0; h < SPRAT_PK_NR && j0 + h < n1; h += 16) {
                         Py_ssize_t j = j0 + h, w = n1 - j < 16 ? n1 - j : 16;
-                        const sprat_pk_epi* te = NULL;
-                        if (e != NULL && k0 + kc >= K) {
-                            t.bias = e->bias != NULL ? e->bias + j : NULL;
-                            t.res = e->res != NULL && !inplace ? e->res + i * ldc + j : NULL;
-                            t.slope = e->slope != NULL ? e->slope + j : NULL;
-                            t.code = e->code;
-                            t.a = e->a;
-                            t.b = e->b;
-                            te = &t;
-                        }
+                        const sprat_pk_epi* te = e != NULL && k0 + kc >= K
+                            ? sprat_pk_epi_at(e, &t, i, j, ldc, inplace) : NULL;
                         sprat_pk_tap tp = {a + i * lda + k0, panel + k0 * SPRAT_PK_NR + h};
                         sprat_p2_rows(mr, &tp, 1, 0, kc, lda, c + i * ldc + j, ldc,
                                       k0 > 0 || inplace, w, i == 0, te);
@@ -613,48 +631,24 @@ cdef extern from *:
         Py_ssize_t K = (Py_ssize_t)kh * kw * C;
         Py_ssize_t nq = (OW + SPRAT_P2_MR - 1) / SPRAT_P2_MR;
         sprat_pk_tap tp[kh * kw];
-        sprat_pk_epi t = *e;
+        sprat_pk_epi t;
         for (Py_ssize_t j0 = n0; j0 < n1; j0 += SPRAT_PK_NR) {
             const float* panel = packed + (j0 / SPRAT_PK_NR) * K * SPRAT_PK_NR;
             for (Py_ssize_t h = 0; h < SPRAT_PK_NR && j0 + h < n1; h += 16) {
                 Py_ssize_t j = j0 + h, w = n1 - j < 16 ? n1 - j : 16;
-                t.bias = e->bias != NULL ? e->bias + j : NULL;
-                t.slope = e->slope != NULL ? e->slope + j : NULL;
                 for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
-                    int nta = 0;
-                    for (int i = 0; i < kh; i++) {
-                        Py_ssize_t pr = oh * sh + i * dh;
-                        if (pr < ph || pr >= ph + H)
-                            continue;
-                        const float* row = xb + (pr - pr0) * rp;
-                        for (int jj = 0; jj < kw; jj++) {
-                            tp[nta].a = row + jj * dw * C;
-                            tp[nta].p = panel + (Py_ssize_t)(i * kw + jj) * C * SPRAT_PK_NR + h;
-                            nta++;
-                        }
-                    }
+                    int nta = sprat_pk_row_taps(tp, xb, pr0, rp, ph, H, C, kh, kw, sh, dh, dw,
+                                                oh, panel + h);
                     for (Py_ssize_t q = 0; q < nq; q++) {
                         Py_ssize_t ow0 = q * OW / nq, ow1 = (q + 1) * OW / nq;
                         Py_ssize_t pix = oh * OW + ow0;
-                        t.res = e->res != NULL ? e->res + pix * M + j : NULL;
                         sprat_p2_rows((int)(ow1 - ow0), tp, nta, ow0 * sw * C, C, sw * C,
-                                      y + pix * M + j, M, 0, w, 1, &t);
+                                      y + pix * M + j, M, 0, w, 1,
+                                      sprat_pk_epi_at(e, &t, pix, j, M, 0));
                     }
                 }
             }
         }
-    }
-
-    /* 2: the AVX-512F kernels (sprat_pk5_*), 1: the AVX2 + FMA ones (sprat_p2_*), 0: none;
-       decided once (the CPU does not change) */
-    static int sprat_pk_mode(void) {
-        static int mode = -1;
-        if (mode < 0) {
-            __builtin_cpu_init();
-            mode = __builtin_cpu_supports("avx512f") ? 2
-                : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
-        }
-        return mode;
     }
 
     static void sprat_pk_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
