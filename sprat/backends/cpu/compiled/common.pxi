@@ -129,41 +129,7 @@ cdef extern from *:
        Returns how many leading elements it did (a multiple of 8); 0 without AVX2. */
     #if defined(__AVX2__) && defined(__FMA__)
     #include <immintrin.h>
-    static inline __m256 sprat_exp8(__m256 x) {
-        x = _mm256_min_ps(_mm256_set1_ps(88.72283f), _mm256_max_ps(_mm256_set1_ps(-87.33654f), x));
-        __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
-                                                   _mm256_set1_ps(0.5f)));
-        __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-        r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-        __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
-                                                       _mm256_set1_epi32(127)), 23);
-        return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-    }
-    /* erf32's rational approximation (Eigen's perf_float) on 8 lanes; NaN propagates */
-    static inline __m256 sprat_erf8(__m256 x) {
-        x = _mm256_min_ps(_mm256_set1_ps(4.0f), _mm256_max_ps(_mm256_set1_ps(-4.0f), x));
-        __m256 x2 = _mm256_mul_ps(x, x);
-        __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
-        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.77068142495902e-08f));
-        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.10102402082508e-06f));
-        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-5.69250639462346e-05f));
-        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-7.34990630326855e-04f));
-        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.95459980854025e-03f));
-        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.60960333262415e-02f));
-        __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
-        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-2.13374055278905e-04f));
-        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.68282697438203e-03f));
-        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-7.37332916720468e-03f));
-        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.42647390514189e-02f));
-        return _mm256_div_ps(_mm256_mul_ps(x, p), q);
-    }
+    #include "simd/vecmath.h"
     static Py_ssize_t sprat_act8(float *y, Py_ssize_t n, int code, float a, float b) {
         Py_ssize_t i = 0, end = n & ~(Py_ssize_t)7;
         const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();

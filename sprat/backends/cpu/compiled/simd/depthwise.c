@@ -1,0 +1,311 @@
+/* The register-blocked depthwise conv (conv.pxi documents the method; simd/depthwise.h the
+   entry point). Compiled in the avx2 build only, as its own translation unit. */
+#include <Python.h>
+#include "depthwise.h"
+
+#if SPRAT_DW_SIMD
+#include <immintrin.h>
+#include "vecmath.h"
+#define SPRAT_INLINE static inline __attribute__((always_inline))
+
+/* slope: PRelu's 8 slopes of the block (code 10), else unused */
+SPRAT_INLINE void sprat_dw_act(__m256 *acc, const int P, int code, float a, float b,
+                               const float *slope) {
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    int p;
+    switch (code) {
+    case 1: /* Relu: fmax32(v, 0) */
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++) acc[p] = _mm256_max_ps(zero, acc[p]);
+        break;
+    case 2: /* Clip: fmin32(fmax32(v, a), b) */
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++) acc[p] = _mm256_min_ps(vb, _mm256_max_ps(va, acc[p]));
+        break;
+    case 3: /* Sigmoid */
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++)
+            acc[p] = _mm256_div_ps(one,
+                                   _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
+        break;
+    case 4: /* HardSigmoid: fmin32(fmax32(a*v + b, 0), 1) */
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++)
+            acc[p] = _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(va, acc[p], vb)));
+        break;
+    case 5: /* HardSwish: v * fmin32(fmax32(v/6 + 1/2, 0), 1) */
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++) {
+            __m256 t = _mm256_fmadd_ps(acc[p], _mm256_set1_ps(1.0f / 6.0f),
+                                       _mm256_set1_ps(0.5f));
+            acc[p] = _mm256_mul_ps(acc[p], _mm256_min_ps(one, _mm256_max_ps(zero, t)));
+        }
+        break;
+    case 6: /* LeakyRelu: relu(v) + a * (v - relu(v)) */
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++) {
+            __m256 r = _mm256_max_ps(zero, acc[p]);
+            acc[p] = _mm256_fmadd_ps(va, _mm256_sub_ps(acc[p], r), r);
+        }
+        break;
+    case 8: /* SiLU */
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++)
+            acc[p] = _mm256_div_ps(acc[p],
+                                   _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
+        break;
+    case 10: { /* PRelu: v < 0 ? slope * v : v (NaN kept) */
+        const __m256 sv = _mm256_loadu_ps(slope);
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++)
+            acc[p] = _mm256_blendv_ps(acc[p], _mm256_mul_ps(sv, acc[p]),
+                                      _mm256_cmp_ps(acc[p], zero, _CMP_LT_OQ));
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* P output pixels (stride S apart) x 8 channels of one output row. y: the first pixel's
+   channel block; w: the first valid kernel row's K weight vectors of the block (rows K*8
+   floats apart); ni kernel rows, xstep floats apart in x; res (or NULL) at y's position;
+   masked: the block holds the last C % 8 channels (mask m). Unguarded, x is the input at
+   the first valid kernel row, the first pixel's window start, y's channels, and every
+   column of the window lies inside the row. Guarded (pixels at the border), x is the
+   input at column 0 of that row and the window starts at column off: only its columns u
+   with lo <= u < hi are read (the others are zero padding) and only the first npix
+   pixels are stored. Compile-time K, S, P, masked, guard: the loops unroll and the
+   accumulators and K weights stay in registers. Fewer than 4 pixels spread their taps
+   over NS accumulator sets: the chains of dependent multiply-adds (4 cycles each) are
+   then short enough to keep both FMA units busy. */
+SPRAT_INLINE void sprat_dw_tile(float *y, const float *x, const float *w, const float *bias,
+                                const float *slope, const float *res, Py_ssize_t C,
+                                Py_ssize_t xstep, Py_ssize_t ni,
+                                const int K, const int S, const int P, const int masked,
+                                const int guard, Py_ssize_t off, int lo, int hi, int npix,
+                                __m256i m, int code, float a, float b) {
+    const int NS = P >= 4 ? 1 : 4 / P;
+    __m256 acc[8], wv[5];
+    int p, j, u, s;
+    Py_ssize_t i;
+    const __m256 bv = _mm256_loadu_ps(bias);
+#pragma GCC unroll 8
+    for (p = 0; p < P * NS; p++) acc[p] = p < P ? bv : _mm256_setzero_ps();
+    for (i = 0; i < ni; i++) {
+        const float *xr = x + i * xstep;
+        const float *wr = w + i * K * 8;
+#pragma GCC unroll 5
+        for (j = 0; j < K; j++) wv[j] = _mm256_loadu_ps(wr + j * 8);
+#pragma GCC unroll 20
+        for (u = 0; u < (P - 1) * S + K; u++) {
+            const float *xp;
+            __m256 xv;
+            if (guard && (u < lo || u >= hi)) continue;
+            xp = guard ? xr + (off + u) * C : xr + u * C;
+            xv = masked ? _mm256_maskload_ps(xp, m) : _mm256_loadu_ps(xp);
+#pragma GCC unroll 8
+            for (p = 0; p < P; p++) {
+                const int t = u - p * S;
+                if (t >= 0 && t < K) {
+                    s = p + P * (t % NS);
+                    acc[s] = _mm256_fmadd_ps(xv, wv[t], acc[s]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (s = 1; s < NS; s++) {
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++) acc[p] = _mm256_add_ps(acc[p], acc[p + P * s]);
+    }
+#pragma GCC unroll 8
+    for (p = 0; p < P; p++) {
+        if (guard && p >= npix) break;
+        if (res != NULL)
+            acc[p] = _mm256_add_ps(acc[p], masked ? _mm256_maskload_ps(res + p * C, m)
+                                                  : _mm256_loadu_ps(res + p * C));
+    }
+    sprat_dw_act(acc, P, code, a, b, slope);
+#pragma GCC unroll 8
+    for (p = 0; p < P; p++) {
+        if (guard && p >= npix) break;
+        if (masked) _mm256_maskstore_ps(y + p * C, m, acc[p]);
+        else _mm256_storeu_ps(y + p * C, acc[p]);
+    }
+}
+
+/* Channel blocks [b0, b1) of P pixels starting at output column ow (input column
+   ow*S - pw); the block nb - 1 is masked when C % 8 != 0. Unguarded: interior pixels;
+   guarded: npix pixels (<= P), the window's columns outside [0, W) skipped. */
+SPRAT_INLINE void sprat_dw_pixels(float *yr, const float *xr, const float *wp, const float *bp,
+                                  const float *sp, const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                  Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
+                                  Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t pw, Py_ssize_t b0,
+                                  Py_ssize_t b1, Py_ssize_t nb, __m256i m, const int K,
+                                  const int S, const int P, const int guard, int npix,
+                                  int code, float a, float b) {
+    Py_ssize_t cb, c, iw0 = ow * S - pw;
+    Py_ssize_t bfull = (C & 7) ? nb - 1 : nb;
+    int lo = iw0 < 0 ? (int)-iw0 : 0;
+    int hi = (int)(W - iw0);
+    float *y = yr + ow * C;
+    const float *x = guard ? xr : xr + iw0 * C;
+    const float *r = rr != NULL ? rr + ow * C : NULL;
+    for (cb = b0; cb < (b1 < bfull ? b1 : bfull); cb++) {
+        c = cb * 8;
+        sprat_dw_tile(y + c, x + c, wp + cb * kk + wrow, bp + c, sp != NULL ? sp + c : NULL,
+                      r != NULL ? r + c : NULL, C, xstep, ni, K, S, P, 0, guard, iw0, lo, hi,
+                      npix, m, code, a, b);
+    }
+    if (b1 > bfull) {
+        c = bfull * 8;
+        sprat_dw_tile(y + c, x + c, wp + bfull * kk + wrow, bp + c,
+                      sp != NULL ? sp + c : NULL, r != NULL ? r + c : NULL, C, xstep, ni, K, S,
+                      P, 1, guard, iw0, lo, hi, npix, m, code, a, b);
+    }
+}
+
+/* npix (>= 1) border pixels from output column ow, in guarded blocks of at most 8. */
+SPRAT_INLINE void sprat_dw_border(float *yr, const float *xr, const float *wp, const float *bp,
+                                  const float *sp, const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                  Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
+                                  Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t npix, Py_ssize_t pw,
+                                  Py_ssize_t b0, Py_ssize_t b1, Py_ssize_t nb, __m256i m,
+                                  const int K, const int S, int code, float a, float b) {
+    while (npix > 0) {
+        int n = npix < 8 ? (int)npix : 8;
+        if (n > 4)
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                            nb, m, K, S, 8, 1, n, code, a, b);
+        else if (n > 2)
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                            nb, m, K, S, 4, 1, n, code, a, b);
+        else if (n == 2)
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                            nb, m, K, S, 2, 1, n, code, a, b);
+        else
+            sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
+                            nb, m, K, S, 1, 1, n, code, a, b);
+        ow += n;
+        npix -= n;
+    }
+}
+
+/* One output row (channel blocks [b0, b1)) for compile-time K and S: a row of at most 8
+   pixels with a border in one guarded block; otherwise the left border pixels, the
+   interior in unguarded blocks of 8, 4, 2, 1, then the right border pixels. */
+SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, const float *bp,
+                                  const float *sp, const float *rr, Py_ssize_t W, Py_ssize_t C,
+                                  Py_ssize_t OW, Py_ssize_t xstep, Py_ssize_t ni,
+                                  Py_ssize_t wrow, Py_ssize_t kh, Py_ssize_t pw,
+                                  Py_ssize_t b0, Py_ssize_t b1,
+                                  __m256i m, const int K, const int S, int code, float a,
+                                  float b) {
+    Py_ssize_t nb = (C + 7) / 8, kk = kh * K * 8;
+    Py_ssize_t a0 = (pw + S - 1) / S, a1, ow;
+    /* interior [a0, a1): ow*S - pw >= 0 and ow*S - pw + K <= W */
+    a1 = W + pw - K >= 0 ? (W + pw - K) / S + 1 : 0;
+    if (a1 > OW) a1 = OW;
+    if (a0 > OW) a0 = OW;
+    if (a1 < a0) a1 = a0;
+    if (OW <= 8 && (a0 > 0 || a1 < OW)) {
+        sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, OW, pw, b0, b1,
+                        nb, m, K, S, code, a, b);
+        return;
+    }
+    if (a0 > 0)
+        sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, a0, pw, b0, b1,
+                        nb, m, K, S, code, a, b);
+    for (ow = a0; ow + 8 <= a1; ow += 8)
+        sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                        m, K, S, 8, 0, 8, code, a, b);
+    if (ow + 4 <= a1) {
+        sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                        m, K, S, 4, 0, 4, code, a, b);
+        ow += 4;
+    }
+    if (ow + 2 <= a1) {
+        sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                        m, K, S, 2, 0, 2, code, a, b);
+        ow += 2;
+    }
+    if (ow < a1) {
+        sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
+                        m, K, S, 1, 0, 1, code, a, b);
+        ow += 1;
+    }
+    if (a1 < OW)
+        sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, a1, OW - a1, pw, b0,
+                        b1, nb, m, K, S, code, a, b);
+}
+
+/* sprat_dw_row_ks for each (K, S), each a function of its own: inlined into one caller, the
+   four made one function of 300 KB that took the compiler a third of the avx2 build */
+#define SPRAT_DW_ROW(K, S) \
+    static __attribute__((noinline)) void sprat_dw_row_##K##S( \
+            float *yr, const float *xr, const float *wp, const float *bp, const float *sp, \
+            const float *rr, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OW, Py_ssize_t xstep, \
+            Py_ssize_t ni, Py_ssize_t wrow, Py_ssize_t kh, Py_ssize_t pw, Py_ssize_t b0, \
+            Py_ssize_t b1, __m256i m, int code, float a, float b) { \
+        sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, ni, wrow, kh, pw, b0, b1, m, \
+                        K, S, code, a, b); \
+    }
+SPRAT_DW_ROW(3, 1)
+SPRAT_DW_ROW(3, 2)
+SPRAT_DW_ROW(5, 1)
+SPRAT_DW_ROW(5, 2)
+#undef SPRAT_DW_ROW
+
+/* Units [u0, u1) of (output row q of N*OH, channel tile of ct blocks of 8) of a depthwise
+   conv with kw in {3, 5}, horizontal stride sw in {1, 2}, horizontal dilation 1. wp packed
+   (C/8 blocks, kh, kw, 8), bp the bias padded to a multiple of 8, sp PRelu's slopes padded
+   alike (NULL for other activations); res may be NULL.
+   The activation is applied only when sprat_dw_act_in_regs(code). Returns 1 (done). */
+int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, const float *sp,
+                   const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OH,
+                   Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                   Py_ssize_t dh, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0,
+                   Py_ssize_t u1, int code, float a, float b) {
+    Py_ssize_t nb = (C + 7) / 8, ntile = (nb + ct - 1) / ct, u, q, n, oh, tl, b0, b1;
+    Py_ssize_t i0, i1, ih0, xstep = dh * W * C;
+    int rem = (int)(C & 7);
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem ? rem : 8),
+                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (!sprat_dw_act_in_regs(code)) code = 0;
+    for (u = u0; u < u1; u++) {
+        q = u / ntile;
+        tl = u - q * ntile;
+        b0 = tl * ct;
+        b1 = b0 + ct < nb ? b0 + ct : nb;
+        n = q / OH;
+        oh = q - n * OH;
+        /* kernel rows i with 0 <= oh*sh - ph + i*dh < H */
+        ih0 = oh * sh - ph;
+        i0 = ih0 < 0 ? (-ih0 + dh - 1) / dh : 0;
+        i1 = H - 1 - ih0 >= 0 ? (H - 1 - ih0) / dh + 1 : 0;
+        if (i1 > kh) i1 = kh;
+        if (i1 < i0) i1 = i0;
+        {
+            float *yr = y + q * OW * C;
+            const float *xr = x + (n * H + ih0 + i0 * dh) * W * C;
+            const float *rr = res != NULL ? res + q * OW * C : NULL;
+            Py_ssize_t wrow = i0 * kw * 8;
+            if (kw == 3 && sw == 1)
+                sprat_dw_row_31(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                b0, b1, m, code, a, b);
+            else if (kw == 3)
+                sprat_dw_row_32(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                b0, b1, m, code, a, b);
+            else if (sw == 1)
+                sprat_dw_row_51(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                b0, b1, m, code, a, b);
+            else
+                sprat_dw_row_52(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
+                                b0, b1, m, code, a, b);
+        }
+    }
+    return 1;
+}
+#endif

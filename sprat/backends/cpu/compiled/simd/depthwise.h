@@ -1,0 +1,38 @@
+/* The register-blocked depthwise conv of the compiled kernels (conv.pxi documents the method;
+   simd/depthwise.c defines it in the avx2 build). Without AVX2 + FMA (the baseline build)
+   SPRAT_DW_SIMD is 0 and sprat_dw_units a stub that does nothing. Python.h comes first
+   (Py_ssize_t). */
+#ifndef SPRAT_DEPTHWISE_H
+#define SPRAT_DEPTHWISE_H
+#if defined(__AVX2__) && defined(__FMA__)
+#define SPRAT_DW_SIMD 1
+
+/* The activation codes of common.pxi that have a register form (the others, Tanh and
+   Gelu, are applied by the caller after the store); NaN-keeping as act_inplace. */
+static inline int sprat_dw_act_in_regs(int code) {
+    return code == 0 || code == 1 || code == 2 || code == 3 || code == 4 || code == 5
+        || code == 6 || code == 8 || code == 10;
+}
+
+/* Units [u0, u1) of a depthwise conv (simd/depthwise.c). Returns 1 (done). */
+int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, const float *sp,
+                   const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OH,
+                   Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                   Py_ssize_t dh, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0,
+                   Py_ssize_t u1, int code, float a, float b);
+#else
+#define SPRAT_DW_SIMD 0
+static inline int sprat_dw_act_in_regs(int code) { (void)code; return 0; }
+static inline int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp,
+                                 const float *sp, const float *res, Py_ssize_t H,
+                                 Py_ssize_t W, Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW,
+                                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                                 Py_ssize_t dh, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct,
+                                 Py_ssize_t u0, Py_ssize_t u1, int code, float a, float b) {
+    (void)y; (void)x; (void)wp; (void)bp; (void)sp; (void)res; (void)H; (void)W; (void)C;
+    (void)OH; (void)OW; (void)kh; (void)kw; (void)sh; (void)sw; (void)dh; (void)ph; (void)pw;
+    (void)ct; (void)u0; (void)u1; (void)code; (void)a; (void)b;
+    return 0;
+}
+#endif
+#endif
