@@ -7,10 +7,11 @@ FMA), but NaN and infinities keep their IEEE meaning (no -ffinite-math-only) and
 is not used (it would link crtfastmath, which flushes denormals for the whole process).
 
 The avx2 variant's largest SIMD kernels are C files of their own (``compiled/simd/*.c``), and
-every C file of the build compiles at the same time (``ParallelBuild``): the build's length is
-then about a third of its compiler time on 2 cores, not the length of the largest file.
+every C file of the build compiles at the same time (``ParallelBuild``): the build then lasts
+about its total compiler time over the cores, not the time of its largest file.
 """
 
+import glob
 import os
 import platform
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,8 @@ def extension(variant: str) -> Extension:
     where = "sprat/backends/cpu/compiled/"
     return Extension(f"sprat.backends.cpu.compiled._kernels_{variant}",
                      [f"{where}_kernels_{variant}.pyx"] + [where + c for c in SIMD[variant]],
+                     # NOTE: the simd headers, so that editing one rebuilds what includes it
+                     depends=sorted(glob.glob(f"{where}simd/*.h")),
                      extra_compile_args=[f for f in MATH + VARIANTS[variant] if f],
                      extra_link_args=["-fopenmp"])
 
@@ -45,7 +48,7 @@ class ParallelBuild(build_ext):
         self.check_extensions_list(self.extensions)
         compiler = self.compiler
         serial = compiler.compile
-        jobs = []  # (extension, its list of objects, the compile call of one of its files)
+        jobs = []  # one compiler call per C file, of every extension
 
         def queue(sources, output_dir=None, macros=None, include_dirs=None, debug=0,
                   extra_preargs=None, extra_postargs=None, depends=None):
