@@ -788,6 +788,10 @@ def test_concat_transpose_copies():
     ((3, 4, 5, 6), (0, 3, 2, 1)),  # not a swap of two groups: NumPy
     ((1, 56, 57, 4, 28), (0, 1, 2, 4, 3)),  # an NHWC channel shuffle: small blocks, 2 slots
     ((3, 5, 9, 3), (0, 1, 3, 2)),  # small blocks, one slot
+    ((1, 14, 14, 4, 68), (0, 1, 2, 4, 3)),  # ShuffleNet's shuffle: 4 groups, above SMALL_SWAP
+    ((1, 7, 9, 8, 128), (0, 1, 2, 4, 3)),  # 8 groups, one tile per block
+    ((1, 6, 5, 3, 45), (0, 1, 2, 4, 3)),  # 3 groups
+    ((1, 60, 61, 2, 36), (0, 1, 2, 4, 3)),  # 2 groups, 2 slots
 ])
 def test_transpose_forms(shape, perm):
     a = randn(*shape)
@@ -796,6 +800,21 @@ def test_transpose_forms(shape, perm):
     check("Transpose", [(a * 100).astype(np.int64)], {"perm": list(perm)})
     check("Transpose", [(a * 100).astype(np.int8)], {"perm": list(perm)})  # bytes
     check("Transpose", [(a > 0)], {"perm": list(perm)})
+
+
+@pytest.mark.parametrize("nt", [1, 2])
+def test_swap_small_every_group_count(nt):
+    """``ck.swap_small`` against NumPy for every A it specialises (2, 3, 4, 8) and others (the
+    loop with A a variable), B with and without a remainder of the vector width."""
+    from sprat.backends.cpu.compiled import kernels as ck
+
+    for a in (1, 2, 3, 4, 5, 7, 8, 9):
+        for b in (1, 7, 8, 17, 68):
+            x = np.arange(5 * a * b, dtype=np.uint32) * 2654435761 % 4294967291
+            y = np.zeros_like(x)
+            ck.swap_small(nt, x, y, 5, a, b)
+            np.testing.assert_array_equal(
+                y, x.reshape(5, a, b).transpose(0, 2, 1).reshape(-1), err_msg=f"A={a} B={b}")
 
 
 def check_multi(op, inputs, attrs, consts, n_out):

@@ -562,25 +562,41 @@ def swap_tiles(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx total
         _swap_tiles(px, py, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
 
 
-cdef void _swap_small(const unsigned int* x, unsigned int* y, idx n0, idx n1, idx A,
-                      idx B) noexcept nogil:
-    """Blocks [n0, n1) of the copy (N, A, B) -> (N, B, A) of 4-byte elements, for small
-    A x B blocks (a channel shuffle of NHWC pixels: A groups of B channels)."""
-    cdef idx n, a, b
-    cdef const unsigned int* xs
-    cdef unsigned int* yd
-    for n in range(n0, n1):
-        xs = x + n * A * B
-        yd = y + n * A * B
-        for b in range(B):
-            for a in range(A):
-                yd[b * A + a] = xs[a * B + b]
+cdef extern from *:
+    """
+    /* One (A, B) -> (B, A) block of 4-byte elements. Inlined with a constant A, the a loop
+       unrolls and the compiler vectorises the b loop: A contiguous loads, stores interleaved
+       by permutes (3-6x the time of the loop with A a variable, blocks of 136-1024 elements) */
+    static inline __attribute__((always_inline)) void sprat_swap_block(
+            const unsigned int* x, unsigned int* y, const Py_ssize_t A, Py_ssize_t B) {
+        for (Py_ssize_t b = 0; b < B; b++)
+            for (Py_ssize_t a = 0; a < A; a++)
+                y[b * A + a] = x[a * B + b];
+    }
+    /* Blocks [n0, n1) of the copy (N, A, B) -> (N, B, A), A a constant for 2, 3, 4 and 8 */
+    static void sprat_swap_blocks(const unsigned int* x, unsigned int* y, Py_ssize_t n0,
+                                  Py_ssize_t n1, Py_ssize_t A, Py_ssize_t B) {
+        for (Py_ssize_t n = n0; n < n1; n++) {
+            const unsigned int* xs = x + n * A * B;
+            unsigned int* ys = y + n * A * B;
+            switch (A) {
+            case 2: sprat_swap_block(xs, ys, 2, B); break;
+            case 3: sprat_swap_block(xs, ys, 3, B); break;
+            case 4: sprat_swap_block(xs, ys, 4, B); break;
+            case 8: sprat_swap_block(xs, ys, 8, B); break;
+            default: sprat_swap_block(xs, ys, A, B); break;
+            }
+        }
+    }
+    """
+    void _swap_small "sprat_swap_blocks" (const unsigned int* x, unsigned int* y, idx n0,
+                                          idx n1, idx A, idx B) noexcept nogil
 
 
 def swap_small(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx N, idx A, idx B):
     """The transpose (N, A, B) -> (N, B, A) of flat 4-byte arrays, block after block (small
-    A x B blocks: ``swap_tiles``'s tiles cost more than the copy there), split over ``nt``
-    slots. Raises ValueError on short arrays."""
+    A x B blocks: ``swap_tiles``'s tiles cost more than the copy there; A of 2, 3, 4 or 8 runs
+    vectorised), split over ``nt`` slots. Raises ValueError on short arrays."""
     if x.shape[0] < N * A * B or y.shape[0] < N * A * B:
         raise ValueError("swap_small: arrays shorter than N*A*B")
     cdef const unsigned int* px = &x[0]
