@@ -22,7 +22,10 @@ from setuptools.command.build_ext import build_ext
 
 X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
 MATH = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros",
-        "-freciprocal-math", "-ffp-contract=fast", "-fopenmp", "-Wno-unused-function"]
+        "-freciprocal-math", "-ffp-contract=fast", "-fopenmp", "-Wno-unused-function",
+        # NOTE: no debug information (Python's CFLAGS ask for -g): the avx2 Cython file then
+        # compiles in 44 s against 59 and its object is 1.9 MB against 12.8 (the symbols stay)
+        "-g0"]
 VARIANTS = {"base": ["-march=x86-64" if X86 else ""], "avx2": ["-mavx2", "-mfma", "-mf16c"]}
 #: the C kernels beside the Cython module, per variant (the baseline has their stubs only)
 SIMD = {"base": [], "avx2": ["simd/packed.c", "simd/depthwise.c"]}
