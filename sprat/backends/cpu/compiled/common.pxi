@@ -120,6 +120,11 @@ cdef inline float erf32(float x) noexcept nogil:
     return x * p / q
 
 
+cdef extern from "simd/vecmath.h":
+    # the activation codes the AVX2 kernels' tiles apply in registers (false in the baseline)
+    bint sprat_act_in_regs(int code) noexcept nogil
+
+
 cdef extern from *:
     """
     /* AVX2 loops for the activations whose clamps and exp the C compiler cannot vectorise
@@ -129,7 +134,6 @@ cdef extern from *:
        Returns how many leading elements it did (a multiple of 8); 0 without AVX2. */
     #if defined(__AVX2__) && defined(__FMA__)
     #include <immintrin.h>
-    #include "simd/vecmath.h"
     static Py_ssize_t sprat_act8(float *y, Py_ssize_t n, int code, float a, float b) {
         Py_ssize_t i = 0, end = n & ~(Py_ssize_t)7;
         const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();

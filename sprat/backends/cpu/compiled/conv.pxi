@@ -279,7 +279,7 @@ cdef void conv_se_packed(const conv_se_t* q, idx t, idx nt, float* ws) noexcept 
     cdef idx hi = (t + 1) * items // nt
     cdef idx it, m0, m1, n0, n1, r, pan0, pan1, last = -1
     cdef idx K = q.C
-    cdef bint act_regs = sprat_pk_act_in_regs(q.code)
+    cdef bint act_regs = sprat_act_in_regs(q.code)
     cdef const float* w = q.w
     cdef const float* a
     cdef sprat_pk_epi e
@@ -575,7 +575,7 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
     cdef idx unit = SPRAT_PK_NR if packed else 8
     # NOTE: the packed GEMM applies the bias, residual and a register-form activation before
     # its stores (``sprat_pk_gemm_epi``): no second pass over the block
-    cdef bint in_regs = packed and sprat_pk_act_in_regs(code)
+    cdef bint in_regs = packed and sprat_act_in_regs(code)
     cdef sprat_pk_epi e
     e.bias, e.slope, e.code, e.a, e.b = bias, slope, code, a, b
     if split_m:
@@ -677,7 +677,7 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
     cdef idx nrb = (OH + rows - 1) // rows
     cdef idx items = N * nrb
     cdef idx i0, i1, c0, c1, it, n, oh0, oh1, lo, hi, r, p
-    cdef bint in_regs = sprat_pk_act_in_regs(code)
+    cdef bint in_regs = sprat_act_in_regs(code)
     cdef float* d
     cdef sprat_pk_epi e
     e.bias, e.slope, e.a, e.b = bias, slope, a, b
@@ -1031,7 +1031,6 @@ def conv_depthwise(int nt, const float[::1] x, const float[::1] w, const float[:
 
 cdef extern from "simd/depthwise.h":
     int SPRAT_DW_SIMD
-    bint sprat_dw_act_in_regs(int code) noexcept nogil
     int sprat_dw_units(float* y, const float* x, const float* wp, const float* bp,
                        const float* sp, const float* res, idx H, idx W, idx C, idx OH, idx OW,
                        idx kh, idx kw,
@@ -1059,7 +1058,7 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
     cdef idx u, q, c0, c1, ow
     sprat_dw_units(y, x, wp, bp, sp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw,
                    dh, ph, pw, ct, u0, u1, code, a, b)
-    if code != A_NONE and not sprat_dw_act_in_regs(code):
+    if code != A_NONE and not sprat_act_in_regs(code):
         for u in range(u0, u1):
             q = u // ntile
             c0 = (u - q * ntile) * ct * 8

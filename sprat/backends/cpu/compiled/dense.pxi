@@ -525,7 +525,7 @@ cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx
     cdef idx ncb = (p.N + p.cb - 1) // p.cb
     cdef idx it, m0, n0, m1, n1, m
     cdef bint in_regs = g.sm < 0 or (g.sm == 0 and g.sn == 1 and g.beta == 1)
-    cdef bint act_regs = sprat_pk_act_in_regs(g.code)
+    cdef bint act_regs = sprat_act_in_regs(g.code)
     cdef sprat_pk_epi e
     e.bias = g.c if g.sm == 0 else NULL
     e.slope = g.slope

@@ -8,65 +8,25 @@
 #include "vecmath.h"
 #define SPRAT_INLINE static inline __attribute__((always_inline))
 
-/* slope: PRelu's 8 slopes of the block (code 10), else unused */
+/* The activation on the P accumulators (sprat_act_v8, one dispatch per tile); slope: PRelu's
+   8 slopes of the block (code 10), else unused */
+#define SPRAT_DW_ACT(CODE) \
+    case CODE: \
+        _Pragma("GCC unroll 8") \
+        for (p = 0; p < P; p++) acc[p] = sprat_act_v8(acc[p], CODE, va, vb, sv); \
+        break;
 SPRAT_INLINE void sprat_dw_act(__m256 *acc, const int P, int code, float a, float b,
                                const float *slope) {
-    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
     const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    const __m256 sv = code == 10 ? _mm256_loadu_ps(slope) : _mm256_setzero_ps();
     int p;
     switch (code) {
-    case 1: /* Relu: fmax32(v, 0) */
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++) acc[p] = _mm256_max_ps(zero, acc[p]);
-        break;
-    case 2: /* Clip: fmin32(fmax32(v, a), b) */
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++) acc[p] = _mm256_min_ps(vb, _mm256_max_ps(va, acc[p]));
-        break;
-    case 3: /* Sigmoid */
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++)
-            acc[p] = _mm256_div_ps(one,
-                                   _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
-        break;
-    case 4: /* HardSigmoid: fmin32(fmax32(a*v + b, 0), 1) */
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++)
-            acc[p] = _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(va, acc[p], vb)));
-        break;
-    case 5: /* HardSwish: v * fmin32(fmax32(v/6 + 1/2, 0), 1) */
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++) {
-            __m256 t = _mm256_fmadd_ps(acc[p], _mm256_set1_ps(1.0f / 6.0f),
-                                       _mm256_set1_ps(0.5f));
-            acc[p] = _mm256_mul_ps(acc[p], _mm256_min_ps(one, _mm256_max_ps(zero, t)));
-        }
-        break;
-    case 6: /* LeakyRelu: relu(v) + a * (v - relu(v)) */
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++) {
-            __m256 r = _mm256_max_ps(zero, acc[p]);
-            acc[p] = _mm256_fmadd_ps(va, _mm256_sub_ps(acc[p], r), r);
-        }
-        break;
-    case 8: /* SiLU */
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++)
-            acc[p] = _mm256_div_ps(acc[p],
-                                   _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, acc[p]))));
-        break;
-    case 10: { /* PRelu: v < 0 ? slope * v : v (NaN kept) */
-        const __m256 sv = _mm256_loadu_ps(slope);
-#pragma GCC unroll 8
-        for (p = 0; p < P; p++)
-            acc[p] = _mm256_blendv_ps(acc[p], _mm256_mul_ps(sv, acc[p]),
-                                      _mm256_cmp_ps(acc[p], zero, _CMP_LT_OQ));
-        break;
-    }
-    default:
-        break;
+    SPRAT_DW_ACT(1) SPRAT_DW_ACT(2) SPRAT_DW_ACT(3) SPRAT_DW_ACT(4) SPRAT_DW_ACT(5)
+    SPRAT_DW_ACT(6) SPRAT_DW_ACT(8) SPRAT_DW_ACT(10)
+    default: break;
     }
 }
+#undef SPRAT_DW_ACT
 
 /* P output pixels (stride S apart) x 8 channels of one output row. y: the first pixel's
    channel block; w: the first valid kernel row's K weight vectors of the block (rows K*8
@@ -262,7 +222,7 @@ SPRAT_DW_ROW(5, 2)
    conv with kw in {3, 5}, horizontal stride sw in {1, 2}, horizontal dilation 1. wp packed
    (C/8 blocks, kh, kw, 8), bp the bias padded to a multiple of 8, sp PRelu's slopes padded
    alike (NULL for other activations); res may be NULL.
-   The activation is applied only when sprat_dw_act_in_regs(code). Returns 1 (done). */
+   The activation is applied only when sprat_act_in_regs(code). Returns 1 (done). */
 int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, const float *sp,
                    const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OH,
                    Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
@@ -273,7 +233,7 @@ int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, c
     int rem = (int)(C & 7);
     __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem ? rem : 8),
                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    if (!sprat_dw_act_in_regs(code)) code = 0;
+    if (!sprat_act_in_regs(code)) code = 0;
     for (u = u0; u < u1; u++) {
         q = u / ntile;
         tl = u - q * ntile;

@@ -4,15 +4,9 @@
    (Py_ssize_t). */
 #ifndef SPRAT_DEPTHWISE_H
 #define SPRAT_DEPTHWISE_H
+#include "vecmath.h"
 #if defined(__AVX2__) && defined(__FMA__)
 #define SPRAT_DW_SIMD 1
-
-/* The activation codes of common.pxi that have a register form (the others, Tanh and
-   Gelu, are applied by the caller after the store); NaN-keeping as act_inplace. */
-static inline int sprat_dw_act_in_regs(int code) {
-    return code == 0 || code == 1 || code == 2 || code == 3 || code == 4 || code == 5
-        || code == 6 || code == 8 || code == 10;
-}
 
 /* Units [u0, u1) of a depthwise conv (simd/depthwise.c). Returns 1 (done). */
 int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, const float *sp,
@@ -22,7 +16,6 @@ int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, c
                    Py_ssize_t u1, int code, float a, float b);
 #else
 #define SPRAT_DW_SIMD 0
-static inline int sprat_dw_act_in_regs(int code) { (void)code; return 0; }
 static inline int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp,
                                  const float *sp, const float *res, Py_ssize_t H,
                                  Py_ssize_t W, Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW,

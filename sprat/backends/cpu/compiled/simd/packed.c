@@ -182,7 +182,7 @@ static void sprat_pk_rows(int mr, Py_ssize_t kc, const float* a, Py_ssize_t lda,
    block, KC x NR floats = 32 KiB, stays in L1 while every row block of A passes over it),
    the C strip (m x NR) accumulates in L1/L2. With ``e`` (not NULL) the last K block
    applies the epilogue in registers: bias[n0:n1], res (C's layout and pitch, at C's
-   first row and column 0), activation e->code (sprat_pk_act_in_regs), slope[n0:n1]. res
+   first row and column 0), activation e->code (sprat_act_in_regs), slope[n0:n1]. res
    may be C itself (in place): the first K block then adds to C, which holds it. */
 __attribute__((target("avx512f")))
 static void sprat_pk5_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
@@ -311,30 +311,6 @@ static inline __m256i sprat_p2_mask(Py_ssize_t w) {
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* sprat_pk_act on 8 lanes (the same formulas: common.pxi's sprat_exp8 is sprat_pk_exp's
-   polynomial and clamps) */
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m256 sprat_p2_act(__m256 v, int code, __m256 va, __m256 vb, __m256 sv) {
-    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-    __m256 r;
-    switch (code) {
-    case 1: return _mm256_max_ps(zero, v);
-    case 2: return _mm256_min_ps(vb, _mm256_max_ps(va, v));
-    case 3: return _mm256_div_ps(one, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, v))));
-    case 4: return _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(va, v, vb)));
-    case 5:
-        r = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
-        return _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, r)));
-    case 6:
-        r = _mm256_max_ps(zero, v);
-        return _mm256_fmadd_ps(va, _mm256_sub_ps(v, r), r);
-    case 8: return _mm256_div_ps(v, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, v))));
-    case 10:
-        return _mm256_blendv_ps(v, _mm256_mul_ps(v, sv), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
-    default: return v;
-    }
-}
-
 /* The end of a tile of a half panel: C[0:mr, 0:16] (=|+=, ``acc``) x0 / x1 (columns 0-7
    / 8-15); only the first ``w`` columns are stored (nv 1: w <= 8, x1 unused), after the
    epilogue ``e`` when it is not NULL (its pointers at the half's first column). */
@@ -376,8 +352,8 @@ static inline void sprat_p2_store(const int mr, const int nv, __m256* x0, __m256
         /* one dispatch per tile, as sprat_pk_store */
         #define SPRAT_P2_ACT_ROWS(CODE) \
             for (int r = 0; r < mr; r++) { \
-                x0[r] = sprat_p2_act(x0[r], CODE, va, vb, s0); \
-                if (nv == 2) x1[r] = sprat_p2_act(x1[r], CODE, va, vb, s1); \
+                x0[r] = sprat_act_v8(x0[r], CODE, va, vb, s0); \
+                if (nv == 2) x1[r] = sprat_act_v8(x1[r], CODE, va, vb, s1); \
             } \
             break;
         switch (e->code) {

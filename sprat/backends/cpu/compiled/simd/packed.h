@@ -5,6 +5,7 @@
    are stubs and SPRAT_PK is 0. Python.h comes first (Py_ssize_t). */
 #ifndef SPRAT_PACKED_H
 #define SPRAT_PACKED_H
+#include "vecmath.h"
 
 #define SPRAT_PK_MR 12
 #define SPRAT_PK_NR 32
@@ -18,7 +19,7 @@
 
 /* The epilogue of the last K block, in registers: + bias (one per column, or NULL),
    + res (C's layout, or NULL), then activation ``code`` (common.pxi's codes; only those
-   sprat_pk_act_in_regs takes, else none here). bias, res and slope point at the tile's
+   sprat_act_in_regs takes, else none here). bias, res and slope point at the tile's
    first column (res at its first row). */
 typedef struct {
     const float* bias;
@@ -30,13 +31,7 @@ typedef struct {
 
 #if defined(__AVX2__) && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
-#include "vecmath.h"
 #define SPRAT_PK 1
-
-static inline int sprat_pk_act_in_regs(int code) {
-    return code == 0 || code == 1 || code == 2 || code == 3 || code == 4 || code == 5
-        || code == 6 || code == 8 || code == 10;
-}
 
 /* common.pxi's sprat_exp8 on 16 lanes (the same polynomial and clamps) */
 __attribute__((target("avx512f"), always_inline))
@@ -111,7 +106,6 @@ void sprat_pk_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_ssize_t 
                      Py_ssize_t M, const sprat_pk_epi* e);
 #else
 #define SPRAT_PK 0
-static inline int sprat_pk_act_in_regs(int code) { (void)code; return 0; }
 static inline void sprat_pk_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t K,
                                      const float* a, Py_ssize_t lda, const float* packed, float* c,
                                      Py_ssize_t ldc, const sprat_pk_epi* e) {

@@ -1,10 +1,19 @@
 /* exp and erf on 8 float lanes (AVX2 + FMA), shared by the compiled kernels (common.pxi's
    activations, simd/depthwise.c, simd/packed.c): the same polynomials and clamps as the
-   Cython exp32 / erf32 of common.pxi. Empty without AVX2 + FMA. */
+   Cython exp32 / erf32 of common.pxi; and the activations the kernels apply in registers.
+   Without AVX2 + FMA only sprat_act_in_regs, which is then false. */
 #ifndef SPRAT_VECMATH_H
 #define SPRAT_VECMATH_H
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+
+/* The activation codes of common.pxi that the packed GEMM's and the depthwise conv's tiles
+   apply in registers (sprat_act_v8, and its 16-lane twin sprat_pk_act); the others, Tanh and
+   Gelu, the callers apply after the store. */
+static inline int sprat_act_in_regs(int code) {
+    return code == 0 || code == 1 || code == 2 || code == 3 || code == 4 || code == 5
+        || code == 6 || code == 8 || code == 10;
+}
 
 static inline __m256 sprat_exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_set1_ps(88.72283f), _mm256_max_ps(_mm256_set1_ps(-87.33654f), x));
@@ -42,5 +51,31 @@ static inline __m256 sprat_erf8(__m256 x) {
     return _mm256_div_ps(_mm256_mul_ps(x, p), q);
 }
 
+/* Activation ``code`` (sprat_act_in_regs) on 8 lanes, NaN-keeping as act_inplace
+   (_mm256_max_ps(zero, v) returns v when v is NaN); sv: PRelu's 8 slopes (code 10). The same
+   formulas as packed.h's sprat_pk_act on 16 lanes (sprat_exp8 is sprat_pk_exp's polynomial and
+   clamps). Callers pass a constant code: the switch then folds away. */
+static inline __attribute__((always_inline)) __m256 sprat_act_v8(__m256 v, int code, __m256 va, __m256 vb, __m256 sv) {
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    __m256 r;
+    switch (code) {
+    case 1: return _mm256_max_ps(zero, v);
+    case 2: return _mm256_min_ps(vb, _mm256_max_ps(va, v));
+    case 3: return _mm256_div_ps(one, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, v))));
+    case 4: return _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(va, v, vb)));
+    case 5:
+        r = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
+        return _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, r)));
+    case 6:
+        r = _mm256_max_ps(zero, v);
+        return _mm256_fmadd_ps(va, _mm256_sub_ps(v, r), r);
+    case 8: return _mm256_div_ps(v, _mm256_add_ps(one, sprat_exp8(_mm256_sub_ps(zero, v))));
+    case 10:
+        return _mm256_blendv_ps(v, _mm256_mul_ps(v, sv), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    default: return v;
+    }
+}
+#else
+static inline int sprat_act_in_regs(int code) { (void)code; return 0; }
 #endif
 #endif
