@@ -175,8 +175,8 @@ def test_import_and_run_of_a_sprat_file_import_no_jit_scipy_or_onnx(model, tmp_p
     """``import sprat`` and running a ``.sprat`` model import none of numba, llvmlite, scipy,
     onnx (issue 12: the kernels are compiled ahead of time; BLAS is NumPy's own), nor the
     parts of sprat such a run does not use (the converter, the compiled cache, the writer,
-    kernels of ops the model lacks: imported on first use, they were ~15 ms of a cold
-    start)."""
+    kernels, reference kernels and shape functions of op families the model lacks: imported
+    on first use, they were ~15 ms and ~5 ms of a cold start)."""
     path, _, ref = model
     sprat_file = tmp_path / "m.sprat"
     sprat.convert(path, sprat_file)
@@ -188,7 +188,10 @@ def test_import_and_run_of_a_sprat_file_import_no_jit_scipy_or_onnx(model, tmp_p
         # parts of sprat a run of a .sprat file does not need (imported on first use)
         light = ("sprat.converter", "sprat.runtime.cache", "sprat.runtime.parallel",
                  "sprat.weights", "sprat.format.writer", "flatbuffers",
-                 "sprat.backends.cpu.quant", "sprat.backends.cpu.rnn")
+                 "sprat.backends.cpu.quant", "sprat.backends.cpu.rnn",
+                 "sprat.backends.reference.ops_attention", "sprat.backends.reference.ops_tflite",
+                 "sprat.backends.reference.ops_quant", "sprat.ir.shapes.attention",
+                 "sprat.ir.shapes.tflite", "sprat.ir.shapes.quant")
         after_import = [m for m in heavy if m in sys.modules]
         sess = sprat.Interpreter.from_file({str(sprat_file)!r}).create_session(
             sprat.ScheduleConfig(num_threads=2))

@@ -13,24 +13,29 @@ import numpy as np
 
 from ...ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW, apply_activation, split_attrs
 from ...ir.graph import Node
+from ...ir.optable import FamilyTable
 from ...ir.tensorinfo import TensorInfo
 from ..base import Backend, Kernel
 
 OPS: dict = {}
+# NOTE: the explicit table of kernel families (STYLE §2), each imported when a lookup first
+# needs it (``sprat.ir.optable``)
+_FAMILIES = FamilyTable(__name__, (
+    "ops_elementwise", "ops_tensor", "ops_reduce", "ops_nn", "ops_rnn", "ops_attention",
+    "ops_loss", "ops_quant", "ops_sample", "ops_extra", "ops_contrib", "ops_tflite"), "OPS", OPS)
 
 
 def load_ops() -> dict:
     """``{op type: reference kernel}`` of every op the reference backend runs (loaded once)."""
-    if not OPS:
-        from . import families
-
-        OPS.update(families.OPS)
-    return OPS
+    return _FAMILIES.load_all()
 
 
 def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
-    """Compute a node's outputs with the reference kernels (used for folding and as the oracle)."""
-    fn = load_ops()[node.op_type]
+    """Compute a node's outputs with the reference kernels (used for folding and as the oracle).
+    Raises KeyError for an op type the reference backend does not have."""
+    fn = _FAMILIES.get(node.op_type)
+    if fn is None:
+        raise KeyError(node.op_type)
     attrs, internal = split_attrs(node.attrs)
     ins = list(ins)
     table = ins.pop() if internal.get("_lookup") else None
@@ -83,7 +88,7 @@ class ReferenceBackend(Backend):
     name = "reference"
 
     def supports(self, node: Node, ins: list[TensorInfo | None]) -> bool:
-        return node.op_type in load_ops()
+        return _FAMILIES.get(node.op_type) is not None
 
     def make_kernel(self, node: Node, ins=None) -> Kernel:
         kernel = ReferenceKernel(node)

@@ -15,6 +15,7 @@ import numpy as np
 from ...errors import ShapeError
 from ..fused import NCHW_TO_NHWC, NHWC_TO_NCHW, permute_shape, split_attrs
 from ..graph import Node
+from ..optable import FamilyTable
 from ..tensorinfo import TensorInfo
 from .control import CONTROL
 from .datadep import DataDependentShape
@@ -22,19 +23,21 @@ from .datadep import DataDependentShape
 __all__ = ["SHAPES", "DataDependentShape", "infer"]
 
 SHAPES: dict = {}
+# NOTE: the explicit table of shape-function families (STYLE §2), each imported when a lookup
+# first needs it (``sprat.ir.optable``)
+_FAMILIES = FamilyTable(__name__, (
+    "elementwise", "tensor", "reduce", "nn", "rnn", "attention", "loss", "quant", "sample",
+    "extra", "contrib", "tflite"), "SHAPES", SHAPES)
 
 
 def register_families():
-    from . import families  # noqa: F401  (explicit table, see families.py)
-
-    SHAPES.update(families.SHAPES)
+    """Load every family: ``SHAPES`` is then the whole table."""
+    _FAMILIES.load_all()
 
 
 def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...], np.dtype]]:
     """Output (shape, dtype) of ``node`` for concrete inputs. Raises ShapeError naming the node."""
-    if not SHAPES:
-        register_families()
-    fn = SHAPES.get(node.op_type)
+    fn = _FAMILIES.get(node.op_type)
     if fn is None and node.op_type in CONTROL:
         try:
             return [(tuple(i.shape), np.dtype(i.dtype)) for i in CONTROL[node.op_type](node, ins)]
