@@ -49,6 +49,11 @@ without initial states and an all-full ``sequence_lens``; GRU with either
 ``--only pool``: MaxPool / AveragePool / GlobalAveragePool as image nets have them (stem max
 pools, Inception's 3x3 stride-1 branch pools, DenseNet's and VGG's 2x2 pools, final global
 averages); ``POOL_FAMILY``.
+
+``--only sc``: one-group convs that neither Winograd nor the stem kernel take (3x3 stride 1 of
+few channels, small maps, stride 2, 5x5 / 7x7, 1-D); ``SMALL_CONV_FAMILY``. ``--only pw``: the
+one-group 1x1 convs (``POINTWISE_FAMILY``); ``--only gc``: the patch-matrix convs
+(``GEMM_CONV_FAMILY``).
 """
 
 from __future__ import annotations
@@ -144,7 +149,7 @@ class Case:
         names = list(self.feeds) + list(consts)
         arrays = [self.feeds.get(k, consts.get(k)) for k in names]
         if self.nhwc and not self.nchw_in:
-            arrays[0] = np.ascontiguousarray(arrays[0].transpose(0, 2, 3, 1))
+            arrays[0] = np.ascontiguousarray(np.moveaxis(arrays[0], 1, -1))  # NCHW / NCW
         # NOTE: a constant given as None is an absent optional input ("" in the ONNX node)
         infos = [None if a is None else TensorInfo(a.shape, a.dtype, a if k in consts else None)
                  for k, a in zip(names, arrays)]
@@ -186,6 +191,21 @@ GEMM_CONV_FAMILY = [  # (kernel, stride, in channels, out channels, input map)
     (3, 2, 512, 512, 14), (3, 2, 128, 128, 80), (3, 2, 256, 256, 40),
     (1, 2, 256, 512, 56), (1, 2, 512, 1024, 28), (1, 2, 1024, 2048, 14), (1, 2, 64, 128, 56),
     (3, 1, 512, 512, 7), (3, 1, 256, 256, 7), (3, 1, 512, 512, 10), (3, 1, 1024, 256, 5),
+]
+
+
+# the small-conv family (--only sc): one-group convs that run neither as Winograd's nor as the
+# stem's (3x3 stride 1 of 8-20 channels, maps of 7x7-10x10, stride 2, 5x5 and 7x7 kernels,
+# 1-D k3 / k7 as keyword-spotting and audio nets have them): (kernel, stride, in channels,
+# out channels, input map (int, or (width,) for 1-D))
+SMALL_CONV_FAMILY = [
+    (3, 1, 8, 16, 112), (3, 1, 8, 32, 80), (3, 1, 12, 24, 56), (3, 1, 16, 16, 56),
+    (3, 1, 16, 32, 80), (3, 1, 16, 64, 55), (3, 1, 16, 24, 28), (3, 1, 20, 20, 40),
+    (3, 1, 64, 64, 7), (3, 1, 128, 128, 7), (3, 1, 256, 256, 7), (3, 1, 512, 512, 7),
+    (3, 1, 64, 64, 10), (3, 1, 256, 256, 10), (3, 2, 16, 32, 112), (3, 2, 32, 64, 56),
+    (3, 2, 64, 128, 28), (3, 2, 256, 512, 7), (5, 1, 16, 16, 28), (5, 1, 64, 64, 14),
+    (7, 1, 32, 64, 28), (3, 1, 64, 128, (1000,)), (3, 2, 128, 128, (500,)),
+    (3, 1, 256, 256, (250,)), (7, 1, 64, 64, (400,)),
 ]
 
 
@@ -461,6 +481,17 @@ def cases():
     for cin, cout, hw in POINTWISE_FAMILY:
         conv(f"pw {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, 1, 1, 0)
 
+    for k, s, cin, cout, hw in SMALL_CONV_FAMILY:
+        if isinstance(hw, tuple):  # 1-D (NCW)
+            x, wt = _randn(1, cin, hw[0]), _randn(cout, cin, k) * 0.1
+            nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[k],
+                                      strides=[s], pads=[k // 2] * 2),
+                     helper.make_node("Relu", ["t"], ["y"])]
+            c.append(Case(f"sc{k} s{s} {cin}->{cout}@{hw[0]} 1-D", nodes, {"x": x},
+                          {"w": wt, "b": _randn(cout)}, {"_activation": "Relu"}, nhwc=True))
+        else:
+            conv(f"sc{k} s{s} {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, k, s, k // 2)
+
     # the GEMM-conv family (--only gc): the convs that run as patch matrix + GEMM (stems,
     # strided 3x3 and 1x1 convs, 3x3 convs on maps too small for Winograd) of ResNet, VGG,
     # MobileNet and YOLO-style nets
@@ -519,7 +550,7 @@ def worker(case, engine, threads, seconds):
     with threading.limits(threads):
         ts = _time(lambda: kernel.run(arrays, outs, ws), seconds)
     expect = case.ort_session(1).run(["y"], case.feeds)[0]
-    got = out.transpose(0, 3, 1, 2) if case.nhwc else out
+    got = np.moveaxis(out, -1, 1) if case.nhwc else out
     if case.sprat_io is not None:
         got = case.sprat_io[1](out)
     err = float(np.abs(got - expect).max() / max(1.0, float(np.abs(expect).max())))
@@ -546,7 +577,7 @@ def _worker_copies(case, engine, threads, seconds):
         ts = _time(call, seconds)
     expect = case.ort_session(1, all_copies=False).run(["y"], case.feeds)[0]
     out = runs[0][2][0]
-    got = out.transpose(0, 3, 1, 2) if case.nhwc else out
+    got = np.moveaxis(out, -1, 1) if case.nhwc else out
     err = float(np.abs(got - expect).max() / max(1.0, float(np.abs(expect).max())))
     return [t / len(sets) for t in ts], err
 

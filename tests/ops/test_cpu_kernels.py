@@ -908,8 +908,8 @@ def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
     from sprat.backends.cpu import conv
 
     # NOTE: the GEMM algorithm of 32 channels: the direct conv where the packed GEMM runs, else
-    # shift; beside the direct conv 9 tiles are too few at any thread count
-    if conv.PACKED_DIRECT and h == 10:
+    # shift; on AVX-512F CPUs (``winograd_pays``) 9 tiles are too few at any thread count
+    if conv.PACKED_IM2COL and h == 10:
         algo = "gemm"
     algo = ("direct" if conv.PACKED_DIRECT else "shift") if algo == "gemm" else algo
     x, w = nhwc(randn(1, 32, h, w_, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
@@ -927,9 +927,9 @@ def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
 def test_winograd_small_map_splits_output_channels(m, monkeypatch):
     from sprat.backends.cpu import conv
 
-    # NOTE: beside BLAS GEMMs (CPUs without AVX-512F); beside the direct conv 9 tiles do not
-    # take Winograd
-    monkeypatch.setattr(conv, "PACKED_DIRECT", False)
+    # NOTE: the rule of CPUs without AVX-512F (``winograd_pays``); on AVX-512F CPUs 9 tiles do
+    # not take Winograd
+    monkeypatch.setattr(conv, "PACKED_IM2COL", False)
     # 3x3 tiles (9 of them) at 2 threads: each thread takes a range of output channels (a
     # multiple of 8, the last one the rest), with the residual and activation on its range
     x, w = nhwc(randn(1, 24, 9, 10, seed=1)), randn(m, 24, 3, 3, seed=2, scale=0.2)
@@ -1029,7 +1029,7 @@ def test_conv_im2col_on_the_packed_gemm(xs, ws, attrs, pays, packed, monkeypatch
     # padding larger than the kernel reach: rows whose taps all fall outside
     ((1, 16, 4, 4), (32, 16, 3, 3), {"pads": [3, 3, 3, 3]}, "Relu"),
 ])
-def test_conv_direct(xs, ws, attrs, act):
+def test_conv_direct(xs, ws, attrs, act, monkeypatch):
     """One-group convs of 16+ input channels and a kh x kw > 1 kernel run as the direct conv
     on the packed weight (``ck.conv_direct``) where the packed GEMM runs: residual and
     activation fused, equal to the reference at 1 and 2 threads, and PRelu's slopes read per
@@ -1037,7 +1037,9 @@ def test_conv_direct(xs, ws, attrs, act):
     from sprat.backends.cpu import conv
 
     if not conv.PACKED_DIRECT:
-        pytest.skip("the direct conv needs the packed GEMM (an AVX-512F CPU)")
+        pytest.skip("the direct conv needs the packed GEMM (an AVX2 or AVX-512F CPU)")
+    # NOTE: the 3x3 stride-1 cases would take Winograd on some maps (its rule is per CPU)
+    monkeypatch.setattr(conv, "winograd_pays", lambda *a, **k: False)
     ins, attrs_r = _residual_conv(xs, ws, attrs, act)
     for threads in (1, 2):
         kernel = _prepared_conv(ins, attrs_r, threads)
@@ -1054,6 +1056,9 @@ def test_direct_blocks_rule():
     # ResNet's 7x7 stage at 2 threads: the output channels; one thread: one block
     assert direct_blocks(1, 7, 7, 512, 9, 1, 9 * 512, 2) == (7, True)
     assert direct_blocks(1, 7, 7, 512, 9, 1, 9 * 512, 1) == (7, False)
+    # a 1-D conv (one output row): only the output channels can split it
+    assert direct_blocks(1, 1, 1000, 128, 3, 1, 1002 * 64, 2) == (1, True)
+    assert direct_blocks(1, 1, 1000, 48, 3, 1, 1002 * 64, 2) == (1, False)  # one panel and a half
     # a large map of few channels: row blocks, a multiple of 2 in all at 2 threads
     rows, split = direct_blocks(1, 80, 80, 64, 9, 2, 162 * 32, 2)
     assert not split and (-(-80 // rows)) % 2 == 0
@@ -1117,7 +1122,9 @@ def test_conv_pointwise_splits_output_channels(xs, ws, wt, monkeypatch):
 def test_conv_shift_column_blocks(xs, ws, attrs, cols, monkeypatch):
     from sprat.backends.cpu import conv
 
-    monkeypatch.setattr(conv, "PACKED_IM2COL", False)  # NOTE: it would replace shift
+    # NOTE: the packed paths would replace shift
+    monkeypatch.setattr(conv, "PACKED_IM2COL", False)
+    monkeypatch.setattr(conv, "PACKED_DIRECT", False)
     ins, attrs = _residual_conv(xs, ws, attrs, "Relu")
     kernel = _prepared_conv(ins, attrs, 2)
     assert kernel.algo == "shift" and kernel.cols == cols

@@ -10,8 +10,9 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
   horizontal stride 1 or 2 run register-blocked (``conv_depthwise_blocked``: 8 channels x up
   to 8 output pixels in registers, weights packed (C/8, kh, kw, 8) by ``depthwise_pack``),
   the others tap-by-tap vector multiply-adds (``conv_depthwise``);
-- winograd: 3x3, stride 1, no dilation, group 1, >= 24 input and output channels ->
-  Winograd F(4,3) (Lavin & Gray, CVPR 2016; MNN's choice for these convs);
+- winograd: 3x3, stride 1, no dilation, group 1, enough input and output channels
+  (``winograd_channels_pay``) -> Winograd F(4,3) (Lavin & Gray, CVPR 2016; MNN's choice for
+  these convs);
 - shift-GEMM: stride 1, group 1, fewer than 128 channels, more than 3 output pixels -> kh*kw
   accumulating GEMMs over a padded band;
 - stem: one group, at most ``STEM_MAX_CHANNELS`` input channels (the first conv of an image
@@ -19,7 +20,7 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
   C*kh*kw taps stream by (``compiled/stem.pxi``); it also reads an NCHW input
   (``_input_layout="NCHW"``, set by ``passes.stem_input`` in place of the model input's
   Transpose);
-- direct: one group, 5+ input channels, kh*kw > 1, on an AVX-512 CPU (``PACKED_DIRECT``) ->
+- direct: one group, 5+ input channels, kh*kw > 1, where the packed GEMM runs (``PACKED_DIRECT``) ->
   each tap's rows read in place from the input (a padded band per block of output rows where
   taps reach past a row's ends), a tile of output pixels x 32 channels accumulated in
   registers over all kh*kw taps of the packed weight, epilogue in registers (``conv_direct``;
@@ -67,9 +68,9 @@ SHIFT_MAX_CHANNELS = 128
 # more than the product there (measured on 3x3 / k3 convs with 1-3 output pixels, C 16-120:
 # 0.55-0.9x the time)
 # NOTE: Winograd F(4,3) does 36 multiplies per 4x4 tile and channel pair instead of 144, but
-# adds two transforms per tile; below ~24 channels the transforms and the short GEMMs (K = C)
-# cost more than they save. Its packed weights are 4x the model's (36 vs 9 per channel pair),
-# so memory="low" sessions use the other algorithms.
+# adds two transforms per tile; with few channels the transforms and the short GEMMs (K = C)
+# cost more than they save (``winograd_channels_pay``). Its packed weights are 4x the model's
+# (36 vs 9 per channel pair), so memory="low" sessions use the other algorithms.
 WINOGRAD_MIN_CHANNELS = 24
 # NOTE: a one-group 1x1 conv is a GEMM with a constant weight: on the CPUs where ``linalg``'s
 # packed-weight GEMM runs (AVX-512F), it replaces the per-block OpenBLAS calls, which repack the
@@ -103,6 +104,17 @@ IM2COL_PACKED_BYTES = 1 << 20
 #: whether one-group GEMM convs of at least DIRECT_MIN_CHANNELS input channels and more than
 #: one tap run as the direct conv on the packed weight (``ck.conv_direct``: no patch matrix)
 #: where the packed path runs; its input band per block (``direct_blocks``)
+# NOTE: on an AVX2 CPU (Zen 3, the 6 x 16 tiles) the direct conv takes what the shift and
+# im2col algorithms ran on BLAS; Winograd keeps its convs (``winograd_pays``: its rule for
+# these CPUs was measured beside those BLAS paths). Measured against the BLAS
+# paths, sprat / onnxruntime, 1 / 2 threads (conv + ReLU, weights hot): 3x3 stride 1 of few
+# channels 8->16@112 1.85 -> 1.03 / 1.95 -> 1.18, 12->24@56 1.45 -> 0.99 / 1.61 -> 1.31; on maps
+# too small for Winograd 64->64@7 1.61 -> 1.10 / 1.96 -> 1.42, 256->256@7 1.41 -> 1.15 / 1.49
+# -> 1.23, 512->512@7 1.24 -> 1.24 / 1.45 -> 1.42, 256->256@10 1.19 -> 0.82 / 1.30 -> 1.01;
+# stride 2 256->512@7 1.41 -> 0.91 / 1.52 -> 0.95, 64->128@28 1.12 -> 0.85 / 1.26 -> 1.39,
+# 32->64@56 1.37 -> 1.48 / 1.47 -> 1.42; 5x5 64->64@14 1.40 -> 0.89 / 1.53 -> 0.91; 7x7
+# 32->64@28 1.37 -> 0.85 / 1.47 -> 0.86; 1-D k3 over 250-1000 frames 0.95-1.10 -> 0.65-0.96 /
+# 1.03-1.08 -> 0.87-1.15 (``bench/kernels.py --only sc`` is the family)
 # NOTE: measured against the packed im2col, sprat / onnxruntime at 1 / 2 threads: 3x3 and 5x5
 # convs of 6-16 input channels (8->16@112 s1 1.18 -> 0.78 / 0.97 -> 0.63, 6->16@80 1.39 ->
 # 0.89 / 0.61 -> 0.45, 16->16@56 1.40 -> 0.95 / 0.99 -> 0.74, 9 shapes, direct ahead on all)
@@ -110,7 +122,7 @@ IM2COL_PACKED_BYTES = 1 << 20
 # thread; stride-2 3x3 0.94-0.99 against 1.01-1.07). 1x1 convs (strided: the patch matrix
 # is one gather) stay on the packed im2col, whose K blocks keep a panel in L1 (512->1024@28
 # s2: 0.82 against 0.90 direct). 1-4 channels: the stem kernel.
-PACKED_DIRECT = PACKED_IM2COL
+PACKED_DIRECT = PACKED
 DIRECT_MIN_CHANNELS = 5
 DIRECT_BAND_BYTES = 1 << 19
 #: output channels up to which a conv GEMM stays on BLAS (``packed_pays``)
@@ -202,11 +214,11 @@ def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
     ``pixels`` output pixels (all images) on ``nt`` slots; ``u_bytes``: Winograd's weight
     bytes (``WINOGRAD_BIG_U_BYTES``).
 
-    Beside the direct conv on the packed weight (``PACKED_DIRECT``): at least
+    AVX-512F CPUs (measured beside the direct conv on the packed weight): at least
     ``WINOGRAD_MIN_TILES`` tiles at any thread count (10x10 maps, 9 tiles, at 2 threads:
     Winograd 1.47-1.60x onnxruntime's time for 64-256 channels, the direct conv 0.95-1.14x).
 
-    Beside BLAS GEMMs (CPUs without AVX-512F): one thread, at least ``WINOGRAD_MIN_TILES``
+    Other CPUs (measured beside BLAS GEMMs): one thread, at least ``WINOGRAD_MIN_TILES``
     tiles. More threads split a small map's output channels, and then what counts is the
     weights each block streams: Winograd reads 36 C*M floats for ``tiles`` GEMM rows, a 3x3
     GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at F multiply-adds and B weight floats per
@@ -214,13 +226,31 @@ def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
     Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a
     GEMM (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split
     by channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
-    if PACKED_DIRECT:
+    if PACKED_IM2COL:
         if u_bytes > WINOGRAD_BIG_U_BYTES and tiles <= WINOGRAD_BIG_U_MAX_TILES:
             return False
         return tiles >= WINOGRAD_MIN_TILES
     if nt == 1:
         return tiles >= WINOGRAD_MIN_TILES
     return 4 * tiles + 48 < pixels
+
+
+def winograd_channels_pay(c: int, m: int) -> bool:
+    """Whether a 3x3 conv of ``c`` input and ``m`` output channels has channels enough for
+    Winograd F(4,3) (the map's size is ``winograd_pays``). Per 4x4 tile its GEMMs save 108 of
+    the 144 multiplies of each channel pair (C*M pairs) and its transforms cost about C + M:
+    it pays where C*M / (C + M) is large enough.
+
+    AVX-512F CPUs (measured on the Xeon beside the direct conv): 24+ channels each
+    (``WINOGRAD_MIN_CHANNELS``). Other CPUs (Zen 3, AVX2, beside the direct conv; sprat /
+    onnxruntime at 1 / 2 threads, Winograd against direct, conv + ReLU): C*M/(C+M) >= 9 and
+    12+ channels each: 16->64@55 (12.8) 0.78 vs 1.10 / 0.84 vs 1.13, 16->32@80 (10.7) 0.92 vs
+    1.17 / 1.32 vs 1.61, 20->20@40 (10) 0.79 vs 1.04 / 1.54 vs 1.39, 16->24@28 (9.6) 1.00 vs
+    1.21 / 1.38 vs 1.35; below it 12->32@80 (8.7) 1.47 vs 1.52 / 0.85 vs 1.12, 16->16@56 (8)
+    1.37 vs 1.20 / 1.36 vs 1.23, 12->12@56 (6) 0.88 vs 0.85 / 1.74 vs 1.23."""
+    if PACKED_IM2COL:
+        return min(c, m) >= WINOGRAD_MIN_CHANNELS
+    return min(c, m) >= 12 and c * m >= 9 * (c + m)
 
 
 def depthwise_segment(c: int) -> int:
@@ -408,6 +438,8 @@ class ConvKernel(CpuKernel):
         macs = n * oh * ow * m * kh * kw * (c // group)
         # NOTE: small convs run on one thread (PARALLEL_MIN_MACS, see _base)
         nt = self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
+        direct = (PACKED_DIRECT and group == 1 and packed_pays(m) and c >= DIRECT_MIN_CHANNELS
+                  and kh * kw > 1)
         if group == c and group == m and group > 1:
             self.algo = "depthwise"
             self.w = self.shared("dw", lambda: np.ascontiguousarray(
@@ -478,7 +510,7 @@ class ConvKernel(CpuKernel):
             if scale is not None:
                 self._prepare_scale(scale, n, oh * ow, c, m)
         elif (kh == kw == 3 and sh == sw == 1 and dil == [1, 1] and group == 1
-              and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
+              and winograd_channels_pay(c, m)
               and oh >= 4 and ow >= 4 and self.memory != "low" and self.winograd
               and winograd_pays(n * (-(-oh // 4)) * (-(-ow // 4)), n * oh * ow, nt,
                                 144 * c * m)):
@@ -505,7 +537,7 @@ class ConvKernel(CpuKernel):
                                scratch(nt, 72 * c), scratch(nt, 40 * m))
         elif (sh == sw == 1 and group == 1 and c < SHIFT_MAX_CHANNELS
               and n * oh * ow > ck.FEW_ROWS
-              and not (PACKED_IM2COL and packed_pays(m))):
+              and not (PACKED_IM2COL and packed_pays(m)) and not direct):
             self.algo = "shift"
             self.w = self.shared("shift", lambda: np.ascontiguousarray(
                 wv.transpose(2, 3, 1, 0)).ravel())  # (kh, kw, C, M)
@@ -516,8 +548,7 @@ class ConvKernel(CpuKernel):
             # NOTE: zeroed: the floats after the band are read for junk columns only
             self.workspaces = (scratch(nt, (band * wp + halo) * c, zeroed=True),
                                scratch(nt, self.rows * wp * m))
-        elif (PACKED_DIRECT and group == 1 and packed_pays(m) and c >= DIRECT_MIN_CHANNELS
-              and kh * kw > 1):
+        elif direct:
             self.algo = "direct"
             self.w = self.shared("im2col_panels", lambda: tap_panels(wv))
             span = (ow - 1) * sw + (kw - 1) * dil[1] + 1
@@ -759,12 +790,15 @@ def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floa
     multiple of ``nt``; the blocks added for the split re-read the weights) or the output
     channels (each slot reads 1/nt of the weights but copies every band itself, C floats per
     pixel against the K = kh*kw*C a patch row would cost): the channels are split when
-    ``(nbp - nb1) * m * taps > (nt - 1) * pixels`` and each slot keeps a panel or more."""
+    ``(nbp - nb1) * m * taps > (nt - 1) * pixels`` or there are fewer output rows than slots
+    (a 1-D conv: one row, which row blocks leave to one slot), and each slot keeps a panel or
+    more."""
     rows1 = max(1, min(oh, DIRECT_BAND_BYTES // (4 * sh * max(row_floats, 1))))
     per_image1 = -(-oh // rows1)
     nb1 = n * per_image1
     nbp = -(-max(nb1, nt) // nt) * nt
-    split_m = nt > 1 and m >= 32 * nt and (nbp - nb1) * m * taps > (nt - 1) * n * oh * ow
+    split_m = nt > 1 and m >= 32 * nt and ((nbp - nb1) * m * taps > (nt - 1) * n * oh * ow
+                                           or n * oh < nt)
     if split_m or nbp == nb1:
         return -(-oh // per_image1), split_m
     per_image = -(-nbp // n)  # NOTE: at least nt blocks in all, as even as rows allow

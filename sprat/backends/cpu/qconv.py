@@ -189,12 +189,12 @@ def lookup_stage(table: np.ndarray, m: int, lo: float, hi: float, in_dtype, out_
 def _winograd_shape(w: np.ndarray, attrs: dict) -> bool:
     """Whether ``conv.ConvKernel`` may run this conv by Winograd F(4,3): 3x3, stride 1, no
     dilation, one group, enough channels (the map size is checked at its prepare)."""
-    from .conv import WINOGRAD_MIN_CHANNELS
+    from .conv import winograd_channels_pay
 
     return (w.ndim == 4 and w.shape[2:] == (3, 3) and int(attrs.get("group", 1)) == 1
             and all(int(v) == 1 for v in attrs.get("strides", [1, 1]))
             and all(int(v) == 1 for v in attrs.get("dilations", [1, 1]))
-            and min(w.shape[0], w.shape[1]) >= WINOGRAD_MIN_CHANNELS)
+            and winograd_channels_pay(w.shape[1], w.shape[0]))
 
 
 def _const(info, size=None):
