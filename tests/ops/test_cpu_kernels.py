@@ -908,8 +908,8 @@ def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
     from sprat.backends.cpu import conv
 
     # NOTE: the GEMM algorithm of 32 channels: the direct conv where the packed GEMM runs, else
-    # shift; on AVX-512F CPUs (``winograd_pays``) 9 tiles are too few at any thread count
-    if conv.PACKED_IM2COL and h == 10:
+    # shift; beside the direct conv (``winograd_pays``) 9 tiles are too few at any thread count
+    if conv.PACKED_DIRECT and h == 10:
         algo = "gemm"
     algo = ("direct" if conv.PACKED_DIRECT else "shift") if algo == "gemm" else algo
     x, w = nhwc(randn(1, 32, h, w_, seed=1)), randn(32, 32, 3, 3, seed=2, scale=0.2)
@@ -927,9 +927,10 @@ def test_winograd_is_chosen_and_fuses_epilogue(h, w_, threads, algo):
 def test_winograd_small_map_splits_output_channels(m, monkeypatch):
     from sprat.backends.cpu import conv
 
-    # NOTE: the rule of CPUs without AVX-512F (``winograd_pays``); on AVX-512F CPUs 9 tiles do
+    # NOTE: the rule beside BLAS GEMMs (``winograd_pays``); beside the direct conv 9 tiles do
     # not take Winograd
     monkeypatch.setattr(conv, "PACKED_IM2COL", False)
+    monkeypatch.setattr(conv, "PACKED_DIRECT", False)
     # 3x3 tiles (9 of them) at 2 threads: each thread takes a range of output channels (a
     # multiple of 8, the last one the rest), with the residual and activation on its range
     x, w = nhwc(randn(1, 24, 9, 10, seed=1)), randn(m, 24, 3, 3, seed=2, scale=0.2)

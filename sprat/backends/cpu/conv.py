@@ -105,8 +105,8 @@ IM2COL_PACKED_BYTES = 1 << 20
 #: one tap run as the direct conv on the packed weight (``ck.conv_direct``: no patch matrix)
 #: where the packed path runs; its input band per block (``direct_blocks``)
 # NOTE: on an AVX2 CPU (Zen 3, the 6 x 16 tiles) the direct conv takes what the shift and
-# im2col algorithms ran on BLAS; Winograd keeps its convs (``winograd_pays``: its rule for
-# these CPUs was measured beside those BLAS paths). Measured against the BLAS
+# im2col algorithms ran on BLAS, and beside it Winograd takes no map of fewer than 16 tiles
+# (``winograd_pays``). Measured against the BLAS
 # paths, sprat / onnxruntime, 1 / 2 threads (conv + ReLU, weights hot): 3x3 stride 1 of few
 # channels 8->16@112 1.85 -> 1.03 / 1.95 -> 1.18, 12->24@56 1.45 -> 0.99 / 1.61 -> 1.31; on maps
 # too small for Winograd 64->64@7 1.61 -> 1.10 / 1.96 -> 1.42, 256->256@7 1.41 -> 1.15 / 1.49
@@ -214,20 +214,27 @@ def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
     ``pixels`` output pixels (all images) on ``nt`` slots; ``u_bytes``: Winograd's weight
     bytes (``WINOGRAD_BIG_U_BYTES``).
 
-    AVX-512F CPUs (measured beside the direct conv on the packed weight): at least
-    ``WINOGRAD_MIN_TILES`` tiles at any thread count (10x10 maps, 9 tiles, at 2 threads:
-    Winograd 1.47-1.60x onnxruntime's time for 64-256 channels, the direct conv 0.95-1.14x).
+    Beside the direct conv on the packed weight (``PACKED_DIRECT``): at least
+    ``WINOGRAD_MIN_TILES`` tiles at any thread count. AVX-512F (the Xeon): 10x10 maps, 9
+    tiles, at 2 threads Winograd 1.47-1.60x onnxruntime's time for 64-256 channels, the
+    direct conv 0.95-1.14x; and a U above ``WINOGRAD_BIG_U_BYTES`` on at most
+    ``WINOGRAD_BIG_U_MAX_TILES`` tiles runs direct (below). AVX2 (Zen 3, conv + ReLU, weights
+    hot), Winograd against direct at 1 / 2 threads: 10x10 maps 64->64 0.99 vs 1.01 / 1.47 vs
+    1.05, 128->128 1.06 vs 1.00 / 1.26 vs 1.06, 256->64 1.04 vs 1.01 / 1.36 vs 1.27, 256->256
+    1.24 vs 0.97 / 1.23 vs 1.01; 14x14 maps (16 tiles) 128-512 channels 0.62-0.73 vs
+    0.98-1.07 / 0.70-0.87 vs 1.01-1.09, so no U limit there.
 
-    Other CPUs (measured beside BLAS GEMMs): one thread, at least ``WINOGRAD_MIN_TILES``
-    tiles. More threads split a small map's output channels, and then what counts is the
+    Beside BLAS GEMMs (no packed GEMM: the baseline build): one thread, at least
+    ``WINOGRAD_MIN_TILES`` tiles. More threads split a small map's output channels, and then what counts is the
     weights each block streams: Winograd reads 36 C*M floats for ``tiles`` GEMM rows, a 3x3
     GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at F multiply-adds and B weight floats per
     cycle, Winograd costs 36 (tiles/F + 1/B), the GEMM 9 (pixels/F + 1/B); with F/B = 16
     Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a
     GEMM (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split
     by channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
-    if PACKED_IM2COL:
-        if u_bytes > WINOGRAD_BIG_U_BYTES and tiles <= WINOGRAD_BIG_U_MAX_TILES:
+    if PACKED_DIRECT:
+        if (PACKED_IM2COL and u_bytes > WINOGRAD_BIG_U_BYTES
+                and tiles <= WINOGRAD_BIG_U_MAX_TILES):
             return False
         return tiles >= WINOGRAD_MIN_TILES
     if nt == 1:
