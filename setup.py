@@ -1,4 +1,5 @@
-"""Builds sprat's compiled kernels (``sprat/backends/cpu/compiled``); metadata is in pyproject.toml.
+"""Builds sprat's compiled kernels (``sprat/backends/cpu/compiled``) and the ``.sprat`` reader's
+checked FlatBuffer access (``sprat/format/_checked.pyx``); metadata is in pyproject.toml.
 
 One Cython source is compiled twice: a baseline for any CPU of the architecture and, on x86-64,
 a variant with AVX2 + FMA + F16C; the package picks one at import. OpenMP runs the work slots.
@@ -83,7 +84,12 @@ class ParallelBuild(build_ext):
             real_link(*a, **k)
 
 
+#: the ``.sprat`` reader's bounds-checked FlatBuffer access (plain C: no SIMD, no OpenMP)
+CHECKED = Extension("sprat.format._checked", ["sprat/format/_checked.pyx"],
+                    extra_compile_args=["-O2", "-g0"])
+
 # NOTE: the two variants are translated side by side, then all C files compile at once
-setup(ext_modules=cythonize([extension(v) for v in (("base", "avx2") if X86 else ("base",))],
+setup(ext_modules=cythonize([extension(v) for v in (("base", "avx2") if X86 else ("base",))]
+                            + [CHECKED],
                             compiler_directives={"language_level": 3}, nthreads=2),
       cmdclass={"build_ext": ParallelBuild})
