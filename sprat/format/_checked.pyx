@@ -271,25 +271,22 @@ cdef class Table:
             return None
         return self.r.vector(target, 1, (self, name))
 
-    def strings(self, Py_ssize_t slot, str name):
+    cdef object _elements(self, Py_ssize_t slot, str name, bint strings):
+        """The strings (or tables) of a vector of uoffsets as a list (None when absent)."""
         cdef Py_ssize_t target = self._ref(slot, name)
         if target == 0:
             return None
         where = (self, name)
         cdef Py_ssize_t first, n
         first, n = self.r.vector(target, 4, where)
-        return [self.r.string(t, (where, k))
-                for k, t in enumerate(self.r.uoffsets(first, n, where))]
+        cdef object read = getattr(self.r, "string" if strings else "table")
+        return [read(t, (where, k)) for k, t in enumerate(self.r.uoffsets(first, n, where))]
+
+    def strings(self, Py_ssize_t slot, str name):
+        return self._elements(slot, name, True)
 
     def tables(self, Py_ssize_t slot, str name):
-        cdef Py_ssize_t target = self._ref(slot, name)
-        if target == 0:
-            return None
-        where = (self, name)
-        cdef Py_ssize_t first, n
-        first, n = self.r.vector(target, 4, where)
-        return [self.r.table(t, (where, k))
-                for k, t in enumerate(self.r.uoffsets(first, n, where))]
+        return self._elements(slot, name, False)
 
 
 cdef object _scalar(const uint8_t* p, int code):
