@@ -20,7 +20,8 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
   C*kh*kw taps stream by (``compiled/stem.pxi``); it also reads an NCHW input
   (``_input_layout="NCHW"``, set by ``passes.stem_input`` in place of the model input's
   Transpose);
-- direct: one group, 5+ input channels, kh*kw > 1, where the packed GEMM runs (``PACKED_DIRECT``) ->
+- direct: one group, 5+ input channels, kh*kw > 1, where the packed GEMM runs
+  (``PACKED_DIRECT``) ->
   each tap's rows read in place from the input (a padded band per block of output rows where
   taps reach past a row's ends), a tile of output pixels x 32 channels accumulated in
   registers over all kh*kw taps of the packed weight, epilogue in registers (``conv_direct``;
@@ -113,8 +114,9 @@ IM2COL_PACKED_BYTES = 1 << 20
 # -> 1.23, 512->512@7 1.24 -> 1.24 / 1.45 -> 1.42, 256->256@10 1.19 -> 0.82 / 1.30 -> 1.01;
 # stride 2 256->512@7 1.41 -> 0.91 / 1.52 -> 0.95, 64->128@28 1.12 -> 0.85 / 1.26 -> 1.39,
 # 32->64@56 1.37 -> 1.48 / 1.47 -> 1.42; 5x5 64->64@14 1.40 -> 0.89 / 1.53 -> 0.91; 7x7
-# 32->64@28 1.37 -> 0.85 / 1.47 -> 0.86; 1-D k3 over 250-1000 frames 0.95-1.10 -> 0.65-0.96 /
-# 1.03-1.08 -> 0.87-1.15 (``bench/kernels.py --only sc`` is the family)
+# 32->64@28 1.37 -> 0.85 / 1.47 -> 0.86; 1-D k3 / k7 over 100-1000 frames 0.95-1.10 -> 0.65-0.96
+# at 1 thread, 1.03-1.20 -> 0.89-1.17 at 2 (with ``direct_blocks``' channel split for one row)
+# (``bench/kernels.py --only sc`` is the family)
 # NOTE: measured against the packed im2col, sprat / onnxruntime at 1 / 2 threads: 3x3 and 5x5
 # convs of 6-16 input channels (8->16@112 s1 1.18 -> 0.78 / 0.97 -> 0.63, 6->16@80 1.39 ->
 # 0.89 / 0.61 -> 0.45, 16->16@56 1.40 -> 0.95 / 0.99 -> 0.74, 9 shapes, direct ahead on all)
@@ -225,13 +227,13 @@ def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
     0.98-1.07 / 0.70-0.87 vs 1.01-1.09, so no U limit there.
 
     Beside BLAS GEMMs (no packed GEMM: the baseline build): one thread, at least
-    ``WINOGRAD_MIN_TILES`` tiles. More threads split a small map's output channels, and then what counts is the
-    weights each block streams: Winograd reads 36 C*M floats for ``tiles`` GEMM rows, a 3x3
-    GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at F multiply-adds and B weight floats per
-    cycle, Winograd costs 36 (tiles/F + 1/B), the GEMM 9 (pixels/F + 1/B); with F/B = 16
-    Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49 pixels) runs as a
-    GEMM (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms by GEMMs split
-    by channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
+    ``WINOGRAD_MIN_TILES`` tiles. More threads split a small map's output channels, and then
+    what counts is the weights each block streams: Winograd reads 36 C*M floats for ``tiles``
+    GEMM rows, a 3x3 GEMM 9 C*M floats for ``pixels`` rows. Per C*M, at F multiply-adds and B
+    weight floats per cycle, Winograd costs 36 (tiles/F + 1/B), the GEMM 9 (pixels/F + 1/B);
+    with F/B = 16 Winograd pays when ``4*tiles + 48 < pixels``: a 7x7 map (4 tiles, 49
+    pixels) runs as a GEMM (ResNet-18's 7x7x512 stage at 2 threads: 2.6 ms by Winograd, 1.9 ms
+    by GEMMs split by channel), a 10x10 map (9 tiles) by Winograd (NudeNet 320 at 2 threads)."""
     if PACKED_DIRECT:
         if (PACKED_IM2COL and u_bytes > WINOGRAD_BIG_U_BYTES
                 and tiles <= WINOGRAD_BIG_U_MAX_TILES):
@@ -249,8 +251,8 @@ def winograd_channels_pay(c: int, m: int) -> bool:
     it pays where C*M / (C + M) is large enough.
 
     AVX-512F CPUs (measured on the Xeon beside the direct conv): 24+ channels each
-    (``WINOGRAD_MIN_CHANNELS``). Other CPUs (Zen 3, AVX2, beside the direct conv; sprat /
-    onnxruntime at 1 / 2 threads, Winograd against direct, conv + ReLU): C*M/(C+M) >= 9 and
+    (``WINOGRAD_MIN_CHANNELS``). Other CPUs (measured on Zen 3, AVX2, beside the direct conv;
+    sprat / onnxruntime at 1 / 2 threads, Winograd against direct, conv + ReLU): C*M/(C+M) >= 9 and
     12+ channels each: 16->64@55 (12.8) 0.78 vs 1.10 / 0.84 vs 1.13, 16->32@80 (10.7) 0.92 vs
     1.17 / 1.32 vs 1.61, 20->20@40 (10) 0.79 vs 1.04 / 1.54 vs 1.39, 16->24@28 (9.6) 1.00 vs
     1.21 / 1.38 vs 1.35; below it 12->32@80 (8.7) 1.47 vs 1.52 / 0.85 vs 1.12, 16->16@56 (8)

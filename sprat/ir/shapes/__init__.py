@@ -37,7 +37,8 @@ def register_families():
 
 def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...], np.dtype]]:
     """Output (shape, dtype) of ``node`` for concrete inputs. Raises ShapeError naming the node."""
-    fn = _FAMILIES.get(node.op_type)
+    # NOTE: a control-flow op is in no family: looking it up would load them all
+    fn = None if node.op_type in CONTROL else _FAMILIES.get(node.op_type)
     if fn is None and node.op_type in CONTROL:
         try:
             return [(tuple(i.shape), np.dtype(i.dtype)) for i in CONTROL[node.op_type](node, ins)]
