@@ -95,11 +95,14 @@ PACKED_POINTWISE = PACKED
 # 5x5 64->64@14 1.42 vs 0.95, 7x7 32->64@28 1.30 vs 1.02, 3x3 64->64@7 1.23 vs 0.94, 1-D k3
 # 64->64 over 400 1.32 vs 1.06; 2 threads the same or better but for a 24 us 1-D k7 conv over 50
 # frames (0.61 vs 0.77)
-# NOTE: AVX-512F only, as PACKED_DIRECT: on an AVX2 CPU (Zen 3) the 6 x 16 tiles of the im2col
-# and direct convs did not beat the BLAS paths on the 3x3-heavy models (broad suite, one run
-# each way, sprat / onnxruntime at 1 / 2 threads: ResNet-18 0.85 / 0.90 -> 1.13 / 0.99,
-# Inception v2 0.93 / 1.04 -> 1.02 / 1.19, VGG-19 0.51 / 0.54 -> 0.57 / 0.61; that machine's
-# noise is up to 0.2 per model, so a loss, or at best no measured gain)
+# NOTE: AVX-512F only: on an AVX2 CPU (Zen 3) the 6 x 16 tiles of the im2col and direct convs,
+# switched on together with linalg's packed MatMul/Gemm and with Winograd's AVX-512 rule, did
+# not beat the BLAS paths on the 3x3-heavy models (broad suite, one run each way, sprat /
+# onnxruntime at 1 / 2 threads: ResNet-18 0.85 / 0.90 -> 1.13 / 0.99, Inception v2 0.93 / 1.04
+# -> 1.02 / 1.19, VGG-19 0.51 / 0.54 -> 0.57 / 0.61; that machine's noise is up to 0.2 per
+# model, so a loss, or at best no measured gain). The direct conv alone, beside Winograd's
+# AVX2 rule, does pay there (PACKED_DIRECT); the 1x1 stride-2 convs measured even either way
+# (256->512@56 1.24 vs 1.25, 1024->2048@14 1.11 vs 1.04 at 1 thread)
 PACKED_IM2COL = PACKED and ck.packed_avx512()
 IM2COL_PACKED_BYTES = 1 << 20
 #: whether one-group GEMM convs of at least DIRECT_MIN_CHANNELS input channels and more than
