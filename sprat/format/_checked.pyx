@@ -198,11 +198,6 @@ cdef class Table:
     cdef object _where  # see ``path``
 
     @property
-    def fields(self) -> tuple:
-        """The field offsets from the vtable (0 = absent)."""
-        return tuple(_u16(self.r.p + self.vt + 2 * k) for k in range(self.nfields))
-
-    @property
     def where(self) -> str:
         """This table's path in the file (``Model.nodes[3].attributes[0]``), for messages."""
         return path(self._where)

@@ -64,17 +64,24 @@ cdef inline float bits_to_f32(int bits) noexcept nogil:
     return f
 
 
+cdef extern from "simd/vecmath.h":
+    # exp's clamps, ln 2 in two parts and polynomial, shared with the SIMD forms
+    const float SPRAT_EXP_LO, SPRAT_EXP_HI, SPRAT_EXP_LOG2E, SPRAT_EXP_LN2_HI, SPRAT_EXP_LN2_LO
+    const float SPRAT_EXP_P0, SPRAT_EXP_P1, SPRAT_EXP_P2, SPRAT_EXP_P3, SPRAT_EXP_P4
+    const float SPRAT_EXP_P5
+
+
 cdef inline float exp32(float x) noexcept nogil:
     """exp(x); inputs clamped to [-87.3, 88.7] (so exp(-inf) = 1.2e-38, not 0)."""
-    x = fmin32(fmax32(x, -<float>87.33654), <float>88.72283)
-    cdef float n = floorf(x * <float>1.44269504088896341 + <float>0.5)
-    cdef float r = x - n * <float>0.693359375 - n * -<float>2.12194440e-4
-    cdef float p = <float>1.9875691500e-4
-    p = p * r + <float>1.3981999507e-3
-    p = p * r + <float>8.3334519073e-3
-    p = p * r + <float>4.1665795894e-2
-    p = p * r + <float>1.6666665459e-1
-    p = p * r + <float>5.0000001201e-1
+    x = fmin32(fmax32(x, SPRAT_EXP_LO), SPRAT_EXP_HI)
+    cdef float n = floorf(x * SPRAT_EXP_LOG2E + <float>0.5)
+    cdef float r = x - n * SPRAT_EXP_LN2_HI - n * SPRAT_EXP_LN2_LO
+    cdef float p = SPRAT_EXP_P0
+    p = p * r + SPRAT_EXP_P1
+    p = p * r + SPRAT_EXP_P2
+    p = p * r + SPRAT_EXP_P3
+    p = p * r + SPRAT_EXP_P4
+    p = p * r + SPRAT_EXP_P5
     cdef float y = p * r * r + r + <float>1.0
     return y * bits_to_f32((<int>n + 127) << 23)
 

@@ -996,15 +996,15 @@ cdef extern from *:
     static inline __m512 sprat_attn_exp16(__m512 x) {
         const __m512 shift = _mm512_set1_ps(12582912.0f);
         __m512 n = _mm512_sub_ps(
-            _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift), shift);
-        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+            _mm512_fmadd_ps(x, _mm512_set1_ps(SPRAT_EXP_LOG2E), shift), shift);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SPRAT_EXP_LN2_HI), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SPRAT_EXP_LN2_LO), r);
+        __m512 p = _mm512_set1_ps(SPRAT_EXP_P0);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P1));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P2));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P3));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P4));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P5));
         __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r),
                                  _mm512_set1_ps(1.0f));
         return _mm512_scalef_ps(y, n);

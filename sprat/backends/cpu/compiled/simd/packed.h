@@ -33,22 +33,22 @@ typedef struct {
 #include <immintrin.h>
 #define SPRAT_PK 1
 
-/* common.pxi's sprat_exp8 on 16 lanes (the same polynomial and clamps) */
+/* vecmath.h's sprat_exp8 on 16 lanes (its SPRAT_EXP_* clamps and polynomial) */
 __attribute__((target("avx512f"), always_inline))
 static inline __m512 sprat_pk_exp(__m512 x) {
-    x = _mm512_min_ps(_mm512_set1_ps(88.72283f),
-                      _mm512_max_ps(_mm512_set1_ps(-87.33654f), x));
+    x = _mm512_min_ps(_mm512_set1_ps(SPRAT_EXP_HI),
+                      _mm512_max_ps(_mm512_set1_ps(SPRAT_EXP_LO), x));
     __m512 n = _mm512_roundscale_ps(
-        _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+        _mm512_fmadd_ps(x, _mm512_set1_ps(SPRAT_EXP_LOG2E), _mm512_set1_ps(0.5f)),
         _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SPRAT_EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SPRAT_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(SPRAT_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SPRAT_EXP_P5));
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r),
                              _mm512_set1_ps(1.0f));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n),

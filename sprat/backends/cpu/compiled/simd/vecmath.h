@@ -4,6 +4,22 @@
    Without AVX2 + FMA only sprat_act_in_regs, which is then false. */
 #ifndef SPRAT_VECMATH_H
 #define SPRAT_VECMATH_H
+
+/* exp's input clamps, ln 2 split in two, and its polynomial on [-ln2/2, ln2/2] (Cephes'
+   expf), one set for every width: common.pxi's exp32 (1 lane), sprat_exp8 (8 lanes) and
+   packed.h's sprat_pk_exp (16 lanes) */
+#define SPRAT_EXP_LO (-87.33654f)
+#define SPRAT_EXP_HI 88.72283f
+#define SPRAT_EXP_LOG2E 1.44269504088896341f
+#define SPRAT_EXP_LN2_HI 0.693359375f
+#define SPRAT_EXP_LN2_LO (-2.12194440e-4f)
+#define SPRAT_EXP_P0 1.9875691500e-4f
+#define SPRAT_EXP_P1 1.3981999507e-3f
+#define SPRAT_EXP_P2 8.3334519073e-3f
+#define SPRAT_EXP_P3 4.1665795894e-2f
+#define SPRAT_EXP_P4 1.6666665459e-1f
+#define SPRAT_EXP_P5 5.0000001201e-1f
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
@@ -16,17 +32,17 @@ static inline int sprat_act_in_regs(int code) {
 }
 
 static inline __m256 sprat_exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_set1_ps(88.72283f), _mm256_max_ps(_mm256_set1_ps(-87.33654f), x));
-    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
+    x = _mm256_min_ps(_mm256_set1_ps(SPRAT_EXP_HI), _mm256_max_ps(_mm256_set1_ps(SPRAT_EXP_LO), x));
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(SPRAT_EXP_LOG2E),
                                                _mm256_set1_ps(0.5f)));
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SPRAT_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SPRAT_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(SPRAT_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SPRAT_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SPRAT_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SPRAT_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SPRAT_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SPRAT_EXP_P5));
     __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
                                                    _mm256_set1_epi32(127)), 23);
