@@ -69,6 +69,8 @@ cdef extern from "simd/vecmath.h":
     const float SPRAT_EXP_LO, SPRAT_EXP_HI, SPRAT_EXP_LOG2E, SPRAT_EXP_LN2_HI, SPRAT_EXP_LN2_LO
     const float SPRAT_EXP_P0, SPRAT_EXP_P1, SPRAT_EXP_P2, SPRAT_EXP_P3, SPRAT_EXP_P4
     const float SPRAT_EXP_P5
+    # the activation codes the AVX2 kernels' tiles apply in registers (false in the baseline)
+    bint sprat_act_in_regs(int code) noexcept nogil
 
 
 cdef inline float exp32(float x) noexcept nogil:
@@ -125,11 +127,6 @@ cdef inline float erf32(float x) noexcept nogil:
     q = q * x2 + -<float>7.37332916720468e-03
     q = q * x2 + -<float>1.42647390514189e-02
     return x * p / q
-
-
-cdef extern from "simd/vecmath.h":
-    # the activation codes the AVX2 kernels' tiles apply in registers (false in the baseline)
-    bint sprat_act_in_regs(int code) noexcept nogil
 
 
 cdef extern from *:
