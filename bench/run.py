@@ -15,8 +15,9 @@ runtimes run in this one process, in alternating blocks, and the table reports:
   blocks per runtime (``timed_blocks``);
 - the largest output error of sprat against onnxruntime, ``max|s - o| / max(1, max|o|)``;
 - cold start: in a fresh subprocess, seconds from importing the runtime to the first output
-  (sprat maps the pre-converted ``.sprat`` file; onnxruntime loads the ``.onnx``). One untimed
-  child runs first so caches (OS page cache, Python's bytecode) are warm for both;
+  (sprat maps the pre-converted ``.sprat`` file; onnxruntime loads the ``.onnx``), the median
+  of ``--cold-repeats`` children per runtime, alternating between the two. One untimed child
+  of each runs first so caches (OS page cache, Python's bytecode) are warm for both;
 - peak RSS of that subprocess after its first run: ``VmHWM`` from ``/proc/self/status``
   (``ru_maxrss`` where /proc is missing). NOTE: on Linux ``ru_maxrss`` carries the parent's
   peak across fork+exec, so with a large parent it reports the parent, not the child.
@@ -174,23 +175,28 @@ def child_env(pycache: pathlib.Path) -> dict[str, str]:
     return env
 
 
-def cold_start(kind: str, model: pathlib.Path, feeds_path: pathlib.Path, threads: int,
-               repeats: int) -> tuple[float, float]:
-    """(median cold-start seconds, max peak RSS MiB) over ``repeats`` fresh subprocesses,
-    after one untimed priming child (which also writes the bytecode cache, see ``child_env``)."""
+def cold_start(runtimes: dict[str, pathlib.Path], feeds_path: pathlib.Path, threads: int,
+               repeats: int) -> dict[str, tuple[float, float]]:
+    """``{kind: (median cold-start seconds, max peak RSS MiB)}`` over ``repeats`` fresh
+    subprocesses per runtime (``runtimes``: ``{"sprat" or "ort": model file}``), after one
+    untimed priming child each (which also writes the bytecode cache, see ``child_env``).
+    NOTE: the children alternate between the runtimes, so a burst of load from the rest of
+    this shared machine lands on both sides instead of on one runtime's children."""
     env = child_env(feeds_path.parent / "pycache")
-    cmd = [sys.executable, "-c", _CHILD, kind, str(model), str(feeds_path), str(threads)]
-    results = []
+    results: dict[str, list] = {kind: [] for kind in runtimes}
     for i in range(repeats + 1):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{kind} cold-start child failed on {model.name}:\n"
-                               + proc.stderr.strip()[-2000:])
-        if i > 0:
-            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    cold = statistics.median(r["cold_s"] for r in results)
-    rss = max(r["maxrss_kib"] for r in results) / 1024
-    return cold, rss
+        for kind, model in runtimes.items():
+            cmd = [sys.executable, "-c", _CHILD, kind, str(model), str(feeds_path),
+                   str(threads)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{kind} cold-start child failed on {model.name}:\n"
+                                   + proc.stderr.strip()[-2000:])
+            if i > 0:
+                results[kind].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return {kind: (statistics.median(r["cold_s"] for r in rows),
+                   max(r["maxrss_kib"] for r in rows) / 1024)
+            for kind, rows in results.items()}
 
 
 # NOTE: not a zoo file: the BERT-style encoder of sprat.testing.transformer, built here with
@@ -251,10 +257,10 @@ def bench_model(key: str, threads: list[int], runs: int, cold_repeats: int,
         row = Row(key, n, t["sprat"] * 1e3, t["ort"] * 1e3, err, convert_s)
         sess = ort = None  # free both before the cold-start children run
         if cold_repeats > 0:
-            row.sprat_cold_s, row.sprat_rss_mib = cold_start("sprat", sprat_path, feeds_path, n,
-                                                             cold_repeats)
-            row.ort_cold_s, row.ort_rss_mib = cold_start("ort", onnx_path, feeds_path, n,
-                                                         cold_repeats)
+            cold = cold_start({"sprat": sprat_path, "ort": onnx_path}, feeds_path, n,
+                              cold_repeats)
+            row.sprat_cold_s, row.sprat_rss_mib = cold["sprat"]
+            row.ort_cold_s, row.ort_rss_mib = cold["ort"]
         log(f"{key} @{n}t: sprat {row.sprat_ms:.2f} ms, ort {row.ort_ms:.2f} ms, "
             f"ratio {row.ratio:.2f}, err {row.rel_err:.1e}")
         rows.append(row)
@@ -406,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, help="at least this many timed calls per runtime and "
                                          "setting, over the blocks (default 30; --quick 6)")
     p.add_argument("--cold-repeats", type=int,
-                   help="cold-start children per setting, 0 to skip (default 3; --quick 1)")
+                   help="cold-start children per runtime and setting, 0 to skip (default 5; "
+                        "--quick 1)")
     p.add_argument("--suite", choices=("real", "broad", "all"), default="real",
                    help="real: the zoo's models and the encoder (default); broad: the model "
                         "families of sprat.testing.families and onnx's light models, no kernel "
@@ -435,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         threads = [1] if args.quick else [1, 2]
     runs = args.runs if args.runs is not None else (6 if args.quick else 30)
-    cold_repeats = args.cold_repeats if args.cold_repeats is not None else (1 if args.quick else 3)
+    cold_repeats = args.cold_repeats if args.cold_repeats is not None else (1 if args.quick else 5)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
