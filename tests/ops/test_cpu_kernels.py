@@ -1388,6 +1388,28 @@ def test_pack_panels_layout_in_parts(k, n, monkeypatch):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("shape", [(37, 5, 3, 3), (16, 7, 1, 7), (130, 64, 5, 5)])
+def test_tap_panels_pack_tap_major_from_the_model_weight(shape, monkeypatch):
+    """A conv weight (M, C, kh, kw) packed straight from its rows, K tap-major, a few panels
+    at a time, equals the panels of its (M, kh, kw, C) transpose; a ``taps`` that does not
+    divide K, or taps on an untransposed B, is refused."""
+    from sprat.backends.cpu import conv, linalg
+    from sprat.backends.cpu.compiled import kernels as ck
+
+    w = readonly(randn(*shape))
+    m = shape[0]
+    want = linalg.pack_panels(np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(m, -1),
+                              trans=True)
+    monkeypatch.setattr(linalg, "PACK_PART_BYTES", 4 * w[0].size * ck.PACKED_NR)
+    np.testing.assert_array_equal(conv.tap_panels(w), want)
+    dst = np.empty(want.size, np.float32)
+    bad = 4 if w[0].size % 4 else 7
+    with pytest.raises(ValueError, match=f"taps={bad}"):
+        ck.pack_weight_panels(w.reshape(m, -1), True, 0, m, dst, bad)
+    with pytest.raises(ValueError, match="taps=9"):
+        ck.pack_weight_panels(np.ascontiguousarray(w.reshape(m, -1).T), False, 0, m, dst, 9)
+
+
 @pytest.mark.parametrize("xs,m,act,pays", [
     ((1, 1152, 1, 1), 288, "Sigmoid", True),   # squeeze-excite: one pixel
     ((2, 96, 5, 5), 264, "HardSwish", True),   # columns past a 32-column panel

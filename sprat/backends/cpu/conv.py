@@ -328,12 +328,12 @@ def tap_panels(w: np.ndarray) -> np.ndarray:
     """One-group conv weights ``w`` (M, C, kh, kw) float32 as the (kh*kw*C, M) GEMM weight,
     K tap-major (an im2col patch row's order), packed as ``linalg.pack_panels`` does: what the
     packed im2col and the direct conv (``ck.conv_direct``) read."""
-    # NOTE: packed from the transpose (M, kh, kw, C), whose copy reads within one output
-    # channel's C*kh*kw floats: (kh, kw, C, M) read them at a stride of C*kh*kw (a 512 -> 512
-    # 3x3 weight: 17.5 ms against 12.6, the same panels)
+    # NOTE: packed straight from the (M, C*kh*kw) rows of the model's weight, no transposed
+    # copy first: that copy was fresh memory, and a first touch costs ~1 ms per MB on this
+    # machine (3-6 us a page; NudeNet's first run wrote ~1000 pages of such copies)
     m = w.shape[0]
-    return pack_panels(np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(m, -1),
-                       trans=True)
+    return pack_panels(np.ascontiguousarray(w, np.float32).reshape(m, -1), trans=True,
+                       taps=int(np.prod(w.shape[2:])))
 
 
 def stem_row_buffer(ow: int, r: int, sw: int, kw: int, dw: int) -> int:

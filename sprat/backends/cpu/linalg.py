@@ -132,10 +132,12 @@ def gemv_threads(k: int, n: int, threads: int) -> int:
 PACK_PART_BYTES = 1 << 22
 
 
-def pack_panels(b: np.ndarray, trans: bool = False) -> np.ndarray:
+def pack_panels(b: np.ndarray, trans: bool = False, taps: int = 1) -> np.ndarray:
     """B (K, N) float32 -- or B^T (N, K) when ``trans`` -- as ``ck.gemm_packed`` reads it:
     ceil(N / NR) panels, panel p holding ``B[:, p*NR:(p+1)*NR]`` row after row, zero-padded to
-    NR columns; flat, 64-byte aligned (NR = ``ck.PACKED_NR``). Compiled
+    NR columns; flat, 64-byte aligned (NR = ``ck.PACKED_NR``). ``taps`` > 1 (with ``trans``):
+    each row of ``b`` is a conv's (C, taps) weight and B's K = taps * C rows are taken
+    tap-major (``conv.tap_panels``). Compiled
     (``ck.pack_weight_panels``): NumPy's padded strided copies of a 1024 x 8210 weight took
     ~60 ms and two temporaries of its size."""
     nr = ck.PACKED_NR
@@ -149,7 +151,7 @@ def pack_panels(b: np.ndarray, trans: bool = False) -> np.ndarray:
     step = max(1, PACK_PART_BYTES // (4 * k * nr)) if trans else npan
     for p0 in range(0, npan, step):
         j0, j1 = p0 * nr, min(n, (p0 + step) * nr)
-        ck.pack_weight_panels(b, trans, j0, j1, out[p0 * k * nr:])
+        ck.pack_weight_panels(b, trans, j0, j1, out[p0 * k * nr:], taps)
         if trans:
             pages.release([b[j0:j1]])
     return out

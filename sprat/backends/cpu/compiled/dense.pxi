@@ -1175,7 +1175,7 @@ cdef extern from *:
     #else
     static void sprat_attn_pack_kt(const float* src, Py_ssize_t lds, Py_ssize_t n,
                                    Py_ssize_t kdim, float scale, float* dst) {
-        sprat_pk_pack_t(src, lds, n, kdim, scale, dst);
+        sprat_pk_pack_t(src, lds, n, kdim, 1, scale, dst);
     }
     #endif
     /* sprat_attn_softmax over rows (see sprat_attn_softmax16_rows); 0 when this simd has no

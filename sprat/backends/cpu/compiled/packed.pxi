@@ -40,17 +40,24 @@ cdef extern from "simd/packed.h":
 cdef extern from *:
     """
     /* Panels of B^T for B = src (n x kdim, row pitch lds), times ``scale``: panel p holds
-       scale * src[p*NR + j, k] at [k][j], zero past n (attention's K_h^T). */
+       scale * src[p*NR + j, k] at [k][j], zero past n (attention's K_h^T). With ``taps`` > 1
+       each row of src is a conv's (C, taps) weight, C = kdim / taps, and B's rows are taken
+       tap-major: k = t*C + c holds src[., c*taps + t] (the im2col patch row's order). */
     static void sprat_pk_pack_t(const float* src, Py_ssize_t lds, Py_ssize_t n,
-                                Py_ssize_t kdim, float scale, float* dst) {
+                                Py_ssize_t kdim, Py_ssize_t taps, float scale, float* dst) {
+        Py_ssize_t c = kdim / taps;
         for (Py_ssize_t j0 = 0; j0 < n; j0 += SPRAT_PK_NR) {
             float* d = dst + (j0 / SPRAT_PK_NR) * kdim * SPRAT_PK_NR;
             for (Py_ssize_t j = 0; j < SPRAT_PK_NR; j++) {
                 const float* s = src + (j0 + j) * lds;
-                if (j0 + j < n) {
+                if (j0 + j >= n) {
+                    for (Py_ssize_t k = 0; k < kdim; k++) d[k * SPRAT_PK_NR + j] = 0.0f;
+                } else if (taps == 1) {
                     for (Py_ssize_t k = 0; k < kdim; k++) d[k * SPRAT_PK_NR + j] = scale * s[k];
                 } else {
-                    for (Py_ssize_t k = 0; k < kdim; k++) d[k * SPRAT_PK_NR + j] = 0.0f;
+                    for (Py_ssize_t ci = 0; ci < c; ci++)
+                        for (Py_ssize_t t = 0; t < taps; t++)
+                            d[(t * c + ci) * SPRAT_PK_NR + j] = scale * s[ci * taps + t];
                 }
             }
         }
@@ -71,7 +78,7 @@ cdef extern from *:
         }
     }
     """
-    void sprat_pk_pack_t(const float* src, idx lds, idx n, idx kdim, float scale,
+    void sprat_pk_pack_t(const float* src, idx lds, idx n, idx kdim, idx taps, float scale,
                          float* dst) noexcept nogil
     void sprat_pk_pack_n(const float* src, idx lds, idx kdim, idx n, float* dst) noexcept nogil
 
@@ -80,19 +87,24 @@ cdef extern from *:
 PACKED_NR = SPRAT_PK_NR
 
 
-def pack_weight_panels(const float[:, ::1] b, bint trans, idx j0, idx j1, float[::1] dst):
+def pack_weight_panels(const float[:, ::1] b, bint trans, idx j0, idx j1, float[::1] dst,
+                       idx taps=1):
     """The panels of columns ``[j0, j1)`` of B into ``dst`` (``linalg.pack_panels``'s layout:
     panel after panel, K rows of PACKED_NR columns, zero past ``j1``); ``b`` is B (K, N), or
-    B^T (N, K) when ``trans`` (Gemm's transB: its rows ``[j0, j1)``). ``j0`` a multiple of
-    PACKED_NR. Raises ValueError on a bad range or a short ``dst``."""
+    B^T (N, K) when ``trans`` (Gemm's transB: its rows ``[j0, j1)``). ``taps`` > 1 (``trans``
+    only): each row of ``b`` is a conv's (C, taps) weight, packed tap-major (K = taps * C, row
+    ``t*C + c`` from column ``c*taps + t``). ``j0`` a multiple of PACKED_NR. Raises ValueError
+    on a bad range, ``taps`` or a short ``dst``."""
     cdef idx n = b.shape[0] if trans else b.shape[1]
     cdef idx kdim = b.shape[1] if trans else b.shape[0]
     if j0 < 0 or j1 > n or j0 >= j1 or j0 % SPRAT_PK_NR or kdim < 1 \
             or dst.shape[0] < -(-(j1 - j0) // SPRAT_PK_NR) * SPRAT_PK_NR * kdim:
         raise ValueError("pack_weight_panels: bad column range or short destination")
+    if taps < 1 or kdim % taps or (taps > 1 and not trans):
+        raise ValueError(f"pack_weight_panels: taps={taps} does not divide K={kdim} of B^T")
     with nogil:
         if trans:
-            sprat_pk_pack_t(&b[j0, 0], kdim, j1 - j0, kdim, 1.0, &dst[0])
+            sprat_pk_pack_t(&b[j0, 0], kdim, j1 - j0, kdim, taps, 1.0, &dst[0])
         else:
             sprat_pk_pack_n(&b[0, j0], n, kdim, j1 - j0, &dst[0])
 
