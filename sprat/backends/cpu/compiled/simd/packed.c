@@ -303,6 +303,9 @@ int sprat_pk_available(void) { return sprat_pk_mode() == 2; }
    One row of a half panel is one 64-byte line (the panels are 64-byte aligned, rows 128
    bytes apart), so a K block of a half (KC x 16 floats) keeps 16 KiB of L1. */
 #define SPRAT_P2_MR 6
+#ifndef SPRAT_P2_PF
+#define SPRAT_P2_PF 64
+#endif
 
 /* lanes [0, w) of a vector of 8 (w >= 8: all) as a maskload / maskstore mask */
 __attribute__((target("avx2,fma"), always_inline))
@@ -404,7 +407,7 @@ static inline void sprat_p2_tile(const int mr, const int nv, const sprat_pk_tap*
         const float* p = tp[t].p;
         for (Py_ssize_t k = 0; k < kc; k++) {
             if (pf)
-                _mm_prefetch((const char*)(p + (k + SPRAT_PK_PF) * SPRAT_PK_NR),
+                _mm_prefetch((const char*)(p + (k + SPRAT_P2_PF) * SPRAT_PK_NR),
                              _MM_HINT_T0);
             const __m256 b0 = _mm256_loadu_ps(p + k * SPRAT_PK_NR);
             const __m256 b1 = nv == 2 ? _mm256_loadu_ps(p + k * SPRAT_PK_NR + 8) : b0;
