@@ -6,7 +6,6 @@ unexpected low-level error while decoding, is a ``ModelFormatError`` naming what
 
 from __future__ import annotations
 
-import logging
 import mmap
 import os
 import sys
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
+from .._logging import logger
 from ..errors import ModelFormatError
 from ..ir.graph import Graph, Node, Value
 from . import _checked as C
@@ -34,8 +34,6 @@ from .version import (
     MAX_GRAPH_DEPTH,
     MAX_RANK,
 )
-
-log = logging.getLogger(__name__)
 
 # Field ids, as in sprat.fbs (``id:`` attributes).
 _KV_KEY, _KV_VALUE = 0, 1
@@ -417,8 +415,9 @@ def _decode(mv: memoryview, obj, base_dir, populate: bool) -> Graph:
         r.fail("Model.byte_order", m.pos, f"unknown byte order {order}")
     byte_order = BYTE_ORDERS[order]
     if byte_order != sys.byteorder:
-        log.warning("model weights are %s-endian, this host is %s-endian: converting them "
-                    "(copies, not zero-copy views)", byte_order, sys.byteorder)
+        logger(__name__).warning("model weights are %s-endian, this host is %s-endian: "
+                                 "converting them (copies, not zero-copy views)", byte_order,
+                                 sys.byteorder)
     external = m.string(_M_EXTERNAL, "external_data")
     if external is None:
         weights = _Weights(obj, end, size, "this file")

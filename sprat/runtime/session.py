@@ -11,12 +11,12 @@ feeds in, calls the kernels and copies the outputs out — MNN's ``Session::resi
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Mapping
 
 import numpy as np
 
+from .._logging import logger
 from ..backends.base import PackCache
 from ..backends.registry import make_backend
 from ..errors import InputError, SessionBusyError, ShapeError
@@ -32,7 +32,6 @@ from .state import RunState
 
 __all__ = ["OpInfo", "RunResult", "Session", "TensorSpec"]
 
-log = logging.getLogger("sprat")
 
 # NOTE: integer feeds up to this many elements may be read when planning, if the plan needs
 # their contents (shape inputs); larger ones are data, never folded.
@@ -283,7 +282,7 @@ class Session:
                                  f"but these feeds need a new plan {shapes}: feed them, or "
                                  f"fill the buffers again after resize()")
             if planned is not None and self._pending is None:
-                log.debug("session: input shapes changed to %s; resizing", shapes)
+                logger().debug("session: input shapes changed to %s; resizing", shapes)
             self._prepare_for(self._complete_shapes(shapes), feeds)
         state = self._state
         user = self._check_user_outputs(outputs)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import logging
 import os
 
-log = logging.getLogger(__name__)
+from ..._logging import logger
 
 # (symbol name, 64-bit integers?) in the order tried; scipy-openblas wheels prefix and suffix.
 CANDIDATES = (
@@ -59,6 +58,6 @@ def find_sgemm() -> tuple[int, bool, str] | None:
                 if fn is not None:
                     _keep.append(lib)
                     return ctypes.cast(fn, ctypes.c_void_p).value, ilp64, path
-    log.warning("sprat cpu backend: no cblas_sgemm found in NumPy's BLAS; GEMMs run a slow "
-                "portable loop")
+    logger(__name__).warning("sprat cpu backend: no cblas_sgemm found in NumPy's BLAS; GEMMs "
+                             "run a slow portable loop")
     return None
