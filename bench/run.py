@@ -6,8 +6,9 @@
 For each model (fetched with ``sprat.zoo``, fed ``zoo.sample_input``; plus ``bert_encoder``, the
 BERT-style encoder of ``sprat.testing.transformer`` at BERT-mini size, 1 x 128 tokens; with
 ``--suite broad`` the model families of ``sprat.testing.families`` and onnx's light models,
-which no kernel was tuned on, without cold start) and thread count, both
-runtimes run in this one process, in alternating blocks, and the table reports:
+which no kernel was tuned on, without cold start), both runtimes run in this one process at
+every thread count, in alternating blocks (runtime and thread count in turn), and the table
+reports:
 
 - latency of sprat and of onnxruntime, and their ratio sprat/ort (lower is better), with the
   geometric mean of the ratios per thread count. Latency: the median call of a block of at
@@ -246,16 +247,24 @@ def bench_model(key: str, threads: list[int], runs: int, cold_repeats: int,
     feeds_path = workdir / f"{key}.npz"
     np.savez(feeds_path, **feeds)
     interp = sprat.Interpreter.from_file(sprat_path)
+    sessions = {n: interp.create_session(sprat.ScheduleConfig(num_threads=n)) for n in threads}
+    orts = {n: ort_session(onnx_path, n) for n in threads}
+    errs = {}
+    for n in threads:
+        ref = dict(zip([o.name for o in orts[n].get_outputs()], orts[n].run(None, feeds)))
+        errs[n] = rel_error(sessions[n].run(feeds), ref)
+    # NOTE: every thread count in one set of alternating blocks, so both runtimes' 2-thread
+    # speed-ups (``speedup_line``) come from the same fast and slow phases of this shared
+    # machine, not from 1- and 2-thread blocks measured a minute apart
+    fns = {}
+    for n in threads:
+        fns[f"sprat@{n}"] = lambda s=sessions[n]: s.run(feeds)
+        fns[f"ort@{n}"] = lambda o=orts[n]: o.run(None, feeds)
+    t = timed_blocks(fns, runs)
+    sessions = orts = fns = None  # free them before the cold-start children run
     rows = []
     for n in threads:
-        sess = interp.create_session(sprat.ScheduleConfig(num_threads=n))
-        ort = ort_session(onnx_path, n)
-        ref = dict(zip([o.name for o in ort.get_outputs()], ort.run(None, feeds)))
-        err = rel_error(sess.run(feeds), ref)
-        t = timed_blocks({"sprat": lambda: sess.run(feeds),
-                          "ort": lambda: ort.run(None, feeds)}, runs)
-        row = Row(key, n, t["sprat"] * 1e3, t["ort"] * 1e3, err, convert_s)
-        sess = ort = None  # free both before the cold-start children run
+        row = Row(key, n, t[f"sprat@{n}"] * 1e3, t[f"ort@{n}"] * 1e3, errs[n], convert_s)
         if cold_repeats > 0:
             cold = cold_start({"sprat": sprat_path, "ort": onnx_path}, feeds_path, n,
                               cold_repeats)
@@ -359,7 +368,8 @@ def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> 
     text = (
         "# sprat benchmarks\n\n"
         "sprat versus onnxruntime on the real models of the zoo (`sprat.zoo`), both in one "
-        f"process, measured in {ROUNDS} alternating blocks per runtime, each of at least "
+        f"process, measured in {ROUNDS} alternating blocks per runtime and thread count, each of "
+        "at least "
         f"{math.ceil(runs / ROUNDS)} calls and {MIN_BLOCK_S} s after a {IDLE_GAP_S} s idle gap. "
         "Latency is the median call of a block, best block of each runtime; ratio = sprat / "
         "onnxruntime (lower is better). Cold start is a fresh "
