@@ -303,9 +303,13 @@ int sprat_pk_available(void) { return sprat_pk_mode() == 2; }
    One row of a half panel is one 64-byte line (the panels are 64-byte aligned, rows 128
    bytes apart), so a K block of a half (KC x 16 floats) keeps 16 KiB of L1. */
 #define SPRAT_P2_MR 6
-#ifndef SPRAT_P2_PF
+/* k steps ahead that the first row tile of a K block prefetches its half panel (as
+   SPRAT_PK_PF). At 24 (the AVX-512 distance) that tile waited on the panel's lines: in a
+   2048 -> 512 1x1 conv on a 7x7 map (1 thread, perf) it took 27 % of the time for 1/9 of
+   the rows, 13 % at 64, the conv 1.55-1.7 -> 1.46 ms; 12 CNNs of the broad suite and the zoo
+   (old / new builds alternating, best of 4-6 rounds) ResNet-50 0.94x at 1 thread, the others
+   0.98-1.05 at 1 thread and 0.98-1.02 at 2 */
 #define SPRAT_P2_PF 64
-#endif
 
 /* lanes [0, w) of a vector of 8 (w >= 8: all) as a maskload / maskstore mask */
 __attribute__((target("avx2,fma"), always_inline))
@@ -387,7 +391,7 @@ static inline void sprat_p2_store(const int mr, const int nv, __m256* x0, __m256
 /* One tile of a half panel: C[0:mr, 0:16] (=|+=, ``acc``) = epilogue(sum over the taps
    of A_t[0:mr, 0:kc] @ P_t[0:kc, 0:8*nv]), A_t's rows at tp[t].a + off + r * lda, P_t a
    half panel at tp[t].p (rows SPRAT_PK_NR floats apart); pf: prefetch P_t's line
-   SPRAT_PK_PF k steps ahead. The accumulators are named locals, not an array: GCC kept
+   SPRAT_P2_PF k steps ahead. The accumulators are named locals, not an array: GCC kept
    an array's vectors in memory, a store after every multiply-add (0.4x the speed). */
 #define SPRAT_P2_FMA(R) \
     if (mr > R) { \
