@@ -114,7 +114,12 @@ def ort_session(path: pathlib.Path, threads: int):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-IDLE_GAP_S = 0.05  # before each timed block: the other runtime's spinning workers go to sleep
+# NOTE: before each timed block, so the other runtime's spinning workers have gone to sleep.
+# 0.05 s was not enough for onnxruntime's: MobileNetV2 at 2 threads, blocks of 10 sprat calls
+# after 10 onnxruntime calls and a gap, sprat's 95th percentile call 17.7 ms after 0.05 s and
+# 21-22 ms after 0.02 s, 10.1 ms after 0.05 s with onnxruntime's spinning switched off
+# (``session.intra_op.allow_spinning`` 0) and 10.8 ms after 0.1 s with it on
+IDLE_GAP_S = 0.1
 MIN_BLOCK_S = 0.12  # each timed block runs at least this long (more calls for small models)
 ROUNDS = 6  # alternating blocks per runtime
 
