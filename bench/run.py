@@ -368,7 +368,8 @@ def machine_info() -> str:
             f"- Versions: {vers}")
 
 
-def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> None:
+def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int,
+                 cold_repeats: int) -> None:
     cmd = "python bench/run.py " + " ".join(argv)
     text = (
         "# sprat benchmarks\n\n"
@@ -378,8 +379,9 @@ def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int) -> 
         f"{math.ceil(runs / ROUNDS)} calls and {MIN_BLOCK_S} s after a {IDLE_GAP_S} s idle gap. "
         "Latency is the median call of a block, best block of each runtime; ratio = sprat / "
         "onnxruntime (lower is better). Cold start is a fresh "
-        "subprocess from importing the runtime to the first output (caches warm: one untimed "
-        "child first; Python's bytecode cached as for an installed package); RSS is that "
+        "subprocess from importing the runtime to the first output, the median of "
+        f"{cold_repeats} per runtime, alternating between the two (caches warm: one untimed "
+        "child of each first; Python's bytecode cached as for an installed package); RSS is that "
         "subprocess's peak resident set (`VmHWM`). max rel err is "
         "`max|sprat - ort| / max(1, max|ort|)` over the outputs. onnxruntime: "
         "`intra_op_num_threads=N`, `inter_op_num_threads=1`, default graph optimizations.\n\n"
@@ -469,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     table = with_failures(markdown_table(rows) if rows else "No model ran.", failed)
     print(table)
     if args.write is not None:
-        write_report(pathlib.Path(args.write), table, argv, runs)
+        write_report(pathlib.Path(args.write), table, argv, runs, cold_repeats)
         log(f"wrote {args.write}")
     return 1 if failed else 0
 
