@@ -201,6 +201,7 @@ def test_import_and_run_of_a_sprat_file_import_no_jit_scipy_or_onnx(model, tmp_p
             sprat.ScheduleConfig(num_threads=2))
         with np.load({str(feeds)!r}) as z:
             out = sess.run({{k: z[k] for k in z.files}})
+        np.save(sys.argv[1], next(iter(out.values())))
         from sprat.backends.cpu import compiled, threading
         direct = threading._openblas(compiled.BLAS_LIBRARY) is not None
         print(json.dumps({{"import": after_import,
@@ -208,11 +209,14 @@ def test_import_and_run_of_a_sprat_file_import_no_jit_scipy_or_onnx(model, tmp_p
                           "light": [m for m in light if m in sys.modules],
                           "threadpoolctl": "threadpoolctl" in sys.modules, "direct": direct}}))
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, check=False)
+    npy = tmp_path / "out.npy"
+    proc = subprocess.run([sys.executable, "-c", script, str(npy)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["import"] == [] and got["run"] == [] and got["light"] == []
+    # NOTE: 2 threads here, the reference session's default count there: the same kernels
+    np.testing.assert_allclose(np.load(npy), ref[0], rtol=1e-5, atol=1e-6)
     # NOTE: NumPy's OpenBLAS is held to one thread through its own functions: threadpoolctl
     # (7 ms of a cold start) is only imported for another BLAS
     assert got["threadpoolctl"] == (not got["direct"])
