@@ -443,11 +443,13 @@ def cases():
     c = []
 
     def conv(name, n, cin, h, w, cout, k, s, p, group=1):
-        x = _randn(n, cin, h, w)
-        wt = _randn(cout, cin // group, k, k) * 0.1
+        spatial = (h,) if w is None else (h, w)  # NOTE: w None: a 1-D conv (NCW)
+        dims = len(spatial)
+        x = _randn(n, cin, *spatial)
+        wt = _randn(cout, cin // group, *[k] * dims) * 0.1
         b = _randn(cout)
-        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[k, k],
-                                  strides=[s, s], pads=[p] * 4, group=group),
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[k] * dims,
+                                  strides=[s] * dims, pads=[p] * 2 * dims, group=group),
                  helper.make_node("Relu", ["t"], ["y"])]
         c.append(Case(name, nodes, {"x": x}, {"w": wt, "b": b}, {"_activation": "Relu"},
                       nhwc=True))
@@ -483,12 +485,8 @@ def cases():
 
     for k, s, cin, cout, hw in SMALL_CONV_FAMILY:
         if isinstance(hw, tuple):  # 1-D (NCW)
-            x, wt = _randn(1, cin, hw[0]), _randn(cout, cin, k) * 0.1
-            nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[k],
-                                      strides=[s], pads=[k // 2] * 2),
-                     helper.make_node("Relu", ["t"], ["y"])]
-            c.append(Case(f"sc{k} s{s} {cin}->{cout}@{hw[0]} 1-D", nodes, {"x": x},
-                          {"w": wt, "b": _randn(cout)}, {"_activation": "Relu"}, nhwc=True))
+            conv(f"sc{k} s{s} {cin}->{cout}@{hw[0]} 1-D", 1, cin, hw[0], None, cout, k, s,
+                 k // 2)
         else:
             conv(f"sc{k} s{s} {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, k, s, k // 2)
 
