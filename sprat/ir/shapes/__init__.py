@@ -37,13 +37,13 @@ def register_families():
 
 def infer(node: Node, ins: list[TensorInfo | None]) -> list[tuple[tuple[int, ...], np.dtype]]:
     """Output (shape, dtype) of ``node`` for concrete inputs. Raises ShapeError naming the node."""
-    # NOTE: a control-flow op is in no family: looking it up would load them all
-    fn = None if node.op_type in CONTROL else _FAMILIES.get(node.op_type)
-    if fn is None and node.op_type in CONTROL:
+    # NOTE: control-flow ops first: they are in no family, and a miss loads every family
+    if node.op_type in CONTROL:
         try:
             return [(tuple(i.shape), np.dtype(i.dtype)) for i in CONTROL[node.op_type](node, ins)]
         except DataDependentShape as e:
             raise DataDependentShape(f"node {node.name!r} ({node.op_type}): {e}") from None
+    fn = _FAMILIES.get(node.op_type)
     if fn is None:
         raise ShapeError(f"node {node.name!r}: no shape function for op {node.op_type!r}")
     attrs, internal = split_attrs(node.attrs)
