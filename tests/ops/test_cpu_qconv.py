@@ -19,6 +19,7 @@ import pytest
 from opcheck import check_cpu, cpu_refuses, fused
 
 from sprat.backends.cpu import qconv
+from sprat.backends.cpu.compiled import kernels as ck
 from sprat.backends.cpu.qconv import EXACT_LIMIT, exact_parts
 
 _U8, _S8 = np.uint8, np.int8
@@ -289,18 +290,46 @@ DW_CASES = [  # (h, w, c, k, attrs): the direct depthwise kernel's blocks and ed
     (12, 12, 16, 5, {"pads": [4, 3, 2, 4], "dilations": [2, 1]}),  # a ring of 9 rows
     (6, 30, 8, 7, {"strides": [1, 3], "pads": [3, 3, 3, 3]}),
     (1, 1, 960, 3, {"pads": [1, 1, 1, 1]}),  # one pixel: every tap but the centre outside
+    (14, 14, 480, 5, {"strides": [2, 2], "pads": [2, 2, 2, 2]}),  # several channel tiles
+    (9, 20, 40, 5, {"pads": [2, 4, 2, 4], "dilations": [1, 2]}),  # horizontal dilation
+    (11, 9, 20, 3, {"pads": [2, 1, 2, 1], "dilations": [2, 1], "strides": [2, 1]}),
 ]
 
 
 @pytest.mark.parametrize("h,w,c,k,attrs", DW_CASES)
 @pytest.mark.parametrize("xdt", [_U8, _S8])
 def test_qlinear_conv_depthwise_direct(h, w, c, k, attrs, xdt):
-    """The direct depthwise kernel over a family of shapes; ConvInteger's int32 output too."""
+    """The direct depthwise kernel over a family of shapes; ConvInteger's int32 output too.
+    Kernels 3 and 5 wide at horizontal stride 1 or 2 without horizontal dilation sum their taps
+    by the float32 conv's register-blocked kernel (in a build that has it), the others by the
+    quantized kernel's own rows."""
     ins, consts = _qlinear_inputs(2, h, w, c, c, k, group=c, xdt=xdt, seed=c + k)
     full = {**fused(), "kernel_shape": [k, k], "group": c, **attrs}
-    assert _kernel("QLinearConv", ins, full, consts).direct_dw
+    kern = _kernel("QLinearConv", ins, full, consts)
+    assert kern.direct_dw
+    sw, dw = attrs.get("strides", [1, 1])[1], attrs.get("dilations", [1, 1])[1]
+    assert kern.dw_blocked == (ck.DEPTHWISE_BLOCKED and k in (3, 5) and sw in (1, 2) and dw == 1)
     check_cpu("QLinearConv", ins, full, consts, rtol=0)
     check_cpu("ConvInteger", [ins[0], ins[3], ins[2]], full, (1, 2), rtol=0)
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_qlinear_conv_depthwise_requantised_in_registers(big):
+    """The blocked depthwise path requantises in registers (``dw_fused``) when its float32 sums
+    from the bias are exact: a bias near 2^24 (its sums are not) takes the int32 epilogue
+    instead; both equal the reference, with and without a fused lookup."""
+    ins, consts = _qlinear_inputs(2, 9, 12, 24, 24, 3, group=24, seed=5)
+    if big:
+        ins[8] = np.where(np.arange(24) % 2, 1, -1).astype(np.int32) * ((1 << 24) - 300)
+    full = {**fused(), "kernel_shape": [3, 3], "group": 24, "pads": [1, 1, 1, 1]}
+    kern = _kernel("QLinearConv", ins, full, consts)
+    assert kern.dw_fused == (ck.DEPTHWISE_BLOCKED and not big)
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
+    ins.append(_lookup_inputs("mixed", 24, _U8, _U8, seed=4))
+    consts = consts + (len(ins) - 1,)
+    full["_lookup"] = True
+    assert _kernel("QLinearConv", ins, full, consts).dw_fused == (ck.DEPTHWISE_BLOCKED and not big)
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
 
 
 def test_exact_parts_bound():

@@ -384,8 +384,30 @@ class QConvKernel(CpuKernel):
         self.direct_dw = len(self.parts) == 1 and k.algo == "depthwise"
         if self.direct_dw:
             _, _, w, c, _, _, ow, kh, kw, _, sw, dh, dw, _, pw = k.geom
-            sizes = ck.qdw_workspace(w, c, ow, kh, kw, sw, dh, dw, pw)
+            # NOTE: the taps summed by the float32 conv's register-blocked kernel where it
+            # runs (``k.blocked``; its packed weights, zero bias and channel tile)
+            self.dw_blocked = bool(k.blocked) and ck.qdw_blocked(kw, sw, dw)
+            sizes = ck.qdw_workspace(w, c, ow, kh, kw, sw, dh, dw, pw, self.dw_blocked)
             self.direct_dw = sizes is not None
+            # NOTE: requantised in the blocked kernel's registers (``mq``) when its float32
+            # sums starting from the bias are float32(acc + bias) exactly: every partial sum
+            # within 2^24 (module docstring, point 2)
+            info = np.iinfo(x.dtype)
+            amax = max(plan["xz"] - info.min, info.max - plan["xz"])
+            taps = np.abs(plan["w"]).reshape(c, -1).sum(axis=1)
+            self.dw_fused = (self.dw_blocked and self.kind in (0, 1)
+                             and int((np.abs(self.bias.astype(np.int64)) + amax * taps).max())
+                             <= EXACT_LIMIT)
+            if self.dw_fused:
+                c8 = -(-c // 8) * 8
+                self.dw_bias = np.zeros(c8, np.float32)
+                self.dw_bias[:c] = self.bias
+                self.dw_mult = np.zeros(c8, np.float32)
+                self.dw_mult[:c] = self.mult
+                self.dw_post = np.zeros((4, c8) if self.post.size else 0, np.float32)
+                if self.post.size:
+                    self.dw_post[:, :c] = self.post.reshape(4, c)
+                self.dw_post = self.dw_post.reshape(-1)
         if self.direct_dw:
             self.nt = k.nt
             self.workspaces = (scratch(self.nt, sizes[0]), scratch(self.nt, sizes[1], np.int32))
@@ -498,7 +520,10 @@ class QConvKernel(CpuKernel):
             return self._fixed([(ck.qconv_depthwise, (
                 self.nt, xb, self.signed, self.xz, k.w, n, h, w, c, oh, ow, kh, kw, sh, sw, dh,
                 dw, ph, pw, self.bias, self.mult, self.yz, self.lo, self.hi, self.kind, y8, y32,
-                bufs[0], bufs[1], self.post))], y)
+                bufs[0], bufs[1], *((self.post[:0], k.wp, self.dw_bias, k.ct, self.dw_mult,
+                                     self.dw_post) if self.dw_fused
+                                    else (self.post, k.wp, k.bp, k.ct) if self.dw_blocked
+                                    else (self.post,))))], y)
         xf, acc, iscratch = bufs[0], bufs[1], bufs[2]
         if self.fused:
             return self._fixed([(ck.qconv_pointwise, (

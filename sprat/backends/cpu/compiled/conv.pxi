@@ -1036,6 +1036,11 @@ cdef extern from "simd/depthwise.h":
                        idx kh, idx kw,
                        idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, idx u0, idx u1, int code,
                        float a, float b) noexcept nogil
+    int sprat_dw_units_q8(unsigned char* yq, const float* x, const float* wp,
+                          const float* bp, const float* mult, idx H, idx W, idx C, idx OH,
+                          idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph, idx pw,
+                          idx ct, idx u0, idx u1, float zp, float lo, float hi,
+                          int is_signed, const float* post, idx pld) noexcept nogil
 
 
 #: whether this build has the register-blocked depthwise kernel (``conv_depthwise_blocked``)

@@ -494,25 +494,36 @@ cdef extern from *:
     #endif
     /* buf (Wp * C floats) = [pl zero pixels, x[0:W] - xz, pr zero pixels]: one input row of a
        depthwise conv widened once for the kh output rows that read it; the zero pixels are the
-       padding (x's zero point minus itself), so the taps need no bounds. */
+       padding (x's zero point minus itself), so the taps need no bounds. buf2 (may be NULL):
+       a second copy, written in the same pass. */
     static void sprat_qdw_widen(const unsigned char* x, int is_signed, float xz, Py_ssize_t W,
-                                Py_ssize_t C, Py_ssize_t pl, Py_ssize_t pr, float* buf) {
+                                Py_ssize_t C, Py_ssize_t pl, Py_ssize_t pr, float* buf,
+                                float* buf2) {
         Py_ssize_t n = W * C, i = 0;
         float* o = buf + pl * C;
+        float* o2 = buf2 != NULL ? buf2 + pl * C : NULL;
         memset(buf, 0, pl * C * sizeof(float));
         memset(o + n, 0, pr * C * sizeof(float));
+        if (buf2 != NULL) {
+            memset(buf2, 0, pl * C * sizeof(float));
+            memset(o2 + n, 0, pr * C * sizeof(float));
+        }
     #if defined(__AVX2__) && defined(__FMA__)
         __m256 vz = _mm256_set1_ps(xz);
         for (; i + 8 <= n; i += 8) {
             __m128i b = _mm_loadl_epi64((const __m128i*)(x + i));
             __m256i v = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
-            _mm256_storeu_ps(o + i, _mm256_sub_ps(_mm256_cvtepi32_ps(v), vz));
+            __m256 f = _mm256_sub_ps(_mm256_cvtepi32_ps(v), vz);
+            _mm256_storeu_ps(o + i, f);
+            if (o2 != NULL)
+                _mm256_storeu_ps(o2 + i, f);
         }
     #endif
-        if (is_signed)
-            for (; i < n; i++) o[i] = (float)((const signed char*)x)[i] - xz;
-        else
-            for (; i < n; i++) o[i] = (float)x[i] - xz;
+        for (; i < n; i++) {
+            o[i] = (is_signed ? (float)((const signed char*)x)[i] : (float)x[i]) - xz;
+            if (o2 != NULL)
+                o2[i] = o[i];
+        }
     }
 
     #if defined(__AVX2__) && defined(__FMA__)
@@ -653,7 +664,7 @@ cdef extern from *:
     }
     """
     void sprat_qdw_widen(const unsigned char* x, int is_signed, float xz, idx W, idx C, idx pl,
-                         idx pr, float* buf) nogil
+                         idx pr, float* buf, float* buf2) nogil
     void sprat_qdw_row(const float* const* rows, int kh, int kw, idx OW, idx C, idx sw, idx dw,
                        const float* w, const int* bias, int* t) nogil
 
@@ -662,38 +673,84 @@ cdef enum:
     QDW_MAX_TAPS = 64  # kernel rows a direct depthwise conv holds (span (kh-1)*dh + 1)
 
 
+cdef void _qdw_widen_ring(const unsigned char* x, bint signed_, float xz, idx W, idx C,
+                          idx pw, idx pr, idx wp, idx span, idx rows, idx key, idx ih,
+                          float* fbuf, int* tags) noexcept nogil:
+    """Input row ``ih`` (tag ``key``: its index among the N*H rows) widened into its slot of
+    the ring (``ih % span``) unless there already; with ``rows == 2 * span`` (the blocked
+    kernel's mirrored ring) also into slot ``ih % span + span``, so that any ``span``
+    consecutive input rows lie at consecutive slots from ``ih_first % span``."""
+    cdef idx slot = ih % span
+    if tags[slot] == key:
+        return
+    sprat_qdw_widen(x, signed_, xz, W, C, pw, pr, fbuf + slot * wp,
+                    fbuf + (slot + span) * wp if rows == 2 * span else NULL)
+    tags[slot] = <int>key
+
+
 cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
                     const float* w, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
                     idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, const int* bias,
                     const float* mult, float zp, float lo, float hi, int kind,
                     unsigned char* y8, int* y32, float* fbuf, int* ibuf,
-                    const float* post) noexcept nogil:
+                    const float* post, const float* wpk, const float* bpk,
+                    idx ct, const float* mq, const float* mpost) noexcept nogil:
     cdef idx nr = N * OH
     cdef idx span = (kh - 1) * dh + 1
     cdef idx pr = max(<idx>0, (OW - 1) * sw + (kw - 1) * dw - pw - (W - 1))
     cdef idx wp = (pw + W + pr) * C
-    cdef idx r, n, oh, i, ih, slot, ow, o
+    cdef idx r, n, oh, i, ih, ih0, i0, i1, first, ow, o, c
     cdef int* tags = ibuf + OW * C
     cdef const float* rows[QDW_MAX_TAPS]
     cdef int* tout = ibuf
+    cdef idx ring = 2 * span if wpk != NULL else span
+    cdef float* ftmp = fbuf + ring * wp  # NOTE: the blocked kernel's float32 output row
     for i in range(span):
         tags[i] = -1
     for r in range(t * nr // nt, (t + 1) * nr // nt):
         n = r // OH
         oh = r - n * OH
-        for i in range(kh):
-            ih = oh * sh - ph + i * dh
-            if ih < 0 or ih >= H:
-                rows[i] = NULL
+        if wpk != NULL:
+            # NOTE: the float32 conv's register-blocked kernel (simd/depthwise.c) over the
+            # window of valid input rows, contiguous in the mirrored ring, padded columns
+            # included (so every pixel is interior); its sums are exact integers in float32
+            ih0 = oh * sh - ph
+            i0 = (-ih0 + dh - 1) // dh if ih0 < 0 else 0
+            i1 = (H - 1 - ih0) // dh + 1 if H - 1 - ih0 >= 0 else 0
+            i1 = max(i0, min(i1, kh))
+            first = ih0 + i0 * dh
+            for i in range(i0, i1):
+                ih = ih0 + i * dh
+                _qdw_widen_ring(x + (n * H + ih) * W * C, signed_, xz, W, C, pw, pr, wp, span,
+                                ring, n * H + ih, ih, fbuf, tags)
+            o = r * OW * C
+            if mq != NULL:
+                # NOTE: bpk the float32 bias (exact: see qconv_depthwise), requantised in
+                # registers
+                sprat_dw_units_q8(y8 + o, fbuf + (first % span if i1 > i0 else 0) * wp, wpk,
+                                  bpk, mq, (i1 - i0 - 1) * dh + 1 if i1 > i0 else 0,
+                                  pw + W + pr, C, 1, OW, kh, kw, 1, sw, dh, i0 * dh, 0, ct, 0,
+                                  ((C + 7) // 8 + ct - 1) // ct, zp, lo, hi, kind == 1, mpost,
+                                  ((C + 7) // 8) * 8)
                 continue
-            # NOTE: a ring of the last ``span`` input rows, each widened once per slot
-            slot = ih % span
-            if tags[slot] != n * H + ih:
-                sprat_qdw_widen(x + (n * H + ih) * W * C, signed_, xz, W, C, pw, pr,
-                                fbuf + slot * wp)
-                tags[slot] = <int>(n * H + ih)
-            rows[i] = fbuf + slot * wp
-        sprat_qdw_row(rows, <int>kh, <int>kw, OW, C, sw, dw, w, bias, tout)
+            sprat_dw_units(ftmp, fbuf + (first % span if i1 > i0 else 0) * wp, wpk, bpk, NULL,
+                           NULL, (i1 - i0 - 1) * dh + 1 if i1 > i0 else 0, pw + W + pr, C, 1,
+                           OW, kh, kw, 1, sw, dh, i0 * dh, 0, ct, 0,
+                           ((C + 7) // 8 + ct - 1) // ct, 0, 0.0, 0.0)
+            for ow in range(OW):
+                for c in range(C):
+                    tout[ow * C + c] = <int>ftmp[ow * C + c] + bias[c]
+        else:
+            for i in range(kh):
+                ih = oh * sh - ph + i * dh
+                if ih < 0 or ih >= H:
+                    rows[i] = NULL
+                    continue
+                # NOTE: a ring of the last ``span`` input rows, each widened once per slot
+                _qdw_widen_ring(x + (n * H + ih) * W * C, signed_, xz, W, C, pw, pr, wp, span,
+                                ring, n * H + ih, ih, fbuf, tags)
+                rows[i] = fbuf + (ih % span) * wp
+            sprat_qdw_row(rows, <int>kh, <int>kw, OW, C, sw, dw, w, bias, tout)
         o = r * OW * C
         if kind == 2:
             memcpy(y32 + o, tout, OW * C * sizeof(int))
@@ -701,14 +758,25 @@ cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float x
         sprat_q_out_rows(tout, OW, C, mult, zp, lo, hi, post, C, kind == 1, y8 + o)
 
 
-def qdw_workspace(idx W, idx C, idx OW, idx kh, idx kw, idx sw, idx dh, idx dw, idx pw):
-    """(floats, ints) per slot of ``qconv_depthwise``: the ring of widened input rows and the
-    int32 output row with the ring's tags; None when the kernel rows span more than it holds."""
+def qdw_workspace(idx W, idx C, idx OW, idx kh, idx kw, idx sw, idx dh, idx dw, idx pw,
+                  bint blocked=False):
+    """(floats, ints) per slot of ``qconv_depthwise``: the ring of widened input rows (with
+    ``blocked``, mirrored, plus a float32 output row) and the int32 output row with the ring's
+    tags; None when the kernel rows span more than it holds."""
     cdef idx span = (kh - 1) * dh + 1
     if span > QDW_MAX_TAPS or kh > QDW_MAX_TAPS:
         return None
     cdef idx pr = max(<idx>0, (OW - 1) * sw + (kw - 1) * dw - pw - (W - 1))
+    if blocked:
+        return 2 * span * (pw + W + pr) * C + OW * C, OW * C + span
     return span * (pw + W + pr) * C, OW * C + span
+
+
+def qdw_blocked(idx kw, idx sw, idx dw):
+    """Whether ``qconv_depthwise`` can sum the taps with the float32 conv's register-blocked
+    kernel (``conv_depthwise_blocked``: this build has it, kernel 3 or 5 wide, horizontal
+    stride 1 or 2, no horizontal dilation); its packed weights and bias are then given."""
+    return bool(SPRAT_DW_SIMD) and kw in (3, 5) and sw in (1, 2) and dw == 1
 
 
 def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
@@ -716,16 +784,38 @@ def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
                     idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw,
                     const int[::1] bias, const float[::1] mult, float zp, float lo, float hi,
                     int kind, unsigned char[::1] y8, int[::1] y32, float[:, ::1] fbuf,
-                    int[:, ::1] ibuf, const float[::1] post):
-    """A depthwise (group == C == M) quantized conv of ``x`` (N, H, W, C) (bytes of uint8/int8
-    NHWC) into ``y`` (N, OH, OW, C), directly: each input row widened once to float32 ``x -
-    xz`` (zero pixels for the padding), then per output row the taps summed in registers, 4
-    pixels x 16 channels at a time (exact: the caller checks the 2^24 bound), ``w`` (kh, kw,
-    C) the integer weights minus their zero points; then the epilogue of ``qconv_requant``
-    (``post`` as there). Output rows split over ``nt`` slots; workspaces (nt, ...) of the sizes
-    ``qdw_workspace`` gives: ``fbuf`` floats, ``ibuf`` ints. Raises ValueError on short
-    operands or a kernel taller than the kernel holds."""
-    sizes = qdw_workspace(W, C, OW, kh, kw, sw, dh, dw, pw)
+                    int[:, ::1] ibuf, const float[::1] post, const float[::1] wpk=None,
+                    const float[::1] bpk=None, idx ct=0, const float[::1] mq=None,
+                    const float[::1] mpost=None):
+    """A depthwise (group == C == M) quantized conv of ``x`` (N, H, W, C) into ``y`` (N, OH,
+    OW, C), directly: each input row widened once to float32 ``x - xz`` (zero pixels for the
+    padding) into a ring, then per output row the taps summed in registers (exact: the caller
+    checks the 2^24 bound), ``w`` (kh, kw, C) the integer weights minus their zero points:
+    with ``wpk`` (those weights packed by ``conv.depthwise_pack``; ``bpk``: ceil(C/8)*8
+    zeros; ``ct``: 8-channel blocks per tile, ``conv.depthwise_tile``), where ``qdw_blocked``
+    allows, by the float32 conv's register-blocked kernel (up to 8 pixels x 8 channels, each
+    input vector loaded once for the taps that read it), else 4 pixels x 16 channels at a
+    time; then the epilogue of ``qconv_requant`` (``post`` as there). Output rows split over
+    ``nt`` slots; workspaces (nt, ...) of the sizes ``qdw_workspace`` gives (``blocked`` when
+    ``wpk`` is given): ``fbuf`` floats, ``ibuf`` ints. With ``mq`` (``mult`` padded to
+    C8 = ceil(C/8)*8; kind 0 or 1, ``post`` empty: ``mpost`` holds its 4 rows padded to C8,
+    or nothing) ``bpk`` is the bias as float32 and
+    the blocked kernel requantises in registers: the caller checks that ``|bias| + the bound
+    of the sums`` stays within 2^24, so the float32 sum is float32(acc + bias) exactly, as the
+    spec computes it. Raises ValueError on short operands, a kernel taller than the kernel
+    holds, or ``wpk`` where ``qdw_blocked`` does not allow."""
+    cdef bint blocked = wpk is not None and wpk.shape[0] > 0
+    if blocked and not qdw_blocked(kw, sw, dw):
+        raise ValueError("qconv_depthwise: no blocked kernel for this shape in this build")
+    if blocked and (wpk.shape[0] < ((C + 7) // 8) * 8 * kh * kw or bpk is None
+                    or bpk.shape[0] < ((C + 7) // 8) * 8 or ct <= 0):
+        raise ValueError("qconv_depthwise: packed weights, bias or tile too short")
+    cdef bint fused = mq is not None and mq.shape[0] > 0
+    if fused and (not blocked or kind == 2 or post.shape[0] or mq.shape[0] < ((C + 7) // 8) * 8
+                  or (mpost is not None and mpost.shape[0] not in (0, 4 * ((C + 7) // 8) * 8))):
+        raise ValueError("qconv_depthwise: mq needs the blocked kernel, kind 0 or 1, post "
+                         "empty, ceil(C/8)*8 multipliers and mpost empty or 4 rows of them")
+    sizes = qdw_workspace(W, C, OW, kh, kw, sw, dh, dw, pw, blocked)
     if sizes is None:
         raise ValueError("qconv_depthwise: the kernel's rows span more than it holds")
     if (x.shape[0] < N * H * W * C or w.shape[0] < kh * kw * C or bias.shape[0] < C
@@ -744,15 +834,21 @@ def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
     cdef unsigned char* p8 = &y8[0] if kind != 2 else NULL
     cdef int* p32 = &y32[0] if kind == 2 else NULL
     cdef const float* pp = &post[0] if post.shape[0] else NULL
+    cdef const float* pwk = &wpk[0] if blocked else NULL
+    cdef const float* pbk = &bpk[0] if blocked else NULL
+    cdef const float* pmq = &mq[0] if fused else NULL
+    cdef const float* pmp = &mpost[0] if fused and mpost is not None and mpost.shape[0] else NULL
     cdef int t
     if nt <= 1:
         with nogil:
             _qdw_slot(0, 1, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
-                      pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[0, 0], &ibuf[0, 0], pp)
+                      pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[0, 0], &ibuf[0, 0], pp, pwk,
+                      pbk, ct, pmq, pmp)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         _qdw_slot(t, nt, px, signed_, xz, pw_, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph,
-                  pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[t, 0], &ibuf[t, 0], pp)
+                  pw, pb, pm, zp, lo, hi, kind, p8, p32, &fbuf[t, 0], &ibuf[t, 0], pp, pwk,
+                  pbk, ct, pmq, pmp)
 
 
 # ---- A fused lookup's channels that no second requantisation reproduces ----------------------

@@ -1,6 +1,7 @@
 /* The register-blocked depthwise conv (conv.pxi documents the method; simd/depthwise.h the
    entry point). Compiled in the avx2 build only, as its own translation unit. */
 #include <Python.h>
+#include <string.h>
 #include "depthwise.h"
 
 #if SPRAT_DW_SIMD
@@ -45,7 +46,8 @@ SPRAT_INLINE void sprat_dw_tile(float *y, const float *x, const float *w, const 
                                 Py_ssize_t xstep, Py_ssize_t ni,
                                 const int K, const int S, const int P, const int masked,
                                 const int guard, Py_ssize_t off, int lo, int hi, int npix,
-                                __m256i m, int code, float a, float b) {
+                                __m256i m, int code, float a, float b, const int Q,
+                                unsigned char *yq, Py_ssize_t qc, const sprat_dw_q *q) {
     const int NS = P >= 4 ? 1 : 4 / P;
     __m256 acc[8], wv[5];
     int p, j, u, s;
@@ -87,6 +89,57 @@ SPRAT_INLINE void sprat_dw_tile(float *y, const float *x, const float *w, const 
             acc[p] = _mm256_add_ps(acc[p], masked ? _mm256_maskload_ps(res + p * C, m)
                                                   : _mm256_loadu_ps(res + p * C));
     }
+    if (Q) {
+        /* the requantisation of sprat_dw_units_q8, in registers, as the integer GEMM's
+           (int8.pxi: sprat_i8_finish_q8): q = clamp(rint(f * mult) + zp, lo, hi) computed as
+           rint(clamp(f * mult, lo - zp, hi - zp)) + zp (equal: rint is monotonic and keeps
+           the integer bounds); then with post, clamp(rint(q * a + b), lo2, hi2). NOTE: each
+           operation rounded as written: the empty asm keeps the compiler (-ffp-contract=fast,
+           -fassociative-math) from fusing or reordering them */
+        const __m256 mv = _mm256_loadu_ps(q->mult + qc), flo = _mm256_set1_ps(q->lo),
+                     fhi = _mm256_set1_ps(q->hi), fz = _mm256_set1_ps((float)q->zp);
+        const __m256i zv = _mm256_set1_epi32(q->zp);
+        __m256 pa = fz, pb = fz, pl = fz, ph = fz;
+        if (q->post != NULL) {
+            pa = _mm256_loadu_ps(q->post + qc);
+            pb = _mm256_loadu_ps(q->post + q->pld + qc);
+            pl = _mm256_loadu_ps(q->post + 2 * q->pld + qc);
+            ph = _mm256_loadu_ps(q->post + 3 * q->pld + qc);
+        }
+#pragma GCC unroll 8
+        for (p = 0; p < P; p++) {
+            __m256i v;
+            __m256 f;
+            __m128i w16, w8;
+            if (guard && p >= npix) break;
+            f = _mm256_mul_ps(acc[p], mv);
+            __asm__("" : "+x"(f));
+            f = _mm256_min_ps(_mm256_max_ps(f, flo), fhi);
+            if (q->post != NULL) {
+                f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                __asm__("" : "+x"(f));
+                f = _mm256_add_ps(f, fz);
+                __asm__("" : "+x"(f));
+                f = _mm256_mul_ps(f, pa);
+                __asm__("" : "+x"(f));
+                f = _mm256_add_ps(f, pb);
+                __asm__("" : "+x"(f));
+                v = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, pl), ph));
+            } else {
+                v = _mm256_add_epi32(_mm256_cvtps_epi32(f), zv);
+            }
+            w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            w8 = q->is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+            if (masked) {
+                unsigned char tmp[16];
+                _mm_storeu_si128((__m128i *)tmp, w8);
+                memcpy(yq + p * C, tmp, (size_t)(C & 7));
+            } else {
+                _mm_storel_epi64((__m128i *)(yq + p * C), w8);
+            }
+        }
+        return;
+    }
     sprat_dw_act(acc, P, code, a, b, slope);
 #pragma GCC unroll 8
     for (p = 0; p < P; p++) {
@@ -105,25 +158,29 @@ SPRAT_INLINE void sprat_dw_pixels(float *yr, const float *xr, const float *wp, c
                                   Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t pw, Py_ssize_t b0,
                                   Py_ssize_t b1, Py_ssize_t nb, __m256i m, const int K,
                                   const int S, const int P, const int guard, int npix,
-                                  int code, float a, float b) {
+                                  int code, float a, float b, const int Q, unsigned char *yqr,
+                                  const sprat_dw_q *q) {
     Py_ssize_t cb, c, iw0 = ow * S - pw;
     Py_ssize_t bfull = (C & 7) ? nb - 1 : nb;
     int lo = iw0 < 0 ? (int)-iw0 : 0;
     int hi = (int)(W - iw0);
-    float *y = yr + ow * C;
+    float *y = Q ? NULL : yr + ow * C;
+    unsigned char *yq = Q ? yqr + ow * C : NULL;
     const float *x = guard ? xr : xr + iw0 * C;
     const float *r = rr != NULL ? rr + ow * C : NULL;
     for (cb = b0; cb < (b1 < bfull ? b1 : bfull); cb++) {
         c = cb * 8;
-        sprat_dw_tile(y + c, x + c, wp + cb * kk + wrow, bp + c, sp != NULL ? sp + c : NULL,
-                      r != NULL ? r + c : NULL, C, xstep, ni, K, S, P, 0, guard, iw0, lo, hi,
-                      npix, m, code, a, b);
+        sprat_dw_tile(Q ? NULL : y + c, x + c, wp + cb * kk + wrow, bp + c,
+                      sp != NULL ? sp + c : NULL, r != NULL ? r + c : NULL, C, xstep, ni, K, S,
+                      P, 0, guard, iw0, lo, hi, npix, m, code, a, b, Q, Q ? yq + c : NULL,
+                      c, q);
     }
     if (b1 > bfull) {
         c = bfull * 8;
-        sprat_dw_tile(y + c, x + c, wp + bfull * kk + wrow, bp + c,
+        sprat_dw_tile(Q ? NULL : y + c, x + c, wp + bfull * kk + wrow, bp + c,
                       sp != NULL ? sp + c : NULL, r != NULL ? r + c : NULL, C, xstep, ni, K, S,
-                      P, 1, guard, iw0, lo, hi, npix, m, code, a, b);
+                      P, 1, guard, iw0, lo, hi, npix, m, code, a, b, Q, Q ? yq + c : NULL,
+                      c, q);
     }
 }
 
@@ -133,21 +190,22 @@ SPRAT_INLINE void sprat_dw_border(float *yr, const float *xr, const float *wp, c
                                   Py_ssize_t xstep, Py_ssize_t ni, Py_ssize_t wrow,
                                   Py_ssize_t kk, Py_ssize_t ow, Py_ssize_t npix, Py_ssize_t pw,
                                   Py_ssize_t b0, Py_ssize_t b1, Py_ssize_t nb, __m256i m,
-                                  const int K, const int S, int code, float a, float b) {
+                                  const int K, const int S, int code, float a, float b,
+                                  const int Q, unsigned char *yqr, const sprat_dw_q *q) {
     while (npix > 0) {
         int n = npix < 8 ? (int)npix : 8;
         if (n > 4)
             sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
-                            nb, m, K, S, 8, 1, n, code, a, b);
+                            nb, m, K, S, 8, 1, n, code, a, b, Q, yqr, q);
         else if (n > 2)
             sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
-                            nb, m, K, S, 4, 1, n, code, a, b);
+                            nb, m, K, S, 4, 1, n, code, a, b, Q, yqr, q);
         else if (n == 2)
             sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
-                            nb, m, K, S, 2, 1, n, code, a, b);
+                            nb, m, K, S, 2, 1, n, code, a, b, Q, yqr, q);
         else
             sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1,
-                            nb, m, K, S, 1, 1, n, code, a, b);
+                            nb, m, K, S, 1, 1, n, code, a, b, Q, yqr, q);
         ow += n;
         npix -= n;
     }
@@ -162,7 +220,8 @@ SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, c
                                   Py_ssize_t wrow, Py_ssize_t kh, Py_ssize_t pw,
                                   Py_ssize_t b0, Py_ssize_t b1,
                                   __m256i m, const int K, const int S, int code, float a,
-                                  float b) {
+                                  float b, const int Q, unsigned char *yqr,
+                                  const sprat_dw_q *q) {
     Py_ssize_t nb = (C + 7) / 8, kk = kh * K * 8;
     Py_ssize_t a0 = (pw + S - 1) / S, a1, ow;
     /* interior [a0, a1): ow*S - pw >= 0 and ow*S - pw + K <= W */
@@ -170,53 +229,116 @@ SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, c
     if (a1 > OW) a1 = OW;
     if (a0 > OW) a0 = OW;
     if (a1 < a0) a1 = a0;
-    if (OW <= 8 && (a0 > 0 || a1 < OW)) {
+    /* NOTE: requantising (Q), the rows are padded copies (every pixel interior): a row of at
+       most 8 pixels still goes as one block (as 4 + 2 + 1 it loaded the weights three times:
+       2x the float32 kernel's time on MobileNetV2's 7x7 maps) */
+    if (OW <= 8 && (Q || a0 > 0 || a1 < OW)) {
         sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, OW, pw, b0, b1,
-                        nb, m, K, S, code, a, b);
+                        nb, m, K, S, code, a, b, Q, yqr, q);
         return;
     }
     if (a0 > 0)
         sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, a0, pw, b0, b1,
-                        nb, m, K, S, code, a, b);
+                        nb, m, K, S, code, a, b, Q, yqr, q);
     for (ow = a0; ow + 8 <= a1; ow += 8)
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                        m, K, S, 8, 0, 8, code, a, b);
+                        m, K, S, 8, 0, 8, code, a, b, Q, yqr, q);
     if (ow + 4 <= a1) {
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                        m, K, S, 4, 0, 4, code, a, b);
+                        m, K, S, 4, 0, 4, code, a, b, Q, yqr, q);
         ow += 4;
     }
     if (ow + 2 <= a1) {
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                        m, K, S, 2, 0, 2, code, a, b);
+                        m, K, S, 2, 0, 2, code, a, b, Q, yqr, q);
         ow += 2;
     }
     if (ow < a1) {
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
-                        m, K, S, 1, 0, 1, code, a, b);
+                        m, K, S, 1, 0, 1, code, a, b, Q, yqr, q);
         ow += 1;
     }
     if (a1 < OW)
         sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, a1, OW - a1, pw, b0,
-                        b1, nb, m, K, S, code, a, b);
+                        b1, nb, m, K, S, code, a, b, Q, yqr, q);
 }
 
-/* sprat_dw_row_ks for each (K, S), each a function of its own: inlined into one caller, the
-   four made one function of 300 KB that took the compiler a third of the avx2 build */
-#define SPRAT_DW_ROW(K, S) \
-    static __attribute__((noinline)) void sprat_dw_row_##K##S( \
+/* sprat_dw_row_ks for each (K, S), float32 out (suffix f) or requantised (suffix q), each a
+   function of its own: inlined into one caller, the four made one function of 300 KB that took
+   the compiler a third of the avx2 build */
+#define SPRAT_DW_ROW(K, S, Q, SUF) \
+    static __attribute__((noinline)) void sprat_dw_row_##K##S##SUF( \
             float *yr, const float *xr, const float *wp, const float *bp, const float *sp, \
             const float *rr, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OW, Py_ssize_t xstep, \
             Py_ssize_t ni, Py_ssize_t wrow, Py_ssize_t kh, Py_ssize_t pw, Py_ssize_t b0, \
-            Py_ssize_t b1, __m256i m, int code, float a, float b) { \
+            Py_ssize_t b1, __m256i m, int code, float a, float b, unsigned char *yqr, \
+            const sprat_dw_q *q) { \
         sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, ni, wrow, kh, pw, b0, b1, m, \
-                        K, S, code, a, b); \
+                        K, S, code, a, b, Q, yqr, q); \
     }
-SPRAT_DW_ROW(3, 1)
-SPRAT_DW_ROW(3, 2)
-SPRAT_DW_ROW(5, 1)
-SPRAT_DW_ROW(5, 2)
+SPRAT_DW_ROW(3, 1, 0, f)
+SPRAT_DW_ROW(3, 2, 0, f)
+SPRAT_DW_ROW(5, 1, 0, f)
+SPRAT_DW_ROW(5, 2, 0, f)
+SPRAT_DW_ROW(3, 1, 1, q)
+SPRAT_DW_ROW(3, 2, 1, q)
+SPRAT_DW_ROW(5, 1, 1, q)
+SPRAT_DW_ROW(5, 2, 1, q)
 #undef SPRAT_DW_ROW
+
+/* The units of sprat_dw_units, into float32 y (q NULL) or, requantised, into bytes yq */
+static void sprat_dw_units_any(float *y, const float *x, const float *wp, const float *bp,
+                               const float *sp, const float *res, Py_ssize_t H, Py_ssize_t W,
+                               Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh,
+                               Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
+                               Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0,
+                               Py_ssize_t u1, int code, float a, float b, unsigned char *yq,
+                               const sprat_dw_q *q) {
+    Py_ssize_t nb = (C + 7) / 8, ntile = (nb + ct - 1) / ct, u, qr, n, oh, tl, b0, b1;
+    Py_ssize_t i0, i1, ih0, xstep = dh * W * C;
+    int rem = (int)(C & 7);
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem ? rem : 8),
+                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (!sprat_act_in_regs(code)) code = 0;
+    for (u = u0; u < u1; u++) {
+        qr = u / ntile;
+        tl = u - qr * ntile;
+        b0 = tl * ct;
+        b1 = b0 + ct < nb ? b0 + ct : nb;
+        n = qr / OH;
+        oh = qr - n * OH;
+        /* kernel rows i with 0 <= oh*sh - ph + i*dh < H */
+        ih0 = oh * sh - ph;
+        i0 = ih0 < 0 ? (-ih0 + dh - 1) / dh : 0;
+        i1 = H - 1 - ih0 >= 0 ? (H - 1 - ih0) / dh + 1 : 0;
+        if (i1 > kh) i1 = kh;
+        if (i1 < i0) i1 = i0;
+        {
+            float *yr = q != NULL ? NULL : y + qr * OW * C;
+            unsigned char *yqr = q != NULL ? yq + qr * OW * C : NULL;
+            const float *xr = x + (n * H + ih0 + i0 * dh) * W * C;
+            const float *rr = res != NULL ? res + qr * OW * C : NULL;
+            Py_ssize_t wrow = i0 * kw * 8;
+#define SPRAT_DW_CALL(K, S) \
+            if (q != NULL) \
+                sprat_dw_row_##K##S##q(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, \
+                                       kh, pw, b0, b1, m, code, a, b, yqr, q); \
+            else \
+                sprat_dw_row_##K##S##f(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, \
+                                       kh, pw, b0, b1, m, code, a, b, NULL, NULL);
+            if (kw == 3 && sw == 1) {
+                SPRAT_DW_CALL(3, 1)
+            } else if (kw == 3) {
+                SPRAT_DW_CALL(3, 2)
+            } else if (sw == 1) {
+                SPRAT_DW_CALL(5, 1)
+            } else {
+                SPRAT_DW_CALL(5, 2)
+            }
+#undef SPRAT_DW_CALL
+        }
+    }
+}
 
 /* Units [u0, u1) of (output row q of N*OH, channel tile of ct blocks of 8) of a depthwise
    conv with kw in {3, 5}, horizontal stride sw in {1, 2}, horizontal dilation 1. wp packed
@@ -228,44 +350,33 @@ int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, c
                    Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
                    Py_ssize_t dh, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0,
                    Py_ssize_t u1, int code, float a, float b) {
-    Py_ssize_t nb = (C + 7) / 8, ntile = (nb + ct - 1) / ct, u, q, n, oh, tl, b0, b1;
-    Py_ssize_t i0, i1, ih0, xstep = dh * W * C;
-    int rem = (int)(C & 7);
-    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem ? rem : 8),
-                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    if (!sprat_act_in_regs(code)) code = 0;
-    for (u = u0; u < u1; u++) {
-        q = u / ntile;
-        tl = u - q * ntile;
-        b0 = tl * ct;
-        b1 = b0 + ct < nb ? b0 + ct : nb;
-        n = q / OH;
-        oh = q - n * OH;
-        /* kernel rows i with 0 <= oh*sh - ph + i*dh < H */
-        ih0 = oh * sh - ph;
-        i0 = ih0 < 0 ? (-ih0 + dh - 1) / dh : 0;
-        i1 = H - 1 - ih0 >= 0 ? (H - 1 - ih0) / dh + 1 : 0;
-        if (i1 > kh) i1 = kh;
-        if (i1 < i0) i1 = i0;
-        {
-            float *yr = y + q * OW * C;
-            const float *xr = x + (n * H + ih0 + i0 * dh) * W * C;
-            const float *rr = res != NULL ? res + q * OW * C : NULL;
-            Py_ssize_t wrow = i0 * kw * 8;
-            if (kw == 3 && sw == 1)
-                sprat_dw_row_31(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
-                                b0, b1, m, code, a, b);
-            else if (kw == 3)
-                sprat_dw_row_32(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
-                                b0, b1, m, code, a, b);
-            else if (sw == 1)
-                sprat_dw_row_51(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
-                                b0, b1, m, code, a, b);
-            else
-                sprat_dw_row_52(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, kh, pw,
-                                b0, b1, m, code, a, b);
-        }
-    }
+    sprat_dw_units_any(y, x, wp, bp, sp, res, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct,
+                       u0, u1, code, a, b, NULL, NULL);
+    return 1;
+}
+
+/* sprat_dw_units without residual or activation, each output requantised in registers into
+   yq (bytes: uint8, or int8 with is_signed): q = clamp(rint(f * mult[c]) + zp, lo, hi), f the
+   float32 sum (bp the bias), then with post (4 rows of pld floats: a, b, lo2, hi2 per channel,
+   a quantized conv's fused lookup) clamp(rint(q * a + b), lo2, hi2). mult and the rows of
+   post padded to a multiple of 8. Returns 1 (done). */
+int sprat_dw_units_q8(unsigned char *yq, const float *x, const float *wp, const float *bp,
+                      const float *mult, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                      Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                      Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t ph,
+                      Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0, Py_ssize_t u1, float zp,
+                      float lo, float hi, int is_signed, const float *post,
+                      Py_ssize_t pld) {
+    sprat_dw_q q;
+    q.mult = mult;
+    q.post = post;
+    q.pld = pld;
+    q.lo = lo - zp;
+    q.hi = hi - zp;
+    q.zp = (int)zp;
+    q.is_signed = is_signed;
+    sprat_dw_units_any(NULL, x, wp, bp, NULL, NULL, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw,
+                       ct, u0, u1, 0, 0.0f, 0.0f, yq, &q);
     return 1;
 }
 #endif
