@@ -56,22 +56,11 @@ cdef extern from *:
     #define SPRAT_I8_MAGIC 12582912.0f
     #define SPRAT_I8_NR 16
 
-    /* c[r*16 + j] = sum_p a[r*lda + 2p] * b[p*32 + 2j] + a[r*lda + 2p + 1] * b[p*32 + 2j + 1]
-       for the mr rows r of packed A and the 16 columns of one packed B panel (kp pairs). */
-    static inline __attribute__((always_inline)) void sprat_i8_tile(
-            const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp, int32_t* c,
-            const int mr) {
+    /* The k loop of the int16 tile (sprat_i8_tile, sprat_i8_tile_q8): 12 named accumulators
+       c<row><half> = the 6 x 16 sums. NOTE: named accumulators, not an array: GCC kept an
+       array of __m256i partly on the stack (spills in the inner loop); rows past mr are
+       dead code once inlined */
     #if defined(__AVX2__)
-        /* NOTE: named accumulators, not an array: GCC kept an array of __m256i partly on the
-           stack (spills in the inner loop); rows past mr are dead code once inlined */
-        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;
-        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-        const int16_t* a0 = a;
-        const int16_t* a1 = a + (mr > 1 ? 1 : 0) * lda;
-        const int16_t* a2 = a + (mr > 2 ? 2 : 0) * lda;
-        const int16_t* a3 = a + (mr > 3 ? 3 : 0) * lda;
-        const int16_t* a4 = a + (mr > 4 ? 4 : 0) * lda;
-        const int16_t* a5 = a + (mr > 5 ? 5 : 0) * lda;
     #define SPRAT_I8_ROW(r)                                                              \
         if (mr > r) {                                                                    \
             int32_t pair;                                                                \
@@ -80,13 +69,31 @@ cdef extern from *:
             c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));              \
             c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));              \
         }
-        for (Py_ssize_t p = 0; p < kp; p++) {
-            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + p * 32));
-            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + p * 32 + 16));
-            SPRAT_I8_ROW(0) SPRAT_I8_ROW(1) SPRAT_I8_ROW(2)
-            SPRAT_I8_ROW(3) SPRAT_I8_ROW(4) SPRAT_I8_ROW(5)
-        }
-    #undef SPRAT_I8_ROW
+    #define SPRAT_I8_KLOOP                                                                  \
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;   \
+        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;\
+        const int16_t* a0 = a;                                                              \
+        const int16_t* a1 = a + (mr > 1 ? 1 : 0) * lda;                                     \
+        const int16_t* a2 = a + (mr > 2 ? 2 : 0) * lda;                                     \
+        const int16_t* a3 = a + (mr > 3 ? 3 : 0) * lda;                                     \
+        const int16_t* a4 = a + (mr > 4 ? 4 : 0) * lda;                                     \
+        const int16_t* a5 = a + (mr > 5 ? 5 : 0) * lda;                                     \
+        for (Py_ssize_t p = 0; p < kp; p++) {                                               \
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + p * 32));                  \
+            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + p * 32 + 16));             \
+            SPRAT_I8_ROW(0) SPRAT_I8_ROW(1) SPRAT_I8_ROW(2)                                 \
+            SPRAT_I8_ROW(3) SPRAT_I8_ROW(4) SPRAT_I8_ROW(5)                                 \
+        }                                                                                   \
+        do {} while (0)
+    #endif
+
+    /* c[r*16 + j] = sum_p a[r*lda + 2p] * b[p*32 + 2j] + a[r*lda + 2p + 1] * b[p*32 + 2j + 1]
+       for the mr rows r of packed A and the 16 columns of one packed B panel (kp pairs). */
+    static inline __attribute__((always_inline)) void sprat_i8_tile(
+            const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp, int32_t* c,
+            const int mr) {
+    #if defined(__AVX2__)
+        SPRAT_I8_KLOOP;
     #define SPRAT_I8_STORE(r)                                                            \
         if (mr > r) {                                                                    \
             _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
@@ -514,6 +521,101 @@ cdef extern from *:
         return j;
     }
 
+    /* One requantised row of a tile (sprat_i8_tile_q8): v0, v1 the 16 sums, the rest as
+       sprat_i8_finish_q8's loop body (the same operations in the same order, so the same bits) */
+    static inline __attribute__((always_inline)) void sprat_i8_q8_row(
+            __m256i v0, __m256i v1, __m256i o0, __m256i o1, int has_o, __m256 s0, __m256 s1,
+            int has_post, __m256 pa0, __m256 pa1, __m256 pb0, __m256 pb1, __m256 pl0,
+            __m256 pl1, __m256 ph0, __m256 ph1, __m256 flo, __m256 fhi, __m256i izp,
+            __m256 magic, __m256 magic_z, int q_signed, unsigned char* y) {
+        if (has_o) {
+            v0 = _mm256_add_epi32(v0, o0);
+            v1 = _mm256_add_epi32(v1, o1);
+        }
+        __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
+        __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
+        __m256i i0, i1;
+        if (has_post) {
+            f0 = _mm256_sub_ps(_mm256_add_ps(f0, magic), magic_z);
+            f1 = _mm256_sub_ps(_mm256_add_ps(f1, magic), magic_z);
+            f0 = _mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0);
+            f1 = _mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1);
+            i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, pl0), ph0));
+            i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, pl1), ph1));
+        } else {
+            f0 = _mm256_min_ps(_mm256_max_ps(f0, flo), fhi);
+            f1 = _mm256_min_ps(_mm256_max_ps(f1, flo), fhi);
+            i0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), izp);
+            i1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), izp);
+        }
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
+        __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
+        __m128i b = q_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
+        _mm_storeu_si128((__m128i*)y, b);
+    }
+
+    /* sprat_i8_tile (int16 path) of a full 16-column panel with sprat_i8_finish_q8's
+       requantising epilogue (no zero-point terms: the int16 operands are already shifted) on
+       the accumulators in registers, the bytes of row r to y + r * ldy: the tile's int32 sums
+       no longer go through memory, and the per-column terms are loaded once per tile. For
+       small K (a 1x1 conv of 16-32 channels) the separate epilogue cost as much as the
+       products. s, ib, post at the panel's first column. */
+    static inline __attribute__((always_inline)) void sprat_i8_tile_q8_t(
+            const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp,
+            unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
+            float zp, float lo, float hi, int q_signed, const float* post, Py_ssize_t pld,
+            const int mr) {
+        SPRAT_I8_KLOOP;
+        const __m256 flo = _mm256_set1_ps(lo - zp), fhi = _mm256_set1_ps(hi - zp);
+        const __m256 fz = _mm256_set1_ps(zp);
+        const __m256i izp = _mm256_set1_epi32((int32_t)zp);
+        const __m256i zero = _mm256_setzero_si256();
+        const __m256 magic = _mm256_set1_ps(SPRAT_I8_MAGIC);
+        const __m256 magic_z = _mm256_set1_ps(SPRAT_I8_MAGIC - zp);
+        const int has_o = ib != NULL, has_post = post != NULL;
+        __m256i o0 = has_o ? _mm256_loadu_si256((const __m256i*)ib) : zero;
+        __m256i o1 = has_o ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
+        const __m256 s0 = s_step ? _mm256_loadu_ps(s) : _mm256_set1_ps(s[0]);
+        const __m256 s1 = s_step ? _mm256_loadu_ps(s + 8) : s0;
+        __m256 pa0 = fz, pa1 = fz, pb0 = fz, pb1 = fz, pl0 = fz, pl1 = fz, ph0 = fz, ph1 = fz;
+        if (has_post) {
+            pa0 = _mm256_loadu_ps(post);
+            pa1 = _mm256_loadu_ps(post + 8);
+            pb0 = _mm256_loadu_ps(post + pld);
+            pb1 = _mm256_loadu_ps(post + pld + 8);
+            pl0 = _mm256_loadu_ps(post + 2 * pld);
+            pl1 = _mm256_loadu_ps(post + 2 * pld + 8);
+            ph0 = _mm256_loadu_ps(post + 3 * pld);
+            ph1 = _mm256_loadu_ps(post + 3 * pld + 8);
+        }
+    #define SPRAT_I8_Q8ROW(r)                                                            \
+        if (mr > r)                                                                      \
+            sprat_i8_q8_row(c##r##0, c##r##1, o0, o1, has_o, s0, s1, has_post, pa0, pa1, \
+                            pb0, pb1, pl0, pl1, ph0, ph1, flo, fhi, izp, magic, magic_z, \
+                            q_signed, y + r * ldy);
+        SPRAT_I8_Q8ROW(0) SPRAT_I8_Q8ROW(1) SPRAT_I8_Q8ROW(2)
+        SPRAT_I8_Q8ROW(3) SPRAT_I8_Q8ROW(4) SPRAT_I8_Q8ROW(5)
+    #undef SPRAT_I8_Q8ROW
+    }
+
+    #define SPRAT_I8_TILE_Q8 1
+    static void sprat_i8_tile_q8(const int16_t* a, Py_ssize_t lda, const int16_t* b,
+                                 Py_ssize_t kp, int mr, unsigned char* y, Py_ssize_t ldy,
+                                 const float* s, int s_step, const int32_t* ib, float zp,
+                                 float lo, float hi, int q_signed, const float* post,
+                                 Py_ssize_t pld) {
+        switch (mr) {
+    #define SPRAT_I8_Q8CASE(R)                                                           \
+        case R: sprat_i8_tile_q8_t(a, lda, b, kp, y, ldy, s, s_step, ib, zp, lo, hi,    \
+                                   q_signed, post, pld, R); break;
+        SPRAT_I8_Q8CASE(1) SPRAT_I8_Q8CASE(2) SPRAT_I8_Q8CASE(3)
+        SPRAT_I8_Q8CASE(4) SPRAT_I8_Q8CASE(5)
+        default: sprat_i8_tile_q8_t(a, lda, b, kp, y, ldy, s, s_step, ib, zp, lo, hi,
+                                    q_signed, post, pld, 6); break;
+    #undef SPRAT_I8_Q8CASE
+        }
+    }
+
     /* sprat_i8_finish_q8 on AVX-512 (16 columns a register, the bytes out by vpmovdb): the
        same operations on the same values, so the same bits. Run when the CPU has AVX-512F
        and ``sprat_i8_wide`` is set (``i8_set_wide``: quant.py sets it unless the int16 path
@@ -600,6 +702,16 @@ cdef extern from *:
 #else
     static void sprat_i8_set_wide(int w) { (void)w; }
     static int sprat_i8_cpu_avx512(void) { return 0; }
+    #define SPRAT_I8_TILE_Q8 0
+    static void sprat_i8_tile_q8(const int16_t* a, Py_ssize_t lda, const int16_t* b,
+                                 Py_ssize_t kp, int mr, unsigned char* y, Py_ssize_t ldy,
+                                 const float* s, int s_step, const int32_t* ib, float zp,
+                                 float lo, float hi, int q_signed, const float* post,
+                                 Py_ssize_t pld) {
+        (void)a; (void)lda; (void)b; (void)kp; (void)mr; (void)y; (void)ldy; (void)s;
+        (void)s_step; (void)ib; (void)zp; (void)lo; (void)hi; (void)q_signed; (void)post;
+        (void)pld;
+    }
 #endif
 
     /* The epilogue of a block of rows x n sums (t, row pitch ldt) into Y's rows (y, pitch ldy
@@ -1194,6 +1306,11 @@ cdef extern from *:
     int I8_NR "SPRAT_I8_NR"
     void i8_tile "sprat_i8_tile_any" (const short* a, idx lda, const short* b, idx kp, int* c,
                                       int mr) noexcept nogil
+    int I8_TILE_Q8 "SPRAT_I8_TILE_Q8"
+    void i8_tile_q8 "sprat_i8_tile_q8" (const short* a, idx lda, const short* b, idx kp, int mr,
+                                        unsigned char* y, idx ldy, const float* s, int s_step,
+                                        const int* ib, float zp, float lo, float hi,
+                                        int q_signed, const float* post, idx pld) noexcept nogil
     void i8_tile_vnni "sprat_i8_tile_vnni" (const unsigned char* a, idx lda, const signed char* b,
                                             idx kq, int* c, int mr) noexcept nogil
     int i8_cpu_vnni "sprat_i8_cpu_vnni" () noexcept nogil
@@ -1575,6 +1692,10 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
     cdef const unsigned char* abase = g.a
     cdef unsigned char* wbase = NULL if fill == NULL else fill.pws
     cdef unsigned char* own
+    # NOTE: the int16 path's requantising epilogue in the tile's registers: one A zero point
+    # (already subtracted), no division (sprat_i8_finish_block's conditions for finish_q8)
+    cdef bint q8 = (I8_TILE_Q8 and g.path == I8_INT16 and g.kind == I8_OUT_Q8
+                    and g.za_step == 0 and g.qdiv == 0.0)
     if g.path == I8_AMX:
         i8_amx_begin()
     for it in range(lo, hi):
@@ -1633,6 +1754,16 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
                 if g.path == I8_VNNI:
                     i8_tile_vnni(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
                                  g.kq, tile, <int>mr)
+                elif q8 and nr == I8_NR:
+                    # NOTE: requantised from the tile's registers (sprat_i8_tile_q8)
+                    i8_tile_q8(<const short*>ar, g.pitch // 2,
+                               <const short*>(bb + (j0 // I8_NR) * g.kp * 64), g.kp, <int>mr,
+                               g.y + yo + i0 * g.N + j0, g.N, g.scale + j0 * g.s_step,
+                               g.s_step, g.ibias + j0 if g.ibias != NULL else NULL, g.zp,
+                               g.lo, g.hi, g.q_signed, g.post + j0 if g.post != NULL else NULL,
+                               g.N)
+                    i0 += mr
+                    continue
                 else:
                     i8_tile(<const short*>ar, g.pitch // 2,
                             <const short*>(bb + (j0 // I8_NR) * g.kp * 64), g.kp, tile, <int>mr)
