@@ -57,6 +57,31 @@ def test_the_best_build_for_this_cpu_runs_and_info_says_so():
     assert sess.info()["blas"] in ("ilp64", "lp64")
 
 
+def test_cpu_flags_choose_the_build_without_loading_the_baseline(tmp_path):
+    """The variant is chosen from /proc/cpuinfo's flags where Linux gives them (the same
+    answer as the baseline module's CPUID check), and the baseline module is then not loaded
+    (it cost 1.3-2 ms of every cold start)."""
+    from sprat.backends.cpu import compiled
+
+    flags = compiled.cpu_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo flags here")
+    assert (compiled.AVX2_FLAGS <= flags) == kernels.cpu_has_avx2()
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx fma f16c\n\nflags\t: avx2\n")
+    assert compiled.cpu_flags(str(info)) == {"fpu", "sse2", "avx", "fma", "f16c"}
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert compiled.cpu_flags(str(info)) is None
+    assert compiled.cpu_flags(str(tmp_path / "absent")) is None
+    if compiled.VARIANT == "avx2":
+        code = ("import sys, sprat.backends.cpu.compiled as c; "
+                "assert c.VARIANT == 'avx2'; "
+                "assert 'sprat.backends.cpu.compiled._kernels_base' not in sys.modules")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, env=_env())
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_forced_baseline_build_passes_the_cpu_kernel_tests():
     """Every fast kernel against the reference kernel, on the baseline build (SPRAT_CPU)."""
     files = [str(ROOT / "tests" / "ops" / f) for f in
