@@ -150,14 +150,16 @@ def test_matmul_integer_to_float(shape, k, n, ta, tb):
 
 
 @pytest.mark.parametrize("act,params", [("Gelu", []), ("Relu", []), ("Clip", [0.0, 6.0])])
-def test_matmul_integer_to_float_with_a_fused_activation(act, params):
+@pytest.mark.parametrize("m,k,n", [(70, 96, 40), (300, 64, 600)])
+def test_matmul_integer_to_float_with_a_fused_activation(act, params, m, k, n):
     """The activation after the float epilogue: the cpu backend's vectorised activations
-    against NumPy's, within the cpu kernels' tolerance (1e-4 of max |y|)."""
-    a, b = q((70, 96), U8), q((96, 40), I8)
-    sa, sb = np.array(0.0123, np.float32), RNG.uniform(0.001, 0.01, 40).astype(np.float32)
-    bias = RNG.standard_normal(40).astype(np.float32)
+    against NumPy's, within the cpu kernels' tolerance (1e-4 of max |y|); once per value
+    also where the GEMM has several blocks of rows and columns (applied per block)."""
+    a, b = q((m, k), U8), q((k, n), I8)
+    sa, sb = np.array(0.0123, np.float32), RNG.uniform(0.001, 0.01, n).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
     attrs = {"_activation": act, "_act_params": params}
-    inputs = [a, b, sa, sb, np.array(7, np.uint8), q((40,), I8), bias]
+    inputs = [a, b, sa, sb, np.array(7, np.uint8), q((n,), I8), bias]
     node, infos = make_node("MatMulIntegerToFloat", inputs, attrs, (1, 3, 5, 6))
     node = dataclasses.replace(node, domain="com.microsoft")
     want = evaluate(node, [x.copy() for x in inputs])[0]
