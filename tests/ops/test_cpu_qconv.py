@@ -332,6 +332,33 @@ def test_qlinear_conv_depthwise_requantised_in_registers(big):
     check_cpu("QLinearConv", ins, full, consts, rtol=0)
 
 
+@pytest.mark.skipif(not qconv._quant.U8S8, reason="u8s8 runs where the GEMM would be int16")
+@pytest.mark.parametrize("m,k,attrs", [(24, 1, {}), (40, 3, {"pads": [1, 1, 1, 1]}),
+                                       (21, 3, {"strides": [2, 2]})])
+@pytest.mark.parametrize("xdt,wdt", [(_U8, _S8), (_S8, _S8), (_U8, _U8)])
+@pytest.mark.parametrize("lookup", [False, True])
+def test_qlinear_conv_u8s8_path(m, k, attrs, xdt, wdt, lookup):
+    """7-bit weights (onnxruntime's reduce_range) run on the u8s8 path (vpmaddubsw), exactly:
+    1x1 and im2col convs, channels past a 16-column panel, int8 weights (requantised in the
+    tile's registers) and uint8 ones with zero points (the separate epilogue), a fused
+    lookup; full-range weights stay on int16."""
+    ins, consts = _qlinear_inputs(1, 9, 10, 32, m, k, xdt=xdt, wdt=wdt, seed=m + k)
+    lo, hi = (-64, 64) if wdt == _S8 else (64, 192)
+    ins[3] = _q(ins[3].shape, wdt, 9, lo, hi)
+    if wdt == _U8:
+        ins[5] = _q(ins[5].shape, wdt, 10, 120, 136)
+    full = {**fused(), "kernel_shape": [k, k], **attrs}
+    if lookup:
+        ins.append(_lookup_inputs("mixed", m, xdt, xdt, seed=k))
+        consts = consts + (len(ins) - 1,)
+        full["_lookup"] = True
+    assert _kernel("QLinearConv", ins, full, consts).ipath == ck.I8_PATHS["u8s8"]
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
+    ins[3] = _q(ins[3].shape, wdt, 11)
+    ins[3].reshape(m, -1)[0, :2] = 127 if wdt == _S8 else 255
+    assert _kernel("QLinearConv", ins, full, consts).ipath == ck.I8_PATHS["int16"]
+
+
 def test_exact_parts_bound():
     rng = np.random.default_rng(0)
     w = rng.integers(-127, 128, (64, 512, 3, 3))

@@ -254,3 +254,73 @@ def rerun_on_other_integer_paths(test_file: str, *pytest_args: str) -> None:
 def test_every_integer_path_this_cpu_has_passes_these_tests():
     """This file again on every slower integer GEMM path the CPU has."""
     rerun_on_other_integer_paths(__file__)
+
+
+def _fits(shape, dtype, rng=RNG):
+    """Weights the u8s8 path multiplies exactly: 7-bit values (onnxruntime's reduce_range),
+    int8 in [-64, 64], uint8 in [64, 192] (packed as value - 128)."""
+    lo, hi = (-64, 64) if dtype == I8 else (64, 192)
+    return rng.integers(lo, hi + 1, shape).astype(dtype)
+
+
+def test_pairs_fit_bound():
+    """``i8_pairs_fit``: per column and pair of rows (2p, 2p + 1), the positive parts and the
+    negative parts each at most 128 in magnitude (255 * 128 < 2^15: vpmaddubsw's int16 sum of
+    two u8 * s8 products does not saturate); an odd K's last row pairs with zero."""
+    fit = kernels.i8_pairs_fit
+    b = np.zeros((4, 3), np.int8)
+    assert fit(b)
+    b[0, 1], b[1, 1] = 64, 64
+    assert fit(b)
+    b[1, 1] = 65
+    assert not fit(b)
+    b[:] = 0
+    b[2, 2], b[3, 2] = -64, -64
+    assert fit(b)
+    b[3, 2] = -65
+    assert not fit(b)
+    b[:] = 0
+    b[0, 0], b[1, 0] = 127, -128  # opposite signs never saturate
+    assert fit(b)
+    b[1, 0], b[2, 0] = 0, 127  # rows 1 and 2 are not a pair
+    assert fit(b)
+    odd = np.zeros((3, 2), np.int8)
+    odd[2, 1] = -128
+    assert fit(odd)
+    assert not fit(np.full((2, 1), 127, np.int8))
+    assert quant.pairs_fit(np.full((2, 1), 192, np.uint8))  # packed as 64, 64
+    assert not quant.pairs_fit(np.full((2, 1), 193, np.uint8))
+    assert quant.pairs_fit(np.full((1, 2), 64, np.int8), trans=True)
+    assert not quant.pairs_fit(np.full((1, 2), 65, np.int8), trans=True)
+
+
+@pytest.mark.skipif(not quant.U8S8, reason="the u8s8 path runs where the GEMM would be int16")
+@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (13, 100, 45), (130, 96, 70), (50, 384, 64)])
+@pytest.mark.parametrize("ta,tb", [(U8, I8), (I8, I8), (U8, U8), (I8, U8)])
+def test_u8s8_path_on_weights_that_fit(m, k, n, ta, tb):
+    """Weights whose pairs fit run on the u8s8 path (vpmaddubsw + vpmaddwd), exactly: int32,
+    float32 and requantized outputs (the requantisation in the tile's registers where B's zero
+    points are 0: int8 B; uint8 B's shifted zero points are not), ragged panels, several
+    blocks; the same products on weights that do not fit stay on int16."""
+    a, b = q((m, k), ta), _fits((k, n), tb)
+    zb = np.array(0, tb) if tb == I8 else np.array(128, tb)
+    node, infos = make_node("MatMulInteger", [a, b, q((), ta), zb], None, (1, 3))
+    node = dataclasses.replace(node, outputs=[4])
+    assert run_cpu(node, infos, [a, b, q((), ta), zb], with_kernel=True)[1].path == \
+        kernels.I8_PATHS["u8s8"]
+    exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
+    sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
+    sy = np.array(0.37 * k ** 0.5, np.float32)
+    exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb.reshape(1).repeat(n).astype(tb), sy,
+                            q((), ta)], consts=(3, 4, 5))
+    bias = RNG.standard_normal(n).astype(np.float32)
+    exact("MatMulIntegerToFloat", [a, b, sa, sb, q((), ta), zb, bias], consts=(1, 3, 5, 6),
+          domain="com.microsoft")
+    assert quant.pairs_fit(b)
+    b[0, 0], b[1, 0] = (127, 127) if tb == I8 else (255, 255)
+    assert not quant.pairs_fit(b)
+    node, infos = make_node("MatMulInteger", [a, b, q((), ta), zb], None, (1, 3))
+    node = dataclasses.replace(node, outputs=[4])
+    assert run_cpu(node, infos, [a, b, q((), ta), zb], with_kernel=True)[1].path == \
+        kernels.I8_PATHS["int16"]
+    exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))

@@ -432,7 +432,7 @@ class QConvKernel(CpuKernel):
         im2col (``i8_im2col``: rows of kh*kw*C bytes, padding reads the zero point), W packed
         once from (M, kh, kw, C); the epilogue requantises as ``qconv_requant``."""
         from ...ir.shapes.nn import conv_geometry
-        from .quant import _PATH, PATH, _blocks, pack_b, ws_of
+        from .quant import PATH, _blocks, pack_b, weight_path, ws_of
 
         wq, wz, m = plan["wq"], plan["wz"], self.m
         one_d = wq.ndim == 3
@@ -452,20 +452,24 @@ class QConvKernel(CpuKernel):
         self.K = K = kh * kw * c
         self.pointwise = (kh == kw == 1 and all(int(v) == 1 for v in strides)
                           and not any(pb) and (oh, ow) == (h, w))
-        self.b_packed = self.shared(f"i8_b_{PATH}", lambda: pack_b(
-            np.ascontiguousarray(np.moveaxis(wq, 1, -1)).reshape(m, K), wz, K, m, trans=True))
+        wmat = np.ascontiguousarray(np.moveaxis(wq, 1, -1)).reshape(m, K)
+        # NOTE: u8s8 where the weight's pairs fit (``quant.weight_path``)
+        name = weight_path(PATH, wmat, trans=True)
+        self.ipath = ipath = ck.I8_PATHS[name]
+        self.b_packed = self.shared(f"i8_b_{name}", lambda: pack_b(
+            wmat, wz, K, m, trans=True, path=ipath))
         rows = self.p_out
         self.nt = self.threads if rows * m * K >= PARALLEL_MIN_MACS else 1
-        self.rb, self.cb = _blocks(rows, m, self.nt, PATH == "amx")
+        self.rb, self.cb = _blocks(rows, m, self.nt, name == "amx")
         self.a_zp = np.array([plan["xz"]], np.int32)
         self.offs = np.zeros((1, 3), np.intp)
         # NOTE: kind 3 (TflConv) requantises with the int32 multipliers in ``self.tfl_ms``
         self.scale = self.mult if self.kind in (0, 1) else np.ones(1, np.float32)
-        self.workspaces = (ws_of((ck.i8_a_rows(rows, _PATH), ck.i8_a_pitch(K, _PATH)), np.uint8),
-                           ws_of((ck.i8_a_rows(rows, _PATH),), np.int32))
+        self.workspaces = (ws_of((ck.i8_a_rows(rows, ipath), ck.i8_a_pitch(K, ipath)), np.uint8),
+                           ws_of((ck.i8_a_rows(rows, ipath),), np.int32))
 
     def _calls_i8(self, x, y, bufs):
-        from .quant import _OUT, _PATH
+        from .quant import _OUT
 
         v = ck.i8_view
         xb = x.reshape(-1).view(np.uint8)
@@ -480,10 +484,10 @@ class QConvKernel(CpuKernel):
                       dh, dw, ph, pw)
         a = np.zeros(0, np.uint8) if not self.pointwise else xb
         args = (self.nt, v(a), self.signed, v(self.a_zp), False, v(a_ws), v(rowsum),
-                not self.pointwise, v(packed), v(bcol), _PATH, v(self.offs), self.p_out, self.m,
-                self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)), v(self.scale),
-                v(np.zeros(0, np.float32)), v(ibias), 0.0, self.yz, self.lo, self.hi,
-                self.kind == 1)
+                not self.pointwise, v(packed), v(bcol), self.ipath, v(self.offs), self.p_out,
+                self.m, self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)),
+                v(self.scale), v(np.zeros(0, np.float32)), v(ibias), 0.0, self.yz, self.lo,
+                self.hi, self.kind == 1)
         tfl_ms = v(self.mult.view(np.int32)) if self.kind == 3 else None
         post = v(self.post) if self.kind in (0, 1) else None
         args += (0, 0.0, 0.0, tfl_ms, None, post)

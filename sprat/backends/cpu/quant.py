@@ -22,7 +22,9 @@ com.microsoft ops, whose bias and QGemm's C must be constant as well). K up to `
 (the int32 sums are exact). Everything else runs on the reference kernels.
 
 The GEMM's path (``PATH``): ``amx`` where the CPU and OS give AMX tiles, else ``vnni`` (AVX-VNNI),
-else ``int16`` (AVX2; scalar on the baseline build); all exact, so all give the same results.
+else ``int16`` (AVX2; scalar on the baseline build), and on ``int16`` CPUs ``u8s8`` for a constant
+weight whose pairs of values fit vpmaddubsw without saturation (``weight_path``); all exact, so
+all give the same results.
 The quantize_dynamic pattern reaches these kernels as MatMulIntegerToFloat
 (``passes/fuse_quant.py``).
 """
@@ -128,6 +130,33 @@ WIDE = ck.i8_set_wide(PATH != "int16")
 AMX_MIN_ROWS = 5
 
 
+#: whether constant weights whose pairs fit (``pairs_fit``) take the ``u8s8`` path where the
+#: GEMM would run ``int16`` (AVX2 without VNNI): not when ``SPRAT_I8`` forces a path
+U8S8 = (PATH == "int16" and ck.i8_has_u8s8()
+        and not os.environ.get("SPRAT_I8", "").strip())
+
+
+def pairs_fit(b: np.ndarray, trans: bool = False) -> bool:
+    """Whether the ``u8s8`` path (vpmaddubsw: two u8 * s8 products summed in int16, as MLAS's
+    AVX2 U8S8 kernel) multiplies the weight ``b`` (K, N), or (N, K) when ``trans``, uint8 or
+    int8, exactly: the bytes it packs (int8 as is, uint8 shifted by -128) have, per column and
+    pair of rows, positive and negative parts each at most 128 in magnitude
+    (``ck.i8_pairs_fit``). onnxruntime's ``reduce_range`` weights (7 bits) always fit."""
+    if b.ndim != 2:
+        return False
+    bs = b.view(np.int8) if b.dtype == _I8 else (b.astype(np.int16) - 128).astype(np.int8)
+    return bool(ck.i8_pairs_fit(np.ascontiguousarray(bs.T if trans else bs)))
+
+
+def weight_path(name: str, b: np.ndarray | None, trans: bool = False) -> str:
+    """``name`` (a path from ``path_for`` or ``PATH``), or ``u8s8`` instead of ``int16`` for a
+    constant weight ``b`` that fits it (``U8S8``, ``pairs_fit``): more products per cycle on
+    AVX2 than the int16 path, the same exact sums."""
+    if name == "int16" and U8S8 and b is not None and pairs_fit(b, trans):
+        return "u8s8"
+    return name
+
+
 def path_for(rows: int) -> str:
     """The integer GEMM's path for a product with ``rows`` rows of A: ``PATH``, but ``vnni``
     instead of ``amx`` below ``AMX_MIN_ROWS`` rows."""
@@ -165,7 +194,7 @@ class _Int8Gemm(CpuKernel):
         self.M = self.rows
         self.a_signed = a.dtype == _I8
         self.trans_b = trans_b
-        name = path_for(self.rows)
+        name = weight_path(path_for(self.rows), b.value, trans_b)
         self.path = ck.I8_PATHS[name]
         self.raw = name != "int16"  # B and A stored as bytes, zero points in the epilogue
         self.offs = np.zeros((1, 3), np.intp)

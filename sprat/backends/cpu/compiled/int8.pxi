@@ -2,9 +2,10 @@
 # MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm) and DynamicQuantizeLinear: the compiled
 # half of ``quant.py``. Included by kernels.pxi, after common.pxi.
 #
-# Exact for every u8/s8 operand and zero point (no u8*s8 ``vpmaddubsw`` int16 saturation); the
-# int32 sums are exact for K <= 33025 (K * 255 * 255 < 2**31, ``I8_MAX_K``). Three paths
-# (``I8_PATHS``), chosen by the caller (``quant.PATH``: the fastest this CPU runs):
+# Exact for every u8/s8 operand and zero point (``vpmaddubsw``'s int16 saturation only where it
+# cannot happen: the u8s8 path below); the int32 sums are exact for K <= 33025 (K * 255 * 255 <
+# 2**31, ``I8_MAX_K``). Four paths (``I8_PATHS``), chosen by the caller (``quant.PATH``: the
+# fastest this CPU runs; ``quant.weight_path``: u8s8 for a constant weight that fits):
 # - ``int16`` (any AVX2 CPU; scalar C in the baseline build): both operands widened to int16
 #   with their zero points subtracted, ``a' = a - a_zp``, ``b' = b - b_zp`` (|a'|, |b'| <= 255),
 #   multiplied by ``vpmaddwd``, which sums two int16 products into one int32 exactly
@@ -17,6 +18,12 @@
 #   ``acc = sum a*b - zb[j] * rowsum[i] + za * (K * zb[j] - colsum[j])``. 6 x 16 tile.
 # - ``amx`` (AMX-INT8, AVX2 build, when CPU and OS give the tile state): the same bytes and
 #   correction, ``tdpbusd`` on 32 x 32 blocks of four 16 x 16 tiles.
+# - ``u8s8`` (AVX2 build, where the GEMM would run int16, for a constant B whose pairs fit,
+#   ``i8_pairs_fit``): the vnni path's bytes, layout and correction, each k-quad's products
+#   summed by ``vpmaddubsw`` (pairs into int16) and ``vpmaddwd`` with ones (into int32), as
+#   MLAS's AVX2 U8S8 kernel; exact because every pair of B's bytes in a column has positive
+#   and negative parts of at most 128 (onnxruntime's ``reduce_range`` weights, 7 bits, always
+#   do). 4 x 16 tile (two passes for 6 rows).
 #
 # The API a quantized conv (im2col GEMM) or another kernel calls, from Python or Cython:
 #   ``i8_packed_b_bytes(K, N, path)``, ``i8_pack_b(b, b_signed, zp, K, N, trans, path, out,
@@ -198,6 +205,79 @@ cdef extern from *:
         (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr;
     }
     static int sprat_i8_cpu_vnni(void) { return 0; }
+    #endif
+
+    /* The vnni path's tile on plain AVX2 (the ``u8s8`` path): each k-quad's four u8*s8
+       products summed by vpmaddubsw (two pairs into int16, saturating) and vpmaddwd with ones
+       (the two into int32), as MLAS's AVX2 U8S8 kernel does. Exact only where no pair sum
+       saturates: every pair of B's bytes (4q, 4q+1), (4q+2, 4q+3) of a column with its
+       positive parts and its negative parts each at most 128 in magnitude (255 * 128 < 2^15),
+       which the caller checks on the weight (``i8_pairs_fit``): onnxruntime's reduce_range
+       (7-bit weights) always fits. At most 4 rows a pass (SPRAT_I8_UKLOOP: 8 accumulators):
+       with 6, the vpmaddubsw and vpmaddwd temporaries and the ones vector left no register
+       for the twelfth accumulator, which went through the stack every k step. */
+    #if defined(__AVX2__)
+    #define SPRAT_I8_U8S8_BUILD 1
+    #define SPRAT_I8_UROW(r)                                                             \
+        if (mr > r) {                                                                    \
+            int32_t quad;                                                                \
+            memcpy(&quad, a##r + 4 * q, 4);                                              \
+            __m256i av = _mm256_set1_epi32(quad);                                        \
+            c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(                       \
+                _mm256_maddubs_epi16(av, b0), ones));                                    \
+            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(                       \
+                _mm256_maddubs_epi16(av, b1), ones));                                    \
+        }
+    #define SPRAT_I8_UKLOOP                                                              \
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;\
+        __m256i c21 = c00, c30 = c00, c31 = c00;                                         \
+        const __m256i ones = _mm256_set1_epi16(1);                                       \
+        const uint8_t* a0 = a;                                                           \
+        const uint8_t* a1 = a + (mr > 1 ? 1 : 0) * lda;                                  \
+        const uint8_t* a2 = a + (mr > 2 ? 2 : 0) * lda;                                  \
+        const uint8_t* a3 = a + (mr > 3 ? 3 : 0) * lda;                                  \
+        for (Py_ssize_t q = 0; q < kq; q++) {                                            \
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + q * 64));               \
+            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + q * 64 + 32));          \
+            SPRAT_I8_UROW(0) SPRAT_I8_UROW(1) SPRAT_I8_UROW(2) SPRAT_I8_UROW(3)          \
+        }                                                                                \
+        do {} while (0)
+    static inline __attribute__((always_inline)) void sprat_i8_tile_u8s8_t(
+            const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq, int32_t* c,
+            const int mr) {
+        SPRAT_I8_UKLOOP;
+    #define SPRAT_I8_STORE(r)                                                            \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
+            _mm256_storeu_si256((__m256i*)(c + r * 16 + 8), c##r##1);                    \
+        }
+        SPRAT_I8_STORE(0) SPRAT_I8_STORE(1) SPRAT_I8_STORE(2) SPRAT_I8_STORE(3)
+    #undef SPRAT_I8_STORE
+    }
+
+    static void sprat_i8_tile_u8s8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq, int32_t* c, int mr) {
+        switch (mr) {
+        case 1: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 1); break;
+        case 2: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 2); break;
+        case 3: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 3); break;
+        case 4: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 4); break;
+        case 5:
+            sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 4);
+            sprat_i8_tile_u8s8_t(a + 4 * lda, lda, b, kq, c + 64, 1);
+            break;
+        default:
+            sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 4);
+            sprat_i8_tile_u8s8_t(a + 4 * lda, lda, b, kq, c + 64, 2);
+            break;
+        }
+    }
+    #else
+    #define SPRAT_I8_U8S8_BUILD 0
+    static void sprat_i8_tile_u8s8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                   Py_ssize_t kq, int32_t* c, int mr) {
+        (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr;
+    }
     #endif
 
     /* AMX (Intel's tile unit, amx-int8): one call multiplies a block of up to 32 rows x 32
@@ -554,27 +634,22 @@ cdef extern from *:
         _mm_storeu_si128((__m128i*)y, b);
     }
 
-    /* sprat_i8_tile (int16 path) of a full 16-column panel with sprat_i8_finish_q8's
-       requantising epilogue (no zero-point terms: the int16 operands are already shifted) on
-       the accumulators in registers, the bytes of row r to y + r * ldy: the tile's int32 sums
-       no longer go through memory, and the per-column terms are loaded once per tile. For
-       small K (a 1x1 conv of 16-32 channels) the separate epilogue cost as much as the
-       products. s, ib, post at the panel's first column. */
-    static inline __attribute__((always_inline)) void sprat_i8_tile_q8_t(
-            const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp,
-            unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
-            float zp, float lo, float hi, int q_signed, const float* post, Py_ssize_t pld,
-            const int mr) {
-        SPRAT_I8_KLOOP;
+    /* The in-register epilogue of sprat_i8_tile_q8 / sprat_i8_tile_u8s8_q8 for the mr rows
+       of accumulators c<row><half>: sprat_i8_finish_q8's operations (the same bits), with the
+       per-column offset o (the int32 bias, and on the u8s8 path its zero-point term) and the
+       other per-column terms loaded once per tile. s, post at the panel's first column. */
+    static inline __attribute__((always_inline)) void sprat_i8_q8_rows(
+            const int mr, __m256i c00, __m256i c01, __m256i c10, __m256i c11, __m256i c20,
+            __m256i c21, __m256i c30, __m256i c31, __m256i c40, __m256i c41, __m256i c50,
+            __m256i c51, __m256i o0, __m256i o1, int has_o, unsigned char* y, Py_ssize_t ldy,
+            const float* s, int s_step, float zp, float lo, float hi, int q_signed,
+            const float* post, Py_ssize_t pld) {
         const __m256 flo = _mm256_set1_ps(lo - zp), fhi = _mm256_set1_ps(hi - zp);
         const __m256 fz = _mm256_set1_ps(zp);
         const __m256i izp = _mm256_set1_epi32((int32_t)zp);
-        const __m256i zero = _mm256_setzero_si256();
         const __m256 magic = _mm256_set1_ps(SPRAT_I8_MAGIC);
         const __m256 magic_z = _mm256_set1_ps(SPRAT_I8_MAGIC - zp);
-        const int has_o = ib != NULL, has_post = post != NULL;
-        __m256i o0 = has_o ? _mm256_loadu_si256((const __m256i*)ib) : zero;
-        __m256i o1 = has_o ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
+        const int has_post = post != NULL;
         const __m256 s0 = s_step ? _mm256_loadu_ps(s) : _mm256_set1_ps(s[0]);
         const __m256 s1 = s_step ? _mm256_loadu_ps(s + 8) : s0;
         __m256 pa0 = fz, pa1 = fz, pb0 = fz, pb1 = fz, pl0 = fz, pl1 = fz, ph0 = fz, ph1 = fz;
@@ -596,6 +671,64 @@ cdef extern from *:
         SPRAT_I8_Q8ROW(0) SPRAT_I8_Q8ROW(1) SPRAT_I8_Q8ROW(2)
         SPRAT_I8_Q8ROW(3) SPRAT_I8_Q8ROW(4) SPRAT_I8_Q8ROW(5)
     #undef SPRAT_I8_Q8ROW
+    }
+
+    /* sprat_i8_tile (int16 path) of a full 16-column panel with sprat_i8_finish_q8's
+       requantising epilogue (no zero-point terms: the int16 operands are already shifted) on
+       the accumulators in registers, the bytes of row r to y + r * ldy: the tile's int32 sums
+       no longer go through memory, and the per-column terms are loaded once per tile. For
+       small K (a 1x1 conv of 16-32 channels) the separate epilogue cost as much as the
+       products. s, ib, post at the panel's first column. */
+    static inline __attribute__((always_inline)) void sprat_i8_tile_q8_t(
+            const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp,
+            unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
+            float zp, float lo, float hi, int q_signed, const float* post, Py_ssize_t pld,
+            const int mr) {
+        SPRAT_I8_KLOOP;
+        const __m256i zero = _mm256_setzero_si256();
+        __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;
+        __m256i o1 = ib != NULL ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
+        sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, o0,
+                         o1, ib != NULL, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld);
+    }
+
+    /* The same on the u8s8 path (at most 4 rows a pass, SPRAT_I8_UKLOOP): raw bytes, so the
+       zero-point term za * ct[j] (ct = K * zb - colsum) joins the offset; B's zero points
+       all 0 (the caller's condition: no term per row) */
+    static inline __attribute__((always_inline)) void sprat_i8_tile_u8s8_q8_t(
+            const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq,
+            unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
+            const int32_t* ct, int32_t za, float zp, float lo, float hi, int q_signed,
+            const float* post, Py_ssize_t pld, const int mr) {
+        SPRAT_I8_UKLOOP;
+        const __m256i zero = _mm256_setzero_si256(), vza = _mm256_set1_epi32(za);
+        __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;
+        __m256i o1 = ib != NULL ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
+        o0 = _mm256_add_epi32(o0, _mm256_mullo_epi32(vza, _mm256_loadu_si256((const __m256i*)ct)));
+        o1 = _mm256_add_epi32(o1, _mm256_mullo_epi32(vza,
+                                                     _mm256_loadu_si256((const __m256i*)(ct + 8))));
+        sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, zero, zero, zero, zero,
+                         o0, o1, 1, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld);
+    }
+
+    static void sprat_i8_tile_u8s8_q8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                      Py_ssize_t kq, int mr, unsigned char* y, Py_ssize_t ldy,
+                                      const float* s, int s_step, const int32_t* ib,
+                                      const int32_t* ct, int32_t za, float zp, float lo,
+                                      float hi, int q_signed, const float* post,
+                                      Py_ssize_t pld) {
+    #define SPRAT_I8_UQ(A, Y, R)                                                         \
+        sprat_i8_tile_u8s8_q8_t(A, lda, b, kq, Y, ldy, s, s_step, ib, ct, za, zp, lo, hi,\
+                                q_signed, post, pld, R)
+        switch (mr) {
+        case 1: SPRAT_I8_UQ(a, y, 1); break;
+        case 2: SPRAT_I8_UQ(a, y, 2); break;
+        case 3: SPRAT_I8_UQ(a, y, 3); break;
+        case 4: SPRAT_I8_UQ(a, y, 4); break;
+        case 5: SPRAT_I8_UQ(a, y, 4); SPRAT_I8_UQ(a + 4 * lda, y + 4 * ldy, 1); break;
+        default: SPRAT_I8_UQ(a, y, 4); SPRAT_I8_UQ(a + 4 * lda, y + 4 * ldy, 2); break;
+        }
+    #undef SPRAT_I8_UQ
     }
 
     #define SPRAT_I8_TILE_Q8 1
@@ -703,6 +836,16 @@ cdef extern from *:
     static void sprat_i8_set_wide(int w) { (void)w; }
     static int sprat_i8_cpu_avx512(void) { return 0; }
     #define SPRAT_I8_TILE_Q8 0
+    static void sprat_i8_tile_u8s8_q8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                      Py_ssize_t kq, int mr, unsigned char* y, Py_ssize_t ldy,
+                                      const float* s, int s_step, const int32_t* ib,
+                                      const int32_t* ct, int32_t za, float zp, float lo,
+                                      float hi, int q_signed, const float* post,
+                                      Py_ssize_t pld) {
+        (void)a; (void)lda; (void)b; (void)kq; (void)mr; (void)y; (void)ldy; (void)s;
+        (void)s_step; (void)ib; (void)ct; (void)za; (void)zp; (void)lo; (void)hi;
+        (void)q_signed; (void)post; (void)pld;
+    }
     static void sprat_i8_tile_q8(const int16_t* a, Py_ssize_t lda, const int16_t* b,
                                  Py_ssize_t kp, int mr, unsigned char* y, Py_ssize_t ldy,
                                  const float* s, int s_step, const int32_t* ib, float zp,
@@ -1307,10 +1450,21 @@ cdef extern from *:
     void i8_tile "sprat_i8_tile_any" (const short* a, idx lda, const short* b, idx kp, int* c,
                                       int mr) noexcept nogil
     int I8_TILE_Q8 "SPRAT_I8_TILE_Q8"
+    void i8_tile_u8s8_q8 "sprat_i8_tile_u8s8_q8" (const unsigned char* a, idx lda,
+                                                  const signed char* b, idx kq, int mr,
+                                                  unsigned char* y, idx ldy, const float* s,
+                                                  int s_step, const int* ib, const int* ct,
+                                                  int za, float zp, float lo, float hi,
+                                                  int q_signed, const float* post,
+                                                  idx pld) noexcept nogil
     void i8_tile_q8 "sprat_i8_tile_q8" (const short* a, idx lda, const short* b, idx kp, int mr,
                                         unsigned char* y, idx ldy, const float* s, int s_step,
                                         const int* ib, float zp, float lo, float hi,
                                         int q_signed, const float* post, idx pld) noexcept nogil
+    int I8_U8S8_BUILD "SPRAT_I8_U8S8_BUILD"
+    void i8_tile_u8s8 "sprat_i8_tile_u8s8" (const unsigned char* a, idx lda,
+                                            const signed char* b, idx kq, int* c,
+                                            int mr) noexcept nogil
     void i8_tile_vnni "sprat_i8_tile_vnni" (const unsigned char* a, idx lda, const signed char* b,
                                             idx kq, int* c, int mr) noexcept nogil
     int i8_cpu_vnni "sprat_i8_cpu_vnni" () noexcept nogil
@@ -1371,10 +1525,40 @@ cdef enum:
     I8_INT16 = 0  # paths: int16 vpmaddwd (any AVX2 CPU; scalar in the baseline build)
     I8_VNNI = 1   # AVX-VNNI vpdpbusd
     I8_AMX = 2    # AMX tdpbusd
+    I8_U8S8 = 3   # the vnni path's layout on AVX2: vpmaddubsw + vpmaddwd, where B's pairs fit
 
 
 #: the paths of ``i8_pack_b`` / ``i8_gemm``, for the Python side
-I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX}
+I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX, "u8s8": I8_U8S8}
+
+
+def i8_has_u8s8() -> bool:
+    """Whether this build has the ``u8s8`` tile (the AVX2 build: any AVX2 CPU)."""
+    return bool(I8_U8S8_BUILD)
+
+
+def i8_pairs_fit(const signed char[:, ::1] b) -> bool:
+    """Whether the ``u8s8`` path multiplies B (K, N) (int8 bytes as packed: uint8 B shifted
+    by -128) exactly: for every column, each pair of rows (2p, 2p + 1) has its positive parts
+    and its negative parts each summing to at most 128 in magnitude, so vpmaddubsw's int16
+    sum of two u8 * s8 products (|a| <= 255) never saturates. K odd: the last row pairs with
+    a zero."""
+    cdef idx K = b.shape[0], N = b.shape[1], p, j
+    cdef int u, v, pos, neg
+    cdef bint fit = True
+    with nogil:
+        for p in range(0, K, 2):
+            for j in range(N):
+                u = b[p, j]
+                v = b[p + 1, j] if p + 1 < K else 0
+                pos = (u if u > 0 else 0) + (v if v > 0 else 0)
+                neg = (u if u < 0 else 0) + (v if v < 0 else 0)
+                if pos > 128 or neg < -128:
+                    fit = False
+                    break
+            if not fit:
+                break
+    return fit
 
 
 def i8_has_vnni() -> bool:
@@ -1444,7 +1628,7 @@ def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx 
     cdef signed char* d8
     if K > I8_MAX_K or K <= 0:
         raise ValueError(f"i8_pack_b: K={K} must be in [1, {I8_MAX_K}]")
-    if path not in (I8_INT16, I8_VNNI, I8_AMX):
+    if path not in (I8_INT16, I8_VNNI, I8_AMX, I8_U8S8):
         raise ValueError(f"i8_pack_b: unknown path {path}")
     if (b.shape[0] < K * N or out.shape[0] < i8_packed_b_bytes(K, N, path)
             or zp.shape[0] not in (1, N) or (path != I8_INT16 and bcol.shape[0] < 2 * N)):
@@ -1697,6 +1881,15 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
     # (already subtracted), no division (sprat_i8_finish_block's conditions for finish_q8)
     cdef bint q8 = (I8_TILE_Q8 and g.path == I8_INT16 and g.kind == I8_OUT_Q8
                     and g.za_step == 0 and g.qdiv == 0.0)
+    # NOTE: the same on the u8s8 path where B's zero points are all 0 (no term per row)
+    cdef bint q8u = (I8_TILE_Q8 and g.path == I8_U8S8 and g.kind == I8_OUT_Q8
+                     and g.za_step == 0 and g.qdiv == 0.0)
+    cdef idx jz
+    if q8u:
+        for jz in range(g.N):
+            if g.bcol[jz] != 0:
+                q8u = False
+                break
     # NOTE: a float32 output's activation once per item's rows (cb columns each), after its
     # panels, rather than per tile row of 16 (a call per 16 values: MiniLM's Gelu cost 2.7 %
     # of the model). Not on AMX, whose last block's epilogue runs during the next item
@@ -1758,6 +1951,20 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
                 ar = abase + (a0 + i0) * g.pitch
                 if g.path == I8_VNNI:
                     i8_tile_vnni(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
+                                 g.kq, tile, <int>mr)
+                elif g.path == I8_U8S8 and q8u and nr == I8_NR:
+                    # NOTE: requantised from the tile's registers (sprat_i8_tile_u8s8_q8)
+                    i8_tile_u8s8_q8(ar, g.pitch,
+                                    <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
+                                    <int>mr, g.y + yo + i0 * g.N + j0, g.N,
+                                    g.scale + j0 * g.s_step, g.s_step,
+                                    g.ibias + j0 if g.ibias != NULL else NULL,
+                                    g.bcol + g.N + j0, g.za[0] + g.za_add, g.zp, g.lo, g.hi,
+                                    g.q_signed, g.post + j0 if g.post != NULL else NULL, g.N)
+                    i0 += mr
+                    continue
+                elif g.path == I8_U8S8:
+                    i8_tile_u8s8(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
                                  g.kq, tile, <int>mr)
                 elif q8 and nr == I8_NR:
                     # NOTE: requantised from the tile's registers (sprat_i8_tile_q8)
@@ -1836,7 +2043,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     if cb % I8_NR or rb <= 0 or (path == I8_AMX and rb % 16):
         raise ValueError("i8_gemm: cb (and rb for AMX) must be positive multiples of 16")
     if ((path == I8_VNNI and not i8_cpu_vnni()) or (path == I8_AMX and not i8_cpu_amx())
-            or path not in (I8_INT16, I8_VNNI, I8_AMX)):
+            or (path == I8_U8S8 and not I8_U8S8_BUILD)
+            or path not in (I8_INT16, I8_VNNI, I8_AMX, I8_U8S8)):
         raise ValueError(f"i8_gemm: path {path} is not available here")
     if (a_ws.shape[1] < i8_a_pitch(K, path) or a_ws.shape[0] < i8_a_rows(rows, path)
             or a_zp.shape[0] < (rows if a_zp_rows else 1)
