@@ -7,7 +7,8 @@ exactly in int32, then QLinearConv requantises: ``y = saturate(round_half_even(f
 per-channel w_scale, as onnxruntime computes it).
 
 A one-group conv (K = kh * kw * C within ``I8_K_LIMIT``) runs on the exact integer GEMM
-(``compiled/int8.pxi``: ``i8_gemm``, the path of ``quant.PATH``: AMX, AVX-VNNI or int16), its
+(``compiled/int8.pxi``: ``i8_gemm``, the path of ``quant.PATH``: AMX, AVX-VNNI or int16, or
+u8s8 for a weight whose pairs fit, ``quant.weight_path``), its
 weight ``(M, kh, kw, C)`` packed once at prepare with its zero points: A is the NHWC input itself
 for a 1x1 stride-1 unpadded conv (rows of C bytes), else its byte im2col (``i8_im2col``: rows of
 kh*kw*C bytes, a tap outside the map reading x's zero point); the GEMM's ``quantized`` epilogue is
@@ -33,7 +34,9 @@ which grouped and depthwise convs take:
 
 Two shapes skip the float32 maps (one part only): a 1x1 stride-1 conv runs in one pass
 (``qconv_pointwise``: per block of pixels widen, GEMM, requantise while the block is in L2),
-a depthwise conv sums its taps straight from the quantized input (``qconv_depthwise``).
+a depthwise conv sums its taps from input rows widened once into a ring (``qconv_depthwise``:
+by the float32 conv's register-blocked kernel where it runs, requantised in its registers when
+the bias keeps the float32 sums exact).
 
 So the float32 path's results equal the spec's exactly too. A QLinearConv that ``fuse_qdq`` made
 from a QDQ float conv (``_qdq=True``: its spec is the float graph, see ``sprat.ir.fused``) may
