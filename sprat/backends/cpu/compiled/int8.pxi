@@ -497,6 +497,49 @@ cdef extern from *:
     }
 
 #if defined(__AVX2__)
+    /* One requantised row of 16 columns: v0, v1 the int32 sums, o0, o1 the per-column offset
+       (added when has_o), then as sprat_i8_finish_q8 describes; the bytes to y. The body of
+       sprat_i8_finish_q8's row loop and of the tiles' in-register epilogue (sprat_i8_q8_rows),
+       so both give the same bits. */
+    static inline __attribute__((always_inline)) void sprat_i8_q8_row(
+            __m256i v0, __m256i v1, __m256i o0, __m256i o1, int has_o, __m256 s0, __m256 s1,
+            int has_post, __m256 pa0, __m256 pa1, __m256 pb0, __m256 pb1, __m256 pl0,
+            __m256 pl1, __m256 ph0, __m256 ph1, __m256 flo, __m256 fhi, __m256i izp,
+            __m256 magic, __m256 magic_z, int q_signed, unsigned char* y) {
+        if (has_o) {
+            v0 = _mm256_add_epi32(v0, o0);
+            v1 = _mm256_add_epi32(v1, o1);
+        }
+        __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
+        __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
+        __m256i i0, i1;
+        if (has_post) {
+            /* q = rint(f) + zp (exact integers), then clamp(rint(q * a + b), lo2, hi2). NOTE:
+               without q's clamp to [lo, hi]: the second map is monotonic in q and lo2, hi2 are
+               its values at lo and hi (``qconv.lookup_stage``), so a q past them gives the
+               same bytes. rint(f) + zp as (f + M) - (M - zp), M = 1.5 * 2^23
+               (SPRAT_I8_MAGIC): f + M rounds to an integer (half to even, M even) for
+               |f| < 2^22, where the result is exact; beyond, where q saturates, it is still
+               monotonic in f (one add less than vroundps) */
+            f0 = _mm256_sub_ps(_mm256_add_ps(f0, magic), magic_z);
+            f1 = _mm256_sub_ps(_mm256_add_ps(f1, magic), magic_z);
+            f0 = _mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0);
+            f1 = _mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1);
+            i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, pl0), ph0));
+            i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, pl1), ph1));
+        } else {
+            f0 = _mm256_min_ps(_mm256_max_ps(f0, flo), fhi);
+            f1 = _mm256_min_ps(_mm256_max_ps(f1, flo), fhi);
+            i0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), izp);
+            i1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), izp);
+        }
+        /* NOTE: the values are within the type's range: the packs do not saturate */
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
+        __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
+        __m128i b = q_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
+        _mm_storeu_si128((__m128i*)y, b);
+    }
+
     /* The requantizing epilogue (kind 2) of sprat_i8_finish_block for one A zero point za and
        no division, 16 columns at a time; returns the columns done (a multiple of 16). The
        same operations in the same order as sprat_i8_finish, so the same bits; NOTE: the
@@ -559,79 +602,18 @@ cdef extern from *:
             for (Py_ssize_t r = 0; r < rows; r++) {
                 __m256i v0 = _mm256_loadu_si256((const __m256i*)(t + r * ldt + j));
                 __m256i v1 = _mm256_loadu_si256((const __m256i*)(t + r * ldt + j + 8));
-                if (has_o) {
-                    v0 = _mm256_add_epi32(v0, o0);
-                    v1 = _mm256_add_epi32(v1, o1);
-                }
                 if (zb_any) {
+                    /* NOTE: before the offset (the int32 sums wrap: the same bits) */
                     __m256i vrs = _mm256_set1_epi32(rs[r]);
                     v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(vrs, z0));
                     v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(vrs, z1));
                 }
-                __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
-                __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
-                __m256i i0, i1;
-                if (post != NULL) {
-                    /* q = rint(f) + zp (exact integers), then clamp(rint(q * a + b), lo2,
-                       hi2). NOTE: without q's clamp to [lo, hi]: the second map is monotonic
-                       in q and lo2, hi2 are its values at lo and hi (``qconv.lookup_stage``),
-                       so a q past them gives the same bytes. rint(f) + zp as (f + M) - (M - zp),
-                       M = 1.5 * 2^23 (SPRAT_I8_MAGIC): f + M rounds to an integer (half to
-                       even, M even) for |f| < 2^22, where the result is exact; beyond, where
-                       q saturates, it is still monotonic in f (one add less than vroundps) */
-                    f0 = _mm256_sub_ps(_mm256_add_ps(f0, magic), magic_z);
-                    f1 = _mm256_sub_ps(_mm256_add_ps(f1, magic), magic_z);
-                    f0 = _mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0);
-                    f1 = _mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1);
-                    i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, pl0), ph0));
-                    i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, pl1), ph1));
-                } else {
-                    f0 = _mm256_min_ps(_mm256_max_ps(f0, flo), fhi);
-                    f1 = _mm256_min_ps(_mm256_max_ps(f1, flo), fhi);
-                    i0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), izp);
-                    i1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), izp);
-                }
-                /* NOTE: the values are within the type's range: the packs do not saturate */
-                __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
-                __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
-                __m128i b = q_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
-                _mm_storeu_si128((__m128i*)(y + r * ldy + j), b);
+                sprat_i8_q8_row(v0, v1, o0, o1, has_o, s0, s1, post != NULL, pa0, pa1, pb0,
+                                pb1, pl0, pl1, ph0, ph1, flo, fhi, izp, magic, magic_z,
+                                q_signed, y + r * ldy + j);
             }
         }
         return j;
-    }
-
-    /* One requantised row of a tile (sprat_i8_tile_q8): v0, v1 the 16 sums, the rest as
-       sprat_i8_finish_q8's loop body (the same operations in the same order, so the same bits) */
-    static inline __attribute__((always_inline)) void sprat_i8_q8_row(
-            __m256i v0, __m256i v1, __m256i o0, __m256i o1, int has_o, __m256 s0, __m256 s1,
-            int has_post, __m256 pa0, __m256 pa1, __m256 pb0, __m256 pb1, __m256 pl0,
-            __m256 pl1, __m256 ph0, __m256 ph1, __m256 flo, __m256 fhi, __m256i izp,
-            __m256 magic, __m256 magic_z, int q_signed, unsigned char* y) {
-        if (has_o) {
-            v0 = _mm256_add_epi32(v0, o0);
-            v1 = _mm256_add_epi32(v1, o1);
-        }
-        __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), s0);
-        __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), s1);
-        __m256i i0, i1;
-        if (has_post) {
-            f0 = _mm256_sub_ps(_mm256_add_ps(f0, magic), magic_z);
-            f1 = _mm256_sub_ps(_mm256_add_ps(f1, magic), magic_z);
-            f0 = _mm256_add_ps(_mm256_mul_ps(f0, pa0), pb0);
-            f1 = _mm256_add_ps(_mm256_mul_ps(f1, pa1), pb1);
-            i0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f0, pl0), ph0));
-            i1 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f1, pl1), ph1));
-        } else {
-            f0 = _mm256_min_ps(_mm256_max_ps(f0, flo), fhi);
-            f1 = _mm256_min_ps(_mm256_max_ps(f1, flo), fhi);
-            i0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), izp);
-            i1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), izp);
-        }
-        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
-        __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
-        __m128i b = q_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
-        _mm_storeu_si128((__m128i*)y, b);
     }
 
     /* The in-register epilogue of sprat_i8_tile_q8 / sprat_i8_tile_u8s8_q8 for the mr rows
