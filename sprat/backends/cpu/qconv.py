@@ -468,7 +468,9 @@ class QConvKernel(CpuKernel):
         self.offs = np.zeros((1, 3), np.intp)
         # NOTE: kind 3 (TflConv) requantises with the int32 multipliers in ``self.tfl_ms``
         self.scale = self.mult if self.kind in (0, 1) else np.ones(1, np.float32)
-        self.workspaces = (ws_of((ck.i8_a_rows(rows, ipath), ck.i8_a_pitch(K, ipath)), np.uint8),
+        pitch = (ck.i8_a_pitch(K, ipath) if self.pointwise
+                 else ck.i8_im2col_pitch(K, ipath, kh, kw * c))
+        self.workspaces = (ws_of((ck.i8_a_rows(rows, ipath), pitch), np.uint8),
                            ws_of((ck.i8_a_rows(rows, ipath),), np.int32))
 
     def _calls_i8(self, x, y, bufs):

@@ -1129,6 +1129,21 @@ cdef extern from *:
     }
     #endif
 
+    /* The int16 path's packing of one A row: ``src[k] - zp`` (K bytes, int8 with is_signed)
+       as int16 into o, the odd tail's value 0. NOTE: 16 values a step (the Cython loop did
+       not vectorise: 15 % of a 1x1 conv of 8 input channels, mltk keyword spotting) */
+    static void sprat_i8_widen_row(int16_t* o, const unsigned char* src, Py_ssize_t K, int zp,
+                                   int is_signed) {
+    #if defined(__AVX2__)
+        sprat_i8_copy_exact((unsigned char*)o, src, K, zp, is_signed, 0, 0);
+    #else
+        for (Py_ssize_t k = 0; k < K; k++)
+            o[k] = (int16_t)((is_signed ? (int)(signed char)src[k] : (int)src[k]) - zp);
+    #endif
+        if (K % 2)
+            o[K] = 0;
+    }
+
     /* Rows [r0, r1) of the byte im2col of an NHWC map x (N, H, W, C; nx bytes) for a (kh,
        kw) kernel, strides, dilations, leading pads and an output of (N, OH, OW), into out
        (rows of ``pitch`` bytes): row r (output pixel (n, oy, ox)) holds the taps (i, j) in
@@ -1475,6 +1490,8 @@ cdef extern from *:
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
     int i8_copy_row "sprat_i8_copy_row" (unsigned char* o, const unsigned char* src, idx K,
                                          idx room, idx avail, int flip, int want) noexcept nogil
+    void i8_widen_row "sprat_i8_widen_row" (short* o, const unsigned char* src, idx K, int zp,
+                                            int is_signed) noexcept nogil
     void i8_im2col_range "sprat_i8_im2col_range" (
         unsigned char* out, idx pitch, const unsigned char* x, idx nx, idx r0, idx r1, idx H,
         idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
@@ -1582,6 +1599,25 @@ def i8_a_pitch(idx K, int path) -> int:
     return (K + 63) // 64 * 64 if path == I8_AMX else 4 * ((K + 1) // 2)
 
 
+def i8_im2col_pitch(idx K, int path, idx kh, idx run) -> int:
+    """Bytes per row of a conv's A workspace for ``i8_im2col`` / ``i8_gemm``'s im2col:
+    ``i8_a_pitch``, widened where a row is too short for the whole 32-byte steps in which
+    ``sprat_i8_im2col_seg`` copies every kernel row but the last (``run`` = kw * C bytes,
+    their overshoot overwritten by the next kernel row): the seg then takes the pixels
+    inside the map across. NOTE: a 1-channel 3x3 stem (K = 9, int16 pitch 20 bytes) went
+    pixel by pixel through ``sprat_i8_im2col_px``, 56 % of its time (mltk keyword spotting,
+    59x49x1 -> 30x25x8: 28 us)."""
+    cdef idx p = i8_a_pitch(K, path)
+    cdef idx need
+    if path == I8_AMX or kh < 2 or run > 64:
+        return p
+    if path == I8_INT16:
+        need = 2 * (kh - 2) * run + 32 * ((run + 15) // 16)
+    else:
+        need = (kh - 2) * run + 32 * ((run + 31) // 32)
+    return max(p, (need + 3) // 4 * 4)
+
+
 def i8_a_rows(idx rows, int path) -> int:
     """Rows of the A workspace for ``rows`` rows of A: AMX tiles read up to 31 rows past the
     last (their products are dropped)."""
@@ -1663,11 +1699,8 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
     zero-pad to a multiple of 4 and sum each row into ``rowsum`` (``i8_copy_row``; past
     that, AMX reads bytes that meet B's zero quads; ``rowsum`` NULL: no sums, where every
     zero point of B is 0 and the epilogue does not read them)."""
-    cdef idx r, k
-    cdef int z
-    cdef short* o
+    cdef idx r
     cdef const unsigned char* ar
-    cdef const signed char* sr
     for r in range(r0, r1):
         ar = a + r * K
         if path != I8_INT16:
@@ -1677,17 +1710,7 @@ cdef void i8_pack_rows(const unsigned char* a, bint a_signed, const int* zp, bin
             else:
                 i8_copy_row(out + r * pitch, ar, K, pitch, (nrows - r) * K, a_signed, 0)
             continue
-        z = zp[r] if zp_rows else zp[0]
-        o = <short*>(out + r * pitch)
-        if a_signed:
-            sr = <const signed char*>ar
-            for k in range(K):
-                o[k] = <short>(sr[k] - z)
-        else:
-            for k in range(K):
-                o[k] = <short>(ar[k] - z)
-        if K % 2:
-            o[K] = 0
+        i8_widen_row(<short*>(out + r * pitch), ar, K, zp[r] if zp_rows else zp[0], a_signed)
 
 
 cdef void i8_im2col_rows(const unsigned char* x, idx nx, bint a_signed, int zp, idx r0, idx r1,
