@@ -12,7 +12,9 @@ bytes in memory, ``ScheduleConfig(num_threads=N)``) and ai-edge-litert
 kernels with the XNNPACK delegate, which is what a user gets and the only one that runs
 MediaPipe's custom ``Convolution2DTransposeBias``) run in this one process, in alternating blocks
 (``bench.run.timed_blocks``). A litert call is ``set_tensor`` per input, ``invoke``, ``get_tensor``
-per output, the same work as ``Session.run(feeds)``.
+per output, the same work as ``Session.run(feeds)``. With ``--int8`` each model also runs once on LiteRT's
+reference kernels (``OpResolverType.BUILTIN_REF``), the oracle of full-integer models, and the
+table adds sprat's and litert's error against them.
 
 The table reports both medians, the ratio sprat/litert (lower is better) with its geometric mean
 per thread count, and the largest output error ``max|sprat - litert| / max(1, max|litert|)``.
@@ -55,17 +57,26 @@ class Row:
     litert_ms: float
     rel_err: float
     convert_s: float
+    #: ``--int8``: sprat's and litert's (XNNPACK) largest error against LiteRT's reference
+    #: kernels (``OpResolverType.BUILTIN_REF``: the oracle of the full-integer models)
+    ref_err: float | None = None
+    fast_err: float | None = None
 
     @property
     def ratio(self) -> float:
         return self.sprat_ms / self.litert_ms
 
 
-def litert_runner(path: pathlib.Path, threads: int, feeds: dict[str, np.ndarray]):
-    """A function running the model once on ai-edge-litert: ``() -> {output name: array}``."""
-    from ai_edge_litert.interpreter import Interpreter
+def litert_runner(path: pathlib.Path, threads: int, feeds: dict[str, np.ndarray],
+                  reference: bool = False):
+    """A function running the model once on ai-edge-litert: ``() -> {output name: array}``;
+    ``reference``: on TFLite's reference kernels (``OpResolverType.BUILTIN_REF``) instead of
+    the default resolver (XNNPACK)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = Interpreter(model_path=str(path), num_threads=threads)
+    it = (Interpreter(model_path=str(path), num_threads=threads,
+                      experimental_op_resolver_type=OpResolverType.BUILTIN_REF) if reference
+          else Interpreter(model_path=str(path), num_threads=threads))
     it.allocate_tensors()
     ins = it.get_input_details()
     if len(ins) != len(feeds):
@@ -83,32 +94,42 @@ def litert_runner(path: pathlib.Path, threads: int, feeds: dict[str, np.ndarray]
     return run
 
 
-def bench_model(key: str, threads: list[int], runs: int, log) -> list[Row]:
+def bench_model(key: str, threads: list[int], runs: int, log, int8: bool = False) -> list[Row]:
     path = zoo.fetch(key)
     feeds = zoo.sample_input(key)
     t0 = time.perf_counter()
     interp = sprat.Interpreter.from_buffer(sprat.convert(path))
     convert_s = time.perf_counter() - t0
+    # NOTE: a full-integer model's oracle is LiteRT's reference kernels, which XNNPACK's
+    # requantisation departs from (tests/models/test_tflite_int8.py)
+    ref = litert_runner(path, 1, feeds, reference=True)() if int8 else None
     rows = []
     for n in threads:
         sess = interp.create_session(sprat.ScheduleConfig(num_threads=n))
         lite = litert_runner(path, n, feeds)
-        err = rel_error(sess.run(feeds), lite())
+        got, fast = sess.run(feeds), lite()
+        err = rel_error(got, fast)
         t = timed_blocks({"sprat": lambda sess=sess: sess.run(feeds), "litert": lite}, runs)
-        row = Row(key, n, t["sprat"] * 1e3, t["litert"] * 1e3, err, convert_s)
+        row = Row(key, n, t["sprat"] * 1e3, t["litert"] * 1e3, err, convert_s,
+                  *((rel_error(got, ref), rel_error(fast, ref)) if int8 else ()))
         sess = lite = None
         log(f"{key} @{n}t: sprat {row.sprat_ms:.2f} ms, litert {row.litert_ms:.2f} ms, "
-            f"ratio {row.ratio:.2f}, err {row.rel_err:.1e}")
+            f"ratio {row.ratio:.2f}, err {row.rel_err:.1e}"
+            + (f", vs reference kernels: sprat {row.ref_err:.1e}, litert {row.fast_err:.1e}"
+               if int8 else ""))
         rows.append(row)
     return rows
 
 
 def markdown_table(rows: list[Row]) -> str:
-    lines = ["| model | threads | sprat ms | litert ms | sprat/litert | max rel err | convert s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    ref = any(r.ref_err is not None for r in rows)
+    lines = ["| model | threads | sprat ms | litert ms | sprat/litert | max rel err | "
+             + ("err sprat vs ref | err litert vs ref | " if ref else "") + "convert s |",
+             "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if ref else "") + "---:|"]
     for r in rows:
+        errs = f"{r.ref_err:.1e} | {r.fast_err:.1e} | " if ref else ""
         lines.append(f"| {r.model} | {r.threads} | {r.sprat_ms:.2f} | {r.litert_ms:.2f} | "
-                     f"{r.ratio:.2f} | {r.rel_err:.1e} | {r.convert_s:.2f} |")
+                     f"{r.ratio:.2f} | {r.rel_err:.1e} | {errs}{r.convert_s:.2f} |")
     lines.append("")
     for n in sorted({r.threads for r in rows}):
         ratios = [r.ratio for r in rows if r.threads == n]
@@ -136,7 +157,11 @@ def section(table: str, argv: list[str], runs: int, int8: bool = False) -> str:
         "a block, best block of each runtime); ratio = "
         "sprat / litert (lower is better). litert: `Interpreter(num_threads=N)` with its default "
         "op resolver (XNNPACK delegate); sprat converts the `.tflite` in memory (convert s). max "
-        "rel err is `max|sprat - litert| / max(1, max|litert|)` over the outputs.\n\n"
+        "rel err is `max|sprat - litert| / max(1, max|litert|)` over the outputs"
+        + (("; err ... vs ref: the same measure against LiteRT's reference kernels "
+            "(`OpResolverType.BUILTIN_REF`, the oracle of these models: sprat's int8 ops "
+            "reproduce them bit for bit), of sprat and of litert's default (XNNPACK) path"
+            ) if int8 else "") + ".\n\n"
         f"Command: `{cmd.strip()}`  \nDate: {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
         f"{machine_info()}, ai-edge-litert {litert_version()}\n\n{table}\n")
 
@@ -188,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    rows, failed = bench_all(models, lambda key: bench_model(key, threads, args.runs, log), log)
+    rows, failed = bench_all(
+        models, lambda key: bench_model(key, threads, args.runs, log, args.int8), log)
     table = with_failures(markdown_table(rows) if rows else "No model ran.", failed)
     print(table)
     if args.write is not None:
