@@ -12,7 +12,7 @@ from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fuse_gelu, fuse_matmul_bias
-from .fuse_qdq import fuse_conv_lookup, fuse_lookup, fuse_qdq
+from .fuse_qdq import fuse_conv_lookup, fuse_lookup, fuse_qdq, lookup_contrib
 from .fuse_mean import fuse_mean
 from .fuse_quant import fuse_integer_matmul
 from .fuse_scale import fuse_scale
@@ -25,6 +25,7 @@ DEFAULT_PIPELINE = [
     ("fuse_qdq", fuse_qdq),  # NOTE: before fold_constants, which dequantizes the weights
     ("fold_constants", fold_constants),
     ("fuse_lookup", fuse_lookup),  # NOTE: after fold_constants: BN parameters are DQ(constant)
+    ("lookup_contrib", lookup_contrib),
     ("fold_batchnorm", fold_batchnorm),
     ("fold_conv_affine", fold_conv_affine),
     ("fuse_hardswish", fuse_hardswish),

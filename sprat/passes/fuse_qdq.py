@@ -16,6 +16,10 @@
    ``QLinearConv``'s output becomes that conv's ``_lookup`` (``sprat.ir.fused``): the conv's
    epilogue maps its requantised values through the table (an unfolded BatchNormalization
    between two quantized convs, as onnxruntime's quantizer leaves it without pre-processing).
+4. ``lookup_contrib``: onnxruntime's elementwise quantized contrib ops as tables:
+   ``QLinearSigmoid`` / ``QLinearLeakyRelu`` become ``QLinearLookup``, a ``QLinearConcat``
+   a lookup per input to requantise and a plain ``Concat``, and a SiLU (``QLinearMul(x,
+   QLinearSigmoid(x))``) one lookup of x.
 
 Conv conditions: activations uint8/int8 with per-tensor scale and zero point; weights constant
 uint8/int8 per tensor or per output channel (axis 0); the bias constant int32 with zero point 0
@@ -33,6 +37,8 @@ F(4,3) for 3x3 convs, as the unfused float conv would run) within that 1 LSB.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -351,6 +357,147 @@ def fuse_lookup(g: Graph) -> Graph:
     return remove_dead(g)
 
 
+#: com.microsoft ops elementwise on one uint8/int8 input with constant per-tensor scales and
+#: zero points (``quantize(f(dequantize(X)))``): one table of 256 values says all they do
+_LOOKUP_UNARY = {"QLinearSigmoid", "QLinearLeakyRelu"}
+
+
+def _scalar_params(g: Graph, ids) -> list | None:
+    """The constant scalar values of ``ids`` (MISSING kept as None), or None when one is not
+    a constant of one value."""
+    out = []
+    for i in ids:
+        if i == MISSING:
+            out.append(None)
+            continue
+        v = _const(g, i)
+        if v is None or v.size != 1:
+            return None
+        out.append(v)
+    return out
+
+
+def _values_table(node, ins, pos, dt) -> np.ndarray:
+    """(1, 256) table of the elementwise ``node`` on every value of ``dt`` as its input
+    ``pos`` (``ins``: its inputs, that one left out), by the reference kernels."""
+    from ..backends.reference import evaluate
+
+    vals = np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
+    ins = list(ins[:pos]) + [vals] + list(ins[pos:])
+    return np.ascontiguousarray(evaluate(node, ins)[0].reshape(1, 256))
+
+
+def lookup_contrib(g: Graph) -> Graph:
+    """onnxruntime's quantized elementwise contrib ops as ``QLinearLookup`` (tables made by
+    the reference kernels, so the same bits), which every layout and the conv epilogue
+    (``fuse_conv_lookup``) take:
+
+    - ``QLinearSigmoid`` / ``QLinearLeakyRelu`` (X, X_scale, X_zp, Y_scale, Y_zp), per-tensor
+      constants: ``QLinearLookup(X, table)``, the table ``quantize(f(dequantize(v)))`` of the
+      256 values v (what onnxruntime's kernels compute for these ops: a table too);
+    - ``QLinearConcat`` (Y_scale, Y_zp, X0, X0_scale, X0_zp, ...): each input whose scale or
+      zero point is not Y's through the lookup of its requantisation ``quantize_Y(
+      dequantize_X(v))``, then a plain ``Concat`` of the bytes (exact: the op's result is that
+      requantisation of each element, concatenated).
+
+    Nodes with a parameter that is not a constant scalar, or another input type, are kept
+    (the reference kernels run them). Runs after ``fold_constants`` and before ``layout``."""
+    changed = False
+    nodes = []
+    for node in g.nodes:
+        if node.domain != "com.microsoft":
+            nodes.append(node)
+            continue
+        x = node.inputs[0] if node.inputs else MISSING
+        if node.op_type in _LOOKUP_UNARY and x != MISSING and len(node.outputs) == 1:
+            params = _scalar_params(g, node.inputs[1:])
+            dt = None if params is None else _qtype(g, x, params[1] if len(params) > 1 else None)
+            if params is not None and dt in _Q8:
+                table = _values_table(node, params, 0, dt)
+                t = g.add_const(f"{node.name}/table", table)
+                node.op_type, node.domain = "QLinearLookup", ""
+                node.inputs, node.attrs = [x, t], {"axis": 1}
+                changed = True
+        elif node.op_type == "QLinearConcat" and len(node.inputs) >= 5 and (
+                len(node.inputs) - 2) % 3 == 0:
+            params = _scalar_params(g, [node.inputs[0], node.inputs[1]]
+                                    + [i for k in range(2, len(node.inputs), 3)
+                                       for i in node.inputs[k + 1:k + 3]])
+            xs = node.inputs[2::3]
+            types = {_qtype(g, i, None if params is None else params[3 + 2 * k])
+                     for k, i in enumerate(xs)}
+            if (params is not None and len(types) == 1 and types <= set(_Q8)
+                    and params[1] is not None and params[1].dtype == next(iter(types))):
+                ys, yz = params[0], params[1]
+                ins = []
+                for k, xi in enumerate(xs):
+                    xs_, xz_ = params[2 + 2 * k], params[3 + 2 * k]
+                    same = (np.float32(xs_.reshape(())) == np.float32(ys.reshape(()))
+                            and (0 if xz_ is None else int(xz_.reshape(())))
+                            == int(yz.reshape(())))
+                    # NOTE: the reference's concat of one input (along axis 0 of the 256
+                    # values) is that input's requantisation
+                    table = None if same else _values_table(
+                        dataclasses.replace(node, inputs=[0, 1, 2, 3, 4], attrs={"axis": 0}),
+                        [ys, yz, xs_, xz_], 2, next(iter(types)))
+                    if table is not None:
+                        t = g.add_const(f"{node.name}/table{k}", table)
+                        y = g.add_value(g.unique_name(f"{node.name}/in{k}"), next(iter(types)),
+                                        g.values[xi].shape)
+                        nodes.append(type(node)("QLinearLookup", g.unique_name(
+                            f"{node.name}/requant{k}"), [xi, t], [y], {"axis": 1}))
+                        xi = y
+                    ins.append(xi)
+                node.op_type, node.domain = "Concat", ""
+                node.inputs, node.attrs = ins, {"axis": int(node.attrs.get("axis", 1))}
+                changed = True
+        nodes.append(node)
+    if changed:
+        g.nodes = nodes
+    return _lookup_gated(g) if changed else g
+
+
+def _lookup_gated(g: Graph) -> Graph:
+    """``QLinearMul(x, QLinearLookup(x, t))`` (x times a function of itself: SiLU made of
+    QLinearSigmoid and QLinearMul, per-tensor parameters, the lookup read by this product
+    only) becomes ``QLinearLookup(x, T)`` with T[v] the product's result for x = v and the
+    lookup's value ``t[v]``, by the reference kernel: the same bits, one pass instead of two,
+    and a table ``fuse_conv_lookup`` can then fold into the conv that makes x."""
+    consumers, producers = g.consumers(), g.producers()
+    changed = False
+    for mul in g.nodes:
+        if mul.domain != "com.microsoft" or mul.op_type != "QLinearMul" or len(mul.inputs) < 7:
+            continue
+        a, b = mul.inputs[0], mul.inputs[3]
+        for pos, (x, v) in enumerate(((a, b), (b, a))):
+            lut = producers.get(v)
+            table = None if lut is None else _const(g, lut.inputs[1])
+            if (lut is None or lut.op_type != "QLinearLookup" or lut.inputs[0] != x
+                    or table is None or table.shape != (1, 256)
+                    or single_consumer(g, consumers, v) is not mul):
+                continue
+            params = _scalar_params(g, [i for k, i in enumerate(mul.inputs) if k not in (0, 3)])
+            dt = _qtype(g, x, params[1] if params is not None else None)
+            if params is None or dt not in _Q8 or table.dtype != dt:
+                continue
+            from ..backends.reference import evaluate
+
+            vals = np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
+            pair = [vals, table.reshape(256)]
+            ins = [pair[pos], *params[0:2], pair[1 - pos], *params[2:]]
+            composite = np.ascontiguousarray(evaluate(mul, ins)[0].reshape(1, 256))
+            t = g.add_const(f"{mul.name}/table", composite)
+            mul.op_type, mul.domain = "QLinearLookup", ""
+            mul.inputs, mul.attrs = [x, t], {"axis": 1}
+            lut.op_type = DEAD
+            changed = True
+            break
+    if changed:
+        g.nodes = [n for n in g.nodes if n.op_type != DEAD]
+        g = remove_dead(g)
+    return g
+
+
 def fuse_conv_lookup(g: Graph) -> Graph:
     """``QLinearConv -> QLinearLookup`` along the conv's channel axis (the lookup the only
     reader of the conv's output) becomes the QLinearConv with ``_lookup=True`` and the table as
@@ -374,12 +521,15 @@ def fuse_conv_lookup(g: Graph) -> Graph:
             continue
         rank = w.ndim  # NOTE: the conv's input and output have the weight's rank
         channel = rank - 1 if conv.attrs.get("_layout") == "NHWC" else 1
-        if int(lut.attrs.get("axis", 1)) % rank != channel or table.shape[0] not in (1, w.shape[0]):
+        # NOTE: a table of one row is the same along any axis
+        if ((table.shape[0] > 1 and int(lut.attrs.get("axis", 1)) % rank != channel)
+                or table.shape[0] not in (1, w.shape[0])):
             continue
         conv.inputs = list(conv.inputs) + [MISSING] * (9 - len(conv.inputs)) + [lut.inputs[1]]
         conv.attrs["_lookup"] = True
         conv.outputs = [lut.outputs[0]]
-        lut.op_type = DEAD
+        # NOTE: emptied too: a dead node still listed would stay its output's producer
+        lut.op_type, lut.inputs, lut.outputs = DEAD, [], []
         consumers, producers = g.consumers(), g.producers()
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
     return remove_dead(g)

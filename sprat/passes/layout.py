@@ -22,14 +22,19 @@ LAYOUT_OPS = {
     "GlobalAveragePool": "input", "GlobalMaxPool": "input",
     "BatchNormalization": "input", "Resize": "input", "LRN": "input",
     "InstanceNormalization": "input", "DepthToSpace": "input", "SpaceToDepth": "input",
+    "QLinearGlobalAveragePool": "input",
 }
 
 
-def _rank(g: Graph, node) -> int | None:
-    """Rank of the node's data input when it is 3 (1-D op) or 4 (2-D op), else None."""
+def _rank(g: Graph, node, infos=None) -> int | None:
+    """Rank of the node's data input when it is 3 (1-D op) or 4 (2-D op), else None.
+    ``infos()``: inferred ``{value: TensorInfo}`` for an input whose shape is not recorded
+    (a quantizer's output model keeps no value_info for its quantized tensors)."""
     how = LAYOUT_OPS.get(node.op_type)
     # NOTE: ``_qdq`` (fuse_qdq's mark) says what the node stands for, not a layout or fusion
     if how is None or any(k.startswith("_") and k != "_qdq" for k in node.attrs):
+        return None
+    if int(node.attrs.get("channels_last", 0)):  # NOTE: QLinearGlobalAveragePool's own NHWC
         return None
     if how in ("weight", "qweight"):
         w = g.values[node.inputs[3 if how == "qweight" else 1]]
@@ -38,14 +43,23 @@ def _rank(g: Graph, node) -> int | None:
         rank = len(node.attrs.get("kernel_shape", ())) + 2 if len(node.outputs) == 1 else 0
     else:
         shape = g.values[node.inputs[0]].shape
+        if shape is None and infos is not None:
+            info = infos().get(node.inputs[0])
+            shape = None if info is None else info.shape
         rank = len(shape) if shape is not None and len(node.outputs) == 1 else 0
     return rank if rank in (3, 4) else None
 
 
 def to_nhwc(g: Graph) -> Graph:
+    from .fuse_qdq import _infos
+
     new_nodes = []
+    # NOTE: inferred before any node is rewired (the loop moves inputs to new values)
+    known = (_infos(g) if any(LAYOUT_OPS.get(n.op_type) == "input" and n.inputs
+                              and g.values[n.inputs[0]].shape is None for n in g.nodes)
+             else {})
     for n in g.nodes:
-        rank = _rank(g, n)
+        rank = _rank(g, n, lambda: known)
         if rank is None:
             new_nodes.append(n)
             continue

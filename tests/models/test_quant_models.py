@@ -246,3 +246,66 @@ def test_qdq_resnet18_convs_are_fused_and_within_one_lsb_of_the_spec(qdq_resnet1
     print(f"QDQ ResNet-18: per conv {dict(steps)}; output max |sprat - spec| / max|spec| = "
           f"{np.abs(got - want).max() / scale:.2e}, onnxruntime's fast path "
           f"{np.abs(ort_fast - want).max() / scale:.2e}")
+
+
+def _qoperator(tmp_path_factory, name, size):
+    """Family ``name`` through ``quantize_static`` in the QOperator format (reduce_range, as
+    for MobileNetV2 above), without onnxruntime's pre-processing: its BatchNormalizations
+    stay (DequantizeLinear -> BatchNormalization -> QuantizeLinear), its SiLUs are
+    com.microsoft QLinearSigmoid + QLinearMul."""
+    model, feeds = build(name, size=size)
+    d = tmp_path_factory.mktemp("quant")
+    src, dst = d / f"{name}.onnx", d / f"{name}.qop.onnx"
+    onnx.save(model, src)
+    quantization.quantize_static(str(src), str(dst), _Calibration(feeds["x"].shape),
+                                 quant_format=quantization.QuantFormat.QOperator,
+                                 per_channel=False, reduce_range=True,
+                                 weight_type=quantization.QuantType.QInt8)
+    return dst, feeds
+
+
+def _all_cpu_and_equal_to_the_unfused_graph(path, feeds):
+    """Every node on the cpu backend, the output at 1 and 2 threads equal to the unoptimized
+    graph's on the reference kernels; returns that output."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = sprat.InferenceSession(str(path), sess_options=so).run(None, feeds)[0]
+    for threads in (1, 2):
+        sess = sprat.InferenceSession(str(path), sprat.ScheduleConfig(num_threads=threads))
+        got = sess.run(None, feeds)[0]
+        backends = sess.session.info()["backends"]
+        assert set(backends.values()) == {"cpu"}, {k: v for k, v in backends.items()
+                                                    if v != "cpu"}
+        np.testing.assert_array_equal(got, ref)
+    return ref
+
+
+def test_qoperator_efficientnet_b0_runs_on_the_cpu_kernels_and_equals_the_spec(
+        tmp_path_factory):
+    """EfficientNet-B0 in the QOperator format: 65 QLinearSigmoid + QLinearMul SiLUs (one table
+    each: ``passes.fuse_qdq.lookup_contrib``), squeeze-excite QLinearMul broadcast over the map
+    and QLinearGlobalAveragePool (channels-last kernels): equal to onnxruntime's output."""
+    path, feeds = _qoperator(tmp_path_factory, "efficientnet_b0", 0.3)
+    ops = collections.Counter((n.domain, n.op_type) for n in onnx.load(path).graph.node)
+    assert ops[("com.microsoft", "QLinearSigmoid")] == 65
+    assert ops[("com.microsoft", "QLinearGlobalAveragePool")] == 17
+    got = _all_cpu_and_equal_to_the_unfused_graph(path, feeds)
+    np.testing.assert_array_equal(got, _ort(str(path), feeds, optimized=False)[0])
+
+
+def test_qoperator_yolo_neck_runs_on_the_cpu_kernels_and_each_op_within_one_lsb(
+        tmp_path_factory):
+    """A YOLO C2f/SPPF neck in the QOperator format: QLinearConcat (a table per input that
+    needs requantising, then a byte Concat), QLinearSigmoid, 8-bit MaxPool and nearest Resize
+    on the cpu kernels. Against onnxruntime: its QLinearAdd kernel rounds in its own float32
+    arithmetic, so a value may differ by 1 LSB where the spec's sum sits at a rounding
+    boundary; the first op that differs differs by at most 1 LSB (``sprat.check``, each
+    intermediate of the same run)."""
+    path, feeds = _qoperator(tmp_path_factory, "yolo_c2f_neck", 0.3)
+    ops = collections.Counter((n.domain, n.op_type) for n in onnx.load(path).graph.node)
+    assert ops[("com.microsoft", "QLinearConcat")] and ops[("", "MaxPool")] and ops[("", "Resize")]
+    _all_cpu_and_equal_to_the_unfused_graph(path, feeds)
+    report = check(path, feeds, rtol=0.0, atol=0.0)
+    first = report.first_divergence
+    if first is not None:
+        assert first.op_type == "QLinearAdd" and first.max_abs <= 1, report.summary()

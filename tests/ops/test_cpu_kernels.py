@@ -624,6 +624,27 @@ def test_resize(mode, ctm, nearest, scales, sizes):
     check("Resize", ins, attrs, consts=(2, 3))
 
 
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("op,ins,attrs", [
+    ("Resize", [None, None, np.array([1, 1, 2, 2], np.float32), None],
+     {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+      "nearest_mode": "floor"}),
+    ("Resize", [None, None, None, np.array([2, 8, 5, 13], np.int64)], {"mode": "nearest"}),
+    ("Upsample", [None, np.array([1, 1, 3, 2], np.float32)], {})])
+def test_nearest_resize_of_8_bit_maps(dt, op, ins, attrs):
+    """Whole pixels moved as float32 words (8 channels: two words a pixel): the same bytes
+    as the reference's gather, every byte value included (NaN patterns among the words)."""
+    info = np.iinfo(dt)
+    x = np.random.default_rng(4).integers(info.min, info.max + 1, (2, 6, 9, 8)).astype(dt)
+    x.reshape(-1)[:256] = np.arange(256).astype(np.uint8).view(dt)
+    check(op, [x] + ins[1:], {**attrs, **fused()}, consts=tuple(range(1, len(ins))), rtol=0)
+    assert refuses(op, [x[..., :6].copy()] + ins[1:], {**attrs, **fused()},
+                   consts=tuple(range(1, len(ins))))  # NOTE: 6 channels: not whole words
+    assert op == "Upsample" or refuses(
+        op, [x, None, np.array([1, 1, 2, 2], np.float32)], {"mode": "linear", **fused()},
+        consts=(2,))
+
+
 def test_upsample_and_resize_refusals():
     x = nhwc(randn(1, 3, 4, 5))
     check("Upsample", [x, np.array([1, 1, 2, 3], np.float32)], fused(), consts=(1,))

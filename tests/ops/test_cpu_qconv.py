@@ -553,6 +553,95 @@ def test_qlinear_add_and_mul(op, dt):
     assert not CpuBackend(1).has_fast_kernel(node, infos)
 
 
+def _contrib_exact(op, ins, consts, attrs=None):
+    """The cpu kernel of com.microsoft ``op`` equals the reference kernel exactly, at 1 and 2
+    threads."""
+    from opcheck import make_node, run_cpu
+
+    from sprat.backends.reference import evaluate
+
+    ins = [np.asarray(v) for v in ins]
+    node, infos = make_node(op, ins, attrs or {}, consts)
+    node.domain = "com.microsoft"
+    want = evaluate(node, ins)[0]
+    for nt in (1, 2):
+        got = run_cpu(node, infos, ins, nt)[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} threads={nt}")
+
+
+# (full shape, broadcast shape): a squeeze-excite scale on an NHWC map (batch 1 and 2, one
+# channel to a 9-channel tail past the kernel's 8-lane steps), rows broadcast inside, a
+# leading-axis vector, and the first operand the smaller one
+BROADCASTS = [((1, 14, 14, 40), (1, 1, 1, 40)), ((2, 7, 5, 9), (2, 1, 1, 9)),
+              ((1, 9, 9, 1), (1, 1, 1, 1)), ((3, 4, 6), (3, 1, 6)), ((2, 300, 7, 9), (2, 1, 1, 1)),
+              ((1, 1, 1, 16), (1, 20, 20, 16))]
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dt", [_U8, _S8])
+@pytest.mark.parametrize("sa,sb", BROADCASTS)
+def test_qlinear_add_and_mul_broadcast_over_a_run_of_axes(op, dt, sa, sb):
+    ins = [_q(sa, dt, 0), np.float32(0.031), _q((), dt, 2), _q(sb, dt, 1), np.float32(0.017),
+           _q((), dt, 3), np.float32(0.043 if op == "QLinearAdd" else 0.0011), _q((), dt, 4)]
+    _contrib_exact(op, ins, (1, 2, 4, 5, 6, 7))
+
+
+def test_qlinear_binary_refuses_a_broadcast_over_two_runs():
+    from opcheck import make_node
+
+    from sprat.backends.cpu import CpuBackend
+
+    ins = [np.asarray(v) for v in (_q((2, 3, 4, 5), _U8, 0), np.float32(0.03), _q((), _U8, 1),
+                                   _q((2, 1, 4, 1), _U8, 2), np.float32(0.02), _q((), _U8, 3),
+                                   np.float32(0.04), _q((), _U8, 4))]
+    node, infos = make_node("QLinearMul", ins, {}, (1, 2, 4, 5, 6, 7))
+    node.domain = "com.microsoft"
+    assert not CpuBackend(1).has_fast_kernel(node, infos)
+
+
+@pytest.mark.parametrize("dt", [_U8, _S8])
+@pytest.mark.parametrize("shape,attrs", [((1, 7, 9, 40), {"_layout": "NHWC"}),
+                                         ((3, 5, 5, 17), {"channels_last": 1}),
+                                         ((2, 56, 56, 24), {"_layout": "NHWC"}),
+                                         ((2, 33, 8), {"_layout": "NHWC"})])
+def test_qlinear_global_average_pool_channels_last(dt, shape, attrs):
+    """onnxruntime's integer form (int32 sums less zp * HW, one float32 scale), the extremes
+    of the type included; the third map is above the parallel threshold (two slots)."""
+    x = _q(shape, dt, 0)
+    x.reshape(-1)[:shape[-1] * 3] = np.iinfo(dt).max
+    for xs, ys in ((0.031, 0.017), (0.2, 0.0009)):  # NOTE: the second saturates
+        _contrib_exact("QLinearGlobalAveragePool",
+                       [x, np.float32(xs), _q((), dt, 2), np.float32(ys), _q((), dt, 3)],
+                       (1, 2, 3, 4), attrs)
+
+
+# (x shape NHWC, kernel, strides, pads, ceil_mode): SPPF's 5x5 stride 1, a 3x3 stride 2 with
+# and without padding, ceil_mode's partial last window, a 1-pixel map
+MAXPOOLS = [((1, 20, 20, 32), (5, 5), (1, 1), (2, 2, 2, 2), 0),
+            ((2, 9, 11, 7), (3, 3), (2, 2), (1, 1, 1, 1), 0),
+            ((1, 8, 8, 16), (2, 2), (2, 2), (0, 0, 0, 0), 0),
+            ((1, 10, 7, 3), (3, 3), (2, 2), (0, 0, 0, 0), 1),
+            ((1, 1, 1, 5), (3, 3), (1, 1), (1, 1, 1, 1), 0)]
+
+
+@pytest.mark.parametrize("dt", [_U8, _S8])
+@pytest.mark.parametrize("shape,kernel,strides,pads,ceil", MAXPOOLS)
+def test_max_pool_of_8_bit_maps(dt, shape, kernel, strides, pads, ceil):
+    check_cpu("MaxPool", [_q(shape, dt, 0)],
+              {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads),
+               "ceil_mode": ceil, "_layout": "NHWC"}, (), rtol=0)
+
+
+def test_max_pool_of_8_bit_maps_refusals():
+    x = _q((1, 8, 8, 4), _U8, 0)
+    assert cpu_refuses("MaxPool", [x], {"kernel_shape": [3, 3], "dilations": [2, 2],
+                                        "_layout": "NHWC"}, ())
+    # NOTE: a window entirely in the padding (the reference's max of nothing)
+    assert cpu_refuses("MaxPool", [x], {"kernel_shape": [2, 2], "pads": [2, 2, 0, 0],
+                                        "_layout": "NHWC"}, ())
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_qdq_conv_may_run_by_winograd_within_one_lsb(threads, monkeypatch):
     """On the float32 path, a QLinearConv made from a QDQ float conv (``_qdq``) runs a 3x3

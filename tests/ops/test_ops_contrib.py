@@ -107,15 +107,19 @@ def test_qlinear_softmax(qt, axis, opset, shape):
 
 
 @pytest.mark.parametrize("channels_last", [0, 1])
-def test_qlinear_global_average_pool(channels_last):
-    x = rng.integers(0, 255, (2, 8, 5, 7) if not channels_last else (2, 5, 7, 8)).astype(
-        np.uint8)
-    consts = {"xs": np.float32(0.03), "xz": np.uint8(100), "ys": np.float32(0.02),
-              "yz": np.uint8(120)}
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qlinear_global_average_pool(channels_last, dt):
+    """Equal to onnxruntime's kernel (its integer form: int32 sums, one float32 scale), the
+    channels-first map on sprat's NHWC kernel."""
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max + 1, (2, 8, 5, 7) if not channels_last
+                     else (2, 5, 7, 8)).astype(dt)
+    consts = {"xs": np.float32(0.03), "xz": dt(100), "ys": np.float32(0.02), "yz": dt(120)}
     node = h.make_node("QLinearGlobalAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"],
                        domain=MS, channels_last=channels_last)
-    got, want, _ = _run_both(_model(node, [("x", T.UINT8, x.shape)], T.UINT8, consts), {"x": x})
-    _assert_lsb(got, want)
+    code = T.UINT8 if dt is np.uint8 else T.INT8
+    got, want, _ = _run_both(_model(node, [("x", code, x.shape)], code, consts), {"x": x})
+    np.testing.assert_array_equal(got, want)
 
 
 def test_qlinear_average_pool():

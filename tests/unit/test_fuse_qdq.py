@@ -161,3 +161,104 @@ def test_per_axis_activations_are_not_fused():
     assert _ops(model)["QLinearConv"] == 0
     got, _ = _sprat(model, _x())
     assert np.abs(got.astype(int) - _spec(model, _x()).astype(int)).max() <= 1
+
+
+# ---- onnxruntime's quantized contrib ops as tables (``lookup_contrib``) -------------------
+
+MS = "com.microsoft"
+
+
+def _ms_model(nodes, inits, dt=T.UINT8, inputs=(("x", (1, 16, 9, 9)),), outputs=("y",)):
+    g = h.make_graph(nodes, "qop", [h.make_tensor_value_info(n, dt, s) for n, s in inputs],
+                     [h.make_tensor_value_info(o, dt, None) for o in outputs], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21), h.make_opsetid(MS, 1)],
+                        ir_version=10)
+
+
+def _feeds(model, seed=1):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in model.graph.input:
+        dt = np.uint8 if i.type.tensor_type.elem_type == T.UINT8 else np.int8
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        out[i.name] = rng.integers(np.iinfo(dt).min, np.iinfo(dt).max + 1, shape).astype(dt)
+    return out
+
+
+def _equal_to_unfused(model, max_lsb_from_spec=1):
+    """Every node on the cpu backend, the output equal to the unoptimized graph's (the
+    reference kernels), and within ``max_lsb_from_spec`` of onnxruntime's."""
+    feeds = _feeds(model)
+    got, backends = _sprat(model, feeds)
+    assert set(backends.values()) == {"cpu"}, backends
+    unfused, _ = _sprat(model, feeds, optimized=False)
+    np.testing.assert_array_equal(got, unfused)
+    assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= max_lsb_from_spec
+
+
+def _params(dt, names=("xs", "xz", "ys", "yz"), values=(0.05, 7, 0.004, -3)):
+    npdt = np.uint8 if dt == T.UINT8 else np.int8
+    shift = 128 if npdt is np.uint8 else 0
+    return [_init(n, np.float32(v) if n.endswith("s") else npdt(v + shift))
+            for n, v in zip(names, values)]
+
+
+def test_quantized_sigmoid_and_leaky_relu_become_tables():
+    for dt in (T.UINT8, T.INT8):
+        for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1})):
+            model = _ms_model([h.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS,
+                                           **attrs)], _params(dt), dt)
+            assert _ops(model) == {"QLinearLookup": 1}, (op, _ops(model))
+            _equal_to_unfused(model)
+
+
+def test_quantized_silu_becomes_one_table():
+    """QLinearSigmoid then QLinearMul by its own input (SiLU as onnxruntime's quantizer writes
+    it) is one function of x: one table. With the sigmoid also a graph output, the two stay."""
+    for dt in (T.UINT8, T.INT8):
+        inits = _params(dt) + _params(dt, ("ms", "mz"), (0.03, 2))
+        nodes = [h.make_node("QLinearSigmoid", ["x", "xs", "xz", "ys", "yz"], ["s"], domain=MS),
+                 h.make_node("QLinearMul", ["x", "xs", "xz", "s", "ys", "yz", "ms", "mz"],
+                             ["y"], domain=MS)]
+        model = _ms_model(nodes, inits, dt)
+        assert _ops(model) == {"QLinearLookup": 1}, _ops(model)
+        # NOTE: a sigmoid value 1 LSB off onnxruntime's table moves the product by up to
+        # x_scale * max|x| * y_scale / m_scale: 2 LSB here
+        _equal_to_unfused(model, max_lsb_from_spec=2)
+        both = _ms_model(nodes, inits, dt, outputs=("y", "s"))
+        assert _ops(both) == {"QLinearLookup": 1, "QLinearMul": 1}, _ops(both)
+        _equal_to_unfused(both, max_lsb_from_spec=2)
+
+
+def test_qlinear_concat_becomes_tables_and_a_concat():
+    """Each input requantised to the output's scale by a table, the one already in it as it
+    is, then a plain Concat of the bytes."""
+    inits = [_init("ys", np.float32(0.05)), _init("yz", np.uint8(128)),
+             _init("as", np.float32(0.02)), _init("az", np.uint8(100)),
+             _init("bs", np.float32(0.05)), _init("bz", np.uint8(128))]
+    model = _ms_model([h.make_node("QLinearConcat", ["ys", "yz", "a", "as", "az", "b", "bs",
+                                                     "bz"], ["y"], domain=MS, axis=1)],
+                      inits, inputs=(("a", (1, 3, 4, 5)), ("b", (1, 6, 4, 5))))
+    assert _ops(model) == {"QLinearLookup": 1, "Concat": 1}, _ops(model)
+    _equal_to_unfused(model)
+
+
+def test_quantized_pool_of_an_unrecorded_shape_runs_channels_last():
+    """A QLinearGlobalAveragePool whose input has no recorded shape (a quantizer's output keeps
+    no value_info) is still put in NHWC (the shape inferred at the layout pass): no Transpose
+    is left but at the graph's own edges, and its kernel is the cpu backend's."""
+    inits = _params(T.UINT8) + _params(T.UINT8, ("ps", "pz"), (0.002, 5))
+    nodes = [h.make_node("QLinearSigmoid", ["x", "xs", "xz", "ys", "yz"], ["s"], domain=MS),
+             h.make_node("QLinearConv", ["s", "ys", "yz", "w", "ws", "wz", "ys", "yz"], ["c"]),
+             h.make_node("QLinearGlobalAveragePool", ["c", "ys", "yz", "ps", "pz"], ["y"],
+                         domain=MS)]
+    # NOTE: 7-bit weights: onnxruntime's u8 x s8 conv saturates vpmaddubsw's pairs beyond
+    # (issue 14), and it is the oracle here
+    w = np.random.default_rng(3).integers(-63, 64, (16, 16, 3, 3)).astype(np.int8)
+    inits += [_init("w", w), _init("ws", np.float32(0.01)), _init("wz", np.int8(0))]
+    model = _ms_model(nodes, inits)
+    ops = _ops(model)
+    (pool,) = [n for n in _nodes(model) if n.op_type == "QLinearGlobalAveragePool"]
+    assert pool.attrs.get("_layout") == "NHWC", pool.attrs
+    assert ops["Transpose"] == 2, ops  # NOTE: the input's and the output's
+    _equal_to_unfused(model)

@@ -112,6 +112,7 @@ MS_KERNELS: dict = {
     "QGemm": "quant.QGemmKernel",
     "QLinearAdd": "qlinear.QLinearBinaryKernel",
     "QLinearMul": "qlinear.QLinearBinaryKernel",
+    "QLinearGlobalAveragePool": "qlinear.QLinearGlobalAveragePoolKernel",
 }
 
 #: the kernel tables by node domain

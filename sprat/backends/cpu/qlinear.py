@@ -5,13 +5,24 @@ DequantizeLinear-21: ``y = (x - x_zero_point) * x_scale``; the same float32 oper
 reference kernels (``ops_quant``), so the results are equal bit for bit. Per-axis and blocked
 scales, other types and ``saturate=0`` run on the reference kernels. The ops are elementwise:
 any layout.
+
+Also the 8-bit tables (QLinearLookup: ``passes.fuse_qdq``'s tables, TFLite's lookups) and
+onnxruntime's quantized contrib ops QLinearAdd / QLinearMul (same shapes, or one operand
+broadcast over a run of axes) and QLinearGlobalAveragePool (channels last), each equal to its
+reference kernel bit for bit.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import PARALLEL_MIN_DEQUANT, PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_QUANT, CpuKernel
+from ._base import (
+    PARALLEL_MIN_DEQUANT,
+    PARALLEL_MIN_ELEMENTS,
+    PARALLEL_MIN_QUANT,
+    CpuKernel,
+    scratch,
+)
 from .compiled import kernels as ck
 
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
@@ -117,10 +128,31 @@ class LookupKernel(CpuKernel):
             self.inner, self.signed)))
 
 
+def _broadcast_rows(full, other) -> tuple[int, int, int] | None:
+    """``(outer, mid, inner)`` when ``other`` (a shape) broadcasts to ``full`` over one run of
+    consecutive axes (``full`` = (outer, mid, inner) values, ``other`` (outer, 1, inner)), as a
+    squeeze-excite scale (N, 1, 1, C) does to its map (N, H, W, C); None otherwise."""
+    full, other = tuple(full), tuple(other)
+    if len(other) > len(full):
+        return None
+    other = (1,) * (len(full) - len(other)) + other
+    ones = [k for k, (f, o) in enumerate(zip(full, other)) if o != f]
+    if any(other[k] != 1 for k in ones) or (ones and ones != list(range(ones[0], ones[-1] + 1))):
+        return None
+    if not ones:
+        return int(np.prod(full)), 1, 1
+    outer = int(np.prod(full[:ones[0]]))
+    mid = int(np.prod(full[ones[0]:ones[-1] + 1]))
+    return outer, mid, int(np.prod(full[ones[-1] + 1:]))
+
+
 class QLinearBinaryKernel(CpuKernel):
-    """com.microsoft QLinearAdd / QLinearMul of two same-shaped uint8 (or int8) tensors with
-    constant per-tensor scales and zero points, the output of the same type (onnxruntime's
-    contrib ops; the reference's float32 operations, so equal bit for bit)."""
+    """com.microsoft QLinearAdd / QLinearMul of two uint8 (or int8) tensors with constant
+    per-tensor scales and zero points, the output of the same type (onnxruntime's contrib ops;
+    the reference's float32 operations, so equal bit for bit): same shapes, or one operand
+    broadcast over a run of consecutive axes (``_broadcast_rows``: a squeeze-excite scale
+    times its map; the operands swapped when the first is the smaller, + and * being
+    commutative in float32)."""
 
     flat_run = "call"
 
@@ -132,7 +164,8 @@ class QLinearBinaryKernel(CpuKernel):
         zc = ins[7] if len(ins) > 7 else None
         if a is None or b is None or a.dtype not in _Q8 or b.dtype != a.dtype:
             return False
-        if tuple(a.shape) != tuple(b.shape):
+        if tuple(a.shape) != tuple(b.shape) and _broadcast_rows(a.shape, b.shape) is None \
+                and _broadcast_rows(b.shape, a.shape) is None:
             return False
         for s in (sa, sb, sc):
             if _scalar(s) is None or s.dtype != np.float32:
@@ -141,20 +174,77 @@ class QLinearBinaryKernel(CpuKernel):
                    for z in (za, zb, zc))
 
     def prepare(self, ins, outs):
-        a, sa, za, _, sb, zb, sc = ins[:7]
+        a, sa, za, b, sb, zb, sc = ins[:7]
         zc = ins[7] if len(ins) > 7 else None
 
         def f(info):
             return 0.0 if info is None else float(np.float32(_scalar(info)))
 
-        self.params = (f(za), f(sa), f(zb), f(sb), f(sc), f(zc))
-        self.n = int(np.prod(a.shape))
+        # NOTE: the full operand first (``swap``: b is), with its parameters
+        self.swap = tuple(a.shape) != tuple(outs[0].shape)
+        pa, pb = (f(za), f(sa)), (f(zb), f(sb))
+        self.params = (*pb, *pa, f(sc), f(zc)) if self.swap else (*pa, *pb, f(sc), f(zc))
+        full, small = (b, a) if self.swap else (a, b)
+        self.rows = (None if tuple(small.shape) == tuple(full.shape)
+                     else _broadcast_rows(full.shape, small.shape))
+        self.n = int(np.prod(full.shape))
         self.nt = self.threads if self.n >= PARALLEL_MIN_QUANT else 1
         self.signed = a.dtype == np.int8
         self.mul = self.node.op_type == "QLinearMul"
 
     def run(self, ins, outs, ws):
         a, b, y = ins[0], ins[3], outs[0]
+        if self.swap:
+            a, b = b, a
+        if self.rows is not None:
+            self.bound_call(ws, (a, b, y), lambda: (ck.qlinear_binary_rows, (
+                self.nt, self.mul, byte_view(a), byte_view(b), byte_view(y), *self.rows,
+                self.signed, *self.params)))
+            return
         self.bound_call(ws, (a, b, y), lambda: (ck.qlinear_binary, (
             self.nt, self.mul, byte_view(a), byte_view(b), byte_view(y), self.n, self.signed,
             *self.params)))
+
+
+class QLinearGlobalAveragePoolKernel(CpuKernel):
+    """com.microsoft QLinearGlobalAveragePool over a channels-last uint8 / int8 map (the
+    layout pass's ``_layout="NHWC"``, or the op's own ``channels_last=1``), constant per-tensor
+    scales and zero points: ``ck.qlinear_global_average_pool``, onnxruntime's integer form
+    (``ops_contrib.qlinear_global_average_pool``), the same bytes as the reference kernel."""
+
+    flat_run = "call"
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        a = node.attrs
+        nhwc = a.get("_layout") == "NHWC" or int(a.get("channels_last", 0))
+        if not nhwc or any(k.startswith("_") and k != "_layout" for k in a) or len(ins) != 5:
+            return False
+        x, sx, zx, sy, zy = ins
+        if x is None or x.dtype not in _Q8 or len(x.shape) < 3 or zy is None \
+                or zy.dtype != x.dtype:
+            return False
+        return (all(_scalar(s) is not None and s.dtype == np.float32 for s in (sx, sy))
+                and all(z is None or (_scalar(z) is not None and z.dtype == x.dtype)
+                        for z in (zx, zy)))
+
+    def prepare(self, ins, outs):
+        x, sx, zx, sy, zy = ins
+        shape = tuple(x.shape)
+        self.n, self.c = shape[0], shape[-1]
+        self.hw = int(np.prod(shape[1:-1]))
+        # NOTE: float32 x_scale / (y_scale * HW), MLAS's order
+        self.scale = float(np.float32(_scalar(sx)) / (np.float32(_scalar(sy))
+                                                     * np.float32(self.hw)))
+        self.xz = 0 if zx is None else int(_scalar(zx))
+        self.yz = int(_scalar(zy))
+        self.signed = x.dtype == np.int8
+        self.nt = self.threads if self.n > 1 and self.n * self.hw * self.c >= \
+            PARALLEL_MIN_ELEMENTS else 1
+        self.workspaces = (scratch(1, self.nt * self.c, np.int32),)
+
+    def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.qlinear_global_average_pool, (
+            self.nt, byte_view(x), byte_view(y), self.n, self.hw, self.c, self.signed, self.xz,
+            self.scale, self.yz, ws.buffers[0].reshape(-1))))

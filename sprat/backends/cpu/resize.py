@@ -5,7 +5,8 @@ ONNX Resize-19 with constant scales or sizes, modes ``nearest`` (all four neares
 asymmetric, half_pixel_symmetric; antialias 0; N and C not resized. Upsample-9: asymmetric,
 nearest takes the floor. Source indices and weights per output row/column are computed once at
 prepare (float32 arithmetic, as onnxruntime); the compiled kernel then gathers whole channel
-vectors. Cubic, tf_crop_and_resize and antialiasing stay on the reference backend.
+vectors. Nearest also over uint8 / int8 maps of a multiple of 4 channels (pixels copied whole,
+as float32 words). Cubic, tf_crop_and_resize and antialiasing stay on the reference backend.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _const(info):
 
 
 class ResizeKernel(CpuKernel):
-    """Resize-19 / Upsample-9 over NHWC float32 (see module docstring for what is covered)."""
+    """Resize-19 / Upsample-9 over NHWC float32, and nearest over 8-bit maps (see module
+    docstring for what is covered)."""
 
     @classmethod
     def supports(cls, node, ins) -> bool:
@@ -52,7 +54,12 @@ class ResizeKernel(CpuKernel):
         x = ins[0]
         if a.get("_layout") != "NHWC" or a.get("_residual") or a.get("_activation"):
             return False
-        if x is None or x.dtype != np.float32 or len(x.shape) != 4:
+        if x is None or len(x.shape) != 4:
+            return False
+        # NOTE: a nearest resize of an 8-bit map (a QOperator model's upsample) copies whole
+        # pixels: as float32 pixels of C / 4 values, the same bytes
+        if x.dtype != np.float32 and (x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8))
+                                      or x.shape[3] % 4 or a.get("mode", "nearest") != "nearest"):
             return False
         if node.op_type == "Upsample":
             scales = _const(ins[1]) if len(ins) > 1 else None
@@ -90,7 +97,8 @@ class ResizeKernel(CpuKernel):
             mode = a.get("mode", "nearest")
             ctm = a.get("coordinate_transformation_mode", "half_pixel")
             nearest = a.get("nearest_mode", "round_prefer_floor")
-        self.shape = (n, h, w, c, oh, ow)
+        self.bytes = ins[0].dtype != np.float32  # NOTE: 8-bit pixels moved as float32s
+        self.shape = (n, h, w, c // 4 if self.bytes else c, oh, ow)
         self.mode = mode
         cy = source_coords(ctm, h, oh, sc[2])
         cx = source_coords(ctm, w, ow, sc[3])
@@ -101,6 +109,8 @@ class ResizeKernel(CpuKernel):
 
     def run(self, ins, outs, ws):
         x, y = ins[0].reshape(-1), outs[0].reshape(-1)
+        if self.bytes:
+            x, y = x.view(np.float32), y.view(np.float32)
         if self.mode == "nearest":
             ck.resize_nearest(x, y, *self.shape, self.iy, self.ix, self.threads)
         else:

@@ -79,10 +79,20 @@ def qlinear_softmax(X, X_scale, x_zero_point=None, y_scale=None, y_zero_point=No
 
 def qlinear_global_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point,
                                 channels_last=0):
-    """QLinearGlobalAveragePool: the mean over the spatial axes of dequantize(X), quantized."""
-    x = _deq(X, x_scale, x_zero_point)
+    """QLinearGlobalAveragePool as onnxruntime computes it (MLAS ``qlgavgpool.cpp``): the
+    integer sum of X over the spatial axes less ``x_zero_point * HW``, times the float32
+    ``x_scale / (y_scale * HW)``, rounded half to even, plus ``y_zero_point``, saturated."""
     axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
-    return _q(x.mean(axis=axes, keepdims=True), y_scale, y_zero_point, X.dtype)
+    hw = int(np.prod([X.shape[a] for a in axes], dtype=np.int64))
+    zx = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
+    acc = np.asarray(X).astype(np.int64).sum(axis=axes, keepdims=True) - zx * hw
+    scale = _F32(np.asarray(x_scale, _F32).reshape(())) / (
+        _F32(np.asarray(y_scale, _F32).reshape(())) * _F32(hw))
+    r = np.rint(acc.astype(_F32) * scale)
+    dt = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
+    if y_zero_point is not None:
+        r = r + np.asarray(y_zero_point).astype(_F32)
+    return _saturate(r, dt)
 
 
 def qlinear_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point, channels_last=0,

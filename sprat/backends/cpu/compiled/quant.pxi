@@ -426,6 +426,98 @@ def qlinear_binary(int nt, bint mul, const unsigned char[::1] a, const unsigned 
                              zc)
 
 
+cdef void _qbinary_rows(const unsigned char* a, const unsigned char* b, unsigned char* y,
+                        idx r0, idx r1, idx mid, idx inner, bint mul, bint signed_, float za,
+                        float sa, float zb, float sb, float sc, float zc) noexcept nogil:
+    cdef idx r
+    for r in range(r0, r1):
+        sprat_qlinear_binary(a + r * inner, b + (r // mid) * inner, y + r * inner, inner, mul,
+                             signed_, za, sa, zb, sb, sc, zc)
+
+
+def qlinear_binary_rows(int nt, bint mul, const unsigned char[::1] a,
+                        const unsigned char[::1] b, unsigned char[::1] y, idx outer, idx mid,
+                        idx inner, bint signed_, float za, float sa, float zb, float sb,
+                        float sc, float zc):
+    """``qlinear_binary`` with ``b`` broadcast over a middle run of axes: ``a`` and ``y``
+    (outer, mid, inner) values, ``b`` (outer, 1, inner) (a squeeze-excite scale: a (N, H, W,
+    C) map times (N, 1, 1, C)); each of the ``outer * mid`` rows of ``inner`` values is one
+    ``qlinear_binary``, so the same bits. Raises ValueError on short operands."""
+    cdef idx rows = outer * mid
+    if a.shape[0] < rows * inner or y.shape[0] < rows * inner or b.shape[0] < outer * inner:
+        raise ValueError("qlinear_binary_rows: operands too short")
+    if rows * inner == 0:
+        return
+    cdef const unsigned char* pa = &a[0]
+    cdef const unsigned char* pb = &b[0]
+    cdef unsigned char* py = &y[0]
+    cdef int t
+    if nt <= 1 or rows < nt:
+        with nogil:
+            _qbinary_rows(pa, pb, py, 0, rows, mid, inner, mul, signed_, za, sa, zb, sb, sc, zc)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qbinary_rows(pa, pb, py, t * rows // nt, (t + 1) * rows // nt, mid, inner, mul,
+                      signed_, za, sa, zb, sb, sc, zc)
+
+
+cdef void _qgap_rows(const unsigned char* x, unsigned char* y, idx n0, idx n1, idx HW, idx C,
+                     bint signed_, int bias, float scale, float yz, float lo, float hi,
+                     int* acc) noexcept nogil:
+    cdef idx n, p, c
+    cdef const unsigned char* row
+    cdef const signed char* srow
+    cdef float f
+    for n in range(n0, n1):
+        for c in range(C):
+            acc[c] = 0
+        for p in range(HW):
+            row = x + (n * HW + p) * C
+            if signed_:
+                srow = <const signed char*>row
+                for c in range(C):
+                    acc[c] += srow[c]
+            else:
+                for c in range(C):
+                    acc[c] += row[c]
+        for c in range(C):
+            # NOTE: clamped to [lo - yz, hi - yz] before rounding (rint is monotonic and
+            # keeps the integer bounds): MLAS's order, the same bytes
+            f = <float>(acc[c] + bias) * scale
+            f = min(max(f, lo - yz), hi - yz)
+            if signed_:
+                (<signed char*>y)[n * C + c] = <signed char>(<int>nearbyintf(f) + <int>yz)
+            else:
+                y[n * C + c] = <unsigned char>(<int>nearbyintf(f) + <int>yz)
+
+
+def qlinear_global_average_pool(int nt, const unsigned char[::1] x, unsigned char[::1] y,
+                                idx N, idx HW, idx C, bint signed_, int xz, float scale,
+                                int yz, int[::1] acc):
+    """com.microsoft QLinearGlobalAveragePool over channels-last uint8 / int8 (``signed_``)
+    ``x`` (N, HW, C) into ``y`` (N, C), as ``ops_contrib.qlinear_global_average_pool`` (MLAS's
+    integer form): int32 sums per channel less ``xz * HW``, times float32 ``scale`` (x_scale /
+    (y_scale * HW)), rounded half to even, plus ``yz``, saturated. ``acc``: C int32 per slot
+    (scratch). Slots split the batch. Raises ValueError on short operands or sums that could
+    leave int32 (HW * 255 >= 2^31)."""
+    if x.shape[0] < N * HW * C or y.shape[0] < N * C or acc.shape[0] < nt * C:
+        raise ValueError("qlinear_global_average_pool: operands too short")
+    if HW >= (1 << 23):
+        raise ValueError("qlinear_global_average_pool: image too large for int32 sums")
+    if N * C == 0:
+        return
+    cdef float lo = -128.0 if signed_ else 0.0, hi = 127.0 if signed_ else 255.0
+    cdef int bias = -xz * <int>HW
+    cdef int t
+    if nt <= 1 or N < nt:
+        with nogil:
+            _qgap_rows(&x[0], &y[0], 0, N, HW, C, signed_, bias, scale, yz, lo, hi, &acc[0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qgap_rows(&x[0], &y[0], t * N // nt, (t + 1) * N // nt, HW, C, signed_, bias, scale,
+                   yz, lo, hi, &acc[t * C])
+
+
 # ---- QLinearConv 1x1 in one pass: blocks of pixels widened, multiplied, requantised ----------
 
 cdef void _qpointwise_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
