@@ -454,7 +454,8 @@ def lookup_contrib(g: Graph) -> Graph:
         nodes.append(node)
     if changed:
         g.nodes = nodes
-    return _lookup_gated(g) if changed else g
+    # NOTE: also the QDQ form's SiLU (fuse_qdq's QLinearMul of x and fuse_lookup's sigmoid)
+    return _lookup_gated(g)
 
 
 def _lookup_gated(g: Graph) -> Graph:

@@ -524,7 +524,8 @@ def test_quantize_linear_refusals():
 
 @pytest.mark.parametrize("xdt,tdt", [(_U8, _U8), (_S8, _S8), (_U8, _S8)])
 @pytest.mark.parametrize("shape,axis,rows", [((2, 5, 6, 7), 3, 7), ((1, 300, 40), 1, 300),
-                                             ((3, 4, 5), 1, 1), ((600, 17), 1, 17)])
+                                             ((3, 4, 5), 1, 1), ((600, 17), 1, 17),
+                                             ((2, 33, 40, 24), 3, 1), ((1, 1001), 1, 1)])
 def test_qlinear_lookup(xdt, tdt, shape, axis, rows):
     x = _q(shape, xdt, 0)
     table = _q((rows, 256), tdt, 1)

@@ -262,3 +262,26 @@ def test_quantized_pool_of_an_unrecorded_shape_runs_channels_last():
     assert pool.attrs.get("_layout") == "NHWC", pool.attrs
     assert ops["Transpose"] == 2, ops  # NOTE: the input's and the output's
     _equal_to_unfused(model)
+
+
+def test_qdq_silu_becomes_one_table():
+    """The QDQ form of SiLU (DQ -> Sigmoid -> Q, then DQ(x) * DQ(s) -> Q): fuse_lookup's
+    sigmoid table and fuse_qdq's QLinearMul of x by it become one table of x."""
+    inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
+             _init("ss", np.float32(1 / 255)), _init("sz", np.uint8(0)),
+             _init("ys", np.float32(0.03)), _init("yz", np.uint8(10))]
+    nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f"]),
+             h.make_node("Sigmoid", ["f"], ["sg"]),
+             h.make_node("QuantizeLinear", ["sg", "ss", "sz"], ["s"]),
+             h.make_node("DequantizeLinear", ["s", "ss", "sz"], ["sf"]),
+             h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f2"]),
+             h.make_node("Mul", ["f2", "sf"], ["m"]),
+             h.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
+    model = _model(nodes, inits)
+    assert _ops(model) == {"QLinearLookup": 1}, _ops(model)
+    feeds = _x()
+    got, backends = _sprat(model, feeds)
+    assert set(backends.values()) == {"cpu"}
+    unfused, _ = _sprat(model, feeds, optimized=False)
+    np.testing.assert_array_equal(got, unfused)
+    assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1

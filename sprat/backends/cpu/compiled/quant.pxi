@@ -300,6 +300,41 @@ def dequantize8(int nt, const unsigned char[::1] x, float[::1] y, idx n, float z
 
 # ---- QLinearLookup: a per-channel table over the 256 values of a uint8/int8 tensor -----------
 
+cdef extern from *:
+    """
+    /* y[i] = table[x[i] ^ flip] for n bytes: one table of 256 bytes for every element. AVX2:
+       32 bytes a step through the table's 16 rows of 16, each row picked by vpshufb from the
+       low nibble where the high nibble matches (x ^ (h << 4) saturated by +0x70 sets bit 7,
+       vpshufb's zero, on every other byte): 64 vector operations for 32 bytes, against a
+       load, a dependent load and a store per byte (0.8 ns a byte, most of EfficientNet's
+       SiLU tables) */
+    static void sprat_lut256(const unsigned char *x, unsigned char *y, Py_ssize_t n,
+                             const unsigned char *table, unsigned char flip) {
+        Py_ssize_t i = 0;
+    #if defined(__AVX2__)
+        __m256i rows[16];
+        for (int h = 0; h < 16; h++)
+            rows[h] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table + 16 * h)));
+        const __m256i f = _mm256_set1_epi8((char)flip), sat = _mm256_set1_epi8(0x70);
+        for (; i + 32 <= n; i += 32) {
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x + i)), f);
+            __m256i r = _mm256_setzero_si256();
+            for (int h = 0; h < 16; h++) {
+                __m256i idx = _mm256_adds_epu8(
+                    _mm256_xor_si256(v, _mm256_set1_epi8((char)(h << 4))), sat);
+                r = _mm256_or_si256(r, _mm256_shuffle_epi8(rows[h], idx));
+            }
+            _mm256_storeu_si256((__m256i *)(y + i), r);
+        }
+    #endif
+        for (; i < n; i++)
+            y[i] = table[x[i] ^ flip];
+    }
+    """
+    void sprat_lut256(const unsigned char* x, unsigned char* y, idx n,
+                      const unsigned char* table, unsigned char flip) noexcept nogil
+
+
 cdef void _lookup_rows(const unsigned char* x, unsigned char* y, const unsigned char* table,
                        idx tstride, idx o0, idx o1, idx C, idx inner,
                        unsigned char flip) noexcept nogil:
@@ -338,6 +373,16 @@ def qlinear_lookup(int nt, const unsigned char[::1] x, unsigned char[::1] y,
     cdef const unsigned char* pt = &table[0]
     cdef unsigned char flip = 0x80 if signed_ else 0
     cdef int t
+    if tstride == 0:
+        # NOTE: one table for every element: the flat bytes, split in equal parts
+        if nt <= 1 or n < 4096:
+            with nogil:
+                sprat_lut256(px, py, n, pt, flip)
+            return
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            sprat_lut256(px + t * n // nt, py + t * n // nt, (t + 1) * n // nt - t * n // nt,
+                         pt, flip)
+        return
     if nt <= 1 or outer < nt:
         with nogil:
             _lookup_rows(px, py, pt, tstride, 0, outer, C, inner, flip)
