@@ -2,8 +2,12 @@
 against onnxruntime's fp32 time on the original model (issue 14's speed targets: <= 1.0x
 onnxruntime's quantized time, <= 0.8x its fp32 time for the CNNs).
 
-    python bench/quant.py [--models resnet18:qdq,mobilenet_v2:qop,bert_minilm:dyn]
-                          [--threads 1,2] [--runs N]
+    python bench/quant.py [--models name:format,...] [--threads 1,2] [--runs N]
+
+Default models: the three issue 14 names (ResNet-18 QDQ, MobileNetV2 QOperator, MiniLM
+dynamic), and families none of its kernels were written for: EfficientNet-B0 (SiLU and
+squeeze-excite) QOperator and QDQ, a YOLO C2f/SPPF neck (Concat, MaxPool, Resize) QOperator and
+QDQ, MobileNetV3-small (hard-swish) QOperator.
 
 Models: ``sprat.testing.families`` at full size (224x224 images, 128 tokens), quantized by
 onnxruntime's own quantizer as ``tests/models/test_quant_models.py`` does: ``qdq`` =
@@ -35,6 +39,8 @@ from bench.run import ort_session, timed_blocks  # noqa: E402
 from sprat.testing.families import build  # noqa: E402
 
 FORMATS = ("qdq", "qop", "dyn")
+DEFAULT_MODELS = ("resnet18:qdq,mobilenet_v2:qop,bert_minilm:dyn,efficientnet_b0:qop,"
+                  "efficientnet_b0:qdq,yolo_c2f_neck:qop,yolo_c2f_neck:qdq,mobilenet_v3_small:qop")
 
 
 def quantize(name: str, fmt: str, workdir: pathlib.Path):
@@ -80,7 +86,7 @@ def spec_output(path, feeds):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="resnet18:qdq,mobilenet_v2:qop,bert_minilm:dyn",
+    ap.add_argument("--models", default=DEFAULT_MODELS,
                     help="name:format list (formats: qdq, qop, dyn)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
