@@ -12,8 +12,8 @@ from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fuse_gelu, fuse_matmul_bias
-from .fuse_qdq import fuse_conv_lookup, fuse_lookup, fuse_qdq, lookup_contrib
 from .fuse_mean import fuse_mean
+from .fuse_qdq import fuse_conv_lookup, fuse_lookup, fuse_qdq, fuse_qdq_movement, lookup_contrib
 from .fuse_quant import fuse_integer_matmul
 from .fuse_scale import fuse_scale
 from .layout import to_nhwc
@@ -26,6 +26,7 @@ DEFAULT_PIPELINE = [
     ("fold_constants", fold_constants),
     ("fuse_lookup", fuse_lookup),  # NOTE: after fold_constants: BN parameters are DQ(constant)
     ("lookup_contrib", lookup_contrib),
+    ("fuse_qdq_movement", fuse_qdq_movement),
     ("fold_batchnorm", fold_batchnorm),
     ("fold_conv_affine", fold_conv_affine),
     ("fuse_hardswish", fuse_hardswish),

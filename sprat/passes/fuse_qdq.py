@@ -458,6 +458,112 @@ def lookup_contrib(g: Graph) -> Graph:
     return _lookup_gated(g)
 
 
+#: ops that only move or select values: op(DequantizeLinear(x)) is DequantizeLinear(op(x))
+#: (MaxPool too: a dequantization of positive scale is non-decreasing); their first input
+#: is the data
+_MOVEMENT = {"MaxPool", "Resize", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+             "Slice", "DepthToSpace", "SpaceToDepth", "Split", "Concat"}
+
+
+def _requant_table(g: Graph, dq, q, dt_in) -> np.ndarray | None:
+    """(1, 256) table of ``q(dq(v))`` over the values of ``dt_in`` by the reference kernels
+    (the same bits as the two nodes), or None when it is the identity."""
+    from ..backends.reference import evaluate
+
+    vals = np.arange(np.iinfo(dt_in).min, np.iinfo(dt_in).max + 1).astype(dt_in)
+    f = evaluate(dq, [vals] + [_const(g, i) for i in dq.inputs[1:]])[0]
+    t = evaluate(q, [f] + [_const(g, i) for i in q.inputs[1:]])[0]
+    if t.dtype == vals.dtype and np.array_equal(t, vals):
+        return None
+    return np.ascontiguousarray(t.reshape(1, 256))
+
+
+def fuse_qdq_movement(g: Graph) -> Graph:
+    """``DequantizeLinear -> op -> QuantizeLinear`` around an op that only moves or selects
+    values (``_MOVEMENT``: MaxPool, nearest Resize, Transpose, Reshape, Slice, Split, Concat,
+    ...) runs the op on the quantized bytes (onnxruntime's QDQ transformer drops such pairs
+    too): each quantized value is requantised from its DequantizeLinear's parameters to the
+    QuantizeLinear's by a ``QLinearLookup`` table (made by the reference kernels from the two
+    nodes, so the same bits), or passed as it is where the two agree. Per-tensor parameters,
+    8-bit types, a positive scale; the op's result read by its QuantizeLinear only (each
+    output of a Split by its own; every input of a Concat a DequantizeLinear's). Runs after
+    ``fold_constants``, before ``layout``."""
+    consumers, producers = g.consumers(), g.producers()
+    nodes, dead = [], set()
+    changed = False
+
+    def dq_of(v):
+        dq = producers.get(v)
+        xp = _dq_params(g, dq)
+        if xp is None or np.any(np.asarray(xp[1]) <= 0):
+            return None
+        dt = _qtype(g, xp[0], xp[2])
+        return (dq, xp[0], dt) if dt in _Q8 else None
+
+    def q_of(v):
+        q = single_consumer(g, consumers, v)
+        return None if q is None or _q_params(g, q) is None or id(q) in dead else q
+
+    for op in g.nodes:
+        if op.op_type not in _MOVEMENT or id(op) in dead or not op.inputs:
+            nodes.append(op)
+            continue
+        a = op.attrs
+        ok = not any(k.startswith("_") for k in a) and not (
+            op.op_type == "Resize" and a.get("mode", "nearest") != "nearest") and not (
+            op.op_type == "MaxPool" and len(op.outputs) != 1)
+        data = op.inputs if op.op_type == "Concat" else op.inputs[:1]
+        srcs = [dq_of(v) for v in data] if ok else [None]
+        qs = [q_of(o) for o in op.outputs] if ok else [None]
+        if any(s is None for s in srcs) or any(q is None for q in qs):
+            nodes.append(op)
+            continue
+        dts = {dt for _, _, dt in srcs} | {_q_params(g, q)[1].dtype for q in qs}
+        if len(dts) != 1:
+            nodes.append(op)
+            continue
+        qdt = next(iter(dts))
+        # NOTE: a Concat's inputs each requantised to its output's parameters where they
+        # differ; the op then reads the quantized sources
+        new_in = []
+        for dq, x, dt in srcs:
+            if op.op_type == "Concat":
+                table = _requant_table(g, dq, qs[0], dt)
+                if table is not None:
+                    y = g.add_value(g.unique_name(f"{op.name}/requant"), qdt)
+                    t = g.add_const(f"{op.name}/table", table)
+                    nodes.append(type(op)("QLinearLookup", g.unique_name(f"{op.name}/requant"),
+                                          [x, t], [y], {"axis": 1}))
+                    x = y
+            new_in.append(x)
+        op.inputs = new_in + list(op.inputs[len(data):])
+        outs, lookups = [], []
+        for q in qs:
+            # NOTE: then each output requantised from the source's parameters (a Concat's
+            # inputs already are)
+            table = (None if op.op_type == "Concat"
+                     else _requant_table(g, srcs[0][0], q, srcs[0][2]))
+            if table is None:
+                outs.append(q.outputs[0])
+            else:
+                mid = g.add_value(g.unique_name(f"{op.name}/q"), qdt)
+                t = g.add_const(f"{q.name}/table", table)
+                outs.append(mid)
+                lookups.append(type(op)("QLinearLookup", q.name, [mid, t], [q.outputs[0]],
+                                        {"axis": 1}))
+            dead.add(id(q))
+        for o in op.outputs:
+            g.values[o].dtype = qdt
+        op.outputs = outs
+        nodes.append(op)
+        nodes.extend(lookups)
+        changed = True
+    if not changed:
+        return g
+    g.nodes = [n for n in nodes if id(n) not in dead]
+    return remove_dead(g)
+
+
 def _lookup_gated(g: Graph) -> Graph:
     """``QLinearMul(x, QLinearLookup(x, t))`` (x times a function of itself: SiLU made of
     QLinearSigmoid and QLinearMul, per-tensor parameters, the lookup read by this product

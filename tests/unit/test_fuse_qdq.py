@@ -285,3 +285,85 @@ def test_qdq_silu_becomes_one_table():
     unfused, _ = _sprat(model, feeds, optimized=False)
     np.testing.assert_array_equal(got, unfused)
     assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1
+
+
+# ---- DQ -> data movement -> Q on the quantized bytes (``fuse_qdq_movement``) --------------
+
+def _movement(op_nodes, q_params, extra_inits=(), inputs=(("x", (1, 16, 9, 9)),),
+              outputs=("y",), dq=None):
+    """DQ of each input (scale 0.05, zero point 120, or ``dq[name]``'s initializer names) ->
+    ``op_nodes`` -> Q of each output with ``q_params`` ((scale, zero point) per output)."""
+    dq = dq or {}
+    inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)), *extra_inits]
+    nodes = [h.make_node("DequantizeLinear", [n, *dq.get(n, ("xs", "xz"))], [f"{n}_f"])
+             for n, _ in inputs]
+    nodes += op_nodes
+    for k, (o, (s, z)) in enumerate(zip(outputs, q_params)):
+        inits += [_init(f"s{k}", np.float32(s)), _init(f"z{k}", np.uint8(z))]
+        nodes.append(h.make_node("QuantizeLinear", [f"{o}_f", f"s{k}", f"z{k}"], [o]))
+    g = h.make_graph(nodes, "mv", [h.make_tensor_value_info(n, T.UINT8, s) for n, s in inputs],
+                     [h.make_tensor_value_info(o, T.UINT8, None) for o in outputs], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+
+
+def _movement_equal(model):
+    """On the cpu kernels, equal to the unfused graph and to onnxruntime, every output."""
+    feeds = _feeds(model)
+    sess = sprat.InferenceSession(model.SerializeToString())
+    got = sess.run(None, feeds)
+    assert set(sess.session.info()["backends"].values()) == {"cpu"}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unfused = sprat.InferenceSession(model.SerializeToString(), sess_options=so).run(None, feeds)
+    spec = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b, c in zip(got, unfused, spec):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_qdq_around_max_pool_and_resize_runs_on_the_bytes():
+    for params, lookups in (((0.05, 120), 0), ((0.07, 100), 1)):
+        pool = _movement([h.make_node("MaxPool", ["x_f"], ["y_f"], kernel_shape=[5, 5],
+                                      pads=[2, 2, 2, 2])], [params])
+        ops = _ops(pool)
+        assert ops["MaxPool"] == 1 and ops["QLinearLookup"] == lookups, ops
+        assert not ops["QuantizeLinear"] and not ops["DequantizeLinear"], ops
+        _movement_equal(pool)
+        up = _movement([h.make_node("Resize", ["x_f", "", "sc"], ["y_f"], mode="nearest")],
+                       [params], [_init("sc", np.array([1, 1, 2, 2], np.float32))])
+        ops = _ops(up)
+        assert ops["Resize"] == 1 and not ops["QuantizeLinear"], ops
+        _movement_equal(up)
+    # NOTE: a linear Resize computes new values: it stays in float
+    linear = _movement([h.make_node("Resize", ["x_f", "", "sc"], ["y_f"], mode="linear")],
+                       [(0.05, 120)], [_init("sc", np.array([1, 1, 2, 2], np.float32))])
+    assert _ops(linear)["QuantizeLinear"] == 1
+
+
+def test_qdq_around_concat_and_split_runs_on_the_bytes():
+    """A Concat of two quantized inputs of different scales into a third: a table for each
+    input not in the output's scale; a Split whose outputs have their own scales: a table
+    after each output that needs one."""
+    inits = [_init("bs", np.float32(0.02)), _init("bz", np.uint8(90))]
+    cat = _movement([h.make_node("Concat", ["x_f", "b_f"], ["y_f"], axis=1)], [(0.05, 120)],
+                    inits, inputs=(("x", (1, 16, 9, 9)), ("b", (1, 4, 9, 9))),
+                    dq={"b": ("bs", "bz")})
+    ops = _ops(cat)
+    assert ops == {"Concat": 1, "QLinearLookup": 1}, ops
+    _movement_equal(cat)
+    split = _movement([h.make_node("Split", ["x_f", "sp"], ["y_f", "w_f"], axis=1)],
+                      [(0.05, 120), (0.1, 128)], [_init("sp", np.array([6, 10], np.int64))],
+                      outputs=("y", "w"))
+    ops = _ops(split)
+    assert ops["Split"] == 1 and ops["QLinearLookup"] == 1 and not ops["QuantizeLinear"], ops
+    _movement_equal(split)
+
+
+def test_qdq_around_movement_read_twice_stays():
+    """The op's float result also read elsewhere (a graph output here): left as it is."""
+    model = _movement([h.make_node("MaxPool", ["x_f"], ["y_f"], kernel_shape=[2, 2])],
+                      [(0.05, 120)], outputs=("y",))
+    model.graph.output.append(h.make_tensor_value_info("y_f", T.FLOAT, None))
+    ops = _ops(model)
+    assert ops["QuantizeLinear"] == 1 and ops["DequantizeLinear"] == 1, ops
