@@ -184,7 +184,54 @@ def fuse_qdq(g: Graph) -> Graph:
         consumers, producers = g.consumers(), g.producers()
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
     _fuse_add(g)
+    _fuse_matmul(g)
     return remove_dead(g)
+
+
+def _fuse_matmul(g: Graph) -> None:
+    """``DequantizeLinear(a) -> MatMul(·, DequantizeLinear(w)) -> QuantizeLinear`` with a
+    constant 2-D weight (K, N), per tensor or per column (axis 1) becomes ``QLinearMatMul(a,
+    a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp)`` (onnxruntime's QDQ MatMul fusion) on
+    the exact integer GEMM: the integer sum requantised with ``a_scale * w_scale / y_scale``
+    where the QDQ graph sums dequantized float32 products, so a value may be 1 LSB off the QDQ
+    graph's near a rounding boundary, as the fused conv's. A product of two activations (an
+    attention's) is left to the float MatMul."""
+    consumers, producers = g.consumers(), g.producers()
+    for mm in list(g.nodes):
+        if mm.op_type != "MatMul" or len(mm.inputs) != 2 or mm.attrs:
+            continue
+        q = single_consumer(g, consumers, mm.outputs[0])
+        qp = _q_params(g, q)
+        a_dq, w_dq = producers.get(mm.inputs[0]), producers.get(mm.inputs[1])
+        ap = _dq_params(g, a_dq)
+        wq = _const(g, w_dq.inputs[0]) if w_dq is not None and w_dq.inputs else None
+        if (qp is None or ap is None or ap[1].size != 1 or wq is None or wq.ndim != 2
+                or wq.dtype not in _Q8 or w_dq.op_type != "DequantizeLinear"
+                or int(w_dq.attrs.get("block_size", 0))):
+            continue
+        ws = _const(g, w_dq.inputs[1])
+        wz_idx = w_dq.inputs[2] if len(w_dq.inputs) > 2 else MISSING
+        wz = _const(g, wz_idx)
+        n = wq.shape[1]
+        if (ws is None or ws.dtype != np.float32 or ws.size not in (1, n)
+                or (ws.size > 1 and int(w_dq.attrs.get("axis", 1)) % 2 != 1)
+                or (wz_idx != MISSING and (wz is None or wz.size != ws.size))):
+            continue
+        types = {_qtype(g, ap[0], ap[2]), qp[1].dtype}
+        if len(types) != 1 or types.pop() not in _Q8:
+            continue
+        za = a_dq.inputs[2] if len(a_dq.inputs) > 2 else MISSING
+        if za == MISSING:
+            za = g.add_const(f"{mm.name}/a_zero_point", np.zeros((), qp[1].dtype))
+        if wz_idx == MISSING:
+            wz_idx = g.add_const(f"{mm.name}/w_zero_point", np.zeros(ws.shape, wq.dtype))
+        mm.op_type = "QLinearMatMul"
+        mm.inputs = [ap[0], a_dq.inputs[1], za, w_dq.inputs[0], w_dq.inputs[1], wz_idx,
+                     q.inputs[1], q.inputs[2]]
+        mm.outputs = [q.outputs[0]]
+        q.op_type, q.inputs, q.outputs = DEAD, [], []
+        consumers, producers = g.consumers(), g.producers()
+    g.nodes = [n for n in g.nodes if n.op_type != DEAD]
 
 
 def _fuse_add(g: Graph) -> None:

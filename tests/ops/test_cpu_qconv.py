@@ -576,7 +576,11 @@ def _contrib_exact(op, ins, consts, attrs=None):
 # leading-axis vector, and the first operand the smaller one
 BROADCASTS = [((1, 14, 14, 40), (1, 1, 1, 40)), ((2, 7, 5, 9), (2, 1, 1, 9)),
               ((1, 9, 9, 1), (1, 1, 1, 1)), ((3, 4, 6), (3, 1, 6)), ((2, 300, 7, 9), (2, 1, 1, 1)),
-              ((1, 1, 1, 16), (1, 20, 20, 16))]
+              ((1, 1, 1, 16), (1, 20, 20, 16)),
+              # NOTE: a scalar (a QDQ transformer's x * 0.5, the attention scale), a bias row,
+              # the same values without the leading 1, a scalar in front
+              ((1, 3, 197, 197), ()), ((1, 197, 40), (40,)), ((1, 1000), (1000,)),
+              ((1,), (2, 5, 301))]
 
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])

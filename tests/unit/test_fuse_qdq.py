@@ -367,3 +367,40 @@ def test_qdq_around_movement_read_twice_stays():
     model.graph.output.append(h.make_tensor_value_info("y_f", T.FLOAT, None))
     ops = _ops(model)
     assert ops["QuantizeLinear"] == 1 and ops["DequantizeLinear"] == 1, ops
+
+
+def test_qdq_matmul_with_a_constant_weight_becomes_qlinear_matmul():
+    """Per tensor and per column (axis 1) weights: one QLinearMatMul on the cpu kernels,
+    within 1 LSB of the unfused graph and of onnxruntime (the integer sum requantised once,
+    against float32 sums of dequantized products). A product of two activations stays."""
+    rng = np.random.default_rng(5)
+    for per_column in (False, True):
+        w = rng.integers(-127, 128, (16, 24)).astype(np.int8)
+        ws = (rng.random(24 if per_column else 1) * 0.01 + 0.002).astype(np.float32)
+        inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)), _init("w", w),
+                 _init("ws", ws if per_column else ws.reshape(())),
+                 _init("wz", np.zeros(ws.shape if per_column else (), np.int8)),
+                 _init("ys", np.float32(0.2)), _init("yz", np.uint8(128))]
+        nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+                 h.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=1),
+                 h.make_node("MatMul", ["xf", "wf"], ["m"]),
+                 h.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
+        g = h.make_graph(nodes, "mm", [h.make_tensor_value_info("x", T.UINT8, [1, 20, 16])],
+                         [h.make_tensor_value_info("y", T.UINT8, None)], inits)
+        model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+        assert _ops(model) == {"QLinearMatMul": 1}, _ops(model)
+        feeds = _feeds(model)
+        got, backends = _sprat(model, feeds)
+        assert set(backends.values()) == {"cpu"}
+        unfused, _ = _sprat(model, feeds, optimized=False)
+        assert np.abs(got.astype(int) - unfused.astype(int)).max() <= 1
+        assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1
+    nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             h.make_node("DequantizeLinear", ["x2", "xs", "xz"], ["x2f"]),
+             h.make_node("MatMul", ["xf", "x2f"], ["m"]),
+             h.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
+    g = h.make_graph(nodes, "aa", [h.make_tensor_value_info("x", T.UINT8, [1, 20, 16]),
+                                   h.make_tensor_value_info("x2", T.UINT8, [1, 16, 20])],
+                     [h.make_tensor_value_info("y", T.UINT8, None)], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    assert _ops(model)["MatMul"] == 1, _ops(model)

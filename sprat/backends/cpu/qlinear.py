@@ -140,7 +140,7 @@ def _broadcast_rows(full, other) -> tuple[int, int, int] | None:
     if any(other[k] != 1 for k in ones) or (ones and ones != list(range(ones[0], ones[-1] + 1))):
         return None
     if not ones:
-        return int(np.prod(full)), 1, 1
+        return 1, 1, int(np.prod(full))
     outer = int(np.prod(full[:ones[0]]))
     mid = int(np.prod(full[ones[0]:ones[-1] + 1]))
     return outer, mid, int(np.prod(full[ones[-1] + 1:]))

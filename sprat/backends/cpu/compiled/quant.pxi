@@ -398,9 +398,10 @@ cdef extern from *:
     /* NOTE: the reference's float32 operations one by one: no fused multiply-add (the build
        allows contraction) and a true division by the output scale */
     __attribute__((optimize("no-reciprocal-math", "fp-contract=off", "no-associative-math")))
-    static void sprat_qlinear_binary(const unsigned char *a, const unsigned char *b,
-                                     unsigned char *y, Py_ssize_t n, int mul, int is_signed,
-                                     float za, float sa, float zb, float sb, float sc, float zc) {
+    static void sprat_qlinear_binary_b(const unsigned char *a, const unsigned char *b,
+                                       Py_ssize_t bstep, unsigned char *y, Py_ssize_t n,
+                                       int mul, int is_signed, float za, float sa, float zb,
+                                       float sb, float sc, float zc) {
         Py_ssize_t i = 0;
         float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
         const signed char *as = (const signed char *)a, *bs = (const signed char *)b;
@@ -413,7 +414,8 @@ cdef extern from *:
         const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
         for (; i + 8 <= n; i += 8) {
             __m128i ab = _mm_loadl_epi64((const __m128i*)(a + i));
-            __m128i bb = _mm_loadl_epi64((const __m128i*)(b + i));
+            __m128i bb = bstep ? _mm_loadl_epi64((const __m128i*)(b + i))
+                               : _mm_set1_epi8((char)b[0]);
             __m256i ai = is_signed ? _mm256_cvtepi8_epi32(ab) : _mm256_cvtepu8_epi32(ab);
             __m256i bi = is_signed ? _mm256_cvtepi8_epi32(bb) : _mm256_cvtepu8_epi32(bb);
             __m256 u = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(ai), vza), vsa);
@@ -431,7 +433,7 @@ cdef extern from *:
     #endif
         for (; i < n; i++) {
             float u = ((is_signed ? (float)as[i] : (float)a[i]) - za) * sa;
-            float w = ((is_signed ? (float)bs[i] : (float)b[i]) - zb) * sb;
+            float w = ((is_signed ? (float)bs[i * bstep] : (float)b[i * bstep]) - zb) * sb;
             float v = nearbyintf((mul ? u * w : u + w) / sc) + zc;
             v = v < lo ? lo : v;
             v = v > hi ? hi : v;
@@ -439,7 +441,17 @@ cdef extern from *:
             else y[i] = (unsigned char)(int)v;
         }
     }
+
+    /* QLinearAdd / QLinearMul of two same-shaped operands; b's values advancing with a's */
+    static void sprat_qlinear_binary(const unsigned char *a, const unsigned char *b,
+                                     unsigned char *y, Py_ssize_t n, int mul, int is_signed,
+                                     float za, float sa, float zb, float sb, float sc, float zc) {
+        sprat_qlinear_binary_b(a, b, 1, y, n, mul, is_signed, za, sa, zb, sb, sc, zc);
+    }
     """
+    void sprat_qlinear_binary_b(const unsigned char* a, const unsigned char* b, idx bstep,
+                                unsigned char* y, idx n, int mul, int is_signed, float za,
+                                float sa, float zb, float sb, float sc, float zc) nogil
     void sprat_qlinear_binary(const unsigned char* a, const unsigned char* b, unsigned char* y,
                               idx n, int mul, int is_signed, float za, float sa, float zb,
                               float sb, float sc, float zc) nogil
@@ -474,7 +486,18 @@ def qlinear_binary(int nt, bint mul, const unsigned char[::1] a, const unsigned 
 cdef void _qbinary_rows(const unsigned char* a, const unsigned char* b, unsigned char* y,
                         idx r0, idx r1, idx mid, idx inner, bint mul, bint signed_, float za,
                         float sa, float zb, float sb, float sc, float zc) noexcept nogil:
-    cdef idx r
+    cdef idx r, o, m0, m1
+    if inner == 1:
+        # NOTE: one b value per run of ``mid`` values (a scalar operand: outer 1): each
+        # outer row's part of [r0, r1) in one call, b held in a register
+        o = r0 // mid
+        while o * mid < r1:
+            m0 = max(r0, o * mid)
+            m1 = min(r1, (o + 1) * mid)
+            sprat_qlinear_binary_b(a + m0, b + o, 0, y + m0, m1 - m0, mul, signed_, za, sa, zb,
+                                   sb, sc, zc)
+            o += 1
+        return
     for r in range(r0, r1):
         sprat_qlinear_binary(a + r * inner, b + (r // mid) * inner, y + r * inner, inner, mul,
                              signed_, za, sa, zb, sb, sc, zc)
