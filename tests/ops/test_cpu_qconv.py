@@ -554,6 +554,25 @@ def test_qlinear_add_and_mul(op, dt):
     assert not CpuBackend(1).has_fast_kernel(node, infos)
 
 
+@pytest.mark.parametrize("xdt", [_U8, _S8])
+@pytest.mark.parametrize("shape,m,k,attrs", [
+    ((1, 32, 32, 3), 24, 16, {"strides": [16, 16]}),  # a ViT's patch embedding
+    ((2, 9, 11, 5), 16, 3, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 9, 9, 24), 40, 1, {})])
+def test_conv_integer_with_a_run_time_x_zero_point(xdt, shape, m, k, attrs):
+    """x_zero_point an input, not a constant (DynamicQuantizeLinear's output in a dynamically
+    quantized model): the integer GEMM takes it at each call (two runs with two zero points
+    in run_cpu's replay included); a grouped conv is refused."""
+    info = np.iinfo(xdt)
+    for zp in (info.min, 7, info.max):
+        ins = [_q(shape, xdt, 0), _q((m, shape[-1], k, k), _S8, 1), np.asarray(xdt(zp))]
+        check_cpu("ConvInteger", ins, {**fused(), "kernel_shape": [k, k], **attrs}, (1,),
+                  rtol=0)
+    ins = [_q((1, 6, 6, 8), xdt, 0), _q((8, 4, 3, 3), _S8, 1), np.asarray(xdt(3))]
+    assert cpu_refuses("ConvInteger", ins, {**fused(), "kernel_shape": [3, 3], "group": 2},
+                       (1,))
+
+
 def _contrib_exact(op, ins, consts, attrs=None):
     """The cpu kernel of com.microsoft ``op`` equals the reference kernel exactly, at 1 and 2
     threads."""

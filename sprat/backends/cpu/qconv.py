@@ -233,6 +233,14 @@ def _plan(node, ins):
         return None
     xzv = _const(xz, (1,)) if xz is not None else np.zeros(1, x.dtype)
     wzv = _const(wz, (1, m)) if wz is not None else np.zeros(1, w.dtype)
+    # NOTE: x's zero point a run-time scalar (a dynamically quantized model's
+    # DynamicQuantizeLinear output): ConvInteger on the integer GEMM only, which takes it
+    # at each call (``xz_runtime``)
+    runtime = (xzv is None and node.op_type == "ConvInteger" and I8_CONV and group == 1
+               and xz.dtype == x.dtype and int(np.prod(xz.shape, dtype=np.int64)) == 1
+               and int(np.prod(w.value.shape[1:])) <= ck.I8_K_LIMIT)
+    if runtime:
+        xzv = np.zeros(1, x.dtype)
     if xzv is None or wzv is None:
         return None
     xzi = int(xzv[0])
@@ -250,7 +258,7 @@ def _plan(node, ins):
     if group > 1 or parts is None:  # NOTE: one part: all of x's channels (per group: the weights)
         parts = [(0, c)]
     plan = {"w": wi, "xz": xzi, "parts": parts, "bias": np.zeros(m, np.int32), "i8": i8,
-            "wq": w.value, "wz": wzv}
+            "wq": w.value, "wz": wzv, "xz_runtime": runtime}
     if node.op_type == "ConvInteger":
         plan.update(kind=2, mult=np.zeros(m, np.float32), yz=0.0, lo=0.0, hi=0.0)
         return plan
@@ -330,6 +338,10 @@ class QConvKernel(CpuKernel):
         # by the inner kernels)
         self.packed = (3 if node.op_type == "QLinearConv" else 1,)
         self.i8 = plan["i8"] and I8_CONV
+        self.xz_runtime = plan["xz_runtime"]
+        if self.xz_runtime:
+            # NOTE: calls made at each run (the zero point is an input): none to replay
+            self.flat_run = None
         self.direct_dw = self.fused = False
         if self.i8 and not self._winograd_first(plan, attrs):
             self._prepare_i8(plan, x, y, attrs)
@@ -471,7 +483,8 @@ class QConvKernel(CpuKernel):
         pitch = (ck.i8_a_pitch(K, ipath) if self.pointwise
                  else ck.i8_im2col_pitch(K, ipath, kh, kw * c))
         self.workspaces = (ws_of((ck.i8_a_rows(rows, ipath), pitch), np.uint8),
-                           ws_of((ck.i8_a_rows(rows, ipath),), np.int32))
+                           ws_of((ck.i8_a_rows(rows, ipath),), np.int32),
+                           *((ws_of((1,), np.int32),) if self.xz_runtime else ()))
 
     def _calls_i8(self, x, y, bufs):
         from .quant import _OUT
@@ -479,16 +492,17 @@ class QConvKernel(CpuKernel):
         v = ck.i8_view
         xb = x.reshape(-1).view(np.uint8)
         a_ws, rowsum = bufs[0], bufs[1]
+        a_zp = bufs[2] if self.xz_runtime else self.a_zp  # NOTE: the run's, filled by run
         kind = {2: _OUT["int32"], 3: _OUT["tflite"]}.get(self.kind, _OUT["quantized"])
         ibias = self.bias if self.kind != 2 else np.zeros(0, np.int32)
         packed, bcol = self.b_packed
         im2col = None
         if not self.pointwise:
             n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
-            im2col = (xb, self.signed, int(self.a_zp[0]), n, h, w, c, oh, ow, kh, kw, sh, sw,
+            im2col = (xb, self.signed, int(a_zp[0]), n, h, w, c, oh, ow, kh, kw, sh, sw,
                       dh, dw, ph, pw)
         a = np.zeros(0, np.uint8) if not self.pointwise else xb
-        args = (self.nt, v(a), self.signed, v(self.a_zp), False, v(a_ws), v(rowsum),
+        args = (self.nt, v(a), self.signed, v(a_zp), False, v(a_ws), v(rowsum),
                 not self.pointwise, v(packed), v(bcol), self.ipath, v(self.offs), self.p_out,
                 self.m, self.K, self.rb, self.cb, kind, v(y.reshape(-1).view(np.uint8)),
                 v(self.scale), v(np.zeros(0, np.float32)), v(ibias), 0.0, self.yz, self.lo,
@@ -512,7 +526,12 @@ class QConvKernel(CpuKernel):
 
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]
-        calls = self.binding(ws, (x, y), lambda: self._calls(x, y, ws.buffers))
+        if self.xz_runtime:
+            # NOTE: this run's zero point into the workspace, the calls made for it
+            ws.buffers[2][0] = int(ins[2].reshape(-1)[0])
+            calls = self._calls(x, y, ws.buffers)
+        else:
+            calls = self.binding(ws, (x, y), lambda: self._calls(x, y, ws.buffers))
         for fn, args in calls:
             fn(*args)
 
