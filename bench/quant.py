@@ -55,8 +55,10 @@ def quantize(name: str, fmt: str, workdir: pathlib.Path):
     class Calibration(q.CalibrationDataReader):
         def __init__(self):
             rng = np.random.default_rng(0)
+            # NOTE: integer inputs (token ids, masks) as the model's own sample
             self.batches = iter([{k: rng.standard_normal(v.shape).astype(np.float32)
-                                  for k, v in feeds.items()} for _ in range(4)])
+                                  if v.dtype.kind == "f" else v for k, v in feeds.items()}
+                                 for _ in range(4)])
 
         def get_next(self):
             return next(self.batches, None)
