@@ -136,6 +136,21 @@ def test_qlinear_matmul(shape, k, n, ta, tb, ty):
         exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb, sy, q((), ty)], consts=(3, 4, 5))
 
 
+@pytest.mark.parametrize("ta,tb,ty", [(U8, U8, U8), (I8, I8, I8), (U8, I8, U8)])
+@pytest.mark.parametrize("batch,m,k,n", [((1, 3), 197, 64, 197), ((2,), 5, 33, 17),
+                                         ((2, 2), 1, 7, 40)])
+def test_qlinear_matmul_of_two_activations(batch, m, k, n, ta, tb, ty):
+    """b an input, batched as a (a QOperator transformer's Q x K^T and attention x V): one
+    GEMM per batch with b packed at each call; b's scale and zero point scalars. Also a b of
+    batch dims that a lacks is refused (numpy broadcasting is not done here)."""
+    a, b = q(batch + (m, k), ta), q(batch + (k, n), tb)
+    ins = [a, np.array(0.02, np.float32), q((), ta), b, np.array(0.013, np.float32), q((), tb),
+           np.array(0.37 * k ** 0.5, np.float32), q((), ty)]
+    exact("QLinearMatMul", ins, consts=(1, 2, 4, 5, 6, 7))
+    ins[0] = q((m, k), ta)
+    assert refused("QLinearMatMul", ins, consts=(1, 2, 4, 5, 6, 7))
+
+
 @pytest.mark.parametrize("shape,k,n", SHAPES[:6])
 @pytest.mark.parametrize("ta,tb", DTYPES)
 def test_matmul_integer_to_float(shape, k, n, ta, tb):

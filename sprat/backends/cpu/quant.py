@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 
+from ...ir.tensorinfo import TensorInfo
 from ._base import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, CpuKernel, scratch
 from ._math import ACT, act_of
 from .compiled import kernels as ck
@@ -360,7 +361,10 @@ def _q_range(dtype) -> tuple[float, float]:
 
 class QLinearMatMulKernel(_Int8Gemm):
     """QLinearMatMul-21: a (..., M, K), b (K, N) uint8/int8; a's scale and zero point
-    scalars, b's per tensor or per column (constant), y's scalars -> y (y_zero_point's dtype)."""
+    scalars, b's per tensor or per column (constant), y's scalars -> y (y_zero_point's dtype).
+    Also a product of two activations batched alike (a (..., M, K), b (..., K, N) with the
+    same leading dims, b's scale and zero point scalars: a QOperator transformer's attention):
+    one GEMM per batch, b packed at each call."""
 
     B_SCALE = 4
 
@@ -371,19 +375,29 @@ class QLinearMatMulKernel(_Int8Gemm):
         a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = ins[:8]
         if a.dtype not in _QTYPES or b.dtype not in _QTYPES or y_zp.dtype not in _QTYPES:
             return False
-        if len(a.shape) < 1 or len(b.shape) != 2 or a.shape[-1] != b.shape[0]:
+        batched = (len(b.shape) > 2 and b.value is None and len(a.shape) == len(b.shape)
+                   and tuple(a.shape[:-2]) == tuple(b.shape[:-2])
+                   and all(_scalar_ok(i) for i in (b_s, b_zp)))
+        if len(a.shape) < 1 or (len(b.shape) != 2 and not batched) or a.shape[-1] != b.shape[-2]:
             return False
-        if not 1 <= b.shape[0] <= ck.I8_K_LIMIT or a_zp.dtype != a.dtype or b_zp.dtype != b.dtype:
+        if not 1 <= b.shape[-2] <= ck.I8_K_LIMIT or a_zp.dtype != a.dtype or b_zp.dtype != b.dtype:
             return False
         if any(s.dtype != _F32 for s in (a_s, b_s, y_s)):
             return False
-        n = b.shape[1]
+        n = b.shape[-1]
         return (all(_scalar_ok(i) for i in (a_s, a_zp, y_s, y_zp))
                 and _vec_ok(b_s, n, const=False) and _vec_ok(b_zp, n, const=b.value is not None))
 
     def prepare(self, ins, outs):
         self.bind_constants(ins, (4, 5))
-        self._prepare_gemm(ins[0], ins[3])
+        a, b = ins[0], ins[3]
+        self.batches = None
+        if len(b.shape) > 2:
+            # NOTE: one (M, K) x (K, N) GEMM per batch: A's rows are one batch's
+            self.batches = int(np.prod(b.shape[:-2], dtype=np.int64))
+            a = TensorInfo(tuple(a.shape[-2:]), a.dtype)
+            b = TensorInfo(tuple(b.shape[-2:]), b.dtype)
+        self._prepare_gemm(a, b)
         self.lo, self.hi = _q_range(ins[7].dtype)
         self.q_signed = ins[7].dtype == _I8
         self.n_scale = self.N if int(np.prod(ins[4].shape, dtype=np.int64)) > 1 else 1
@@ -396,9 +410,16 @@ class QLinearMatMulKernel(_Int8Gemm):
         # NOTE: float32(a_scale * b_scale) / y_scale, as the reference (and onnxruntime)
         s = self._scale(ws, ins, ins[1].reshape(-1)[0])
         np.divide(s, ins[6].reshape(-1)[0], out=s)
-        self._gemm(ws, ins[0], _OUT["quantized"], outs[0], zp=float(ins[7].reshape(-1)[0]),
-                   lo=self.lo, hi=self.hi, q_signed=self.q_signed, b=ins[3], b_zp=ins[5],
-                   n_scale=self.n_scale)
+        q = {"zp": float(ins[7].reshape(-1)[0]), "lo": self.lo, "hi": self.hi,
+             "q_signed": self.q_signed, "n_scale": self.n_scale}
+        if self.batches is None:
+            self._gemm(ws, ins[0], _OUT["quantized"], outs[0], b=ins[3], b_zp=ins[5], **q)
+            return
+        a = ins[0].reshape(self.batches, self.M, self.K)
+        b = ins[3].reshape(self.batches, self.K, self.N)
+        y = outs[0].reshape(self.batches, self.M, self.N)
+        for i in range(self.batches):
+            self._gemm(ws, a[i], _OUT["quantized"], y[i], b=b[i], b_zp=ins[5], **q)
 
 
 class MatMulIntegerToFloatKernel(_Int8Gemm):
