@@ -37,17 +37,7 @@ class _Calibration(quantization.CalibrationDataReader):
 
 @pytest.fixture(scope="module")
 def qoperator_mobilenet(tmp_path_factory):
-    model, feeds = build("mobilenet_v2", size=0.3)
-    d = tmp_path_factory.mktemp("quant")
-    src, dst = d / "mobilenet_v2.onnx", d / "mobilenet_v2.qop.onnx"
-    onnx.save(model, src)
-    # NOTE: reduce_range (7-bit weights), as onnxruntime advises on CPUs without VNNI: its
-    # u8 x s8 kernels would otherwise saturate and stop being the spec's oracle
-    quantization.quantize_static(str(src), str(dst), _Calibration(feeds["x"].shape),
-                                 quant_format=quantization.QuantFormat.QOperator,
-                                 per_channel=False, reduce_range=True,
-                                 weight_type=quantization.QuantType.QInt8)
-    return dst, feeds
+    return _qoperator(tmp_path_factory, "mobilenet_v2", 0.3)
 
 
 def test_qoperator_mobilenet_v2_equals_the_spec(qoperator_mobilenet):
@@ -249,14 +239,16 @@ def test_qdq_resnet18_convs_are_fused_and_within_one_lsb_of_the_spec(qdq_resnet1
 
 
 def _qoperator(tmp_path_factory, name, size):
-    """Family ``name`` through ``quantize_static`` in the QOperator format (reduce_range, as
-    for MobileNetV2 above), without onnxruntime's pre-processing: its BatchNormalizations
-    stay (DequantizeLinear -> BatchNormalization -> QuantizeLinear), its SiLUs are
-    com.microsoft QLinearSigmoid + QLinearMul."""
+    """Family ``name`` through ``quantize_static`` in the QOperator format, without
+    onnxruntime's pre-processing: its BatchNormalizations stay (DequantizeLinear ->
+    BatchNormalization -> QuantizeLinear), its SiLUs are com.microsoft QLinearSigmoid +
+    QLinearMul."""
     model, feeds = build(name, size=size)
     d = tmp_path_factory.mktemp("quant")
     src, dst = d / f"{name}.onnx", d / f"{name}.qop.onnx"
     onnx.save(model, src)
+    # NOTE: reduce_range (7-bit weights), as onnxruntime advises on CPUs without VNNI: its
+    # u8 x s8 kernels would otherwise saturate and stop being the spec's oracle
     quantization.quantize_static(str(src), str(dst), _Calibration(feeds["x"].shape),
                                  quant_format=quantization.QuantFormat.QOperator,
                                  per_channel=False, reduce_range=True,

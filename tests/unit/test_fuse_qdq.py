@@ -279,12 +279,7 @@ def test_qdq_silu_becomes_one_table():
              h.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
     model = _model(nodes, inits)
     assert _ops(model) == {"QLinearLookup": 1}, _ops(model)
-    feeds = _x()
-    got, backends = _sprat(model, feeds)
-    assert set(backends.values()) == {"cpu"}
-    unfused, _ = _sprat(model, feeds, optimized=False)
-    np.testing.assert_array_equal(got, unfused)
-    assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1
+    _equal_to_unfused(model)
 
 
 # ---- DQ -> data movement -> Q on the quantized bytes (``fuse_qdq_movement``) --------------
