@@ -552,7 +552,7 @@ def fuse_qdq_movement(g: Graph) -> Graph:
         return None if q is None or _q_params(g, q) is None or id(q) in dead else q
 
     for op in g.nodes:
-        if op.op_type not in _MOVEMENT or id(op) in dead or not op.inputs:
+        if op.op_type not in _MOVEMENT or op.domain or id(op) in dead or not op.inputs:
             nodes.append(op)
             continue
         a = op.attrs
@@ -599,8 +599,6 @@ def fuse_qdq_movement(g: Graph) -> Graph:
                 lookups.append(type(op)("QLinearLookup", q.name, [mid, t], [q.outputs[0]],
                                         {"axis": 1}))
             dead.add(id(q))
-        for o in op.outputs:
-            g.values[o].dtype = qdt
         op.outputs = outs
         nodes.append(op)
         nodes.extend(lookups)
