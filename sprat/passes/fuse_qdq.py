@@ -43,7 +43,7 @@ import dataclasses
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import DEAD, remove_dead, single_consumer
+from .util import DEAD, inferred_infos, remove_dead, single_consumer
 
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 
@@ -305,25 +305,9 @@ def _channel_op(g: Graph, node, x: int, rank: int) -> bool:
     return False
 
 
-def _infos(g: Graph) -> dict:
-    """``{value: TensorInfo}`` of every value whose shape follows from the graph inputs'
-    shapes, symbolic dims taken as 1 (enough for ranks and constant-sized dims)."""
-    from ..errors import SpratError
-    from ..ir.shapes.control import constant_infos, infer_step
-    from ..ir.tensorinfo import TensorInfo
-
-    known = constant_infos(g)
-    for i in g.inputs:
-        v = g.values[i]
-        if v.shape is None or v.dtype is None:
-            return known
-        known[i] = TensorInfo(tuple(d if isinstance(d, int) else 1 for d in v.shape), v.dtype)
-    for node in g.nodes:
-        try:
-            infer_step(node, known)
-        except SpratError:  # NOTE: a shape that needs data (or an unknown op): stop there
-            break
-    return known
+def _all_values(dt) -> np.ndarray:
+    """The 256 values of the 8-bit type ``dt``, in order (a table's index)."""
+    return np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
 
 
 def _table(g: Graph, chain, x_q: int, channels: int, rank: int, dt) -> np.ndarray:
@@ -331,7 +315,7 @@ def _table(g: Graph, chain, x_q: int, channels: int, rank: int, dt) -> np.ndarra
     on every value of x_q's type in every channel; (1, 256) when the rows agree."""
     from ..backends.reference import evaluate
 
-    vals = np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
+    vals = _all_values(dt)
     v = np.ascontiguousarray(np.broadcast_to(vals.reshape((256, 1) + (1,) * (rank - 2)),
                                              (256, channels) + (1,) * (rank - 2)))
     cur = x_q
@@ -375,7 +359,7 @@ def fuse_lookup(g: Graph) -> Graph:
         dq = producers[v]
         xp = _dq_params(g, dq)
         if infos is None:
-            infos = _infos(g)
+            infos = inferred_infos(g)
         info = infos.get(dq.inputs[0]) if xp is not None else None
         if (info is None or _qtype(g, xp[0], xp[2]) not in _Q8 or len(info.shape) < 2
                 or xp[1].size != 1):
@@ -429,7 +413,7 @@ def _values_table(node, ins, pos, dt) -> np.ndarray:
     ``pos`` (``ins``: its inputs, that one left out), by the reference kernels."""
     from ..backends.reference import evaluate
 
-    vals = np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
+    vals = _all_values(dt)
     ins = list(ins[:pos]) + [vals] + list(ins[pos:])
     return np.ascontiguousarray(evaluate(node, ins)[0].reshape(1, 256))
 
@@ -517,7 +501,7 @@ def _requant_table(g: Graph, dq, q, dt_in) -> np.ndarray | None:
     (the same bits as the two nodes), or None when it is the identity."""
     from ..backends.reference import evaluate
 
-    vals = np.arange(np.iinfo(dt_in).min, np.iinfo(dt_in).max + 1).astype(dt_in)
+    vals = _all_values(dt_in)
     f = evaluate(dq, [vals] + [_const(g, i) for i in dq.inputs[1:]])[0]
     t = evaluate(q, [f] + [_const(g, i) for i in q.inputs[1:]])[0]
     if t.dtype == vals.dtype and np.array_equal(t, vals):
@@ -634,7 +618,7 @@ def _lookup_gated(g: Graph) -> Graph:
                 continue
             from ..backends.reference import evaluate
 
-            vals = np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
+            vals = _all_values(dt)
             pair = [vals, table.reshape(256)]
             ins = [pair[pos], *params[0:2], pair[1 - pos], *params[2:]]
             composite = np.ascontiguousarray(evaluate(mul, ins)[0].reshape(1, 256))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW, permute_shape
 from ..ir.graph import Graph
+from .util import inferred_infos
 
 # op type -> how to tell it is 2-D (rank-4 input): "weight" (rank of input 1; "qweight":
 # input 3, QLinearConv's w), "kernel"
@@ -51,11 +52,9 @@ def _rank(g: Graph, node, infos=None) -> int | None:
 
 
 def to_nhwc(g: Graph) -> Graph:
-    from .fuse_qdq import _infos
-
     new_nodes = []
     # NOTE: inferred before any node is rewired (the loop moves inputs to new values)
-    known = (_infos(g) if any(LAYOUT_OPS.get(n.op_type) == "input" and n.inputs
+    known = (inferred_infos(g) if any(LAYOUT_OPS.get(n.op_type) == "input" and n.inputs
                               and g.values[n.inputs[0]].shape is None for n in g.nodes)
              else {})
     for n in g.nodes:

@@ -84,3 +84,24 @@ def scaled_per_channel(g: Graph, w: int, vec, before, producers: dict) -> int | 
     g.nodes.insert(g.nodes.index(before), node)
     producers[out] = node
     return out
+
+
+def inferred_infos(g: Graph) -> dict:
+    """``{value: TensorInfo}`` of every value whose shape follows from the graph inputs'
+    shapes, symbolic dims taken as 1 (enough for ranks and constant-sized dims)."""
+    from ..errors import SpratError
+    from ..ir.shapes.control import constant_infos, infer_step
+    from ..ir.tensorinfo import TensorInfo
+
+    known = constant_infos(g)
+    for i in g.inputs:
+        v = g.values[i]
+        if v.shape is None or v.dtype is None:
+            return known
+        known[i] = TensorInfo(tuple(d if isinstance(d, int) else 1 for d in v.shape), v.dtype)
+    for node in g.nodes:
+        try:
+            infer_step(node, known)
+        except SpratError:  # NOTE: a shape that needs data (or an unknown op): stop there
+            break
+    return known

@@ -233,12 +233,13 @@ def _plan(node, ins):
         return None
     xzv = _const(xz, (1,)) if xz is not None else np.zeros(1, x.dtype)
     wzv = _const(wz, (1, m)) if wz is not None else np.zeros(1, w.dtype)
+    # NOTE: one group and K = taps * C within the int32-exact bound: the integer GEMM
+    i8 = group == 1 and int(np.prod(w.value.shape[1:])) <= ck.I8_K_LIMIT
     # NOTE: x's zero point a run-time scalar (a dynamically quantized model's
     # DynamicQuantizeLinear output): ConvInteger on the integer GEMM only, which takes it
     # at each call (``xz_runtime``)
-    runtime = (xzv is None and node.op_type == "ConvInteger" and I8_CONV and group == 1
-               and xz.dtype == x.dtype and int(np.prod(xz.shape, dtype=np.int64)) == 1
-               and int(np.prod(w.value.shape[1:])) <= ck.I8_K_LIMIT)
+    runtime = (xzv is None and node.op_type == "ConvInteger" and I8_CONV and i8
+               and xz.dtype == x.dtype and int(np.prod(xz.shape, dtype=np.int64)) == 1)
     if runtime:
         xzv = np.zeros(1, x.dtype)
     if xzv is None or wzv is None:
@@ -247,8 +248,6 @@ def _plan(node, ins):
     wi = w.value.astype(np.int64) - wzv.astype(np.int64).reshape((-1,) + (1,) * (w.value.ndim - 1))
     info = np.iinfo(x.dtype)
     amax = max(xzi - info.min, info.max - xzi)
-    # NOTE: one group and K = taps * C within the int32-exact bound: the integer GEMM
-    i8 = group == 1 and int(np.prod(w.value.shape[1:])) <= ck.I8_K_LIMIT
     parts = exact_parts(wi, amax)
     if node.attrs.get("_qdq") and _winograd_shape(wi, node.attrs):
         # NOTE: the float QDQ graph's semantics (sprat.ir.fused): one part, Winograd allowed

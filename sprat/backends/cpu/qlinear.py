@@ -185,8 +185,10 @@ class QLinearBinaryKernel(CpuKernel):
         pa, pb = (f(za), f(sa)), (f(zb), f(sb))
         self.params = (*pb, *pa, f(sc), f(zc)) if self.swap else (*pa, *pb, f(sc), f(zc))
         full, small = (b, a) if self.swap else (a, b)
-        self.rows = (None if tuple(small.shape) == tuple(full.shape)
-                     else _broadcast_rows(full.shape, small.shape))
+        # NOTE: mid 1 (the same values, the shapes differing by leading 1s): the same-shape
+        # call, split over the slots by values
+        rows = _broadcast_rows(full.shape, small.shape)
+        self.rows = None if rows[1] == 1 else rows
         self.n = int(np.prod(full.shape))
         self.nt = self.threads if self.n >= PARALLEL_MIN_QUANT else 1
         self.signed = a.dtype == np.int8

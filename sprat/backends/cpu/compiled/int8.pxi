@@ -1144,6 +1144,17 @@ cdef extern from *:
             o[K] = 0;
     }
 
+    /* Bytes a row of the A workspace needs for sprat_i8_im2col_seg's whole-step copies of
+       every kernel row but the last (run = kw * C bytes; raw: bytes, else int16): 0 for one
+       kernel row. The im2col takes the seg where the pitch has this room; ``i8_im2col_pitch``
+       gives a conv's workspace that pitch */
+    static inline Py_ssize_t sprat_i8_seg_room(Py_ssize_t kh, Py_ssize_t run, int raw) {
+        if (kh < 2)
+            return 0;
+        return raw ? (kh - 2) * run + 32 * ((run + 31) / 32)
+                   : 2 * (kh - 2) * run + 32 * ((run + 15) / 16);
+    }
+
     /* Rows [r0, r1) of the byte im2col of an NHWC map x (N, H, W, C; nx bytes) for a (kh,
        kw) kernel, strides, dilations, leading pads and an output of (N, OH, OW), into out
        (rows of ``pitch`` bytes): row r (output pixel (n, oy, ox)) holds the taps (i, j) in
@@ -1181,9 +1192,7 @@ cdef extern from *:
            kernel rows lie inside the map across go by sprat_i8_im2col_seg (where the pitch
            leaves room for its steps' overshoot), the others by sprat_i8_im2col_px */
         const int px = dw == 1 && !want && run <= 64;
-        const int seg = px && (kh < 2 || (raw ? (kh - 2) * run + 32 * ((run + 31) / 32)
-                                              : 2 * (kh - 2) * run + 32 * ((run + 15) / 16))
-                                         <= pitch);
+        const int seg = px && sprat_i8_seg_room(kh, run, raw) <= pitch;
     #endif
         for (Py_ssize_t r = r0; r < r1; r++) {
     #if defined(__AVX2__)
@@ -1488,6 +1497,7 @@ cdef extern from *:
                                                   idx pld) noexcept nogil
     unsigned char* i8_tl "sprat_i8_tl" (size_t bytes) noexcept nogil
     void i8_minmax "sprat_i8_minmax" (const float* x, idx n, float* lo, float* hi) noexcept nogil
+    idx i8_seg_room "sprat_i8_seg_room" (idx kh, idx run, int raw) noexcept nogil
     int i8_copy_row "sprat_i8_copy_row" (unsigned char* o, const unsigned char* src, idx K,
                                          idx room, idx avail, int flip, int want) noexcept nogil
     void i8_widen_row "sprat_i8_widen_row" (short* o, const unsigned char* src, idx K, int zp,
@@ -1608,14 +1618,9 @@ def i8_im2col_pitch(idx K, int path, idx kh, idx run) -> int:
     pixel by pixel through ``sprat_i8_im2col_px``, 56 % of its time (mltk keyword spotting,
     59x49x1 -> 30x25x8: 28 us)."""
     cdef idx p = i8_a_pitch(K, path)
-    cdef idx need
-    if path == I8_AMX or kh < 2 or run > 64:
+    if path == I8_AMX or run > 64:
         return p
-    if path == I8_INT16:
-        need = 2 * (kh - 2) * run + 32 * ((run + 15) // 16)
-    else:
-        need = (kh - 2) * run + 32 * ((run + 31) // 32)
-    return max(p, (need + 3) // 4 * 4)
+    return max(p, (i8_seg_room(kh, run, path != I8_INT16) + 3) // 4 * 4)
 
 
 def i8_a_rows(idx rows, int path) -> int:
