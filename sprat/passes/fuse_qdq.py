@@ -607,9 +607,10 @@ def _lookup_gated(g: Graph) -> Graph:
         a, b = mul.inputs[0], mul.inputs[3]
         for pos, (x, v) in enumerate(((a, b), (b, a))):
             lut = producers.get(v)
-            table = None if lut is None else _const(g, lut.inputs[1])
-            if (lut is None or lut.op_type != "QLinearLookup" or lut.inputs[0] != x
-                    or table is None or table.shape != (1, 256)
+            if lut is None or lut.op_type != "QLinearLookup" or lut.inputs[0] != x:
+                continue
+            table = _const(g, lut.inputs[1])
+            if (table is None or table.shape != (1, 256)
                     or single_consumer(g, consumers, v) is not mul):
                 continue
             params = _scalar_params(g, [i for k, i in enumerate(mul.inputs) if k not in (0, 3)])

@@ -230,6 +230,19 @@ def test_quantized_silu_becomes_one_table():
         _equal_to_unfused(both, max_lsb_from_spec=2)
 
 
+def test_quantized_product_of_a_one_input_op_is_left_as_it_is():
+    """A QLinearMul whose operand comes from an op of one input (a Transpose in a YOLO head's
+    box decoding) is not a gated lookup: it converts and runs as a product (the pass indexed
+    the producer's second input before asking what the producer was)."""
+    inits = _params(T.UINT8) + _params(T.UINT8, ("ms", "mz"), (0.03, 2))
+    nodes = [h.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]),
+             h.make_node("QLinearMul", ["x", "xs", "xz", "t", "xs", "xz", "ms", "mz"], ["y"],
+                         domain=MS)]
+    model = _ms_model(nodes, inits, inputs=(("x", (1, 3, 5, 5)),))
+    assert _ops(model)["QLinearMul"] == 1, _ops(model)
+    _equal_to_unfused(model)
+
+
 def test_qlinear_concat_becomes_tables_and_a_concat():
     """Each input requantised to the output's scale by a table, the one already in it as it
     is, then a plain Concat of the bytes."""

@@ -49,7 +49,8 @@ def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_z
 def qlinear_sigmoid(X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None):
     """QLinearSigmoid: Y = quantize(sigmoid(dequantize(X)))."""
     x = _deq(X, X_scale, X_zero_point)
-    return _q(1.0 / (1.0 + np.exp(-x)), Y_scale, Y_zero_point, X.dtype)
+    with np.errstate(over="ignore"):  # NOTE: exp(-x) = inf for x << 0 gives 0, as it should
+        return _q(1.0 / (1.0 + np.exp(-x)), Y_scale, Y_zero_point, X.dtype)
 
 
 def qlinear_leaky_relu(X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None,
