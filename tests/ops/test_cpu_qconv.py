@@ -187,9 +187,12 @@ def _bn_table(m, in_dt, out_dt, seed, clip=True):
 
 def _lookup_inputs(kind, m, in_dt, out_dt, seed=0):
     """A fused lookup's table: ``bn`` (a second requantisation reproduces every channel),
-    ``random`` (none), ``mixed`` (every third channel random), ``one`` (one row for all)."""
+    ``random`` (none), ``mixed`` (every third channel random), ``one`` (one row for all),
+    ``one_random`` (one row for all that no requantisation reproduces: a SiLU's)."""
     if kind == "one":
         return _bn_table(1, in_dt, out_dt, seed)
+    if kind == "one_random":
+        return _q((1, 256), out_dt, seed + 7)
     t = _bn_table(m, in_dt, out_dt, seed, clip=seed % 2 == 0)
     if kind == "random":
         return _q((m, 256), out_dt, seed + 7)
@@ -209,7 +212,7 @@ LOOKUP_CASES = [  # (n, h, w, c, m, k, group, attrs)
 
 
 @pytest.mark.parametrize("n,h,w,c,m,k,group,attrs", LOOKUP_CASES)
-@pytest.mark.parametrize("table", ["bn", "random", "mixed", "one"])
+@pytest.mark.parametrize("table", ["bn", "random", "mixed", "one", "one_random"])
 @pytest.mark.parametrize("xdt,ydt,tdt", [(_U8, _U8, _U8), (_S8, _S8, _S8), (_S8, _S8, _U8)])
 def test_qlinear_conv_fused_lookup(n, h, w, c, m, k, group, attrs, table, xdt, ydt, tdt,
                                    conv_path):

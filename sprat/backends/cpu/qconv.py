@@ -519,8 +519,14 @@ class QConvKernel(CpuKernel):
         if self.fix is None:
             return calls
         chans, tables = self.fix
-        return calls + [(ck.qlookup_channels, (self.nt, y.reshape(-1).view(np.uint8),
-                                               self.p_out, self.m, chans, tables,
+        yb = y.reshape(-1).view(np.uint8)
+        rows = tables.reshape(-1, 256)
+        if chans.size == self.m and (rows == rows[:1]).all():
+            # NOTE: one table for every channel (a SiLU's, a Sigmoid's): 32 bytes a step in
+            # place (``sprat_lut256``), where the per-channel loop costs ~1 ns a byte
+            return calls + [(ck.qlinear_lookup, (self.nt, yb, yb, np.ascontiguousarray(
+                rows[0]), self.p_out * self.m, 1, 1, self.kind == 1))]
+        return calls + [(ck.qlookup_channels, (self.nt, yb, self.p_out, self.m, chans, tables,
                                                self.kind == 1))]
 
     def run(self, ins, outs, ws):
