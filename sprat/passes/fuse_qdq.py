@@ -485,8 +485,9 @@ def lookup_contrib(g: Graph) -> Graph:
         nodes.append(node)
     if changed:
         g.nodes = nodes
-    # NOTE: also the QDQ form's SiLU (fuse_qdq's QLinearMul of x and fuse_lookup's sigmoid)
-    return _lookup_gated(g)
+    # NOTE: then whole functions of one value as one table: a SiLU (also the QDQ form's:
+    # fuse_qdq's QLinearMul of x and fuse_lookup's sigmoid), a hard-swish, ...
+    return lookup_cones(g)
 
 
 #: ops that only move or select values: op(DequantizeLinear(x)) is DequantizeLinear(op(x))
@@ -593,42 +594,114 @@ def fuse_qdq_movement(g: Graph) -> Graph:
     return remove_dead(g)
 
 
-def _lookup_gated(g: Graph) -> Graph:
-    """``QLinearMul(x, QLinearLookup(x, t))`` (x times a function of itself: SiLU made of
-    QLinearSigmoid and QLinearMul, per-tensor parameters, the lookup read by this product
-    only) becomes ``QLinearLookup(x, T)`` with T[v] the product's result for x = v and the
-    lookup's value ``t[v]``, by the reference kernel: the same bits, one pass instead of two,
-    and a table ``fuse_conv_lookup`` can then fold into the conv that makes x."""
-    consumers, producers = g.consumers(), g.producers()
-    changed = False
-    for mul in g.nodes:
-        if mul.domain != "com.microsoft" or mul.op_type != "QLinearMul" or len(mul.inputs) < 7:
-            continue
-        a, b = mul.inputs[0], mul.inputs[3]
-        for pos, (x, v) in enumerate(((a, b), (b, a))):
-            lut = producers.get(v)
-            if lut is None or lut.op_type != "QLinearLookup" or lut.inputs[0] != x:
-                continue
-            table = _const(g, lut.inputs[1])
-            if (table is None or table.shape != (1, 256)
-                    or single_consumer(g, consumers, v) is not mul):
-                continue
-            params = _scalar_params(g, [i for k, i in enumerate(mul.inputs) if k not in (0, 3)])
-            dt = _qtype(g, x, params[1] if params is not None else None)
-            if params is None or dt not in _Q8 or table.dtype != dt:
-                continue
-            from ..backends.reference import evaluate
+#: ops that map each element on its own: what a graph of them computes from one uint8/int8
+#: tensor, their other inputs constant scalars, is a table of that tensor's 256 values
+_ELEMENTWISE = (_UNARY | _BINARY | {"QuantizeLinear", "DequantizeLinear", "QLinearLookup", "Erf",
+                                    "Exp", "Sqrt", "Pow", "Reciprocal", "Softsign", "Gelu",
+                                    "Mish", "Selu", "ThresholdedRelu", "Floor", "Ceil", "Round",
+                                    "Sin", "Cos", "Log"})
+_ELEMENTWISE_MS = {"QLinearAdd", "QLinearMul"} | _LOOKUP_UNARY
 
-            vals = _all_values(dt)
-            pair = [vals, table.reshape(256)]
-            ins = [pair[pos], *params[0:2], pair[1 - pos], *params[2:]]
-            composite = np.ascontiguousarray(evaluate(mul, ins)[0].reshape(1, 256))
-            t = g.add_const(f"{mul.name}/table", composite)
-            mul.op_type, mul.domain = "QLinearLookup", ""
-            mul.inputs, mul.attrs = [x, t], {"axis": 1}
-            lut.op_type = DEAD
-            changed = True
-            break
+
+def _elementwise(g: Graph, node) -> bool:
+    """Whether ``node`` maps each element of its non-constant inputs on its own, every
+    constant input one value (so a table of 256 values says what it does)."""
+    names = _ELEMENTWISE_MS if node.domain == "com.microsoft" else (
+        _ELEMENTWISE if node.domain in ("", "ai.onnx") else ())
+    if (node.op_type not in names or len(node.outputs) != 1
+            or any(k.startswith("_") for k in node.attrs)):
+        return False
+    if node.op_type == "QLinearLookup":
+        t = _const(g, node.inputs[1]) if len(node.inputs) == 2 else None
+        return t is not None and t.size == 256
+    return all(i == MISSING or _const(g, i) is None or _const(g, i).size == 1
+               for i in node.inputs)
+
+
+def _cone(g: Graph, root, producers, consumers, infos):
+    """``(leaf, nodes)`` when ``root``'s output is a function of one uint8/int8 value
+    ``leaf`` through elementwise nodes only (``nodes``, in graph order, root included), each
+    intermediate value read by those nodes only; None otherwise. The walk goes back through a
+    value's producer only when every reader of the value is elementwise (a value read
+    elsewhere too is where the function starts)."""
+    members, leaves, stack = {id(root): root}, set(), [root]
+    while stack:
+        n = stack.pop()
+        for i in n.inputs:
+            if i == MISSING or _const(g, i) is not None:
+                continue
+            p = producers.get(i)
+            if (p is not None and _elementwise(g, p) and i not in g.outputs
+                    and all(_elementwise(g, c) for c in consumers.get(i, ()))):
+                if id(p) not in members:
+                    members[id(p)] = p
+                    stack.append(p)
+            else:
+                leaves.add(i)
+    if len(leaves) != 1:
+        return None
+    (leaf,) = leaves
+    info = infos.get(leaf)
+    if info is None or info.dtype not in _Q8:
+        return None
+    for n in members.values():
+        if n is root:
+            continue
+        # NOTE: an intermediate value read elsewhere too must stay: no table for this root
+        if n.outputs[0] in g.outputs or any(id(c) not in members
+                                            for c in consumers.get(n.outputs[0], ())):
+            return None
+        if any(i != MISSING and _const(g, i) is not None and _const(g, i).ndim > len(info.shape)
+               for i in n.inputs):
+            return None
+    return leaf, [n for n in g.nodes if id(n) in members]
+
+
+def lookup_cones(g: Graph) -> Graph:
+    """A uint8/int8 value computed from one other uint8/int8 value ``x`` through elementwise
+    ops only (their other operands constant scalars) becomes ``QLinearLookup(x, table)``: the
+    (1, 256) table holds the ops' result for each of x's 256 values, computed by the
+    reference kernels, so the same bits as the ops one by one. E.g. a SiLU (``QLinearMul(x,
+    QLinearSigmoid(x))``, or its QDQ form), a hard-swish as onnxruntime's quantizer writes
+    PaddlePaddle's (``QLinearMul(x, QLinearAdd(x, 3))``, then ``DequantizeLinear -> Div(6) ->
+    QuantizeLinear``): one pass over memory instead of three to five, and a table
+    ``fuse_conv_lookup`` can then fold into the conv that makes x. A node whose function of
+    x needs a value also read elsewhere (a float hard-swish a pool reads too) is left, and so
+    is one op alone."""
+    infos = None
+    changed = False
+    for root in reversed(list(g.nodes)):
+        if root.op_type == DEAD or not _elementwise(g, root):
+            continue
+        if infos is None:
+            infos = inferred_infos(g)
+            producers, consumers = g.producers(), g.consumers()
+        out = infos.get(root.outputs[0])
+        if out is None or out.dtype not in _Q8:
+            continue
+        found = _cone(g, root, producers, consumers, infos)
+        # NOTE: one op alone is left to its own kernel (a Clip folds into the conv before it)
+        if found is None or len(found[1]) < 2:
+            continue
+        leaf, nodes = found
+        from ..backends.reference import evaluate
+
+        vals = {leaf: _all_values(infos[leaf].dtype)}
+        for n in nodes:
+            ins = [None if i == MISSING else vals[i] if i in vals else g.values[i].data
+                   for i in n.inputs]
+            vals[n.outputs[0]] = evaluate(n, ins)[0]
+        table = np.ascontiguousarray(vals[root.outputs[0]].reshape(1, 256))
+        if table.dtype != out.dtype:
+            continue
+        t = g.add_const(f"{root.name}/table", table)
+        for n in nodes:
+            if n is not root:
+                n.op_type = DEAD
+        root.op_type, root.domain = "QLinearLookup", ""
+        root.inputs, root.attrs = [leaf, t], {"axis": 1}
+        changed = True
+        producers, consumers = g.producers(), g.consumers()
     if changed:
         g.nodes = [n for n in g.nodes if n.op_type != DEAD]
         g = remove_dead(g)

@@ -134,15 +134,17 @@ def test_dq_add_q_becomes_qlinear_add_equal_to_the_unfused_chain():
     inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
              _init("s2", np.float32(0.021)), _init("z2", np.uint8(7)),
              _init("ys", np.float32(0.07)), _init("yz", np.uint8(60))]
+    # NOTE: the operands two inputs (of one, the sum is a function of x: one table)
     nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["a"]),
-             h.make_node("QuantizeLinear", ["a", "s2", "z2"], ["x2"]),
              h.make_node("DequantizeLinear", ["x2", "s2", "z2"], ["b"]),
              h.make_node("Add", ["a", "b"], ["s"]),
              h.make_node("QuantizeLinear", ["s", "ys", "yz"], ["y"])]
     model = _model(nodes, inits)
+    model.graph.input.append(h.make_tensor_value_info("x2", T.UINT8, [1, 16, 9, 9]))
     ops = _ops(model)
     assert ops["QLinearAdd"] == 1 and not ops["Add"], ops
     feeds = _x()
+    feeds["x2"] = np.random.default_rng(2).integers(0, 256, (1, 16, 9, 9)).astype(np.uint8)
     got, backends = _sprat(model, feeds)
     assert set(backends.values()) == {"cpu"}
     unfused, _ = _sprat(model, feeds, optimized=False)
@@ -241,6 +243,35 @@ def test_quantized_product_of_a_one_input_op_is_left_as_it_is():
     model = _ms_model(nodes, inits, inputs=(("x", (1, 3, 5, 5)),))
     assert _ops(model)["QLinearMul"] == 1, _ops(model)
     _equal_to_unfused(model)
+
+
+def test_function_of_one_quantized_value_becomes_one_table():
+    """PaddlePaddle's hard-swish as onnxruntime's quantizer writes it (QOperator): QLinearAdd
+    (x, 3), QLinearMul by x, then DequantizeLinear -> Div(6) -> QuantizeLinear: all a function
+    of x, one table (``passes.fuse_qdq.lookup_cones``). With the Div's float output also read
+    by a pool, the float part stays and only the product becomes a table."""
+    inits = (_params(T.UINT8) + _params(T.UINT8, ("as", "az"), (0.024, -128))
+             + _params(T.UINT8, ("ms", "mz"), (0.09, -100))
+             + _params(T.UINT8, ("hs", "hz"), (0.015, -110))
+             + [_init("three", np.uint8(round(3 / 0.05) + 135)), _init("six", np.float32(6))])
+    nodes = [h.make_node("QLinearAdd", ["x", "xs", "xz", "three", "xs", "xz", "as", "az"],
+                         ["a"], domain=MS),
+             h.make_node("QLinearMul", ["x", "xs", "xz", "a", "as", "az", "ms", "mz"], ["m"],
+                         domain=MS),
+             h.make_node("DequantizeLinear", ["m", "ms", "mz"], ["mf"]),
+             h.make_node("Div", ["mf", "six"], ["hf"]),
+             h.make_node("QuantizeLinear", ["hf", "hs", "hz"], ["y"])]
+    model = _ms_model(nodes, inits)
+    assert _ops(model) == {"QLinearLookup": 1}, _ops(model)
+    # NOTE: onnxruntime's QLinearAdd / QLinearMul (MLAS) round differently from their
+    # definition by up to 1 LSB, and the next ops carry that step
+    _equal_to_unfused(model, max_lsb_from_spec=2)
+    pooled = _ms_model(nodes + [h.make_node("GlobalAveragePool", ["hf"], ["p"])], inits,
+                       outputs=("y",))
+    pooled.graph.output.append(h.make_tensor_value_info("p", T.FLOAT, None))
+    ops = _ops(pooled)
+    assert ops["QLinearLookup"] == 1 and ops["Div"] == 1 and not ops["QLinearMul"], ops
+    _equal_to_unfused(pooled, max_lsb_from_spec=2)
 
 
 def test_qlinear_concat_becomes_tables_and_a_concat():
