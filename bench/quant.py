@@ -7,7 +7,10 @@ onnxruntime's quantized time, <= 0.8x its fp32 time for the CNNs).
 Default models: the three issue 14 names (ResNet-18 QDQ, MobileNetV2 QOperator, MiniLM
 dynamic), and families none of its kernels were written for: EfficientNet-B0 (SiLU and
 squeeze-excite) QOperator and QDQ, a YOLO C2f/SPPF neck (Concat, MaxPool, Resize) QOperator and
-QDQ, MobileNetV3-small (hard-swish) QOperator.
+QDQ, MobileNetV3-small (hard-swish) QOperator; and three real models of the zoo (issue 14's
+"two real zoo models" in QDQ and QOperator form): PP-OCR v2 cls, NudeNet 320n (YOLOv8n) and
+ddddocr's YOLOX detector, each brought to opset 13 and through onnxruntime's
+``quant_pre_process`` first, calibrated on ``sprat.zoo.sample_input`` rows.
 
 Models: ``sprat.testing.families`` at full size (224x224 images, 128 tokens), quantized by
 onnxruntime's own quantizer as ``tests/models/test_quant_models.py`` does: ``qdq`` =
@@ -36,42 +39,65 @@ import numpy as np  # noqa: E402
 
 import sprat  # noqa: E402
 from bench.run import ort_session, timed_blocks  # noqa: E402
+from sprat import zoo  # noqa: E402
 from sprat.testing.families import build  # noqa: E402
 
 FORMATS = ("qdq", "qop", "dyn")
 DEFAULT_MODELS = ("resnet18:qdq,mobilenet_v2:qop,bert_minilm:dyn,efficientnet_b0:qop,"
-                  "efficientnet_b0:qdq,yolo_c2f_neck:qop,yolo_c2f_neck:qdq,mobilenet_v3_small:qop")
+                  "efficientnet_b0:qdq,yolo_c2f_neck:qop,yolo_c2f_neck:qdq,mobilenet_v3_small:qop,"
+                  "ppocr_v2_cls:qdq,ppocr_v2_cls:qop,nudenet_320n:qdq,nudenet_320n:qop,"
+                  "ddddocr_det:qdq,ddddocr_det:qop")
 
 
 def quantize(name: str, fmt: str, workdir: pathlib.Path):
-    """(fp32 path, quantized path, feeds) of family model ``name`` quantized as ``fmt``."""
+    """(fp32 path, quantized path, feeds) of ``name`` quantized as ``fmt``: a family model of
+    ``sprat.testing.families`` or a real model of the zoo (``sprat.zoo.MODELS``)."""
     import onnx
     from onnxruntime import quantization as q
 
-    model, feeds = build(name)
-    src = workdir / f"{name}.onnx"
-    onnx.save(model, src)
+    if name in zoo.MODELS:
+        # NOTE: a real model as onnxruntime's documentation has a user quantize it: opset 13
+        # at least (per-axis DequantizeLinear; PP-OCR's files are opset 11), then
+        # ``quant_pre_process`` (shape inference, BatchNormalization folded); calibrated on
+        # ``zoo.sample_input`` rows of other seeds than the timed feed
+        src = zoo.fetch(name)
+        feeds = zoo.sample_input(name)
+        model = onnx.load(src)
+        if max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
+            from onnx import version_converter
+
+            src = workdir / f"{name}.op13.onnx"
+            onnx.save(version_converter.convert_version(model, 13), src)
+        pre = workdir / f"{name}.pre.onnx"
+        q.quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        rows = [zoo.sample_input(name, seed=s) for s in range(1, 5)]
+        src, quantize_from = zoo.fetch(name), pre
+    else:
+        model, feeds = build(name)
+        src = quantize_from = workdir / f"{name}.onnx"
+        onnx.save(model, src)
+        rng = np.random.default_rng(0)
+        # NOTE: integer inputs (token ids, masks) as the model's own sample
+        rows = [{k: rng.standard_normal(v.shape).astype(np.float32)
+                 if v.dtype.kind == "f" else v for k, v in feeds.items()} for _ in range(4)]
 
     class Calibration(q.CalibrationDataReader):
         def __init__(self):
-            rng = np.random.default_rng(0)
-            # NOTE: integer inputs (token ids, masks) as the model's own sample
-            self.batches = iter([{k: rng.standard_normal(v.shape).astype(np.float32)
-                                  if v.dtype.kind == "f" else v for k, v in feeds.items()}
-                                 for _ in range(4)])
+            self.batches = iter(rows)
 
         def get_next(self):
             return next(self.batches, None)
 
     dst = workdir / f"{name}.{fmt}.onnx"
     if fmt == "dyn":
-        q.quantize_dynamic(str(src), str(dst), weight_type=q.QuantType.QInt8)
+        q.quantize_dynamic(str(quantize_from), str(dst), weight_type=q.QuantType.QInt8)
     elif fmt == "qdq":
-        q.quantize_static(str(src), str(dst), Calibration(), quant_format=q.QuantFormat.QDQ,
+        q.quantize_static(str(quantize_from), str(dst), Calibration(),
+                          quant_format=q.QuantFormat.QDQ,
                           per_channel=True, activation_type=q.QuantType.QUInt8,
                           weight_type=q.QuantType.QInt8)
     else:
-        q.quantize_static(str(src), str(dst), Calibration(),
+        q.quantize_static(str(quantize_from), str(dst), Calibration(),
                           quant_format=q.QuantFormat.QOperator, per_channel=False,
                           reduce_range=True, weight_type=q.QuantType.QInt8)
     return src, dst, feeds
