@@ -199,6 +199,29 @@ def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
     return u
 
 
+#: whether Winograd's 36 GEMMs per block run on the packed GEMM (``winograd_panels``), where
+#: it runs, rather than BLAS
+# NOTE: BLAS packs both operands on every call; 36 calls per block of at most WINOGRAD_TILES
+# rows. Measured on Zen 3 (AVX2, 1 thread), ddddocr det QDQ's 24 Winograd convs (24-192
+# channels, 13x13-104x104 maps): BLAS's packing (sgemm_itcopy) was 5.7 % of the model's time
+WINOGRAD_PACKED = PACKED
+
+
+def winograd_panels(u: np.ndarray, c: int, m: int) -> np.ndarray:
+    """``U`` flat (36, C, M) -> 36 blocks of the packed GEMM's panels of ``U[p]`` (C, M), each
+    C * Mp floats (Mp = M rounded up to ``ck.PACKED_NR``), 64-byte aligned (what
+    ``ck.conv_winograd`` reads with ``packed``)."""
+    nr = ck.PACKED_NR
+    per = c * (-(-m // nr) * nr)
+    buf = np.empty(36 * per + 16, np.float32)
+    off = (-buf.ctypes.data % 64) // 4
+    out = buf[off:off + 36 * per]
+    u = u.reshape(36, c, m)
+    for p in range(36):
+        ck.pack_weight_panels(u[p], False, 0, m, out[p * per:(p + 1) * per])
+    return out
+
+
 # NOTE: Winograd's weights U (36 C*M floats) stream from memory once per tile block, where the
 # GEMM algorithms read 9 C*M floats. In a model every layer's weights come from memory (the
 # single-conv microbenchmark keeps them in cache and hid this: 14x14x256 0.90x onnxruntime
@@ -527,7 +550,12 @@ class ConvKernel(CpuKernel):
               and winograd_pays(n * (-(-oh // 4)) * (-(-ow // 4)), n * oh * ow, nt,
                                 144 * c * m)):
             self.algo = "winograd"
-            self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36, C, M)
+            self.w_packed = WINOGRAD_PACKED
+            if self.w_packed:
+                self.w = self.shared("winograd_panels", lambda: winograd_panels(
+                    winograd_weights(wv, nt), c, m))
+            else:
+                self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36,C,M)
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
             # NOTE: every block streams all of U (36*C*M floats): once U outgrows the V and M
             # blocks of WINOGRAD_BLOCK_BYTES, blocks grow to C*M/(C+M) tiles (V + M as large
@@ -683,7 +711,7 @@ class ConvKernel(CpuKernel):
                     ph, pw, self.rows, self.split_m, self.wp, *bufs, code, a, b, self.slope)
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
-                    self.split_m, *bufs, code, a, b, self.slope)
+                    self.split_m, self.w_packed, *bufs, code, a, b, self.slope)
         elif algo == "depthwise" and self.blocked:
             algo = "depthwise_blocked"
             args = (x, self.wp, self.bp, res, hr, y, n, h, w, c, oh, ow, kh, kw, sh, sw, dh, ph,

@@ -1308,24 +1308,30 @@ cdef void _wg_output_tile(const float* mo, idx tile, idx TB, idx M, const float*
 cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, const float* bias,
                              const float* res, bint has_res, float* y, idx N, idx H, idx W,
                              idx C, idx M, idx OH, idx OW, idx ph, idx pw, idx TB,
-                             bint split_m, float* v, float* mo, float* pbuf, float* obuf,
-                             int code, float a, float b, const float* slope) noexcept nogil:
+                             bint split_m, bint packed, float* v, float* mo, float* pbuf,
+                             float* obuf, int code, float a, float b,
+                             const float* slope) noexcept nogil:
     """Slot ``t`` of ``nt`` of a 3x3 stride-1 conv by Winograd F(4,3): a range of blocks of
     ``TB`` tiles, or with ``split_m`` every block but a range of the output channels (a small
     map has too few tiles to share out; each slot then transforms the whole input itself).
     Per block: input transform into ``v`` (36, TB, C), 36 GEMMs with ``u`` (36, C, M) into
-    ``mo`` (36, TB, Mt), output transform + epilogue into ``y``. Scratch: ``pbuf`` 72*C
-    (patch, transform), ``obuf`` 40*M."""
+    ``mo`` (36, TB, Mt), output transform + epilogue into ``y``. With ``packed`` each ``u[p]``
+    is in the packed GEMM's panels (``winograd_panels``: 36 blocks of C * Mp floats, Mp = M
+    rounded up to SPRAT_PK_NR) and the GEMMs are ``sprat_pk_gemm``'s, which read ``v``'s rows
+    in place (BLAS packed both operands on every call); channel splits then fall on panels.
+    Scratch: ``pbuf`` 72*C (patch, transform), ``obuf`` 40*M."""
     cdef idx th = (OH + 3) // 4
     cdef idx tw = (OW + 3) // 4
     cdef idx per_image = th * tw
     cdef idx T = N * per_image
     cdef idx nblk = (T + TB - 1) // TB
     cdef idx b0, b1, c0, c1, mt, blk, t0, cnt, k, g, n, r, ti, tj, p
+    cdef idx unit = SPRAT_PK_NR if packed else 8
+    cdef idx mp = (M + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR
     if split_m:
         b0, b1 = 0, nblk
-        c0 = conv_col_edge(t, nt, M, 8)
-        c1 = conv_col_edge(t + 1, nt, M, 8)
+        c0 = conv_col_edge(t, nt, M, unit)
+        c1 = conv_col_edge(t + 1, nt, M, unit)
     else:
         b0, b1 = t * nblk // nt, (t + 1) * nblk // nt
         c0, c1 = 0, M
@@ -1341,9 +1347,15 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
             tj = r - ti * tw
             _wg_input_tile(x, n, H, W, C, ti * 4 - ph, tj * 4 - pw, pbuf, pbuf + 36 * C, v, k,
                            TB)
-        for p in range(36):
-            sgemm(False, False, cnt, mt, C, 1.0, v + p * TB * C, C, u + p * C * M + c0, M, 0.0,
-                  mo + p * TB * mt, mt)
+        if packed:
+            # NOTE: column j of the product lands at mo[p] + i * mt + j - c0
+            for p in range(36):
+                sprat_pk_gemm(cnt, c0, c1, C, v + p * TB * C, C, u + p * C * mp,
+                              mo + p * TB * mt - c0, mt)
+        else:
+            for p in range(36):
+                sgemm(False, False, cnt, mt, C, 1.0, v + p * TB * C, C, u + p * C * M + c0, M,
+                      0.0, mo + p * TB * mt, mt)
         for k in range(cnt):
             g = t0 + k
             n = g // per_image
@@ -1356,15 +1368,20 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
 
 def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::1] bias,
                   const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
-                  idx M, idx OH, idx OW, idx ph, idx pw, idx TB, bint split_m,
+                  idx M, idx OH, idx OW, idx ph, idx pw, idx TB, bint split_m, bint packed,
                   float[:, ::1] vbuf, float[:, ::1] mbuf, float[:, ::1] pbuf,
                   float[:, ::1] obuf, int code, float a, float b, const float[::1] slope):
     """3x3, stride 1, dilation 1, one-group conv of ``x`` (N, H, W, C) into ``y``
     (N, OH, OW, M) by Winograd F(4,3) (``conv_winograd_slot``), split over ``nt`` slots.
-    ``u`` (36, C, M) the transformed weights, ``bias`` (M), PRelu's ``slope`` (M; empty for
-    other activations). Workspaces (nt, ...): ``vbuf`` 36*TB*C, ``mbuf`` 36*TB*M, ``pbuf``
-    72*C, ``obuf`` 40*M. Raises ValueError on short operands."""
-    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, u, 36 * C * M)
+    ``u`` the transformed weights: (36, C, M), or with ``packed`` (``packed_gemm_available``
+    only) ``winograd_panels``' 36 blocks of panels; ``bias`` (M), PRelu's ``slope`` (M; empty
+    for other activations). Workspaces (nt, ...): ``vbuf`` 36*TB*C, ``mbuf`` 36*TB*M,
+    ``pbuf`` 72*C, ``obuf`` 40*M. Raises ValueError on short operands, or ``packed`` where
+    the packed GEMM does not run."""
+    if packed and not sprat_pk_mode():
+        raise ValueError("conv_winograd: packed weights, but no packed GEMM on this build/CPU")
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, u,
+               36 * C * ((M + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR if packed else M))
     conv_check_slope(slope, code, M, M)
     conv_check_ws(vbuf, nt, 36 * TB * C)
     conv_check_ws(mbuf, nt, 36 * TB * M)
@@ -1380,13 +1397,13 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
     if nt <= 1:
         with nogil:
             conv_winograd_slot(0, 1, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph,
-                               pw, TB, split_m, &vbuf[0, 0], &mbuf[0, 0], &pbuf[0, 0],
+                               pw, TB, split_m, packed, &vbuf[0, 0], &mbuf[0, 0], &pbuf[0, 0],
                                &obuf[0, 0], code, a, b, ps)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_winograd_slot(t, nt, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph, pw,
-                           TB, split_m, &vbuf[t, 0], &mbuf[t, 0], &pbuf[t, 0], &obuf[t, 0],
-                           code, a, b, ps)
+                           TB, split_m, packed, &vbuf[t, 0], &mbuf[t, 0], &pbuf[t, 0],
+                           &obuf[t, 0], code, a, b, ps)
 
 
 cdef enum:
