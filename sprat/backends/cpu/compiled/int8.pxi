@@ -64,9 +64,10 @@ cdef extern from *:
     #define SPRAT_I8_NR 16
 
     /* The k loop of the int16 tile (sprat_i8_tile, sprat_i8_tile_q8): 12 named accumulators
-       c<row><half> = the 6 x 16 sums. NOTE: named accumulators, not an array: GCC kept an
-       array of __m256i partly on the stack (spills in the inner loop); rows past mr are
-       dead code once inlined */
+       c<row><half> = the 6 x 16 sums; with nh = 1 (a constant of the inlined caller) the
+       first half only, 6 x 8 (a panel's last 8 columns: its second half is padding).
+       NOTE: named accumulators, not an array: GCC kept an array of __m256i partly on the
+       stack (spills in the inner loop); rows past mr are dead code once inlined */
     #if defined(__AVX2__)
     #define SPRAT_I8_ROW(r)                                                              \
         if (mr > r) {                                                                    \
@@ -74,7 +75,8 @@ cdef extern from *:
             memcpy(&pair, a##r + 2 * p, 4);                                              \
             __m256i av = _mm256_set1_epi32(pair);                                        \
             c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));              \
-            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));              \
+            if (nh > 1)                                                                  \
+                c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));          \
         }
     #define SPRAT_I8_KLOOP                                                                  \
         __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;   \
@@ -87,7 +89,8 @@ cdef extern from *:
         const int16_t* a5 = a + (mr > 5 ? 5 : 0) * lda;                                     \
         for (Py_ssize_t p = 0; p < kp; p++) {                                               \
             __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + p * 32));                  \
-            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + p * 32 + 16));             \
+            __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i*)(b + p * 32 + 16))     \
+                                : b0;                                                       \
             SPRAT_I8_ROW(0) SPRAT_I8_ROW(1) SPRAT_I8_ROW(2)                                 \
             SPRAT_I8_ROW(3) SPRAT_I8_ROW(4) SPRAT_I8_ROW(5)                                 \
         }                                                                                   \
@@ -100,6 +103,7 @@ cdef extern from *:
             const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp, int32_t* c,
             const int mr) {
     #if defined(__AVX2__)
+        const int nh = 2;
         SPRAT_I8_KLOOP;
     #define SPRAT_I8_STORE(r)                                                            \
         if (mr > r) {                                                                    \
@@ -505,7 +509,7 @@ cdef extern from *:
             __m256i v0, __m256i v1, __m256i o0, __m256i o1, int has_o, __m256 s0, __m256 s1,
             int has_post, __m256 pa0, __m256 pa1, __m256 pb0, __m256 pb1, __m256 pl0,
             __m256 pl1, __m256 ph0, __m256 ph1, __m256 flo, __m256 fhi, __m256i izp,
-            __m256 magic, __m256 magic_z, int q_signed, unsigned char* y) {
+            __m256 magic, __m256 magic_z, int q_signed, unsigned char* y, int nbytes) {
         if (has_o) {
             v0 = _mm256_add_epi32(v0, o0);
             v1 = _mm256_add_epi32(v1, o1);
@@ -537,7 +541,10 @@ cdef extern from *:
         __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
         __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
         __m128i b = q_signed ? _mm_packs_epi16(lo16, hi16) : _mm_packus_epi16(lo16, hi16);
-        _mm_storeu_si128((__m128i*)y, b);
+        if (nbytes == 16)
+            _mm_storeu_si128((__m128i*)y, b);
+        else
+            _mm_storel_epi64((__m128i*)y, b);  /* NOTE: the first 8 columns (nbytes 8) */
     }
 
     /* The requantizing epilogue (kind 2) of sprat_i8_finish_block for one A zero point za and
@@ -610,7 +617,7 @@ cdef extern from *:
                 }
                 sprat_i8_q8_row(v0, v1, o0, o1, has_o, s0, s1, post != NULL, pa0, pa1, pb0,
                                 pb1, pl0, pl1, ph0, ph1, flo, fhi, izp, magic, magic_z,
-                                q_signed, y + r * ldy + j);
+                                q_signed, y + r * ldy + j, 16);
             }
         }
         return j;
@@ -619,13 +626,14 @@ cdef extern from *:
     /* The in-register epilogue of sprat_i8_tile_q8 / sprat_i8_tile_u8s8_q8 for the mr rows
        of accumulators c<row><half>: sprat_i8_finish_q8's operations (the same bits), with the
        per-column offset o (the int32 bias, and on the u8s8 path its zero-point term) and the
-       other per-column terms loaded once per tile. s, post at the panel's first column. */
+       other per-column terms loaded once per tile. s, post at the panel's first column; with
+       nh = 1 the first 8 columns only (nothing read or stored past them). */
     static inline __attribute__((always_inline)) void sprat_i8_q8_rows(
             const int mr, __m256i c00, __m256i c01, __m256i c10, __m256i c11, __m256i c20,
             __m256i c21, __m256i c30, __m256i c31, __m256i c40, __m256i c41, __m256i c50,
             __m256i c51, __m256i o0, __m256i o1, int has_o, unsigned char* y, Py_ssize_t ldy,
             const float* s, int s_step, float zp, float lo, float hi, int q_signed,
-            const float* post, Py_ssize_t pld) {
+            const float* post, Py_ssize_t pld, const int nh) {
         const __m256 flo = _mm256_set1_ps(lo - zp), fhi = _mm256_set1_ps(hi - zp);
         const __m256 fz = _mm256_set1_ps(zp);
         const __m256i izp = _mm256_set1_epi32((int32_t)zp);
@@ -633,45 +641,50 @@ cdef extern from *:
         const __m256 magic_z = _mm256_set1_ps(SPRAT_I8_MAGIC - zp);
         const int has_post = post != NULL;
         const __m256 s0 = s_step ? _mm256_loadu_ps(s) : _mm256_set1_ps(s[0]);
-        const __m256 s1 = s_step ? _mm256_loadu_ps(s + 8) : s0;
+        const __m256 s1 = s_step && nh > 1 ? _mm256_loadu_ps(s + 8) : s0;
         __m256 pa0 = fz, pa1 = fz, pb0 = fz, pb1 = fz, pl0 = fz, pl1 = fz, ph0 = fz, ph1 = fz;
         if (has_post) {
             pa0 = _mm256_loadu_ps(post);
-            pa1 = _mm256_loadu_ps(post + 8);
             pb0 = _mm256_loadu_ps(post + pld);
-            pb1 = _mm256_loadu_ps(post + pld + 8);
             pl0 = _mm256_loadu_ps(post + 2 * pld);
-            pl1 = _mm256_loadu_ps(post + 2 * pld + 8);
             ph0 = _mm256_loadu_ps(post + 3 * pld);
-            ph1 = _mm256_loadu_ps(post + 3 * pld + 8);
+            pa1 = pa0, pb1 = pb0, pl1 = pl0, ph1 = ph0;
+            if (nh > 1) {
+                pa1 = _mm256_loadu_ps(post + 8);
+                pb1 = _mm256_loadu_ps(post + pld + 8);
+                pl1 = _mm256_loadu_ps(post + 2 * pld + 8);
+                ph1 = _mm256_loadu_ps(post + 3 * pld + 8);
+            }
         }
     #define SPRAT_I8_Q8ROW(r)                                                            \
         if (mr > r)                                                                      \
             sprat_i8_q8_row(c##r##0, c##r##1, o0, o1, has_o, s0, s1, has_post, pa0, pa1, \
                             pb0, pb1, pl0, pl1, ph0, ph1, flo, fhi, izp, magic, magic_z, \
-                            q_signed, y + r * ldy);
+                            q_signed, y + r * ldy, nh > 1 ? 16 : 8);
         SPRAT_I8_Q8ROW(0) SPRAT_I8_Q8ROW(1) SPRAT_I8_Q8ROW(2)
         SPRAT_I8_Q8ROW(3) SPRAT_I8_Q8ROW(4) SPRAT_I8_Q8ROW(5)
     #undef SPRAT_I8_Q8ROW
     }
 
-    /* sprat_i8_tile (int16 path) of a full 16-column panel with sprat_i8_finish_q8's
-       requantising epilogue (no zero-point terms: the int16 operands are already shifted) on
-       the accumulators in registers, the bytes of row r to y + r * ldy: the tile's int32 sums
-       no longer go through memory, and the per-column terms are loaded once per tile. For
-       small K (a 1x1 conv of 16-32 channels) the separate epilogue cost as much as the
-       products. s, ib, post at the panel's first column. */
+    /* sprat_i8_tile (int16 path) of a full 16-column panel (nh = 2) or of the first 8
+       columns of one (nh = 1: a last panel of 8, its other half padding) with
+       sprat_i8_finish_q8's requantising epilogue (no zero-point terms: the int16 operands are
+       already shifted) on the accumulators in registers, the bytes of row r to y + r * ldy:
+       the tile's int32 sums no longer go through memory, and the per-column terms are loaded
+       once per tile. For small K (a 1x1 conv of 16-32 channels) the separate epilogue cost as
+       much as the products. s, ib, post at the panel's first column. */
     static inline __attribute__((always_inline)) void sprat_i8_tile_q8_t(
             const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp,
             unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
             float zp, float lo, float hi, int q_signed, const float* post, Py_ssize_t pld,
-            const int mr) {
+            const int mr, const int nh) {
         SPRAT_I8_KLOOP;
         const __m256i zero = _mm256_setzero_si256();
         __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;
-        __m256i o1 = ib != NULL ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
+        __m256i o1 = ib != NULL && nh > 1 ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
         sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, o0,
-                         o1, ib != NULL, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld);
+                         o1, ib != NULL, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld,
+                         nh);
     }
 
     /* The same on the u8s8 path (at most 4 rows a pass, SPRAT_I8_UKLOOP): raw bytes, so the
@@ -690,7 +703,7 @@ cdef extern from *:
         o1 = _mm256_add_epi32(o1, _mm256_mullo_epi32(vza,
                                                      _mm256_loadu_si256((const __m256i*)(ct + 8))));
         sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, zero, zero, zero, zero,
-                         o0, o1, 1, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld);
+                         o0, o1, 1, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld, 2);
     }
 
     static void sprat_i8_tile_u8s8_q8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
@@ -714,21 +727,31 @@ cdef extern from *:
     }
 
     #define SPRAT_I8_TILE_Q8 1
+    /* nr: the panel's columns, 16, or 8 (a last panel's first half) */
     static void sprat_i8_tile_q8(const int16_t* a, Py_ssize_t lda, const int16_t* b,
-                                 Py_ssize_t kp, int mr, unsigned char* y, Py_ssize_t ldy,
-                                 const float* s, int s_step, const int32_t* ib, float zp,
-                                 float lo, float hi, int q_signed, const float* post,
+                                 Py_ssize_t kp, int mr, int nr, unsigned char* y,
+                                 Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
+                                 float zp, float lo, float hi, int q_signed, const float* post,
                                  Py_ssize_t pld) {
-        switch (mr) {
-    #define SPRAT_I8_Q8CASE(R)                                                           \
+    #define SPRAT_I8_Q8CASE(R, H)                                                        \
         case R: sprat_i8_tile_q8_t(a, lda, b, kp, y, ldy, s, s_step, ib, zp, lo, hi,    \
-                                   q_signed, post, pld, R); break;
-        SPRAT_I8_Q8CASE(1) SPRAT_I8_Q8CASE(2) SPRAT_I8_Q8CASE(3)
-        SPRAT_I8_Q8CASE(4) SPRAT_I8_Q8CASE(5)
-        default: sprat_i8_tile_q8_t(a, lda, b, kp, y, ldy, s, s_step, ib, zp, lo, hi,
-                                    q_signed, post, pld, 6); break;
-    #undef SPRAT_I8_Q8CASE
+                                   q_signed, post, pld, R, H); break;
+        if (nr > 8) {
+            switch (mr) {
+            SPRAT_I8_Q8CASE(1, 2) SPRAT_I8_Q8CASE(2, 2) SPRAT_I8_Q8CASE(3, 2)
+            SPRAT_I8_Q8CASE(4, 2) SPRAT_I8_Q8CASE(5, 2)
+            default: sprat_i8_tile_q8_t(a, lda, b, kp, y, ldy, s, s_step, ib, zp, lo, hi,
+                                        q_signed, post, pld, 6, 2); break;
+            }
+        } else {
+            switch (mr) {
+            SPRAT_I8_Q8CASE(1, 1) SPRAT_I8_Q8CASE(2, 1) SPRAT_I8_Q8CASE(3, 1)
+            SPRAT_I8_Q8CASE(4, 1) SPRAT_I8_Q8CASE(5, 1)
+            default: sprat_i8_tile_q8_t(a, lda, b, kp, y, ldy, s, s_step, ib, zp, lo, hi,
+                                        q_signed, post, pld, 6, 1); break;
+            }
         }
+    #undef SPRAT_I8_Q8CASE
     }
 
     /* sprat_i8_finish_q8 on AVX-512 (16 columns a register, the bytes out by vpmovdb): the
@@ -829,11 +852,11 @@ cdef extern from *:
         (void)q_signed; (void)post; (void)pld;
     }
     static void sprat_i8_tile_q8(const int16_t* a, Py_ssize_t lda, const int16_t* b,
-                                 Py_ssize_t kp, int mr, unsigned char* y, Py_ssize_t ldy,
-                                 const float* s, int s_step, const int32_t* ib, float zp,
-                                 float lo, float hi, int q_signed, const float* post,
+                                 Py_ssize_t kp, int mr, int nr, unsigned char* y,
+                                 Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
+                                 float zp, float lo, float hi, int q_signed, const float* post,
                                  Py_ssize_t pld) {
-        (void)a; (void)lda; (void)b; (void)kp; (void)mr; (void)y; (void)ldy; (void)s;
+        (void)a; (void)lda; (void)b; (void)kp; (void)mr; (void)nr; (void)y; (void)ldy; (void)s;
         (void)s_step; (void)ib; (void)zp; (void)lo; (void)hi; (void)q_signed; (void)post;
         (void)pld;
     }
@@ -1464,7 +1487,8 @@ cdef extern from *:
                                                   int q_signed, const float* post,
                                                   idx pld) noexcept nogil
     void i8_tile_q8 "sprat_i8_tile_q8" (const short* a, idx lda, const short* b, idx kp, int mr,
-                                        unsigned char* y, idx ldy, const float* s, int s_step,
+                                        int nr, unsigned char* y, idx ldy, const float* s,
+                                        int s_step,
                                         const int* ib, float zp, float lo, float hi,
                                         int q_signed, const float* post, idx pld) noexcept nogil
     int I8_U8S8_BUILD "SPRAT_I8_U8S8_BUILD"
@@ -1976,11 +2000,12 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
                 elif g.path == I8_U8S8:
                     i8_tile_u8s8(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
                                  g.kq, tile, <int>mr)
-                elif q8 and nr == I8_NR:
-                    # NOTE: requantised from the tile's registers (sprat_i8_tile_q8)
+                elif q8 and (nr == I8_NR or nr == 8):
+                    # NOTE: requantised from the tile's registers (sprat_i8_tile_q8); a last
+                    # panel of 8 columns (24, 40, ... output channels) as a half tile
                     i8_tile_q8(<const short*>ar, g.pitch // 2,
                                <const short*>(bb + (j0 // I8_NR) * g.kp * 64), g.kp, <int>mr,
-                               g.y + yo + i0 * g.N + j0, g.N, g.scale + j0 * g.s_step,
+                               <int>nr, g.y + yo + i0 * g.N + j0, g.N, g.scale + j0 * g.s_step,
                                g.s_step, g.ibias + j0 if g.ibias != NULL else NULL, g.zp,
                                g.lo, g.hi, g.q_signed, g.post + j0 if g.post != NULL else NULL,
                                g.N)
