@@ -643,6 +643,25 @@ def test_qlinear_global_average_pool_channels_last(dt, shape, attrs):
                        (1, 2, 3, 4), attrs)
 
 
+# (shape, axis, opset): attention probabilities (rows of 197, past the kernel's 8-lane steps,
+# two slots), a middle axis (strided rows), Softmax-11's rows of the trailing dims, one value
+SOFTMAXES = [((1, 3, 197, 197), -1, 13), ((2, 7, 5), 1, 13), ((2, 3, 4, 5), 1, 12),
+             ((4, 1), -1, 13), ((3, 10), 0, 13)]
+
+
+@pytest.mark.parametrize("dt,ydt", [(_U8, _U8), (_S8, _S8), (_S8, _U8)])
+@pytest.mark.parametrize("shape,axis,opset", SOFTMAXES)
+def test_qlinear_softmax(dt, ydt, shape, axis, opset):
+    """The reference kernel's bytes (``ops_contrib.qlinear_softmax``): equal at 1 and 2
+    threads, the type's extremes in the rows, an output scale that saturates some values."""
+    x = _q(shape, dt, 0)
+    x.reshape(-1)[:7] = np.iinfo(dt).max
+    for xs, ys in ((0.08, 1 / 256), (0.5, 1 / 128), (0.01, 0.001)):
+        _contrib_exact("QLinearSoftmax", [x, np.float32(xs), _q((), dt, 2), np.float32(ys),
+                                          _q((), ydt, 3)], (1, 2, 3, 4),
+                       {"axis": axis, "opset": opset})
+
+
 # (x shape NHWC, kernel, strides, pads, ceil_mode): SPPF's 5x5 stride 1, a 3x3 stride 2 with
 # and without padding, ceil_mode's partial last window, a 1-pixel map
 MAXPOOLS = [((1, 20, 20, 32), (5, 5), (1, 1), (2, 2, 2, 2), 0),

@@ -113,6 +113,7 @@ MS_KERNELS: dict = {
     "QLinearAdd": "qlinear.QLinearBinaryKernel",
     "QLinearMul": "qlinear.QLinearBinaryKernel",
     "QLinearGlobalAveragePool": "qlinear.QLinearGlobalAveragePoolKernel",
+    "QLinearSoftmax": "qlinear.QLinearSoftmaxKernel",
 }
 
 #: the kernel tables by node domain

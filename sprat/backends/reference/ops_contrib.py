@@ -60,22 +60,44 @@ def qlinear_leaky_relu(X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point
     return _q(np.where(x >= 0, x, x * _F32(alpha)), Y_scale, Y_zero_point, X.dtype)
 
 
+def softmax_exp_table(x_scale) -> np.ndarray:
+    """float32 (256,): ``exp(float32(-k) * x_scale)`` for k = 0..255, the exponential of every
+    difference ``X - max(X)`` of an 8-bit input (one NumPy call: the same bits wherever used)."""
+    return np.exp(-np.arange(256, dtype=_F32) * _F32(np.asarray(x_scale, _F32).reshape(())))
+
+
 def qlinear_softmax(X, X_scale, x_zero_point=None, y_scale=None, y_zero_point=None, axis=-1,
                     opset=13):
     """QLinearSoftmax: Y = quantize(softmax(dequantize(X))) along ``axis``; with ``opset`` < 13
     (the Softmax-1/11 semantics the node was made from) over X coerced to 2-D at ``axis``.
-    The max is subtracted first, as every softmax kernel does."""
-    x = _deq(X, X_scale, x_zero_point)
-    axis = int(axis) % max(1, x.ndim)
+
+    As onnxruntime's kernel computes it (``qlinear_softmax.cc``): the max is subtracted on
+    the integers, so ``exp((X - max X) * x_scale)`` (the zero point cancels; one rounding
+    instead of three) through the 256 values of ``softmax_exp_table``; the sum in float32 in
+    ``_sum8``'s order; ``e / sum`` quantized. The cpu kernel computes the same bits."""
+    table = softmax_exp_table(X_scale)
+    xi = np.asarray(X).astype(np.int32)
+    axis = int(axis) % max(1, xi.ndim)
+    shape = xi.shape
     if int(opset) < 13:
-        shape = x.shape
-        x = x.reshape(int(np.prod(shape[:axis], dtype=np.int64)), -1)
-        e = np.exp(x - x.max(axis=1, keepdims=True))
-        y = (e / e.sum(axis=1, keepdims=True)).reshape(shape)
-    else:
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        y = e / e.sum(axis=axis, keepdims=True)
-    return _q(y, y_scale, y_zero_point, X.dtype)
+        xi = xi.reshape(int(np.prod(shape[:axis], dtype=np.int64)), -1)
+        axis = 1
+    e = table[xi.max(axis=axis, keepdims=True) - xi]
+    total = np.expand_dims(_sum8(np.moveaxis(e, axis, -1)), axis)
+    return _q((e / total).reshape(shape), y_scale, y_zero_point, X.dtype)
+
+
+def _sum8(e: np.ndarray) -> np.ndarray:
+    """float32 sums along the last axis in one defined order (the cpu kernel's, 8 lanes a
+    step): lane j adds the values k = j mod 8 in order (zeros past the end), then
+    ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))."""
+    n = e.shape[-1]
+    pad = np.zeros(e.shape[:-1] + (-n % 8,), _F32)
+    lanes = np.concatenate([e.astype(_F32), pad], axis=-1).reshape(e.shape[:-1] + (-1, 8))
+    # NOTE: cumsum adds in order (a plain sum adds pairwise)
+    lv = np.cumsum(lanes, axis=-2, dtype=_F32)[..., -1, :]
+    return ((lv[..., 0] + lv[..., 1]) + (lv[..., 2] + lv[..., 3])) + (
+        (lv[..., 4] + lv[..., 5]) + (lv[..., 6] + lv[..., 7]))
 
 
 def qlinear_global_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point,

@@ -559,6 +559,127 @@ cdef void _qgap_rows(const unsigned char* x, unsigned char* y, idx n0, idx n1, i
                 y[n * C + c] = <unsigned char>(<int>nearbyintf(f) + <int>yz)
 
 
+cdef extern from *:
+    """
+    /* One QLinearSoftmax row of n 8-bit values at x (step ``inner``), as the reference kernel
+       (``ops_contrib.qlinear_softmax``): e[k] = table[max - x[k]], the sum in 8 lanes (lane j
+       the values k = j mod 8 in order) then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+       (``_sum8``: one add chain took 4 cycles a value), then y[k] = saturate(rint(e[k] / sum
+       / ys) + yz); each operation rounded as written (no reciprocal, no reassociation: the
+       reference's bits). ``e`` scratch of n + 8 floats. */
+    __attribute__((optimize("no-reciprocal-math", "fp-contract=off", "no-associative-math")))
+    static void sprat_qsoftmax_row(const unsigned char *x, Py_ssize_t inner, Py_ssize_t n,
+                                   int in_signed, const float *table, float ys, float yz,
+                                   int out_signed, float *e, unsigned char *y) {
+        const signed char *xs = (const signed char *)x;
+        int mx = -1000;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            int v = in_signed ? (int)xs[k * inner] : (int)x[k * inner];
+            mx = v > mx ? v : mx;
+        }
+        Py_ssize_t k0 = 0;
+    #if defined(__AVX2__)
+        if (inner == 1) {
+            /* NOTE: 8 lookups a gather (one at a time, GCC moved each index out of a vector) */
+            const __m256i vmx = _mm256_set1_epi32(mx);
+            for (; k0 + 8 <= n; k0 += 8) {
+                __m128i b = _mm_loadl_epi64((const __m128i*)(x + k0));
+                __m256i v = in_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+                _mm256_storeu_ps(e + k0, _mm256_i32gather_ps(table, _mm256_sub_epi32(vmx, v), 4));
+            }
+        }
+    #endif
+        for (Py_ssize_t k = k0; k < n; k++) {
+            int v = in_signed ? (int)xs[k * inner] : (int)x[k * inner];
+            e[k] = table[mx - v];
+        }
+        for (Py_ssize_t k = n; k < n + 8; k++)
+            e[k] = 0.0f;
+        float l[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    #if defined(__AVX2__)
+        __m256 acc = _mm256_setzero_ps();
+        for (Py_ssize_t k = 0; k < n; k += 8)
+            acc = _mm256_add_ps(acc, _mm256_loadu_ps(e + k));
+        _mm256_storeu_ps(l, acc);
+    #else
+        for (Py_ssize_t k = 0; k < n; k += 8)
+            for (int j = 0; j < 8; j++)
+                l[j] += e[k + j];
+    #endif
+        float sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        float lo = out_signed ? -128.0f : 0.0f, hi = out_signed ? 127.0f : 255.0f;
+        Py_ssize_t k = 0;
+    #if defined(__AVX2__)
+        if (inner == 1) {
+            const __m256 vs = _mm256_set1_ps(sum), vys = _mm256_set1_ps(ys);
+            const __m256 vyz = _mm256_set1_ps(yz), vlo = _mm256_set1_ps(lo);
+            const __m256 vhi = _mm256_set1_ps(hi);
+            for (; k + 8 <= n; k += 8) {
+                __m256 v = _mm256_div_ps(_mm256_div_ps(_mm256_loadu_ps(e + k), vs), vys);
+                v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT |
+                                                  _MM_FROUND_NO_EXC), vyz);
+                v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
+                __m256i q = _mm256_cvtps_epi32(v);
+                __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q),
+                                            _mm256_extracti128_si256(q, 1));
+                h = out_signed ? _mm_packs_epi16(h, h) : _mm_packus_epi16(h, h);
+                _mm_storel_epi64((__m128i*)(y + k), h);
+            }
+        }
+    #endif
+        for (; k < n; k++) {
+            float v = nearbyintf(e[k] / sum / ys) + yz;
+            v = v < lo ? lo : v;
+            v = v > hi ? hi : v;
+            if (out_signed) ((signed char *)y)[k * inner] = (signed char)(int)v;
+            else y[k * inner] = (unsigned char)(int)v;
+        }
+    }
+    """
+    void sprat_qsoftmax_row(const unsigned char* x, idx inner, idx n, int in_signed,
+                            const float* table, float ys, float yz, int out_signed, float* e,
+                            unsigned char* y) noexcept nogil
+
+
+cdef void _qsoftmax_rows(const unsigned char* x, unsigned char* y, idx r0, idx r1, idx n,
+                         idx inner, bint in_signed, const float* table, float ys, float yz,
+                         bint out_signed, float* e) noexcept nogil:
+    cdef idx r, o, i, base
+    for r in range(r0, r1):
+        o = r // inner
+        i = r - o * inner
+        base = o * n * inner + i
+        sprat_qsoftmax_row(x + base, inner, n, in_signed, table, ys, yz, out_signed, e, y + base)
+
+
+def qlinear_softmax(int nt, const unsigned char[::1] x, unsigned char[::1] y, idx outer, idx n,
+                    idx inner, bint in_signed, const float[::1] table, float ys, float yz,
+                    bint out_signed, float[:, ::1] work):
+    """com.microsoft QLinearSoftmax over an (outer, n, inner) view of the bytes of a uint8 or
+    int8 (``in_signed``) tensor, along n: ``ops_contrib.qlinear_softmax``'s operations (the
+    same bits), ``table`` its ``softmax_exp_table`` (256 floats), ``ys``, ``yz`` y's scale and
+    zero point (int8 output with ``out_signed``). ``work`` (nt, n + 8) float32 scratch.
+    Raises ValueError on short operands."""
+    cdef idx rows = outer * inner
+    if (x.shape[0] < rows * n or y.shape[0] < rows * n or table.shape[0] < 256
+            or work.shape[0] < max(nt, 1) or work.shape[1] < n + 8):
+        raise ValueError("qlinear_softmax: operands too short")
+    if rows * n == 0:
+        return
+    cdef const unsigned char* px = &x[0]
+    cdef unsigned char* py = &y[0]
+    cdef const float* pt = &table[0]
+    cdef int t
+    if nt <= 1 or rows < nt:
+        with nogil:
+            _qsoftmax_rows(px, py, 0, rows, n, inner, in_signed, pt, ys, yz, out_signed,
+                           &work[0, 0])
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qsoftmax_rows(px, py, t * rows // nt, (t + 1) * rows // nt, n, inner, in_signed, pt,
+                       ys, yz, out_signed, &work[t, 0])
+
+
 def qlinear_global_average_pool(int nt, const unsigned char[::1] x, unsigned char[::1] y,
                                 idx N, idx HW, idx C, bint signed_, int xz, float scale,
                                 int yz, int[::1] acc):
