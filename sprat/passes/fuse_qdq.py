@@ -19,7 +19,12 @@
 4. ``lookup_contrib``: onnxruntime's elementwise quantized contrib ops as tables:
    ``QLinearSigmoid`` / ``QLinearLeakyRelu`` become ``QLinearLookup``, a ``QLinearConcat``
    a lookup per input to requantise and a plain ``Concat``, and a SiLU (``QLinearMul(x,
-   QLinearSigmoid(x))``) one lookup of x.
+   QLinearSigmoid(x))``) one lookup of x; ``lookup_cones`` any function of one quantized value
+   through elementwise ops one lookup.
+
+``fuse_qdq`` also makes QDQ Add/Mul ``QLinearAdd/QLinearMul`` (exact), a MatMul with a constant
+weight ``QLinearMatMul`` and a GlobalAveragePool ``QLinearGlobalAveragePool`` (within 1 LSB, as
+the convs below).
 
 Conv conditions: activations uint8/int8 with per-tensor scale and zero point; weights constant
 uint8/int8 per tensor or per output channel (axis 0); the bias constant int32 with zero point 0
@@ -185,7 +190,38 @@ def fuse_qdq(g: Graph) -> Graph:
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
     _fuse_add(g)
     _fuse_matmul(g)
+    _fuse_global_pool(g)
     return remove_dead(g)
+
+
+def _fuse_global_pool(g: Graph) -> None:
+    """``DequantizeLinear(x) -> GlobalAveragePool -> QuantizeLinear`` (per-tensor, one
+    quantized type: a squeeze-excite's pool) becomes com.microsoft ``QLinearGlobalAveragePool
+    (x, x_scale, x_zp, y_scale, y_zp)``, onnxruntime's QDQ fusion of the same chain: the
+    integer sum of the bytes, one float32 scale (its kernel's form), where the QDQ graph
+    averages dequantized float32 values, so a value may be 1 LSB off near a rounding boundary,
+    as the fused convs. One pass over the bytes instead of three over floats."""
+    consumers, producers = g.consumers(), g.producers()
+    for pool in list(g.nodes):
+        if pool.op_type != "GlobalAveragePool" or len(pool.inputs) != 1 or pool.attrs:
+            continue
+        q = single_consumer(g, consumers, pool.outputs[0])
+        qp = _q_params(g, q)
+        dq = producers.get(pool.inputs[0])
+        xp = _dq_params(g, dq)
+        if qp is None or xp is None or xp[1].size != 1:
+            continue
+        if _qtype(g, xp[0], xp[2]) != qp[1].dtype or qp[1].dtype not in _Q8:
+            continue
+        zx = dq.inputs[2] if len(dq.inputs) > 2 else MISSING
+        if zx == MISSING:
+            zx = g.add_const(f"{pool.name}/x_zero_point", np.zeros((), qp[1].dtype))
+        pool.op_type, pool.domain = "QLinearGlobalAveragePool", "com.microsoft"
+        pool.inputs = [xp[0], dq.inputs[1], zx, q.inputs[1], q.inputs[2]]
+        pool.outputs, pool.attrs = [q.outputs[0]], {"channels_last": 0}
+        q.op_type, q.inputs, q.outputs = DEAD, [], []
+        consumers, producers = g.consumers(), g.producers()
+    g.nodes = [n for n in g.nodes if n.op_type != DEAD]
 
 
 def _fuse_matmul(g: Graph) -> None:

@@ -152,6 +152,26 @@ def test_dq_add_q_becomes_qlinear_add_equal_to_the_unfused_chain():
     np.testing.assert_array_equal(got, _spec(model, feeds))
 
 
+def test_dq_global_pool_q_becomes_qlinear_global_average_pool():
+    """A squeeze-excite's pool in QDQ form runs as onnxruntime's fusion of it does: one
+    QLinearGlobalAveragePool on the bytes (channels last, the cpu kernel), within 1 LSB of
+    the float chain (the integer sum and one float32 scale against float32 means)."""
+    inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
+             _init("ys", np.float32(0.013)), _init("yz", np.uint8(60))]
+    nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["a"]),
+             h.make_node("GlobalAveragePool", ["a"], ["p"]),
+             h.make_node("QuantizeLinear", ["p", "ys", "yz"], ["y"])]
+    model = _model(nodes, inits)
+    ops = _ops(model)
+    assert ops["QLinearGlobalAveragePool"] == 1 and not ops["GlobalAveragePool"], ops
+    feeds = _x()
+    got, backends = _sprat(model, feeds)
+    assert set(backends.values()) == {"cpu"}
+    unfused, _ = _sprat(model, feeds, optimized=False)
+    for want in (unfused, _spec(model, feeds)):
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
 def test_per_axis_activations_are_not_fused():
     model = _qdq_conv(None, 128)
     # the activation's DequantizeLinear per channel: not a QLinearConv input
