@@ -229,8 +229,9 @@ cdef extern from *:
             __m256i av = _mm256_set1_epi32(quad);                                        \
             c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(                       \
                 _mm256_maddubs_epi16(av, b0), ones));                                    \
-            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(                       \
-                _mm256_maddubs_epi16(av, b1), ones));                                    \
+            if (nh > 1)                                                                  \
+                c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(                   \
+                    _mm256_maddubs_epi16(av, b1), ones));                                \
         }
     #define SPRAT_I8_UKLOOP                                                              \
         __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;\
@@ -242,13 +243,15 @@ cdef extern from *:
         const uint8_t* a3 = a + (mr > 3 ? 3 : 0) * lda;                                  \
         for (Py_ssize_t q = 0; q < kq; q++) {                                            \
             __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + q * 64));               \
-            __m256i b1 = _mm256_loadu_si256((const __m256i*)(b + q * 64 + 32));          \
+            __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i*)(b + q * 64 + 32))  \
+                                : b0;                                                    \
             SPRAT_I8_UROW(0) SPRAT_I8_UROW(1) SPRAT_I8_UROW(2) SPRAT_I8_UROW(3)          \
         }                                                                                \
         do {} while (0)
     static inline __attribute__((always_inline)) void sprat_i8_tile_u8s8_t(
             const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq, int32_t* c,
             const int mr) {
+        const int nh = 2;
         SPRAT_I8_UKLOOP;
     #define SPRAT_I8_STORE(r)                                                            \
         if (mr > r) {                                                                    \
@@ -694,35 +697,44 @@ cdef extern from *:
             const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq,
             unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
             const int32_t* ct, int32_t za, float zp, float lo, float hi, int q_signed,
-            const float* post, Py_ssize_t pld, const int mr) {
+            const float* post, Py_ssize_t pld, const int mr, const int nh) {
         SPRAT_I8_UKLOOP;
         const __m256i zero = _mm256_setzero_si256(), vza = _mm256_set1_epi32(za);
         __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;
-        __m256i o1 = ib != NULL ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
+        __m256i o1 = ib != NULL && nh > 1 ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
         o0 = _mm256_add_epi32(o0, _mm256_mullo_epi32(vza, _mm256_loadu_si256((const __m256i*)ct)));
-        o1 = _mm256_add_epi32(o1, _mm256_mullo_epi32(vza,
-                                                     _mm256_loadu_si256((const __m256i*)(ct + 8))));
+        if (nh > 1)
+            o1 = _mm256_add_epi32(o1, _mm256_mullo_epi32(
+                vza, _mm256_loadu_si256((const __m256i*)(ct + 8))));
         sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, zero, zero, zero, zero,
-                         o0, o1, 1, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld, 2);
+                         o0, o1, 1, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld, nh);
     }
 
+    /* nr: the panel's columns, 16, or 8 (a last panel's first half) */
     static void sprat_i8_tile_u8s8_q8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
-                                      Py_ssize_t kq, int mr, unsigned char* y, Py_ssize_t ldy,
-                                      const float* s, int s_step, const int32_t* ib,
-                                      const int32_t* ct, int32_t za, float zp, float lo,
-                                      float hi, int q_signed, const float* post,
-                                      Py_ssize_t pld) {
-    #define SPRAT_I8_UQ(A, Y, R)                                                         \
+                                      Py_ssize_t kq, int mr, int nr, unsigned char* y,
+                                      Py_ssize_t ldy, const float* s, int s_step,
+                                      const int32_t* ib, const int32_t* ct, int32_t za,
+                                      float zp, float lo, float hi, int q_signed,
+                                      const float* post, Py_ssize_t pld) {
+    #define SPRAT_I8_UQ(A, Y, R, H)                                                      \
         sprat_i8_tile_u8s8_q8_t(A, lda, b, kq, Y, ldy, s, s_step, ib, ct, za, zp, lo, hi,\
-                                q_signed, post, pld, R)
-        switch (mr) {
-        case 1: SPRAT_I8_UQ(a, y, 1); break;
-        case 2: SPRAT_I8_UQ(a, y, 2); break;
-        case 3: SPRAT_I8_UQ(a, y, 3); break;
-        case 4: SPRAT_I8_UQ(a, y, 4); break;
-        case 5: SPRAT_I8_UQ(a, y, 4); SPRAT_I8_UQ(a + 4 * lda, y + 4 * ldy, 1); break;
-        default: SPRAT_I8_UQ(a, y, 4); SPRAT_I8_UQ(a + 4 * lda, y + 4 * ldy, 2); break;
+                                q_signed, post, pld, R, H)
+    #define SPRAT_I8_UQ_ALL(H)                                                           \
+        switch (mr) {                                                                    \
+        case 1: SPRAT_I8_UQ(a, y, 1, H); break;                                          \
+        case 2: SPRAT_I8_UQ(a, y, 2, H); break;                                          \
+        case 3: SPRAT_I8_UQ(a, y, 3, H); break;                                          \
+        case 4: SPRAT_I8_UQ(a, y, 4, H); break;                                          \
+        case 5: SPRAT_I8_UQ(a, y, 4, H); SPRAT_I8_UQ(a + 4 * lda, y + 4 * ldy, 1, H); break;\
+        default: SPRAT_I8_UQ(a, y, 4, H); SPRAT_I8_UQ(a + 4 * lda, y + 4 * ldy, 2, H); break;\
         }
+        if (nr > 8) {
+            SPRAT_I8_UQ_ALL(2)
+        } else {
+            SPRAT_I8_UQ_ALL(1)
+        }
+    #undef SPRAT_I8_UQ_ALL
     #undef SPRAT_I8_UQ
     }
 
@@ -842,12 +854,12 @@ cdef extern from *:
     static int sprat_i8_cpu_avx512(void) { return 0; }
     #define SPRAT_I8_TILE_Q8 0
     static void sprat_i8_tile_u8s8_q8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
-                                      Py_ssize_t kq, int mr, unsigned char* y, Py_ssize_t ldy,
-                                      const float* s, int s_step, const int32_t* ib,
-                                      const int32_t* ct, int32_t za, float zp, float lo,
-                                      float hi, int q_signed, const float* post,
-                                      Py_ssize_t pld) {
-        (void)a; (void)lda; (void)b; (void)kq; (void)mr; (void)y; (void)ldy; (void)s;
+                                      Py_ssize_t kq, int mr, int nr, unsigned char* y,
+                                      Py_ssize_t ldy, const float* s, int s_step,
+                                      const int32_t* ib, const int32_t* ct, int32_t za,
+                                      float zp, float lo, float hi, int q_signed,
+                                      const float* post, Py_ssize_t pld) {
+        (void)a; (void)lda; (void)b; (void)kq; (void)mr; (void)nr; (void)y; (void)ldy; (void)s;
         (void)s_step; (void)ib; (void)ct; (void)za; (void)zp; (void)lo; (void)hi;
         (void)q_signed; (void)post; (void)pld;
     }
@@ -1480,7 +1492,7 @@ cdef extern from *:
                                       int mr) noexcept nogil
     int I8_TILE_Q8 "SPRAT_I8_TILE_Q8"
     void i8_tile_u8s8_q8 "sprat_i8_tile_u8s8_q8" (const unsigned char* a, idx lda,
-                                                  const signed char* b, idx kq, int mr,
+                                                  const signed char* b, idx kq, int mr, int nr,
                                                   unsigned char* y, idx ldy, const float* s,
                                                   int s_step, const int* ib, const int* ct,
                                                   int za, float zp, float lo, float hi,
@@ -1986,11 +1998,12 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
                 if g.path == I8_VNNI:
                     i8_tile_vnni(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
                                  g.kq, tile, <int>mr)
-                elif g.path == I8_U8S8 and q8u and nr == I8_NR:
-                    # NOTE: requantised from the tile's registers (sprat_i8_tile_u8s8_q8)
+                elif g.path == I8_U8S8 and q8u and (nr == I8_NR or nr == 8):
+                    # NOTE: requantised from the tile's registers (sprat_i8_tile_u8s8_q8); a
+                    # last panel of 8 columns as a half tile
                     i8_tile_u8s8_q8(ar, g.pitch,
                                     <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
-                                    <int>mr, g.y + yo + i0 * g.N + j0, g.N,
+                                    <int>mr, <int>nr, g.y + yo + i0 * g.N + j0, g.N,
                                     g.scale + j0 * g.s_step, g.s_step,
                                     g.ibias + j0 if g.ibias != NULL else NULL,
                                     g.bcol + g.N + j0, g.za[0] + g.za_add, g.zp, g.lo, g.hi,
