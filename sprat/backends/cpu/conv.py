@@ -153,6 +153,13 @@ def packed_pays(m: int) -> bool:
 # (NudeNet 320: 0.96-0.97x the time); on two threads Winograd splits its output channels and
 # stays ahead (without it 1.05-1.06x the time), so the minimum applies to one thread only.
 WINOGRAD_MIN_TILES = 16
+# NOTE: AVX2 CPUs with the packed GEMM, whose Winograd GEMMs run on it (WINOGRAD_PACKED): 9
+# tiles (a 10x10 map). ``bench/kernels.py --only cold3x3`` (weights cold, Zen 3), sprat /
+# onnxruntime at 1 / 2 threads, direct against Winograd: 10x10 maps 64 ch 1.04 vs 0.68 / 1.45
+# vs 0.79, 128 ch 1.22 vs 1.11 / 0.96 vs 1.26, 256 ch 1.07 vs 0.90 / 1.32 vs 0.92, 512 ch 1.06
+# vs 0.90 / 1.19 vs 1.01; 7x7 maps (4 tiles) stay direct: Winograd 1.09-1.42 / 0.83-1.80
+# against 1.09-1.18 / 1.14-1.42 (64 channels only ahead)
+WINOGRAD_MIN_TILES_AVX2 = 9
 WINOGRAD_TILES = 256  # at most this many tiles per block
 WINOGRAD_BLOCK_BYTES = 1 << 20  # V + M blocks (36 * TB * (C + M) floats) about this size
 WINOGRAD_SPLIT_TILES = 32  # fewer tiles than this per thread: threads split output channels
@@ -243,7 +250,9 @@ def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
     bytes (``WINOGRAD_BIG_U_BYTES``).
 
     Beside the direct conv on the packed weight (``PACKED_DIRECT``): at least
-    ``WINOGRAD_MIN_TILES`` tiles at any thread count. AVX-512F (the Xeon): 10x10 maps, 9
+    ``WINOGRAD_MIN_TILES`` tiles at any thread count (AVX2: ``WINOGRAD_MIN_TILES_AVX2``, since
+    its Winograd runs on the packed GEMM; the figures below are from before). AVX-512F (the
+    Xeon): 10x10 maps, 9
     tiles, at 2 threads Winograd 1.47-1.60x onnxruntime's time for 64-256 channels, the
     direct conv 0.95-1.14x; and a U above ``WINOGRAD_BIG_U_BYTES`` on at most
     ``WINOGRAD_BIG_U_MAX_TILES`` tiles runs direct (below). AVX2 (Zen 3, conv + ReLU, weights
@@ -264,7 +273,7 @@ def winograd_pays(tiles: int, pixels: int, nt: int, u_bytes: int = 0) -> bool:
         if (PACKED_IM2COL and u_bytes > WINOGRAD_BIG_U_BYTES
                 and tiles <= WINOGRAD_BIG_U_MAX_TILES):
             return False
-        return tiles >= WINOGRAD_MIN_TILES
+        return tiles >= (WINOGRAD_MIN_TILES if PACKED_IM2COL else WINOGRAD_MIN_TILES_AVX2)
     if nt == 1:
         return tiles >= WINOGRAD_MIN_TILES
     return 4 * tiles + 48 < pixels
