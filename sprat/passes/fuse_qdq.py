@@ -194,6 +194,21 @@ def fuse_qdq(g: Graph) -> Graph:
     return remove_dead(g)
 
 
+def _into_q(g: Graph, op_types, n_inputs: int):
+    """``(node, q, (y_scale, y_zp), producers)`` for each node of ``op_types`` with
+    ``n_inputs`` inputs and no attributes whose output only a per-tensor QuantizeLinear ``q``
+    reads; the caller may rewrite the graph between items (the maps are rebuilt)."""
+    consumers, producers = g.consumers(), g.producers()
+    for node in list(g.nodes):
+        if node.op_type not in op_types or len(node.inputs) != n_inputs or node.attrs:
+            continue
+        q = single_consumer(g, consumers, node.outputs[0])
+        qp = _q_params(g, q)
+        if qp is not None:
+            yield node, q, qp, producers
+            consumers, producers = g.consumers(), g.producers()
+
+
 def _fuse_global_pool(g: Graph) -> None:
     """``DequantizeLinear(x) -> GlobalAveragePool -> QuantizeLinear`` (per-tensor, one
     quantized type: a squeeze-excite's pool) becomes com.microsoft ``QLinearGlobalAveragePool
@@ -201,15 +216,10 @@ def _fuse_global_pool(g: Graph) -> None:
     integer sum of the bytes, one float32 scale (its kernel's form), where the QDQ graph
     averages dequantized float32 values, so a value may be 1 LSB off near a rounding boundary,
     as the fused convs. One pass over the bytes instead of three over floats."""
-    consumers, producers = g.consumers(), g.producers()
-    for pool in list(g.nodes):
-        if pool.op_type != "GlobalAveragePool" or len(pool.inputs) != 1 or pool.attrs:
-            continue
-        q = single_consumer(g, consumers, pool.outputs[0])
-        qp = _q_params(g, q)
+    for pool, q, qp, producers in _into_q(g, ("GlobalAveragePool",), 1):
         dq = producers.get(pool.inputs[0])
         xp = _dq_params(g, dq)
-        if qp is None or xp is None or xp[1].size != 1:
+        if xp is None or xp[1].size != 1:
             continue
         if _qtype(g, xp[0], xp[2]) != qp[1].dtype or qp[1].dtype not in _Q8:
             continue
@@ -220,7 +230,6 @@ def _fuse_global_pool(g: Graph) -> None:
         pool.inputs = [xp[0], dq.inputs[1], zx, q.inputs[1], q.inputs[2]]
         pool.outputs, pool.attrs = [q.outputs[0]], {"channels_last": 0}
         q.op_type, q.inputs, q.outputs = DEAD, [], []
-        consumers, producers = g.consumers(), g.producers()
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
 
 
@@ -232,16 +241,11 @@ def _fuse_matmul(g: Graph) -> None:
     where the QDQ graph sums dequantized float32 products, so a value may be 1 LSB off the QDQ
     graph's near a rounding boundary, as the fused conv's. A product of two activations (an
     attention's) is left to the float MatMul."""
-    consumers, producers = g.consumers(), g.producers()
-    for mm in list(g.nodes):
-        if mm.op_type != "MatMul" or len(mm.inputs) != 2 or mm.attrs:
-            continue
-        q = single_consumer(g, consumers, mm.outputs[0])
-        qp = _q_params(g, q)
+    for mm, q, qp, producers in _into_q(g, ("MatMul",), 2):
         a_dq, w_dq = producers.get(mm.inputs[0]), producers.get(mm.inputs[1])
         ap = _dq_params(g, a_dq)
         wq = _const(g, w_dq.inputs[0]) if w_dq is not None and w_dq.inputs else None
-        if (qp is None or ap is None or ap[1].size != 1 or wq is None or wq.ndim != 2
+        if (ap is None or ap[1].size != 1 or wq is None or wq.ndim != 2
                 or wq.dtype not in _Q8 or w_dq.op_type != "DequantizeLinear"
                 or int(w_dq.attrs.get("block_size", 0))):
             continue
@@ -266,7 +270,6 @@ def _fuse_matmul(g: Graph) -> None:
                      q.inputs[1], q.inputs[2]]
         mm.outputs = [q.outputs[0]]
         q.op_type, q.inputs, q.outputs = DEAD, [], []
-        consumers, producers = g.consumers(), g.producers()
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
 
 
@@ -275,15 +278,10 @@ def _fuse_add(g: Graph) -> None:
     one quantized type) becomes com.microsoft ``QLinearAdd|QLinearMul(a, a_scale, a_zp, b,
     b_scale, b_zp, y_scale, y_zp)``, whose definition is that chain's float32 operations:
     equal bit for bit."""
-    consumers, producers = g.consumers(), g.producers()
-    for op in list(g.nodes):
-        if op.op_type not in ("Add", "Mul") or len(op.inputs) != 2 or op.attrs:
-            continue
-        q = single_consumer(g, consumers, op.outputs[0])
-        qp = _q_params(g, q)
+    for op, q, qp, producers in _into_q(g, ("Add", "Mul"), 2):
         dqs = [producers.get(i) for i in op.inputs]
         ps = [_dq_params(g, d) for d in dqs]
-        if qp is None or any(p is None or p[1].size != 1 for p in ps):
+        if any(p is None or p[1].size != 1 for p in ps):
             continue
         types = {_qtype(g, p[0], p[2]) for p in ps} | {qp[1].dtype}
         if len(types) != 1 or types.pop() not in _Q8:
@@ -298,8 +296,7 @@ def _fuse_add(g: Graph) -> None:
         op.domain = "com.microsoft"
         op.inputs = ins + [q.inputs[1], q.inputs[2]]
         op.outputs = [q.outputs[0]]
-        q.op_type = DEAD
-        consumers, producers = g.consumers(), g.producers()
+        q.op_type, q.inputs, q.outputs = DEAD, [], []
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
 
 

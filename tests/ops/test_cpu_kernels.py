@@ -323,6 +323,18 @@ def test_winograd_weight_transform(m, c):
         got = conv.winograd_weights(w, nt)
         assert got.dtype == np.float32 and got.shape == (36 * c * m,)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        if compiled.kernels.packed_gemm_available():
+            # NOTE: straight into the packed GEMM's panels: each U[p] as pack_weight_panels
+            # lays it out, the columns past M zero
+            packed = conv.winograd_weights(w, nt, packed=True)
+            nr = compiled.kernels.PACKED_NR
+            per = c * -(-m // nr) * nr
+            assert packed.shape == (36 * per,) and packed.ctypes.data % 64 == 0
+            for p in range(36):
+                want_p = np.zeros(per, np.float32)
+                compiled.kernels.pack_weight_panels(got.reshape(36, c, m)[p], False, 0, m,
+                                                    want_p)
+                np.testing.assert_array_equal(packed[p * per:(p + 1) * per], want_p)
     with pytest.raises(ValueError, match="shorter"):
         compiled.kernels.conv_winograd_weights(1, w.reshape(-1)[:-1], m, c, got,
                                                np.empty((1, 63 * 64)))

@@ -192,41 +192,36 @@ DW_MIN_UNITS = 8
 DW_PARALLEL_MIN_MACS = PARALLEL_MIN_MACS // 2
 
 
-def winograd_weights(w: np.ndarray, nt: int = 1) -> np.ndarray:
+def winograd_weights(w: np.ndarray, nt: int = 1, packed: bool = False) -> np.ndarray:
     """``w`` (M, C, 3, 3) float32 -> ``U`` flat (36, C, M) float32, ``U[p] = (G w G^T)[p]``
-    (computed in float64, compiled: ``ck.conv_winograd_weights``, split over ``nt`` slots)."""
+    (computed in float64, compiled: ``ck.conv_winograd_weights``, split over ``nt`` slots).
+    With ``packed`` (``WINOGRAD_PACKED``), each ``U[p]`` (C, M) straight into the packed GEMM's
+    panels, what ``ck.conv_winograd`` reads with ``packed``: 36 blocks of C * Mp floats (Mp =
+    M rounded up to ``ck.PACKED_NR``, zero past M), 64-byte aligned."""
     # NOTE: compiled, it is ~1 ms per million weights; NumPy's two float64 GEMMs with K = 3 and
     # the strided (36, C, M) copy took 63 of NudeNet's 160 ms prepare and ~100 ms of ddddocr
-    # det's, the largest part of their cold start
+    # det's, the largest part of their cold start. The panels are written at once, not packed
+    # from a (36, C, M) copy: a second buffer of U's size is ~1 ms of page faults per MB here
     m, c = w.shape[:2]
-    u = np.empty(36 * c * m, np.float32)
+    mp = -(-m // ck.PACKED_NR) * ck.PACKED_NR if packed else m
+    if packed:
+        buf = np.zeros(36 * c * mp + 16, np.float32)
+        off = (-buf.ctypes.data % 64) // 4
+        u = buf[off:off + 36 * c * mp]
+    else:
+        u = np.empty(36 * c * m, np.float32)
     scratch_ = np.empty((nt, ck.WINOGRAD_WEIGHTS_SCRATCH), np.float64)
     ck.conv_winograd_weights(nt, np.ascontiguousarray(w, np.float32).reshape(-1), m, c, u,
-                             scratch_)
+                             scratch_, packed)
     return u
 
 
-#: whether Winograd's 36 GEMMs per block run on the packed GEMM (``winograd_panels``), where
-#: it runs, rather than BLAS
+#: whether Winograd's 36 GEMMs per block run on the packed GEMM (``winograd_weights``'
+#: panels), where it runs, rather than BLAS
 # NOTE: BLAS packs both operands on every call; 36 calls per block of at most WINOGRAD_TILES
 # rows. Measured on Zen 3 (AVX2, 1 thread), ddddocr det QDQ's 24 Winograd convs (24-192
 # channels, 13x13-104x104 maps): BLAS's packing (sgemm_itcopy) was 5.7 % of the model's time
 WINOGRAD_PACKED = PACKED
-
-
-def winograd_panels(u: np.ndarray, c: int, m: int) -> np.ndarray:
-    """``U`` flat (36, C, M) -> 36 blocks of the packed GEMM's panels of ``U[p]`` (C, M), each
-    C * Mp floats (Mp = M rounded up to ``ck.PACKED_NR``), 64-byte aligned (what
-    ``ck.conv_winograd`` reads with ``packed``)."""
-    nr = ck.PACKED_NR
-    per = c * (-(-m // nr) * nr)
-    buf = np.empty(36 * per + 16, np.float32)
-    off = (-buf.ctypes.data % 64) // 4
-    out = buf[off:off + 36 * per]
-    u = u.reshape(36, c, m)
-    for p in range(36):
-        ck.pack_weight_panels(u[p], False, 0, m, out[p * per:(p + 1) * per])
-    return out
 
 
 # NOTE: Winograd's weights U (36 C*M floats) stream from memory once per tile block, where the
@@ -560,11 +555,8 @@ class ConvKernel(CpuKernel):
                                 144 * c * m)):
             self.algo = "winograd"
             self.w_packed = WINOGRAD_PACKED
-            if self.w_packed:
-                self.w = self.shared("winograd_panels", lambda: winograd_panels(
-                    winograd_weights(wv, nt), c, m))
-            else:
-                self.w = self.shared("winograd", lambda: winograd_weights(wv, nt))  # (36,C,M)
+            self.w = self.shared("winograd_panels" if self.w_packed else "winograd",
+                                 lambda: winograd_weights(wv, nt, self.w_packed))
             tiles = n * (-(-oh // 4)) * (-(-ow // 4))
             # NOTE: every block streams all of U (36*C*M floats): once U outgrows the V and M
             # blocks of WINOGRAD_BLOCK_BYTES, blocks grow to C*M/(C+M) tiles (V + M as large

@@ -8,8 +8,8 @@ any layout.
 
 Also the 8-bit tables (QLinearLookup: ``passes.fuse_qdq``'s tables, TFLite's lookups) and
 onnxruntime's quantized contrib ops QLinearAdd / QLinearMul (same shapes, or one operand
-broadcast over a run of axes) and QLinearGlobalAveragePool (channels last), each equal to its
-reference kernel bit for bit.
+broadcast over a run of axes), QLinearGlobalAveragePool (channels last) and QLinearSoftmax,
+each equal to its reference kernel bit for bit.
 """
 
 from __future__ import annotations

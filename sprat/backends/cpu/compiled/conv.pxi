@@ -1316,7 +1316,7 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
     map has too few tiles to share out; each slot then transforms the whole input itself).
     Per block: input transform into ``v`` (36, TB, C), 36 GEMMs with ``u`` (36, C, M) into
     ``mo`` (36, TB, Mt), output transform + epilogue into ``y``. With ``packed`` each ``u[p]``
-    is in the packed GEMM's panels (``winograd_panels``: 36 blocks of C * Mp floats, Mp = M
+    is in the packed GEMM's panels (``conv.winograd_weights``: 36 blocks of C * Mp floats, Mp = M
     rounded up to SPRAT_PK_NR) and the GEMMs are ``sprat_pk_gemm``'s, which read ``v``'s rows
     in place (BLAS packed both operands on every call); channel splits then fall on panels.
     Scratch: ``pbuf`` 72*C (patch, transform), ``obuf`` 40*M."""
@@ -1374,7 +1374,7 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
     """3x3, stride 1, dilation 1, one-group conv of ``x`` (N, H, W, C) into ``y``
     (N, OH, OW, M) by Winograd F(4,3) (``conv_winograd_slot``), split over ``nt`` slots.
     ``u`` the transformed weights: (36, C, M), or with ``packed`` (``packed_gemm_available``
-    only) ``winograd_panels``' 36 blocks of panels; ``bias`` (M), PRelu's ``slope`` (M; empty
+    only) ``conv.winograd_weights``' 36 blocks of panels; ``bias`` (M), PRelu's ``slope`` (M; empty
     for other activations). Workspaces (nt, ...): ``vbuf`` 36*TB*C, ``mbuf`` 36*TB*M,
     ``pbuf`` 72*C, ``obuf`` 40*M. Raises ValueError on short operands, or ``packed`` where
     the packed GEMM does not run."""
@@ -1432,8 +1432,10 @@ cdef void _wg_g(const double* w0, const double* w1, const double* w2, double* o0
 
 
 cdef void _wg_weights_block(const float* w, idx M, idx C, idx c, idx m0, idx mb, float* u,
-                            double* buf) noexcept nogil:
-    """Kernels ``(m0 .. m0+mb, c)`` of ``w`` (M, C, 3, 3) -> ``u[p, c, m]`` (36, C, M), in
+                            double* buf, bint packed) noexcept nogil:
+    """Kernels ``(m0 .. m0+mb, c)`` of ``w`` (M, C, 3, 3) -> ``u[p, c, m]`` (36, C, M), or
+    with ``packed`` into ``conv_winograd``'s panels of each ``u[p]`` (C * Mp floats a p, Mp =
+    M rounded up to SPRAT_PK_NR; the panel of columns m // NR, row c, column m % NR), in
     double. ``buf``: 63 * WG_MB doubles (9 taps, 18 of G w, 36 of G w G^T)."""
     cdef double* g = buf
     cdef double* t = buf + 9 * WG_MB
@@ -1454,6 +1456,16 @@ cdef void _wg_weights_block(const float* w, idx M, idx C, idx c, idx m0, idx mb,
         l = i * 6 * WG_MB
         _wg_g(t + k, t + k + WG_MB, t + k + 2 * WG_MB, v + l, v + l + WG_MB,
               v + l + 2 * WG_MB, v + l + 3 * WG_MB, v + l + 4 * WG_MB, v + l + 5 * WG_MB, mb)
+    cdef idx mp = (M + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR
+    cdef idx m
+    if packed:
+        for p in range(36):
+            dst = u + p * C * mp + c * SPRAT_PK_NR
+            for j in range(mb):
+                m = m0 + j
+                dst[(m // SPRAT_PK_NR) * C * SPRAT_PK_NR + m % SPRAT_PK_NR] = <float>v[
+                    p * WG_MB + j]
+        return
     for p in range(36):
         dst = u + (p * C + c) * M + m0
         for j in range(mb):
@@ -1461,24 +1473,27 @@ cdef void _wg_weights_block(const float* w, idx M, idx C, idx c, idx m0, idx mb,
 
 
 cdef void _wg_weights_slot(idx t, idx nt, const float* w, idx M, idx C, float* u,
-                           double* buf) noexcept nogil:
+                           double* buf, bint packed) noexcept nogil:
     """Slot ``t`` of ``nt`` of ``conv_winograd_weights``: input channels
     ``[t*C//nt, (t+1)*C//nt)``."""
     cdef idx c, m0
     for c in range(t * C // nt, (t + 1) * C // nt):
         m0 = 0
         while m0 < M:
-            _wg_weights_block(w, M, C, c, m0, min(<idx>WG_MB, M - m0), u, buf)
+            _wg_weights_block(w, M, C, c, m0, min(<idx>WG_MB, M - m0), u, buf, packed)
             m0 = m0 + WG_MB
 
 
 def conv_winograd_weights(int nt, const float[::1] w, idx M, idx C, float[::1] u,
-                          double[:, ::1] buf):
+                          double[:, ::1] buf, bint packed=False):
     """The F(4,3) weight transform: ``w`` (M, C, 3, 3) float32 -> ``u`` (36, C, M) float32,
     ``u[p, c, m] = (G w[m, c] G^T)[p // 6, p % 6]`` computed in double (Lavin & Gray 2016,
-    §4), split over ``nt`` slots by input channel; ``buf`` (nt, ``WINOGRAD_WEIGHTS_SCRATCH``)
+    §4), split over ``nt`` slots by input channel; with ``packed``, each ``u[p]`` in the
+    packed GEMM's panels (36 * C * Mp floats, Mp = M rounded up to SPRAT_PK_NR; the columns
+    past M are left as they are: zero them first). ``buf`` (nt, ``WINOGRAD_WEIGHTS_SCRATCH``)
     float64 scratch. Raises ValueError on short operands."""
-    if w.shape[0] < M * C * 9 or u.shape[0] < 36 * C * M:
+    cdef idx mp = (M + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR if packed else M
+    if w.shape[0] < M * C * 9 or u.shape[0] < 36 * C * mp:
         raise ValueError(f"conv_winograd_weights: operands shorter than M={M}, C={C} need")
     if buf.shape[0] < nt or buf.shape[1] < 63 * WG_MB:
         raise ValueError("conv_winograd_weights: scratch smaller than (nt, 63 * 64)")
@@ -1487,10 +1502,10 @@ def conv_winograd_weights(int nt, const float[::1] w, idx M, idx C, float[::1] u
     cdef int t
     if nt == 1:
         with nogil:
-            _wg_weights_slot(0, 1, pw, M, C, pu, &buf[0, 0])
+            _wg_weights_slot(0, 1, pw, M, C, pu, &buf[0, 0], packed)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _wg_weights_slot(t, nt, pw, M, C, pu, &buf[t, 0])
+        _wg_weights_slot(t, nt, pw, M, C, pu, &buf[t, 0], packed)
 
 
 # ---- ConvTranspose, kernel == stride (non-overlapping upsampling) ------------------------------
