@@ -343,20 +343,27 @@ def _all_values(dt) -> np.ndarray:
     return np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1).astype(dt)
 
 
+def _evaluate_chain(g: Graph, nodes, leaf: int, values: np.ndarray) -> np.ndarray:
+    """The last of ``nodes``' output (each node one output, in graph order) with ``leaf``
+    taken as ``values`` and every other input a constant of the graph, by the reference
+    kernels: a table's values, the same bits as the nodes compute."""
+    from ..backends.reference import evaluate
+
+    vals = {leaf: values}
+    for n in nodes:
+        ins = [None if i == MISSING else vals[i] if i in vals else g.values[i].data
+               for i in n.inputs]
+        vals[n.outputs[0]] = evaluate(n, ins)[0]
+    return vals[nodes[-1].outputs[0]]
+
+
 def _table(g: Graph, chain, x_q: int, channels: int, rank: int, dt) -> np.ndarray:
     """(channels, 256) table of the chain ``DQ, ops..., Q`` evaluated by the reference kernels
     on every value of x_q's type in every channel; (1, 256) when the rows agree."""
-    from ..backends.reference import evaluate
-
     vals = _all_values(dt)
     v = np.ascontiguousarray(np.broadcast_to(vals.reshape((256, 1) + (1,) * (rank - 2)),
                                              (256, channels) + (1,) * (rank - 2)))
-    cur = x_q
-    for node in chain:
-        ins = [v if i == cur else (None if i == MISSING else g.values[i].data)
-               for i in node.inputs]
-        v = evaluate(node, ins)[0]
-        cur = node.outputs[0]
+    v = _evaluate_chain(g, chain, x_q, v)
     table = np.ascontiguousarray(v.reshape(256, channels).T)
     return table[:1].copy() if (table == table[:1]).all() else table
 
@@ -717,14 +724,9 @@ def lookup_cones(g: Graph) -> Graph:
         if found is None or len(found[1]) < 2:
             continue
         leaf, nodes = found
-        from ..backends.reference import evaluate
-
-        vals = {leaf: _all_values(infos[leaf].dtype)}
-        for n in nodes:
-            ins = [None if i == MISSING else vals[i] if i in vals else g.values[i].data
-                   for i in n.inputs]
-            vals[n.outputs[0]] = evaluate(n, ins)[0]
-        table = np.ascontiguousarray(vals[root.outputs[0]].reshape(1, 256))
+        # NOTE: the root is the last of its cone in graph order (it reads all the others)
+        table = np.ascontiguousarray(
+            _evaluate_chain(g, nodes, leaf, _all_values(infos[leaf].dtype)).reshape(1, 256))
         if table.dtype != out.dtype:
             continue
         t = g.add_const(f"{root.name}/table", table)

@@ -27,9 +27,9 @@ LAYOUT_OPS = {
 }
 
 
-def _rank(g: Graph, node, infos=None) -> int | None:
+def _rank(g: Graph, node, infos: dict) -> int | None:
     """Rank of the node's data input when it is 3 (1-D op) or 4 (2-D op), else None.
-    ``infos()``: inferred ``{value: TensorInfo}`` for an input whose shape is not recorded
+    ``infos``: inferred ``{value: TensorInfo}`` for an input whose shape is not recorded
     (a quantizer's output model keeps no value_info for its quantized tensors)."""
     how = LAYOUT_OPS.get(node.op_type)
     # NOTE: ``_qdq`` (fuse_qdq's mark) says what the node stands for, not a layout or fusion
@@ -44,8 +44,8 @@ def _rank(g: Graph, node, infos=None) -> int | None:
         rank = len(node.attrs.get("kernel_shape", ())) + 2 if len(node.outputs) == 1 else 0
     else:
         shape = g.values[node.inputs[0]].shape
-        if shape is None and infos is not None:
-            info = infos().get(node.inputs[0])
+        if shape is None:
+            info = infos.get(node.inputs[0])
             shape = None if info is None else info.shape
         rank = len(shape) if shape is not None and len(node.outputs) == 1 else 0
     return rank if rank in (3, 4) else None
@@ -58,7 +58,7 @@ def to_nhwc(g: Graph) -> Graph:
                               and g.values[n.inputs[0]].shape is None for n in g.nodes)
              else {})
     for n in g.nodes:
-        rank = _rank(g, n, lambda: known)
+        rank = _rank(g, n, known)
         if rank is None:
             new_nodes.append(n)
             continue

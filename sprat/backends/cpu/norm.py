@@ -28,7 +28,8 @@ def _plain(node) -> bool:
             and a.get("_activation") is None)
 
 
-def _split_axis(shape, axis):
+def split_axis(shape, axis) -> tuple[int, int, int]:
+    """``(outer, n, inner)``: ``shape`` as the values before ``axis``, along it and after it."""
     axis = axis % len(shape)
     o = int(np.prod(shape[:axis], dtype=np.int64))
     i = int(np.prod(shape[axis + 1:], dtype=np.int64))
@@ -47,7 +48,7 @@ class SoftmaxKernel(CpuKernel):
                 and x.size > 0)
 
     def prepare(self, ins, outs):
-        self.dims = _split_axis(ins[0].shape, int(self.node.attrs.get("axis", -1)))
+        self.dims = split_axis(ins[0].shape, int(self.node.attrs.get("axis", -1)))
         self.log = self.node.op_type == "LogSoftmax"
         self.nt = self.threads if ins[0].size >= PARALLEL_MIN_ELEMENTS else 1
 

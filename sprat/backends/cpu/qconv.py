@@ -330,7 +330,13 @@ class QConvKernel(CpuKernel):
                 "lookup", lambda: list(lookup_stage(table, m, lo, hi, ind, outd)))
             self.post = post
             if chans.size:
-                self.fix = (chans, tables)
+                rows = tables.reshape(-1, 256)
+                # NOTE: one table for every channel (a SiLU's, a Sigmoid's): applied in place
+                # 32 bytes a step (``sprat_lut256``), where the per-channel loop costs ~1 ns a
+                # byte
+                one = (np.ascontiguousarray(rows[0]) if chans.size == m
+                       and (rows == rows[:1]).all() else None)
+                self.fix = (chans, tables, one)
         attrs = {k: v for k, v in node.attrs.items() if k in _CONV_ATTRS}
         attrs["_layout"] = "NHWC"
         # NOTE: run never reads the quantized weight (packed by the integer GEMM or as float32
@@ -518,14 +524,11 @@ class QConvKernel(CpuKernel):
         (``lookup_stage``), their table applied in place after."""
         if self.fix is None:
             return calls
-        chans, tables = self.fix
+        chans, tables, one = self.fix
         yb = y.reshape(-1).view(np.uint8)
-        rows = tables.reshape(-1, 256)
-        if chans.size == self.m and (rows == rows[:1]).all():
-            # NOTE: one table for every channel (a SiLU's, a Sigmoid's): 32 bytes a step in
-            # place (``sprat_lut256``), where the per-channel loop costs ~1 ns a byte
-            return calls + [(ck.qlinear_lookup, (self.nt, yb, yb, np.ascontiguousarray(
-                rows[0]), self.p_out * self.m, 1, 1, self.kind == 1))]
+        if one is not None:
+            return calls + [(ck.qlinear_lookup, (self.nt, yb, yb, one, self.p_out * self.m, 1,
+                                                 1, self.kind == 1))]
         return calls + [(ck.qlookup_channels, (self.nt, yb, self.p_out, self.m, chans, tables,
                                                self.kind == 1))]
 

@@ -24,6 +24,7 @@ from ._base import (
     scratch,
 )
 from .compiled import kernels as ck
+from .norm import split_axis
 
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 
@@ -279,13 +280,10 @@ class QLinearSoftmaxKernel(CpuKernel):
         x, sx, _, sy = ins[:4]
         shape = tuple(x.shape)
         axis = int(self.node.attrs.get("axis", -1)) % len(shape)
-        self.outer = int(np.prod(shape[:axis], dtype=np.int64))
         if int(self.node.attrs.get("opset", 13)) < 13:
             # NOTE: Softmax-1/11's semantics: the trailing dims from axis as one row
-            self.n, self.inner = int(np.prod(shape[axis:], dtype=np.int64)), 1
-        else:
-            self.n = shape[axis]
-            self.inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+            shape = shape[:axis] + (int(np.prod(shape[axis:], dtype=np.int64)),)
+        self.outer, self.n, self.inner = split_axis(shape, axis)
         self.table = np.ascontiguousarray(softmax_exp_table(_scalar(sx)), np.float32)
         self.ys = float(np.float32(_scalar(sy)))
         zy = ins[4] if len(ins) == 5 else None
