@@ -53,7 +53,8 @@ averages); ``POOL_FAMILY``.
 ``--only sc``: one-group convs that neither Winograd nor the stem kernel take (3x3 stride 1 of
 few channels, small maps, stride 2, 5x5 / 7x7, 1-D); ``SMALL_CONV_FAMILY``. ``--only pw``: the
 one-group 1x1 convs (``POINTWISE_FAMILY``); ``--only gc``: the patch-matrix convs
-(``GEMM_CONV_FAMILY``).
+(``GEMM_CONV_FAMILY``); ``--only nw``: convs of 1-7 output channels, the heads of dense
+prediction nets (``NARROW_FAMILY``).
 """
 
 from __future__ import annotations
@@ -182,6 +183,19 @@ DEPTHWISE_FAMILY = [  # (kernel, stride, channels, input map)
     (5, 1, 240, 28), (5, 1, 120, 14), (5, 1, 480, 14), (5, 1, 672, 14), (5, 1, 576, 7),
     (5, 1, 1152, 7), (5, 1, 36, 56),
     (5, 2, 144, 56), (5, 2, 96, 28), (5, 2, 288, 14), (5, 2, 672, 14),
+]
+
+
+# the narrow family (--only nw): one-group convs with fewer output channels than a packed panel
+# (``conv.narrow_pays``): the mask, heatmap and objectness heads of segmentation, pose and
+# detection nets (MediaPipe pose landmark's 256x256x8 -> 1, ddddocr's and YOLO-style 1x1 heads
+# of 1-4 channels, palm / face detectors' 2-6 channel box heads): (kernel, stride, in channels,
+# out channels, input map)
+NARROW_FAMILY = [
+    (3, 1, 8, 1, 256), (3, 1, 16, 1, 128), (3, 1, 32, 2, 64), (3, 1, 64, 4, 56),
+    (1, 1, 96, 1, 52), (1, 1, 96, 4, 52), (1, 1, 48, 4, 48), (1, 1, 128, 2, 24),
+    (1, 1, 24, 2, 28), (1, 1, 256, 6, 12), (3, 2, 32, 1, 64), (1, 1, 16, 1, 200),
+    (3, 1, 24, 7, 40), (5, 1, 16, 3, 32),
 ]
 
 
@@ -489,6 +503,9 @@ def cases():
                  k // 2)
         else:
             conv(f"sc{k} s{s} {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, k, s, k // 2)
+
+    for k, s, cin, cout, hw in NARROW_FAMILY:
+        conv(f"nw{k} s{s} {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, k, s, k // 2)
 
     # the GEMM-conv family (--only gc): the convs that run as patch matrix + GEMM (stems,
     # strided 3x3 and 1x1 convs, 3x3 convs on maps too small for Winograd) of ResNet, VGG,

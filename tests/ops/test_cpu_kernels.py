@@ -193,12 +193,13 @@ def test_conv_nchw_input_only_on_the_stem_kernel(xs, ws, attrs):
 # PRelu fused into the conv (one slope per output channel): every algorithm's epilogue, with
 # and without a residual; (x NCHW, w, attrs, the algorithm at one thread or None)
 PRELU_CASES = [
-    ((2, 8, 9, 11), (6, 8, 1, 1), {}, "pointwise"),
+    ((2, 8, 9, 11), (6, 8, 1, 1), {}, "narrow/pointwise"),  # M < 8: narrow in the avx2 build
     ((1, 16, 7, 5), (12, 4, 1, 1), {"group": 4}, "pointwise"),
     ((1, 64, 13, 13), (256, 64, 1, 1), {}, "pointwise"),  # split_m at 2 threads (BLAS path)
-    ((1, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),
+    ((1, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "narrow/shift"),
     ((1, 16, 40, 40), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "shift"),  # M 8: BLAS per tap
-    ((2, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "im2col"),
+    ((2, 5, 13, 12), (7, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "narrow/im2col"),
+    ((2, 5, 13, 12), (9, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "gemm"),
     # the direct conv where the packed GEMM runs, else im2col
     ((1, 128, 8, 8), (136, 128, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "gemm"),
     ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "im2col"),
@@ -214,7 +215,8 @@ PRELU_CASES = [
      "depthwise"),
     ((1, 40, 9, 11), (40, 1, 3, 7), {"pads": [1, 3, 1, 3], "strides": [2, 2], "group": 40},
      "depthwise"),
-    ((2, 6, 13), (4, 6, 3), {"pads": [1, 1]}, "shift"),  # 1-D (NWC)
+    ((2, 6, 13), (4, 6, 3), {"pads": [1, 1]}, "narrow/shift"),  # 1-D (NWC)
+    ((2, 6, 13), (12, 6, 3), {"pads": [1, 1]}, None),  # shift, or direct where packed
 ]
 
 
@@ -230,6 +232,8 @@ def test_conv_fused_prelu(xs, ws, attrs, algo, packed, monkeypatch):
     monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
     monkeypatch.setattr(conv, "PACKED_DIRECT", packed)
     algo = ("direct" if packed else "im2col") if algo == "gemm" else algo
+    if algo is not None and "/" in algo:  # the narrow conv, or without it (baseline build)
+        algo = algo.split("/")[0 if compiled.kernels.NARROW_SIMD else 1]
     m = ws[0]
     x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
     slopes = list(randn(m, seed=5, scale=0.5))  # negative and positive slopes
@@ -1147,6 +1151,35 @@ def test_conv_pointwise_splits_output_channels(xs, ws, wt, monkeypatch):
         with limits(threads):
             kernel.run(ins, [out], ws)
         assert np.abs(out - ref).max() <= RTOL * max(1.0, float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    # M 1..7 (accumulator blocks of 8, 6, 4, 3 and 2 pixels), C with and without a tail
+    # beyond its multiple of 8 (3, 12, 24), border pixels on either side, strides, dilations,
+    # asymmetric padding, two images, 1-D, a kernel taller than the padded rows it meets
+    ((1, 8, 37, 41), (1, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 12, 19, 23), (2, 12, 3, 3), {"pads": [1, 2, 0, 1]}),
+    ((1, 24, 17, 29), (3, 24, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ((1, 3, 20, 20), (4, 3, 3, 3), {"pads": [1, 1, 1, 1], "dilations": [2, 2]}),
+    ((1, 40, 9, 33), (5, 40, 1, 1), {}),
+    ((1, 17, 11, 13), (6, 17, 3, 1), {"pads": [1, 0, 1, 0], "strides": [1, 2]}),
+    ((2, 9, 7, 50), (7, 9, 2, 2), {"strides": [2, 2]}),
+    ((2, 16, 61), (3, 16, 7), {"pads": [3, 3]}),
+    ((1, 8, 2, 30), (2, 8, 5, 3), {"pads": [2, 1, 2, 1]}),
+])
+@pytest.mark.parametrize("act", ["Relu", "HardSwish", "PRelu"])
+def test_conv_narrow_few_output_channels(xs, ws, attrs, act):
+    if not compiled.kernels.NARROW_SIMD:
+        pytest.skip("the narrow conv is in the avx2 build")
+    m = ws[0]
+    x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
+    params = list(randn(m, seed=5, scale=0.5)) if act == "PRelu" else []
+    for threads in (1, 2):
+        assert _prepared_conv([x, w, b], {**attrs, **fused(act, params)}, threads).algo == "narrow"
+    (shape, _), = infer(*make("Conv", [x, w, b], {**attrs, **fused()}, consts=(1, 2)))
+    r = randn(*shape, seed=4)
+    check("Conv", [x, w, b, r], {**attrs, **fused(act, params, residual=True)}, consts=(1, 2))
+    check("Conv", [x, w, b], {**attrs, **fused(act, params)}, consts=(1, 2))
 
 
 @pytest.mark.parametrize("xs,ws,attrs,cols", [

@@ -329,6 +329,21 @@ def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
 STEM_WIDE = ck.stem_wide_available()
 
 
+def narrow_pays(c: int, m: int, group: int, pixels: int) -> bool:
+    """Whether a one-group conv of ``c`` -> ``m`` channels over ``pixels`` output pixels runs
+    as ``ck.conv_narrow`` (a dot product per output value): fewer output channels than a
+    packed panel's PACKED_MIN_M (the packed and stem kernels would compute mostly padding,
+    BLAS be called with N = m), and more than GEMV_ROWS pixels (one pixel is a GEMV)."""
+    # NOTE: measured on the heads of dense-prediction nets (``bench/kernels.py --only nw``:
+    # 1-7 output channels, 3x3 / 5x5 / 1x1, stride 1 and 2, 3-256 input channels, 12x12 to
+    # 256x256 maps), the kernel A/B in one process, against the algorithm each had before:
+    # 3x3 and 5x5 (shift, im2col) 1.5-5.4x faster at 1 thread, 1.35-7.7x at 2; 1x1 (BLAS
+    # with N = M) 1.1-2.1x / 1.1-2.7x; 3 input channels (the stem) 1.1x / 1.2x. MediaPipe pose
+    # landmark's 256x256x8 -> 1 mask conv: 2.1 -> 0.43 ms, the model 0.91x / 0.84x its time.
+    return (ck.NARROW_SIMD and group == 1 and 1 <= m < PACKED_MIN_M and m <= ck.NARROW_MAX_M
+            and pixels > GEMV_ROWS)
+
+
 def stem_pays(c: int, m: int, kh: int, kw: int, group: int) -> bool:
     """Whether a conv of ``c`` -> ``m`` channels with a ``kh`` x ``kw`` kernel runs on the
     direct stem kernel (``ck.conv_stem``) rather than im2col + GEMM: one group, at most
@@ -510,6 +525,12 @@ class ConvKernel(CpuKernel):
                 self.mean = True
                 self.workspaces = ((scratch(nt, n * c, np.float64), scratch(nt, c))
                                    if self.blocked else (scratch(nt, ck.REDUCE_CHUNK, np.float64),))
+        elif narrow_pays(c, m, group, n * oh * ow) and not self.nchw and (
+                scale_input(node, ins) is None):
+            # few output channels (a mask or heatmap head): a dot product per output value
+            self.algo = "narrow"
+            self.w = self.shared("narrow", lambda: np.ascontiguousarray(
+                wv.transpose(0, 2, 3, 1)).ravel())  # (M, kh, kw, C)
         elif self.nchw or (not one_d and not (kh == kw == 1) and stem_pays(c, m, kh, kw, group)):
             self.algo = "stem"
             self.stem_wide = STEM_WIDE
@@ -612,7 +633,7 @@ class ConvKernel(CpuKernel):
                 target = GEMM_ROWS
             self.blk, self.split_m = split_blocks(n * oh * ow, target, m, group, nt)
             self.workspaces = (scratch(nt, self.blk * kk),)
-        if self.algo in ("pointwise", "shift", "im2col", "stem"):  # their epilogues take it tiled
+        if self.algo in ("pointwise", "shift", "im2col", "stem", "narrow"):  # epilogues: tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
             if slope is not None and self.panels is None:
                 self.slope = self.shared("slope_rows", lambda: tiled_bias(slope))
@@ -703,6 +724,9 @@ class ConvKernel(CpuKernel):
         elif algo == "shift":
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, dh, dw,
                     ph, pw, self.rows, self.cols, *bufs, code, a, b, self.slope)
+        elif algo == "narrow":
+            args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh, kw, sh, sw,
+                    dh, dw, ph, pw, code, a, b, self.slope)
         elif algo == "stem":
             args = (x, self.nchw, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.nv, self.wb, *bufs, code, a, b, self.slope,
@@ -737,8 +761,8 @@ def views(args: tuple) -> tuple:
 
 KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
           "pointwise_scaled": ck.conv_pointwise_scaled, "gemv": ck.gemv_packed,
-          "shift": ck.conv_shift, "im2col": ck.conv_im2col, "direct": ck.conv_direct,
-          "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
+          "shift": ck.conv_shift, "narrow": ck.conv_narrow, "im2col": ck.conv_im2col,
+          "direct": ck.conv_direct, "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
           "depthwise_blocked": ck.conv_depthwise_blocked, "stem": ck.conv_stem}
 
 

@@ -481,6 +481,76 @@ def conv_shift(int nt, const float[::1] x, const float[::1] w, const float[::1] 
                         kh, kw, dh, dw, ph, pw, R, Wc, &xb[t, 0], &acc[t, 0], code, a, b, ps)
 
 
+# ---- narrow: few output channels ------------------------------------------------------------
+# A one-group conv with fewer output channels than a packed panel's width (a segmentation mask,
+# a heatmap, a detector's objectness map: 1-7 channels over a large map) wastes most of every
+# GEMM tile and calls BLAS with N = M. Here each output value is a dot product over its window
+# (kh*kw taps of C contiguous channels in NHWC, the last C % 8 masked), summed in 8 lanes
+# across every tap and reduced once (``simd/narrow.c``): P pixels of a row x M channels of
+# accumulators in registers (P from 8 for one channel to 2 for 5-7), weights loaded once per P
+# pixels; border pixels one at a time with their taps clipped. Then the tiled epilogue per row.
+
+cdef extern from "simd/narrow.h":
+    int SPRAT_NARROW_SIMD
+    int SPRAT_NARROW_MAX
+    void sprat_narrow_rows(float* y, const float* x, const float* w, idx H, idx W, idx C, idx M,
+                           idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw,
+                           idx ph, idx pw, idx r0, idx r1) noexcept nogil
+
+
+#: whether this build has ``conv_narrow`` (the avx2 build), and the most output channels it takes
+NARROW_SIMD = bool(SPRAT_NARROW_SIMD)
+NARROW_MAX_M = SPRAT_NARROW_MAX
+
+
+cdef void conv_narrow_rows(idx r0, idx r1, const float* x, const float* w, const float* bias,
+                           idx nbias, const float* res, bint has_res, float* y, idx H, idx W,
+                           idx C, idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
+                           idx dw, idx ph, idx pw, int code, float a, float b,
+                           const float* slope) noexcept nogil:
+    """Output rows ``[r0, r1)`` (of the N*OH rows) of ``conv_narrow``, row by row: the sums,
+    then bias, residual and activation while the row is in L1."""
+    cdef idx r
+    for r in range(r0, r1):
+        sprat_narrow_rows(y, x, w, H, W, C, M, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, r, r + 1)
+        rows_inplace(y + r * OW * M, OW, M, bias, nbias, conv_at(res, r * OW * M), has_res,
+                     code, a, b, slope)
+
+
+def conv_narrow(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
+                const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
+                idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
+                idx pw, int code, float a, float b, const float[::1] slope):
+    """One-group conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) for ``M`` of 1 to
+    NARROW_MAX_M output channels, each value a dot product over its window (no patch
+    matrix, no GEMM). ``w`` is (M, kh, kw, C); ``bias`` and PRelu's ``slope`` (empty for the
+    other activations) tiled (``tiled_bias``). Output rows are split over ``nt`` slots.
+    Only call it when NARROW_SIMD. Raises ValueError on short operands or M outside
+    1..NARROW_MAX_M."""
+    if M < 1 or M > SPRAT_NARROW_MAX or not SPRAT_NARROW_SIMD:
+        raise ValueError(f"conv_narrow: {M} output channels (1..{SPRAT_NARROW_MAX}) or a build "
+                         "without it")
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M)
+    conv_check_slope(slope, code, bias.shape[0], M)
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = cptr(res)
+    cdef const float* ps = cptr(slope)
+    cdef float* py = &y[0]
+    cdef idx nbias = bias.shape[0]
+    cdef idx rows = N * OH
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            conv_narrow_rows(0, rows, px, pw_, pb_, nbias, pr, has_res, py, H, W, C, M, OH, OW,
+                             kh, kw, sh, sw, dh, dw, ph, pw, code, a, b, ps)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_narrow_rows(t * rows // nt, (t + 1) * rows // nt, px, pw_, pb_, nbias, pr, has_res,
+                         py, H, W, C, M, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, code, a, b, ps)
+
+
 # ---- im2col: any stride, dilation, padding, groups -------------------------------------------
 
 cdef inline void _im2col_taps(float* d, const float* xrow, idx W, idx C, idx iw0, idx kw, idx dw,
