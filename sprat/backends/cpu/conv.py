@@ -56,7 +56,7 @@ from ._base import PARALLEL_MIN_MACS, CpuKernel, own_if_small, scratch
 from ._epilogue import empty_f32, tiled_bias
 from ._math import ACT, CHANNEL_ACT, PRELU, act_of, prelu_slope
 from .compiled import kernels as ck
-from .linalg import GEMV_ROWS, PACKED, gemv_threads, pack_panels, packed_blocks
+from .linalg import CLAIM_ITEMS, GEMV_ROWS, PACKED, gemv_threads, pack_panels, packed_blocks
 
 # NOTE: block sizes tuned with bench/kernels.py (GEMM rows per block; keeps a block in L2).
 POINTWISE_BLOCK_BYTES = 1 << 17
@@ -864,10 +864,20 @@ def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floa
     nbp = -(-max(nb1, nt) // nt) * nt
     split_m = nt > 1 and m >= 32 * nt and ((nbp - nb1) * m * taps > (nt - 1) * n * oh * ow
                                            or n * oh < nt)
-    if split_m or nbp == nb1:
+    if split_m:
         return -(-oh // per_image1), split_m
     per_image = -(-nbp // n)  # NOTE: at least nt blocks in all, as even as rows allow
+    if nt > 1:
+        # NOTE: the slots claim blocks as they finish (``ck.conv_direct``): CLAIM_ITEMS per
+        # slot where a block keeps CLAIM_MIN_PIXELS output pixels and 2 rows (each block
+        # reads all the weights and copies its band's halo rows again)
+        most = min(oh // 2, max(1, n * oh * ow // CLAIM_MIN_PIXELS) // n)
+        per_image = max(per_image, min(-(-CLAIM_ITEMS * nt // n), most))
     return max(1, -(-oh // per_image)), False
+
+
+#: the fewest output pixels of a direct conv's block cut for the slots to claim
+CLAIM_MIN_PIXELS = 256
 
 
 # NOTE: a GEMM call per block re-reads its weights and sets up BLAS: counted as this many

@@ -100,6 +100,11 @@ PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) st
 # took 1.0-1.7x the row split's time (1.3x typical; a 1x1 conv 48 -> 192 on 13x13 ran 1.05x
 # faster on two slots than on one), from 1 MiB of weights the two were within 5 %
 PACKED_COL_SPLIT_BYTES = 1 << 19
+#: work items per slot a parallel packed product is cut into (``packed_blocks``; the slots
+#: claim them as they finish), and the fewest rows and columns such a cut leaves an item
+CLAIM_ITEMS = 4
+CLAIM_MIN_ROWS = 96
+CLAIM_MIN_COLS = 128
 
 
 #: rows up to which a product with a constant 2-D weight runs ``ck.gemv_packed`` (the weight
@@ -174,7 +179,21 @@ def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
         while (nrb * ncb) % nt:
             nrb += 1
         rb = -(-m // nrb)
-    return rb, -(-cb // nr) * nr
+    cb = -(-cb // nr) * nr
+    if nt > 1:
+        # NOTE: the slots claim items as they finish (``gemm_packed``): cut into CLAIM_ITEMS
+        # per slot, halving row blocks while they keep 2 * CLAIM_MIN_ROWS rows, then column
+        # blocks while they keep 2 * CLAIM_MIN_COLS columns, so that a slot slowed by another
+        # process hands part of its share over (blocks stay multiples of the micro-kernel's
+        # 12 rows and of the panel width)
+        while -(-m // rb) * -(-n // cb) < CLAIM_ITEMS * nt:
+            if rb >= 2 * CLAIM_MIN_ROWS:
+                rb = -(-(rb // 2) // 12) * 12
+            elif cb >= 2 * CLAIM_MIN_COLS:
+                cb = -(-(cb // 2) // nr) * nr
+            else:
+                break
+    return rb, cb
 
 
 def _blocks(batch: int, m: int, n: int, nt: int) -> tuple[int, int]:

@@ -131,6 +131,18 @@ cdef inline float erf32(float x) noexcept nogil:
 
 cdef extern from *:
     """
+    /* The next work item of a parallel region whose slots take items as they finish (an
+       atomic counter shared by the slots): a slot slowed by another process on its core then
+       takes fewer items instead of holding the others up at the region's end. */
+    static inline Py_ssize_t sprat_claim(Py_ssize_t *next) {
+        return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+    }
+    """
+    idx sprat_claim(idx* next) noexcept nogil
+
+
+cdef extern from *:
+    """
     /* AVX2 loops for the activations whose clamps and exp the C compiler cannot vectorise
        well: a select that keeps NaN (u > v ? u : v written NaN-safely) becomes compare + blend,
        where _mm256_max_ps(v, u) is one instruction with exactly the semantics of fmax32(u, v)

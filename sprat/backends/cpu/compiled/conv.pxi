@@ -739,9 +739,10 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
                            idx C, idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
                            idx dh, idx dw, idx ph, idx pw, idx rows, bint split_m, idx wp,
                            float* band, int code, float a, float b,
-                           const float* slope) noexcept nogil:
-    """Slot ``t`` of ``nt`` of ``conv_direct``: a range of the (image, block of ``rows``
-    output rows) items, all columns; or with ``split_m`` every item but a range of the output
+                           const float* slope, idx* claim) noexcept nogil:
+    """Slot ``t`` of ``nt`` of ``conv_direct``: the (image, block of ``rows`` output rows)
+    items, all columns, each next unclaimed one (``sprat_claim`` on ``claim``; NULL: the
+    slot's contiguous range); or with ``split_m`` every item but a range of the output
     channels (multiples of the panel width). ``wp`` > 0: the padded input row's pixels (the
     band in ``band``); 0: the input itself (no horizontal padding)."""
     cdef idx nrb = (OH + rows - 1) // rows
@@ -761,7 +762,10 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
         c0, c1 = 0, M
     if c1 <= c0:
         return
-    for it in range(i0, i1):
+    if claim != NULL and not split_m:
+        i0, i1 = sprat_claim(claim), items
+    it = i0
+    while it < i1:
         n = it // nrb
         oh0 = (it % nrb) * rows
         oh1 = min(OH, oh0 + rows)
@@ -783,6 +787,7 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
         if not in_regs and code != A_NONE:
             for p in range(n * OH * OW + oh0 * OW, n * OH * OW + oh1 * OW):
                 act_inplace(y + p * M + c0, c1 - c0, code, a, b)
+        it = sprat_claim(claim) if claim != NULL and not split_m else it + 1
 
 
 def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
@@ -795,8 +800,8 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
     it), without a patch matrix (``conv_direct_slot``, ``sprat_pk_direct``): + ``bias`` (M),
     + ``res`` (y's layout) when ``has_res``, activation ``code`` (PRelu: ``slope``, M floats).
     ``y`` may be ``res`` (in place: each tile reads its residual rows, then stores them).
-    Items are blocks of ``rows`` output rows per image, split over ``nt`` slots (or with
-    ``split_m`` the output channels). ``wp``: pixels per padded input row (``pw`` zero pixels,
+    Items are blocks of ``rows`` output rows per image, claimed by ``nt`` slots as they
+    finish (or with ``split_m`` the output channels split over them). ``wp``: pixels per padded input row (``pw`` zero pixels,
     the W of the input, zeros up to ``wp``) copied per block into ``band`` (nt, >= (rows-1)*sh
     + (kh-1)*dh + 1 padded rows of wp*C floats); 0 when no tap reads a column outside the
     input (``pw`` 0). Vertical padding ``ph``: the taps on rows outside the input are skipped.
@@ -824,16 +829,19 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
     cdef const float* ps = cptr(slope)
     cdef float* pband = &band[0, 0] if wp else NULL
     cdef idx bstride = band.shape[1]
+    cdef idx next_item = 0
+    cdef idx* claim = &next_item
     cdef int t
     if nt <= 1:
         with nogil:
             conv_direct_slot(0, 1, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, kh, kw,
-                             sh, sw, dh, dw, ph, pw, rows, False, wp, pband, code, a, b, ps)
+                             sh, sw, dh, dw, ph, pw, rows, False, wp, pband, code, a, b, ps,
+                             NULL)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_direct_slot(t, nt, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, kh, kw,
                          sh, sw, dh, dw, ph, pw, rows, split_m, wp,
-                         (pband + t * bstride) if wp else NULL, code, a, b, ps)
+                         (pband + t * bstride) if wp else NULL, code, a, b, ps, claim)
 
 
 # ---- depthwise: group == C == M ----------------------------------------------------------------

@@ -584,12 +584,25 @@ def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
     cdef int t
     if M <= 0 or N <= 0:
         return
+    cdef idx next_item = 0
+    cdef idx* claim = &next_item
     if nt <= 1:
         with nogil:
             dense_pk_items(pp, gp, 0, items)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_pk_items(pp, gp, t * items // nt, (t + 1) * items // nt)
+        dense_pk_claimed(pp, gp, claim, items)
+
+
+cdef void dense_pk_claimed(const dense_pk_t* p, const dense_gemm_t* g, idx* claim,
+                           idx items) noexcept nogil:
+    """The items of ``gemm_packed`` one slot runs: each next unclaimed one (``sprat_claim``)."""
+    cdef idx it
+    while True:
+        it = sprat_claim(claim)
+        if it >= items:
+            return
+        dense_pk_items(p, g, it, it + 1)
 
 
 # ---- fp16 weights (precision="low") ---------------------------------------------------------
