@@ -1388,9 +1388,10 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
                              idx C, idx M, idx OH, idx OW, idx ph, idx pw, idx TB,
                              bint split_m, bint packed, float* v, float* mo, float* pbuf,
                              float* obuf, int code, float a, float b,
-                             const float* slope) noexcept nogil:
-    """Slot ``t`` of ``nt`` of a 3x3 stride-1 conv by Winograd F(4,3): a range of blocks of
-    ``TB`` tiles, or with ``split_m`` every block but a range of the output channels (a small
+                             const float* slope, idx* claim) noexcept nogil:
+    """Slot ``t`` of ``nt`` of a 3x3 stride-1 conv by Winograd F(4,3): blocks of ``TB``
+    tiles, each next unclaimed one (``sprat_claim`` on ``claim``; NULL: the slot's contiguous
+    range), or with ``split_m`` every block but a range of the output channels (a small
     map has too few tiles to share out; each slot then transforms the whole input itself).
     Per block: input transform into ``v`` (36, TB, C), 36 GEMMs with ``u`` (36, C, M) into
     ``mo`` (36, TB, Mt), output transform + epilogue into ``y``. With ``packed`` each ``u[p]``
@@ -1414,7 +1415,10 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
         b0, b1 = t * nblk // nt, (t + 1) * nblk // nt
         c0, c1 = 0, M
     mt = c1 - c0
-    for blk in range(b0, b1):
+    if claim != NULL and not split_m:
+        b0, b1 = sprat_claim(claim), nblk
+    blk = b0
+    while blk < b1:
         t0 = blk * TB
         cnt = min(TB, T - t0)
         for k in range(cnt):
@@ -1442,6 +1446,7 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
             tj = r - ti * tw
             _wg_output_tile(mo, k, TB, mt, bias + c0, res, has_res, y, M, c0, n, OH, OW, ti * 4,
                             tj * 4, obuf, obuf + 24 * M, code, a, b, conv_at(slope, c0))
+        blk = sprat_claim(claim) if claim != NULL and not split_m else blk + 1
 
 
 def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::1] bias,
@@ -1471,17 +1476,19 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef const float* ps = cptr(slope)
+    cdef idx next_block = 0
+    cdef idx* claim = &next_block
     cdef int t
     if nt <= 1:
         with nogil:
             conv_winograd_slot(0, 1, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph,
                                pw, TB, split_m, packed, &vbuf[0, 0], &mbuf[0, 0], &pbuf[0, 0],
-                               &obuf[0, 0], code, a, b, ps)
+                               &obuf[0, 0], code, a, b, ps, NULL)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_winograd_slot(t, nt, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph, pw,
                            TB, split_m, packed, &vbuf[t, 0], &mbuf[t, 0], &pbuf[t, 0],
-                           &obuf[t, 0], code, a, b, ps)
+                           &obuf[t, 0], code, a, b, ps, claim)
 
 
 cdef enum:
