@@ -101,8 +101,9 @@ PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) st
 # faster on two slots than on one), from 1 MiB of weights the two were within 5 %
 PACKED_COL_SPLIT_BYTES = 1 << 19
 #: work items per slot a parallel packed product is cut into (``packed_blocks``; the slots
-#: claim them as they finish), and the fewest rows and columns such a cut leaves an item
-CLAIM_ITEMS = 4
+#: claim them as they finish: ``ck.CLAIM_ITEMS``), and the fewest rows and columns such a cut
+#: leaves an item
+CLAIM_ITEMS = ck.CLAIM_ITEMS
 CLAIM_MIN_ROWS = 96
 CLAIM_MIN_COLS = 128
 

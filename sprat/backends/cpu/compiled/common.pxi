@@ -141,6 +141,14 @@ cdef extern from *:
     idx sprat_claim(idx* next) noexcept nogil
 
 
+cdef enum:
+    SPRAT_CLAIM_PER_SLOT = 4
+
+#: work items per slot a parallel kernel whose slots claim items is cut into, where its blocks
+#: stay large enough (``linalg.packed_blocks``, ``conv.direct_blocks``, the blocked depthwise)
+CLAIM_ITEMS = SPRAT_CLAIM_PER_SLOT
+
+
 cdef extern from *:
     """
     /* AVX2 loops for the activations whose clamps and exp the C compiler cannot vectorise

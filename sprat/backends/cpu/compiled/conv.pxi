@@ -1129,15 +1129,39 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
                                const float* res, bint has_res, float* y, idx N, idx H, idx W,
                                idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
                                idx ph, idx pw, idx ct, int code, float a, float b,
-                               const float* sp, double* psum, float* rowsum) noexcept nogil:
-    """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units; the
-    activations without a register form (Tanh, Gelu) then run over the slot's outputs. With
-    ``psum`` (N*C doubles, the slot's own; NULL: none) each unit's output row, still in cache,
-    is summed per channel into it (``rowsum``: C floats of scratch), for ``_mean``."""
+                               const float* sp, double* psum, float* rowsum,
+                               idx* claim) noexcept nogil:
+    """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units, or with
+    ``claim`` (not NULL) each next unclaimed one of SPRAT_CLAIM_PER_SLOT * nt chunks of them
+    (``sprat_claim``); the activations without a register form (Tanh, Gelu) then run over
+    those outputs. With ``psum`` (N*C doubles, the slot's own; NULL: none; not with ``claim``:
+    the slots' sums would then change order from run to run) each unit's output row, still in
+    cache, is summed per channel into it (``rowsum``: C floats of scratch), for ``_mean``."""
     cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
     cdef idx units = N * OH * ntile
-    cdef idx u0 = t * units // nt
-    cdef idx u1 = (t + 1) * units // nt
+    cdef idx nchunks = min(units, SPRAT_CLAIM_PER_SLOT * nt)
+    cdef idx k
+    if claim == NULL or psum != NULL:
+        conv_dw_blocked_units(t * units // nt, (t + 1) * units // nt, x, wp, bp, res, has_res,
+                              y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct, code, a,
+                              b, sp, psum, rowsum)
+        return
+    k = sprat_claim(claim)
+    while k < nchunks:
+        conv_dw_blocked_units(k * units // nchunks, (k + 1) * units // nchunks, x, wp, bp, res,
+                              has_res, y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct,
+                              code, a, b, sp, NULL, NULL)
+        k = sprat_claim(claim)
+
+
+cdef void conv_dw_blocked_units(idx u0, idx u1, const float* x, const float* wp,
+                                const float* bp, const float* res, bint has_res, float* y,
+                                idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
+                                idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, int code,
+                                float a, float b, const float* sp, double* psum,
+                                float* rowsum) noexcept nogil:
+    """Units ``[u0, u1)`` of ``conv_dw_blocked_slot``."""
+    cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
     cdef idx u, q, c0, c1, ow
     sprat_dw_units(y, x, wp, bp, sp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw,
                    dh, ph, pw, ct, u0, u1, code, a, b)
@@ -1149,7 +1173,7 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
             for ow in range(OW):
                 act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
     if psum != NULL:
-        memset(psum, 0, N * C * sizeof(double))
+        memset(psum, 0, N * C * sizeof(double))  # NOTE: one call per slot (no claim)
         for u in range(u0, u1):
             q = u // ntile
             c0 = (u - q * ntile) * ct * 8
@@ -1249,10 +1273,12 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
         pacc, prow = &psum[0, 0], &rowsum[0, 0]
         sstride, rstride = psum.shape[1], rowsum.shape[1]
     cdef int t
+    cdef idx next_chunk = 0
+    cdef idx* claim = &next_chunk
     if nt <= 1:
         with nogil:
             conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                                 sh, sw, dh, ph, pw, ct, code, a, b, ps, pacc, prow)
+                                 sh, sw, dh, ph, pw, ct, code, a, b, ps, pacc, prow, NULL)
             if pacc != NULL:
                 conv_means(&mean[0], pacc, 1, N * C, OH * OW)
         return
@@ -1260,7 +1286,7 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
         conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
                              sh, sw, dh, ph, pw, ct, code, a, b, ps,
                              pacc + t * sstride if pacc != NULL else NULL,
-                             prow + t * rstride if prow != NULL else NULL)
+                             prow + t * rstride if prow != NULL else NULL, claim)
     if pacc != NULL:
         with nogil:
             conv_means_strided(&mean[0], pacc, nt, sstride, N * C, OH * OW)
