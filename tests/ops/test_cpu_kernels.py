@@ -1153,6 +1153,29 @@ def test_conv_pointwise_splits_output_channels(xs, ws, wt, monkeypatch):
         assert np.abs(out - ref).max() <= RTOL * max(1.0, float(np.abs(ref).max()))
 
 
+@pytest.mark.parametrize("xs,ws,attrs,algo", [
+    ((1, 48, 56, 56), (64, 48, 1, 1), {}, "pointwise"),  # 3136 rows: 14+ items
+    ((1, 64, 28, 28), (256, 64, 1, 1), {}, "pointwise"),  # rows halved for 4 items a slot
+    ((1, 32, 40, 40), (48, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "direct"),
+    ((2, 32, 30, 30), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "winograd"),
+    ((1, 96, 56, 56), (96, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 96}, "depthwise"),
+])
+def test_claimed_work_items_give_the_one_thread_bits(xs, ws, attrs, algo):
+    # the slots of these kernels claim their items as they finish (``sprat_claim``): which
+    # slot computes an output element changes from run to run, its value must not
+    from sprat.backends.cpu import conv
+
+    if algo != "pointwise" and not conv.PACKED_DIRECT:
+        pytest.skip("the packed direct conv and its Winograd GEMMs need AVX2 + FMA")
+    x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2), randn(ws[0], seed=3)
+    attrs = {**attrs, **fused("Relu")}
+    assert _prepared_conv([x, w, b], attrs, 2).algo == algo
+    node, infos = make("Conv", [x, w, b], attrs, consts=(1, 2))
+    one = run_cpu(node, infos, [x, w, b], 1)[0]
+    for _ in range(5):
+        np.testing.assert_array_equal(run_cpu(node, infos, [x, w, b], 2)[0], one)
+
+
 @pytest.mark.parametrize("xs,ws,attrs", [
     # M 1..7 (accumulator blocks of 8, 6, 4, 3 and 2 pixels), C with and without a tail
     # beyond its multiple of 8 (3, 12, 24), border pixels on either side, strides, dilations,
