@@ -857,7 +857,9 @@ def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floa
     pixel against the K = kh*kw*C a patch row would cost): the channels are split when
     ``(nbp - nb1) * m * taps > (nt - 1) * pixels`` or there are fewer output rows than slots
     (a 1-D conv: one row, which row blocks leave to one slot), and each slot keeps a panel or
-    more."""
+    more. Without ``split_m``, on several slots, the blocks are cut further towards
+    CLAIM_ITEMS per slot (the slots claim them as they finish) while each keeps
+    CLAIM_MIN_PIXELS output pixels and 2 rows."""
     rows1 = max(1, min(oh, DIRECT_BAND_BYTES // (4 * sh * max(row_floats, 1))))
     per_image1 = -(-oh // rows1)
     nb1 = n * per_image1

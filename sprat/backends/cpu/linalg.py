@@ -167,7 +167,8 @@ def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
     """(rows, columns) per work item of ``ck.gemm_packed``: the ``_blocks`` split (at least
     ``nt`` items; rows instead of columns for a weight below PACKED_COL_SPLIT_BYTES), with rows
     cut into equal blocks that fit PACKED_A_BYTES and a multiple of ``nt`` items in all,
-    columns a multiple of the panel width."""
+    columns a multiple of the panel width; on several slots then cut further towards
+    CLAIM_ITEMS items per slot (the slots claim items as they finish)."""
     nr = ck.PACKED_NR
     rb, cb = _blocks(1, m, n, nt)
     if cb < n and 4 * k * n < PACKED_COL_SPLIT_BYTES and m >= 16 * nt:

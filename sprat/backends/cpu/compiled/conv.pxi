@@ -5,8 +5,10 @@
 # Every array is flat, C-contiguous float32; NHWC offsets are computed explicitly
 # (pixel ``(n, h, w)`` of an (N, H, W, C) map starts at ``((n*H + h)*W + w)*C``). Work is cut
 # into blocks (of output rows, pixels or Winograd tiles); work slot ``t`` of ``nt`` walks the
-# contiguous range of blocks ``[t*nb//nt, (t+1)*nb//nt)`` with its own row of each workspace,
-# calls a one-thread GEMM per block and applies the epilogue while the block is in cache.
+# contiguous range of blocks ``[t*nb//nt, (t+1)*nb//nt)`` -- or, in the direct, Winograd and
+# blocked depthwise convs, claims the next block as it finishes (``sprat_claim``: a slot slowed
+# by another process then takes fewer) -- with its own row of each workspace, calls a
+# one-thread GEMM per block and applies the epilogue while the block is in cache.
 # With ``nt == 1`` a kernel runs on the calling thread, without a parallel region.
 
 from cython.parallel cimport prange

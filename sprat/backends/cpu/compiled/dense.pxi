@@ -563,7 +563,9 @@ def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
     pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
     ``res`` (Y's layout) is added when ``has_res``; then activation ``code`` (pa, pb; PRelu:
     ``slope``, N floats, one per column). Work items are blocks of ``rb`` rows x ``cb``
-    columns (``cb`` a multiple of PACKED_NR), ``nt`` slots. ``y`` may be ``res`` (in place)
+    columns (``cb`` a multiple of PACKED_NR), which ``nt`` slots claim as they finish (each
+    output element is computed by one item, the same way whichever slot runs it: the result
+    does not depend on the claiming order). ``y`` may be ``res`` (in place)
     where C is a bias row (``sm == 0``, ``sn == 1``, ``beta == 1``) or absent: each tile then
     adds to what ``y`` holds. Only call it when ``packed_gemm_available()``. Raises ValueError
     when PRelu's slope is missing or short."""
