@@ -1161,8 +1161,9 @@ def test_conv_pointwise_splits_output_channels(xs, ws, wt, monkeypatch):
     ((1, 96, 56, 56), (96, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 96}, "depthwise"),
 ])
 def test_claimed_work_items_give_the_one_thread_bits(xs, ws, attrs, algo):
-    # the slots of these kernels claim their items as they finish (``sprat_claim``): which
-    # slot computes an output element changes from run to run, its value must not
+    # the slots of these kernels take their items one at a time, then what the others have
+    # left (``sprat_take``): which slot computes an output element changes from run to run,
+    # its value must not
     from sprat.backends.cpu import conv
 
     if algo != "pointwise" and not conv.PACKED_DIRECT:

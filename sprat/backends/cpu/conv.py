@@ -858,7 +858,7 @@ def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floa
     ``(nbp - nb1) * m * taps > (nt - 1) * pixels`` or there are fewer output rows than slots
     (a 1-D conv: one row, which row blocks leave to one slot), and each slot keeps a panel or
     more. Without ``split_m``, on several slots, the blocks are cut further towards
-    CLAIM_ITEMS per slot (the slots claim them as they finish) while each keeps
+    CLAIM_ITEMS per slot (each slot takes its own, then what the others have left: ``sprat_take``) while each keeps
     CLAIM_MIN_PIXELS output pixels and 2 rows."""
     rows1 = max(1, min(oh, DIRECT_BAND_BYTES // (4 * sh * max(row_floats, 1))))
     per_image1 = -(-oh // rows1)
@@ -870,7 +870,7 @@ def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floa
         return -(-oh // per_image1), split_m
     per_image = -(-nbp // n)  # NOTE: at least nt blocks in all, as even as rows allow
     if nt > 1:
-        # NOTE: the slots claim blocks as they finish (``ck.conv_direct``): CLAIM_ITEMS per
+        # NOTE: the slots take blocks one at a time (``ck.conv_direct``): CLAIM_ITEMS per
         # slot where a block keeps CLAIM_MIN_PIXELS output pixels and 2 rows (each block
         # reads all the weights and copies its band's halo rows again)
         most = min(oh // 2, max(1, n * oh * ow // CLAIM_MIN_PIXELS) // n)
@@ -878,7 +878,7 @@ def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floa
     return max(1, -(-oh // per_image)), False
 
 
-#: the fewest output pixels of a direct conv's block cut for the slots to claim
+#: the fewest output pixels of a direct conv's block cut for the slots to take one at a time
 CLAIM_MIN_PIXELS = 256
 
 

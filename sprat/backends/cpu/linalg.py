@@ -101,7 +101,7 @@ PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) st
 # faster on two slots than on one), from 1 MiB of weights the two were within 5 %
 PACKED_COL_SPLIT_BYTES = 1 << 19
 #: work items per slot a parallel packed product is cut into (``packed_blocks``; the slots
-#: claim them as they finish: ``ck.CLAIM_ITEMS``), and the fewest rows and columns such a cut
+#: take them one at a time: ``ck.CLAIM_ITEMS``), and the fewest rows and columns such a cut
 #: leaves an item
 CLAIM_ITEMS = ck.CLAIM_ITEMS
 CLAIM_MIN_ROWS = 96
@@ -168,7 +168,7 @@ def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
     ``nt`` items; rows instead of columns for a weight below PACKED_COL_SPLIT_BYTES), with rows
     cut into equal blocks that fit PACKED_A_BYTES and a multiple of ``nt`` items in all,
     columns a multiple of the panel width; on several slots then cut further towards
-    CLAIM_ITEMS items per slot (the slots claim items as they finish)."""
+    CLAIM_ITEMS items per slot (each slot takes its own, then what the others have left: ``sprat_take``)."""
     nr = ck.PACKED_NR
     rb, cb = _blocks(1, m, n, nt)
     if cb < n and 4 * k * n < PACKED_COL_SPLIT_BYTES and m >= 16 * nt:
@@ -183,7 +183,7 @@ def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
         rb = -(-m // nrb)
     cb = -(-cb // nr) * nr
     if nt > 1:
-        # NOTE: the slots claim items as they finish (``gemm_packed``): cut into CLAIM_ITEMS
+        # NOTE: the slots take items one at a time (``gemm_packed``): cut into CLAIM_ITEMS
         # per slot, halving row blocks while they keep 2 * CLAIM_MIN_ROWS rows, then column
         # blocks while they keep 2 * CLAIM_MIN_COLS columns, so that a slot slowed by another
         # process hands part of its share over (blocks stay multiples of the micro-kernel's

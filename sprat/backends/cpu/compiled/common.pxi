@@ -131,21 +131,50 @@ cdef inline float erf32(float x) noexcept nogil:
 
 cdef extern from *:
     """
-    /* The next work item of a parallel region whose slots take items as they finish (an
-       atomic counter shared by the slots): a slot slowed by another process on its core then
-       takes fewer items instead of holding the others up at the region's end. */
-    static inline Py_ssize_t sprat_claim(Py_ssize_t *next) {
-        return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+    /* Work items of a parallel region shared out as pthreadpool does: each slot owns a
+       contiguous range (the static split: its blocks follow one another, and the next op's
+       share of a map is mostly the one this slot just wrote, still in its cache) and takes
+       its items one at a time through an atomic cursor; a slot that finishes its range takes
+       the next items of the others' (a slot slowed by another process on its core then hands
+       part of its share over instead of holding the others up). Ranges on cache lines of
+       their own; beyond SPRAT_MAX_SLOTS slots, slot t starts on range t % SPRAT_MAX_SLOTS. */
+    #define SPRAT_MAX_SLOTS 64
+    typedef struct { Py_ssize_t next, end; char pad[48]; } sprat_range;
+    typedef struct { sprat_range r[SPRAT_MAX_SLOTS]; int n; } sprat_slots;
+    static inline void sprat_slots_init(sprat_slots *s, int nt, Py_ssize_t items) {
+        if (nt > SPRAT_MAX_SLOTS)
+            nt = SPRAT_MAX_SLOTS;
+        s->n = nt;
+        for (int t = 0; t < nt; t++) {
+            s->r[t].next = t * items / nt;
+            s->r[t].end = (t + 1) * items / nt;
+        }
+    }
+    /* the next item slot t takes: its own range's next, else another's; -1 when none is left */
+    static inline Py_ssize_t sprat_take(sprat_slots *s, int t) {
+        for (int k = 0; k < s->n; k++) {
+            sprat_range *q = &s->r[(t % s->n + k) % s->n];
+            if (__atomic_load_n(&q->next, __ATOMIC_RELAXED) < q->end) {
+                Py_ssize_t it = __atomic_fetch_add(&q->next, 1, __ATOMIC_RELAXED);
+                if (it < q->end)
+                    return it;
+            }
+        }
+        return -1;
     }
     """
-    idx sprat_claim(idx* next) noexcept nogil
+    ctypedef struct sprat_slots:
+        int n
+    void sprat_slots_init(sprat_slots* s, int nt, idx items) noexcept nogil
+    idx sprat_take(sprat_slots* s, int t) noexcept nogil
 
 
 cdef enum:
     SPRAT_CLAIM_PER_SLOT = 4
 
-#: work items per slot a parallel kernel whose slots claim items is cut into, where its blocks
-#: stay large enough (``linalg.packed_blocks``, ``conv.direct_blocks``, the blocked depthwise)
+#: work items per slot a parallel kernel whose slots take items one at a time (``sprat_take``)
+#: is cut into, where its blocks stay large enough (``linalg.packed_blocks``,
+#: ``conv.direct_blocks``, the blocked depthwise)
 CLAIM_ITEMS = SPRAT_CLAIM_PER_SLOT
 
 

@@ -5,10 +5,10 @@
 # Every array is flat, C-contiguous float32; NHWC offsets are computed explicitly
 # (pixel ``(n, h, w)`` of an (N, H, W, C) map starts at ``((n*H + h)*W + w)*C``). Work is cut
 # into blocks (of output rows, pixels or Winograd tiles); work slot ``t`` of ``nt`` walks the
-# contiguous range of blocks ``[t*nb//nt, (t+1)*nb//nt)`` -- or, in the direct, Winograd and
-# blocked depthwise convs, claims the next block as it finishes (``sprat_claim``: a slot slowed
-# by another process then takes fewer) -- with its own row of each workspace, calls a
-# one-thread GEMM per block and applies the epilogue while the block is in cache.
+# contiguous range of blocks ``[t*nb//nt, (t+1)*nb//nt)`` (in the direct, Winograd and
+# blocked depthwise convs one block at a time, then what the others have left when it is done:
+# ``sprat_take``) with its own row of each workspace, calls a one-thread GEMM per block and
+# applies the epilogue while the block is in cache.
 # With ``nt == 1`` a kernel runs on the calling thread, without a parallel region.
 
 from cython.parallel cimport prange
@@ -741,10 +741,10 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
                            idx C, idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
                            idx dh, idx dw, idx ph, idx pw, idx rows, bint split_m, idx wp,
                            float* band, int code, float a, float b,
-                           const float* slope, idx* claim) noexcept nogil:
+                           const float* slope, sprat_slots* claim) noexcept nogil:
     """Slot ``t`` of ``nt`` of ``conv_direct``: the (image, block of ``rows`` output rows)
-    items, all columns, each next unclaimed one (``sprat_claim`` on ``claim``; NULL: the
-    slot's contiguous range); or with ``split_m`` every item but a range of the output
+    items, all columns, as ``sprat_take`` gives them out (``claim``; NULL: the slot's
+    contiguous range); or with ``split_m`` every item but a range of the output
     channels (multiples of the panel width). ``wp`` > 0: the padded input row's pixels (the
     band in ``band``); 0: the input itself (no horizontal padding)."""
     cdef idx nrb = (OH + rows - 1) // rows
@@ -765,9 +765,9 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
     if c1 <= c0:
         return
     if claim != NULL and not split_m:
-        i0, i1 = sprat_claim(claim), items
+        i0, i1 = sprat_take(claim, <int>t), items
     it = i0
-    while it < i1:
+    while it >= 0 and it < i1:
         n = it // nrb
         oh0 = (it % nrb) * rows
         oh1 = min(OH, oh0 + rows)
@@ -789,7 +789,7 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
         if not in_regs and code != A_NONE:
             for p in range(n * OH * OW + oh0 * OW, n * OH * OW + oh1 * OW):
                 act_inplace(y + p * M + c0, c1 - c0, code, a, b)
-        it = sprat_claim(claim) if claim != NULL and not split_m else it + 1
+        it = sprat_take(claim, <int>t) if claim != NULL and not split_m else it + 1
 
 
 def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
@@ -831,8 +831,7 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
     cdef const float* ps = cptr(slope)
     cdef float* pband = &band[0, 0] if wp else NULL
     cdef idx bstride = band.shape[1]
-    cdef idx next_item = 0
-    cdef idx* claim = &next_item
+    cdef sprat_slots slots
     cdef int t
     if nt <= 1:
         with nogil:
@@ -840,10 +839,11 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
                              sh, sw, dh, dw, ph, pw, rows, False, wp, pband, code, a, b, ps,
                              NULL)
         return
+    sprat_slots_init(&slots, nt, N * ((OH + rows - 1) // rows))
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_direct_slot(t, nt, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, kh, kw,
                          sh, sw, dh, dw, ph, pw, rows, split_m, wp,
-                         (pband + t * bstride) if wp else NULL, code, a, b, ps, claim)
+                         (pband + t * bstride) if wp else NULL, code, a, b, ps, &slots)
 
 
 # ---- depthwise: group == C == M ----------------------------------------------------------------
@@ -1132,10 +1132,10 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
                                idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
                                idx ph, idx pw, idx ct, int code, float a, float b,
                                const float* sp, double* psum, float* rowsum,
-                               idx* claim) noexcept nogil:
+                               sprat_slots* claim) noexcept nogil:
     """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units, or with
-    ``claim`` (not NULL) each next unclaimed one of SPRAT_CLAIM_PER_SLOT * nt chunks of them
-    (``sprat_claim``); the activations without a register form (Tanh, Gelu) then run over
+    ``claim`` (not NULL) SPRAT_CLAIM_PER_SLOT * nt chunks of them as ``sprat_take`` gives them
+    out; the activations without a register form (Tanh, Gelu) then run over
     those outputs. With ``psum`` (N*C doubles, the slot's own; NULL: none; not with ``claim``:
     the slots' sums would then change order from run to run) each unit's output row, still in
     cache, is summed per channel into it (``rowsum``: C floats of scratch), for ``_mean``."""
@@ -1148,12 +1148,12 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
                               y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct, code, a,
                               b, sp, psum, rowsum)
         return
-    k = sprat_claim(claim)
-    while k < nchunks:
+    k = sprat_take(claim, <int>t)
+    while k >= 0:
         conv_dw_blocked_units(k * units // nchunks, (k + 1) * units // nchunks, x, wp, bp, res,
                               has_res, y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct,
                               code, a, b, sp, NULL, NULL)
-        k = sprat_claim(claim)
+        k = sprat_take(claim, <int>t)
 
 
 cdef void conv_dw_blocked_units(idx u0, idx u1, const float* x, const float* wp,
@@ -1275,8 +1275,8 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
         pacc, prow = &psum[0, 0], &rowsum[0, 0]
         sstride, rstride = psum.shape[1], rowsum.shape[1]
     cdef int t
-    cdef idx next_chunk = 0
-    cdef idx* claim = &next_chunk
+    cdef sprat_slots slots
+    cdef idx units = N * OH * (((C + 7) // 8 + ct - 1) // ct)
     if nt <= 1:
         with nogil:
             conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
@@ -1284,11 +1284,12 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
             if pacc != NULL:
                 conv_means(&mean[0], pacc, 1, N * C, OH * OW)
         return
+    sprat_slots_init(&slots, nt, min(units, SPRAT_CLAIM_PER_SLOT * nt))
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
                              sh, sw, dh, ph, pw, ct, code, a, b, ps,
                              pacc + t * sstride if pacc != NULL else NULL,
-                             prow + t * rstride if prow != NULL else NULL, claim)
+                             prow + t * rstride if prow != NULL else NULL, &slots)
     if pacc != NULL:
         with nogil:
             conv_means_strided(&mean[0], pacc, nt, sstride, N * C, OH * OW)
@@ -1416,10 +1417,10 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
                              idx C, idx M, idx OH, idx OW, idx ph, idx pw, idx TB,
                              bint split_m, bint packed, float* v, float* mo, float* pbuf,
                              float* obuf, int code, float a, float b,
-                             const float* slope, idx* claim) noexcept nogil:
+                             const float* slope, sprat_slots* claim) noexcept nogil:
     """Slot ``t`` of ``nt`` of a 3x3 stride-1 conv by Winograd F(4,3): blocks of ``TB``
-    tiles, each next unclaimed one (``sprat_claim`` on ``claim``; NULL: the slot's contiguous
-    range), or with ``split_m`` every block but a range of the output channels (a small
+    tiles as ``sprat_take`` gives them out (``claim``; NULL: the slot's contiguous range), or
+    with ``split_m`` every block but a range of the output channels (a small
     map has too few tiles to share out; each slot then transforms the whole input itself).
     Per block: input transform into ``v`` (36, TB, C), 36 GEMMs with ``u`` (36, C, M) into
     ``mo`` (36, TB, Mt), output transform + epilogue into ``y``. With ``packed`` each ``u[p]``
@@ -1444,9 +1445,9 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
         c0, c1 = 0, M
     mt = c1 - c0
     if claim != NULL and not split_m:
-        b0, b1 = sprat_claim(claim), nblk
+        b0, b1 = sprat_take(claim, <int>t), nblk
     blk = b0
-    while blk < b1:
+    while blk >= 0 and blk < b1:
         t0 = blk * TB
         cnt = min(TB, T - t0)
         for k in range(cnt):
@@ -1474,7 +1475,7 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
             tj = r - ti * tw
             _wg_output_tile(mo, k, TB, mt, bias + c0, res, has_res, y, M, c0, n, OH, OW, ti * 4,
                             tj * 4, obuf, obuf + 24 * M, code, a, b, conv_at(slope, c0))
-        blk = sprat_claim(claim) if claim != NULL and not split_m else blk + 1
+        blk = sprat_take(claim, <int>t) if claim != NULL and not split_m else blk + 1
 
 
 def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::1] bias,
@@ -1504,8 +1505,7 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
     cdef const float* pr = cptr(res)
     cdef float* py = &y[0]
     cdef const float* ps = cptr(slope)
-    cdef idx next_block = 0
-    cdef idx* claim = &next_block
+    cdef sprat_slots slots
     cdef int t
     if nt <= 1:
         with nogil:
@@ -1513,10 +1513,11 @@ def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::
                                pw, TB, split_m, packed, &vbuf[0, 0], &mbuf[0, 0], &pbuf[0, 0],
                                &obuf[0, 0], code, a, b, ps, NULL)
         return
+    sprat_slots_init(&slots, nt, (N * ((OH + 3) // 4) * ((OW + 3) // 4) + TB - 1) // TB)
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_winograd_slot(t, nt, px, pu, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, ph, pw,
                            TB, split_m, packed, &vbuf[t, 0], &mbuf[t, 0], &pbuf[t, 0],
-                           &obuf[t, 0], code, a, b, ps, claim)
+                           &obuf[t, 0], code, a, b, ps, &slots)
 
 
 cdef enum:

@@ -563,7 +563,7 @@ def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
     pitch is N. C is broadcast through the element strides ``sm``/``sn`` (``sm < 0``: no C);
     ``res`` (Y's layout) is added when ``has_res``; then activation ``code`` (pa, pb; PRelu:
     ``slope``, N floats, one per column). Work items are blocks of ``rb`` rows x ``cb``
-    columns (``cb`` a multiple of PACKED_NR), which ``nt`` slots claim as they finish (each
+    columns (``cb`` a multiple of PACKED_NR), which ``nt`` slots take (``sprat_take``: each
     output element is computed by one item, the same way whichever slot runs it: the result
     does not depend on the claiming order). ``y`` may be ``res`` (in place)
     where C is a bias row (``sm == 0``, ``sn == 1``, ``beta == 1``) or absent: each tile then
@@ -586,25 +586,23 @@ def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
     cdef int t
     if M <= 0 or N <= 0:
         return
-    cdef idx next_item = 0
-    cdef idx* claim = &next_item
+    cdef sprat_slots slots
     if nt <= 1:
         with nogil:
             dense_pk_items(pp, gp, 0, items)
         return
+    sprat_slots_init(&slots, nt, items)
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_pk_claimed(pp, gp, claim, items)
+        dense_pk_taken(pp, gp, &slots, t)
 
 
-cdef void dense_pk_claimed(const dense_pk_t* p, const dense_gemm_t* g, idx* claim,
-                           idx items) noexcept nogil:
-    """The items of ``gemm_packed`` one slot runs: each next unclaimed one (``sprat_claim``)."""
-    cdef idx it
-    while True:
-        it = sprat_claim(claim)
-        if it >= items:
-            return
+cdef void dense_pk_taken(const dense_pk_t* p, const dense_gemm_t* g, sprat_slots* slots,
+                         int t) noexcept nogil:
+    """The items of ``gemm_packed`` slot ``t`` runs (``sprat_take``)."""
+    cdef idx it = sprat_take(slots, t)
+    while it >= 0:
         dense_pk_items(p, g, it, it + 1)
+        it = sprat_take(slots, t)
 
 
 # ---- fp16 weights (precision="low") ---------------------------------------------------------
