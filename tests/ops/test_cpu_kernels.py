@@ -1166,8 +1166,10 @@ def test_claimed_work_items_give_the_one_thread_bits(xs, ws, attrs, algo):
     # its value must not
     from sprat.backends.cpu import conv
 
-    if algo != "pointwise" and not conv.PACKED_DIRECT:
-        pytest.skip("the packed direct conv and its Winograd GEMMs need AVX2 + FMA")
+    if not conv.PACKED_DIRECT:
+        # NOTE: the baseline build's BLAS GEMMs are called per block, whose split then decides
+        # the BLAS kernel's own blocking: no claim of equal bits across thread counts there
+        pytest.skip("the packed GEMM, direct conv and blocked depthwise need AVX2 + FMA")
     x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2), randn(ws[0], seed=3)
     attrs = {**attrs, **fused("Relu")}
     assert _prepared_conv([x, w, b], attrs, 2).algo == algo
