@@ -858,8 +858,8 @@ def direct_blocks(n: int, oh: int, ow: int, m: int, taps: int, sh: int, row_floa
     ``(nbp - nb1) * m * taps > (nt - 1) * pixels`` or there are fewer output rows than slots
     (a 1-D conv: one row, which row blocks leave to one slot), and each slot keeps a panel or
     more. Without ``split_m``, on several slots, the blocks are cut further towards
-    CLAIM_ITEMS per slot (each slot takes its own, then what the others have left: ``sprat_take``) while each keeps
-    CLAIM_MIN_PIXELS output pixels and 2 rows."""
+    CLAIM_ITEMS per slot (each slot takes its own, then what the others have left:
+    ``sprat_take``) while each keeps CLAIM_MIN_PIXELS output pixels and 2 rows."""
     rows1 = max(1, min(oh, DIRECT_BAND_BYTES // (4 * sh * max(row_floats, 1))))
     per_image1 = -(-oh // rows1)
     nb1 = n * per_image1

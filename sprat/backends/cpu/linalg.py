@@ -168,7 +168,8 @@ def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
     ``nt`` items; rows instead of columns for a weight below PACKED_COL_SPLIT_BYTES), with rows
     cut into equal blocks that fit PACKED_A_BYTES and a multiple of ``nt`` items in all,
     columns a multiple of the panel width; on several slots then cut further towards
-    CLAIM_ITEMS items per slot (each slot takes its own, then what the others have left: ``sprat_take``)."""
+    CLAIM_ITEMS items per slot (each slot takes its own, then what the others have left:
+    ``sprat_take``)."""
     nr = ck.PACKED_NR
     rb, cb = _blocks(1, m, n, nt)
     if cb < n and 4 * k * n < PACKED_COL_SPLIT_BYTES and m >= 16 * nt:

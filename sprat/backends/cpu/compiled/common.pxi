@@ -150,6 +150,10 @@ cdef extern from *:
             s->r[t].end = (t + 1) * items / nt;
         }
     }
+    /* how many items the slots share */
+    static inline Py_ssize_t sprat_slots_items(const sprat_slots *s) {
+        return s->r[s->n - 1].end;
+    }
     /* the next item slot t takes: its own range's next, else another's; -1 when none is left */
     static inline Py_ssize_t sprat_take(sprat_slots *s, int t) {
         for (int k = 0; k < s->n; k++) {
@@ -166,6 +170,7 @@ cdef extern from *:
     ctypedef struct sprat_slots:
         int n
     void sprat_slots_init(sprat_slots* s, int nt, idx items) noexcept nogil
+    idx sprat_slots_items(const sprat_slots* s) noexcept nogil
     idx sprat_take(sprat_slots* s, int t) noexcept nogil
 
 

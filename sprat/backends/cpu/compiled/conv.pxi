@@ -802,9 +802,10 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
     it), without a patch matrix (``conv_direct_slot``, ``sprat_pk_direct``): + ``bias`` (M),
     + ``res`` (y's layout) when ``has_res``, activation ``code`` (PRelu: ``slope``, M floats).
     ``y`` may be ``res`` (in place: each tile reads its residual rows, then stores them).
-    Items are blocks of ``rows`` output rows per image, claimed by ``nt`` slots as they
-    finish (or with ``split_m`` the output channels split over them). ``wp``: pixels per padded input row (``pw`` zero pixels,
-    the W of the input, zeros up to ``wp``) copied per block into ``band`` (nt, >= (rows-1)*sh
+    Items are blocks of ``rows`` output rows per image, which ``nt`` slots take
+    (``sprat_take``; with ``split_m`` the output channels are split over them instead).
+    ``wp``: pixels per padded input row (``pw`` zero pixels, the W of the input, zeros up to
+    ``wp``) copied per block into ``band`` (nt, >= (rows-1)*sh
     + (kh-1)*dh + 1 padded rows of wp*C floats); 0 when no tap reads a column outside the
     input (``pw`` 0). Vertical padding ``ph``: the taps on rows outside the input are skipped.
     Only where ``packed_gemm_available()``. Raises ValueError on short operands or workspace, a
@@ -1134,20 +1135,20 @@ cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, c
                                const float* sp, double* psum, float* rowsum,
                                sprat_slots* claim) noexcept nogil:
     """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units, or with
-    ``claim`` (not NULL) SPRAT_CLAIM_PER_SLOT * nt chunks of them as ``sprat_take`` gives them
-    out; the activations without a register form (Tanh, Gelu) then run over
-    those outputs. With ``psum`` (N*C doubles, the slot's own; NULL: none; not with ``claim``:
+    ``claim`` (not NULL) the even chunks of them it holds (``sprat_slots_items``) as
+    ``sprat_take`` gives them out; the activations without a register form (Tanh, Gelu)
+    then run over those outputs. With ``psum`` (N*C doubles, the slot's own; NULL: none; not with ``claim``:
     the slots' sums would then change order from run to run) each unit's output row, still in
     cache, is summed per channel into it (``rowsum``: C floats of scratch), for ``_mean``."""
     cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
     cdef idx units = N * OH * ntile
-    cdef idx nchunks = min(units, SPRAT_CLAIM_PER_SLOT * nt)
-    cdef idx k
+    cdef idx nchunks, k
     if claim == NULL or psum != NULL:
         conv_dw_blocked_units(t * units // nt, (t + 1) * units // nt, x, wp, bp, res, has_res,
                               y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct, code, a,
                               b, sp, psum, rowsum)
         return
+    nchunks = sprat_slots_items(claim)
     k = sprat_take(claim, <int>t)
     while k >= 0:
         conv_dw_blocked_units(k * units // nchunks, (k + 1) * units // nchunks, x, wp, bp, res,

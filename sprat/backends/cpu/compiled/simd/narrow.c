@@ -85,15 +85,15 @@ SPRAT_INLINE void sprat_narrow_m(float *y, const float *x, const float *w, const
         Py_ssize_t i0 = 0, i1 = kh;
         while (i0 < kh && oh * sh - ph + i0 * dh < 0) i0++;
         while (i1 > i0 && oh * sh - ph + (i1 - 1) * dh >= H) i1--;
-        const float *xr = x + ((n * H + oh * sh - ph + i0 * dh) * W) * C;
-        const float *wr = w + i0 * kw * C;
         const Py_ssize_t ni = i1 - i0, xstep = dh * W * C;
         float *yr = y + r * OW * M;
         Py_ssize_t ow = 0;
-        if (ni <= 0) {
+        if (ni <= 0) {  /* every kernel row in the padding */
             for (Py_ssize_t k = 0; k < OW * M; k++) yr[k] = 0.0f;
             continue;
         }
+        const float *xr = x + ((n * H + oh * sh - ph + i0 * dh) * W) * C;
+        const float *wr = w + i0 * kw * C;
         for (; ow < lo; ow++)
             sprat_narrow_block(yr + ow * M, xr, wr, 1, M, 1, ow, W, C, K, kw, sw, dw, pw, ni,
                                xstep, tail);
