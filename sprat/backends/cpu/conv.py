@@ -125,7 +125,7 @@ IM2COL_PACKED_BYTES = 1 << 20
 # 0.89 / 0.61 -> 0.45, 16->16@56 1.40 -> 0.95 / 0.99 -> 0.74, 9 shapes, direct ahead on all)
 # and of 32-1024 (``bench/kernels.py --only gc``: 16 shapes, geometric mean 0.97 -> 0.90 at 1
 # thread; stride-2 3x3 0.94-0.99 against 1.01-1.07). 1x1 convs (strided: the patch matrix
-# is one gather) stay on the packed im2col, whose K blocks keep a panel in L1 (512->1024@28
+# is one gather) stay on the packed im2col and its K-blocked GEMM (512->1024@28
 # s2: 0.82 against 0.90 direct). 1-4 channels: the stem kernel.
 PACKED_DIRECT = PACKED
 DIRECT_MIN_CHANNELS = 5

@@ -446,14 +446,19 @@ static void sprat_p2_rows(int mr, const sprat_pk_tap* tp, int ntaps, Py_ssize_t 
 }
 #undef SPRAT_P2_CASE
 
-/* sprat_pk5_gemm_epi on AVX2: per panel, K in blocks of SPRAT_P2_KC, per row tile of
-   SPRAT_P2_MR rows both halves of the panel: the tile's rows of A (L1) serve both, and
-   each row of C is written 128 bytes at a time. NOTE: with the halves outside the row
-   loop (a pass over A and C per half), convs with a small K and a wide output ran
-   1.1-1.2x the time of BLAS (1x1 16->96 on 112x112, 64->256 on 56x56, 1 thread). The
-   panel's K block (KC x 32 floats, 16 KiB) stays in L1 while the row tiles pass. */
-#define SPRAT_P2_KC 128
-/* A product of one K block (K <= SPRAT_P2_KC) whose panels take at most this many bytes (L1's
+/* sprat_pk5_gemm_epi on AVX2: per panel, K in equal blocks of at most SPRAT_P2_KC, per row
+   tile of up to SPRAT_P2_MR rows both halves of the panel: the tile's rows of A (L1) serve
+   both, and each row of C is written 128 bytes at a time. NOTE: with the halves outside the
+   row loop (a pass over A and C per half), convs with a small K and a wide output ran
+   1.1-1.2x the time of BLAS (1x1 16->96 on 112x112, 64->256 on 56x56, 1 thread).
+   NOTE: K blocks of 128 (the panel's block, 16 KiB, kept in L1) cost a pass of load and store
+   over C per block; blocks of up to 512 (64 KiB, from L2), cut equal (K = 576 as 2 x 288,
+   not 512 + 64), ran 15 1x1 convs with K = 144-2048 (MobileNetV2 / EfficientNet projections,
+   ResNet-50 bottlenecks, 7x7 maps) in 0.87-0.97x the time at 1 and 2 threads (one process,
+   alternating; 256 and 384 in between, no blocking at all about the same as 512), K <= 128
+   alike. */
+#define SPRAT_P2_KC 512
+/* A product with K <= SPRAT_P2_RO_K whose panels take at most SPRAT_P2_RO_BYTES (L1's
    32 KiB) runs row tile by row tile, every panel per tile: A's rows are read once and C's
    rows are written whole, one after the other, instead of a panel's two lines per row in a
    pass over the block per panel. NOTE: 1x1 convs with a small K and a wide output, in one
@@ -461,6 +466,7 @@ static void sprat_p2_rows(int mr, const sprat_pk_tap* tp, int ntaps, Py_ssize_t 
    0.975x, 20 other pointwise shapes 0.99-1.00x; with another process copying 8 MB buffers on
    the other core 0.80x and 0.86x; MobileNetV2 0.96-0.965x and EfficientNet-B0 0.97-0.98x at
    1 and 2 threads. Weights of 38-98 KiB (40 -> 240, 64 -> 256, 64 -> 384) gained nothing. */
+#define SPRAT_P2_RO_K 128
 #define SPRAT_P2_RO_BYTES 32768
 /* The row tile C[i:i+mr, j0:j0+32] of sprat_p2_gemm_epi over the K block [k0, k0+kc) of the
    panel at ``panel``: both halves (``n1`` bounds the columns), the epilogue after the last K
@@ -496,7 +502,7 @@ static void sprat_p2_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssi
     Py_ssize_t nq = (m + SPRAT_P2_MR - 1) / SPRAT_P2_MR;
     Py_ssize_t base = nq ? m / nq : 0, extra = nq ? m % nq : 0;
     int mr;
-    if (K <= SPRAT_P2_KC && (n1 - n0) * K * 4 <= SPRAT_P2_RO_BYTES) {
+    if (K <= SPRAT_P2_RO_K && (n1 - n0) * K * 4 <= SPRAT_P2_RO_BYTES) {
         for (Py_ssize_t q = 0, i = 0; q < nq; q++, i += mr) {
             mr = (int)(base + (q < extra));
             for (Py_ssize_t j0 = n0; j0 < n1; j0 += SPRAT_PK_NR)
@@ -506,10 +512,11 @@ static void sprat_p2_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ssi
         }
         return;
     }
+    Py_ssize_t nkb = (K + SPRAT_P2_KC - 1) / SPRAT_P2_KC, kb = nkb ? (K + nkb - 1) / nkb : 1;
     for (Py_ssize_t j0 = n0; j0 < n1; j0 += SPRAT_PK_NR) {
         const float* panel = packed + (j0 / SPRAT_PK_NR) * K * SPRAT_PK_NR;
-        for (Py_ssize_t k0 = 0; k0 < K; k0 += SPRAT_P2_KC) {
-            Py_ssize_t kc = K - k0 < SPRAT_P2_KC ? K - k0 : SPRAT_P2_KC;
+        for (Py_ssize_t k0 = 0; k0 < K; k0 += kb) {
+            Py_ssize_t kc = K - k0 < kb ? K - k0 : kb;
             for (Py_ssize_t q = 0, i = 0; q < nq; q++, i += mr) {
                 mr = (int)(base + (q < extra));
                 sprat_p2_panel_tile(i, mr, j0, n1, k0, kc, K, a, lda, panel, c, ldc, inplace,
