@@ -409,6 +409,10 @@ static inline void sprat_p2_tile(const int mr, const int nv, const sprat_pk_tap*
     for (int t = 0; t < ntaps; t++) {
         const float* ar = tp[t].a + off;
         const float* p = tp[t].p;
+        /* NOTE: unrolled by 4 (the loop's own additions, compare and row addresses once per
+           4 k steps): 0.96-0.98x the time of the rolled loop for K >= 192 (transformer
+           products, 1x1 convs of 7x7 maps), K <= 144 alike, one process alternating */
+        _Pragma("GCC unroll 4")
         for (Py_ssize_t k = 0; k < kc; k++) {
             if (pf)
                 _mm_prefetch((const char*)(p + (k + SPRAT_P2_PF) * SPRAT_PK_NR),
