@@ -83,13 +83,13 @@ def _packed() -> bool:
 
 PACKED = _packed()
 #: whether MatMul / Gemm with a constant weight of more than GEMV_ROWS rows run the packed
-#: micro-kernel (``LinearKernel``) rather than BLAS: AVX-512F only.
-# NOTE: on an AVX2 CPU (Zen 3) the 6 x 16 tiles match OpenBLAS on a hot product (64-74 against
-# 63-76 GFLOP/s, 128 x 384 x 1536) and gave the models no measured gain (broad suite, one run
-# each way, sprat / onnxruntime at 1 / 2 threads: ViT-Ti 0.95 / 1.00 -> 1.25 / 1.01,
-# BERT-MiniLM 0.96 / 1.03 -> 1.08 / 1.01; that machine's noise is up to 0.2 per model), so
-# there they stay on BLAS
-PACKED_GEMM = PACKED and ck.packed_avx512()
+#: micro-kernel (``LinearKernel``) rather than BLAS: wherever it runs (AVX-512F, AVX2 + FMA).
+# NOTE: on an AVX2 CPU (Zen 3) the 6 x 16 tiles first matched OpenBLAS on a hot product and
+# the models stayed on BLAS; with K blocks of up to 512, tiles of equal rows and the k loop
+# unrolled (``simd/packed.c``), two sessions of one model in one process, alternating:
+# ViT-Ti 0.93 / 0.88x the BLAS path's time at 1 / 2 threads, BERT-MiniLM 0.95-0.96 /
+# 0.79-0.94x, PP-OCRv4 rec 0.99 / 0.97x, ddddocr's recogniser 1.01 / 1.01x
+PACKED_GEMM = PACKED
 PACKED_A_BYTES = 1 << 19  # a packed work item's rows of A (rows x K float32) stay in L2 while
 # every column panel passes over them: 128 x 768 at K = 768 (best of 24..256 rows, 150-160
 # GFLOP/s, at M 128..512, K and N 768 / 3072), 256 rows at K <= 512
