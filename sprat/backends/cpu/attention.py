@@ -30,7 +30,14 @@ MIN_QUERY_BLOCK = 16  # query rows per work item at least
 # NOTE: keys from which the packed path beats BLAS (``bench/kernels.py --packed``: one op, 1 and
 # 2 slots, 2..12 heads of 32 or 64, sequences 16..512 with a padding mask): 0.68-0.96x the time
 # from 128 keys on, 0.8-1.08x at 50, but 1.05-1.9x at 16 (half of each 32-key panel is padding)
-PACKED_MIN_KEYS = 48
+# On AVX2 + FMA (Zen 3, 6 x 16 tiles; same command): 1.05-1.09x at 50 keys (1 thread),
+# 0.94-1.00x at 128, 0.87-0.90x at 197, 0.65-0.72x from 384; 2 threads alike or lower
+PACKED_MIN_KEYS = 48 if ck.packed_avx512() else 128
+#: whether K_h^T and V_h are packed once per slot and kv head for the packed micro-kernel
+#: (AVX-512F or AVX2 + FMA), where BLAS repacks them on every call; ViT-Ti 0.97 / 0.93x and
+#: BERT-MiniLM 1.00 / 0.95x the time of the BLAS path at 1 / 2 threads on Zen 3 (two
+#: sessions in one process, alternating)
+PACKED_KV = ck.packed_gemm_available()
 SIMD = ck.attention_simd()  # the softmax's SIMD form (2 AVX-512F, 1 AVX2, 0 the Cython loops)
 
 
@@ -113,9 +120,8 @@ class AttentionKernel(CpuKernel):
         self.nt = self.threads if macs >= PARALLEL_MIN_MACS else 1
         self.qb = query_block(B * H, Sq, Skv, self.nt)
         self.nt = min(self.nt, B * H * -(-Sq // self.qb))
-        # NOTE: the packed micro-kernel (AVX-512) for both products, K_h^T and V_h packed
-        # once per slot and kv head, where BLAS repacks them on every call
-        self.packed_kv = (ck.packed_avx512() and D >= 1 and Dv >= 1
+        # NOTE: the packed micro-kernel for both products (PACKED_KV)
+        self.packed_kv = (PACKED_KV and D >= 1 and Dv >= 1
                           and Skv >= PACKED_MIN_KEYS)
         self.workspaces = (scratch(self.nt, ck.attention_scratch(Skv, D, Dv, self.qb,
                                                                  self.packed_kv) + 16),)

@@ -1165,8 +1165,8 @@ cdef extern from *:
        vit_tiny's attention. */
     #if SPRAT_PK
     __attribute__((target("avx512f")))
-    static void sprat_attn_pack_kt(const float* src, Py_ssize_t lds, Py_ssize_t n,
-                                   Py_ssize_t kdim, float scale, float* dst) {
+    static void sprat_attn_pack_kt16(const float* src, Py_ssize_t lds, Py_ssize_t n,
+                                     Py_ssize_t kdim, float scale, float* dst) {
         const __m512i rows = _mm512_mullo_epi32(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
             _mm512_set1_epi32((int)lds));
@@ -1185,12 +1185,44 @@ cdef extern from *:
             }
         }
     }
-    #else
-    static void sprat_attn_pack_kt(const float* src, Py_ssize_t lds, Py_ssize_t n,
-                                   Py_ssize_t kdim, float scale, float* dst) {
-        sprat_pk_pack_t(src, lds, n, kdim, 1, scale, dst);
+    /* the same with 8-key gathers on AVX2 + FMA CPUs */
+    __attribute__((target("avx2,fma")))
+    static void sprat_attn_pack_kt8(const float* src, Py_ssize_t lds, Py_ssize_t n,
+                                    Py_ssize_t kdim, float scale, float* dst) {
+        const __m256i rows = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                _mm256_set1_epi32((int)lds));
+        const __m256 vs = _mm256_set1_ps(scale);
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += SPRAT_PK_NR) {
+            float* d = dst + (j0 / SPRAT_PK_NR) * kdim * SPRAT_PK_NR;
+            for (Py_ssize_t h = 0; h < SPRAT_PK_NR; h += 8) {
+                Py_ssize_t j = j0 + h;
+                int w = (int)(j >= n ? 0 : n - j >= 8 ? 8 : n - j);
+                const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+                    _mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+                const float* s = src + (j < n ? j : 0) * lds;
+                for (Py_ssize_t k = 0; k < kdim; k++) {
+                    __m256 v = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), s + k, rows, m, 4);
+                    _mm256_storeu_ps(d + k * SPRAT_PK_NR + h, _mm256_mul_ps(v, vs));
+                }
+            }
+        }
     }
     #endif
+    /* K_h^T packed as the CPU's packed GEMM runs (sprat_pk_mode: 2 AVX-512F, 1 AVX2) */
+    static void sprat_attn_pack_kt(const float* src, Py_ssize_t lds, Py_ssize_t n,
+                                   Py_ssize_t kdim, float scale, float* dst) {
+    #if SPRAT_PK
+        if (sprat_pk_mode() == 2) {
+            sprat_attn_pack_kt16(src, lds, n, kdim, scale, dst);
+            return;
+        }
+        if (sprat_pk_mode() == 1) {
+            sprat_attn_pack_kt8(src, lds, n, kdim, scale, dst);
+            return;
+        }
+    #endif
+        sprat_pk_pack_t(src, lds, n, kdim, 1, scale, dst);
+    }
     /* sprat_attn_softmax over rows (see sprat_attn_softmax16_rows); 0 when this simd has no
        rows form (the caller runs sprat_attn_softmax row by row) */
     static int sprat_attn_softmax_rows(float* s, Py_ssize_t rows, Py_ssize_t n,
