@@ -296,7 +296,8 @@ class _Gemmish(CpuKernel):
         nt = self.nt
         if self.M == 1:
             self.f16 = ck.gemv_f16
-            self.cb = min(GEMV_PANEL, -(-(-(-self.N // nt)) // 16) * 16)
+            share = -(-self.N // nt)  # columns per slot, then a multiple of 16
+            self.cb = min(GEMV_PANEL, -(-share // 16) * 16)
             self.workspaces = (scratch(nt, 0),)
         else:
             self.f16 = ck.gemm_f16_blocks
