@@ -35,7 +35,7 @@ conv, ``conv.winograd_pays``); time per conv.
 for an encoder's attention (``attention_case``), sequences 64..384, 2..12 heads of 32 or 64,
 with and without a padding mask (``ATTN_FAMILY``).
 
-``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``, AVX-512 CPUs) against
+``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``: AVX-512F or AVX2 + FMA) against
 the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
 (``gemm_packed``), and the Attention kernel's packed path against its BLAS path for sequences
 16..512, 2..12 heads of 32 or 64 (``attention``), with a padding mask: time of packed / BLAS

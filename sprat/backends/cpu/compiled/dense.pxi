@@ -1288,10 +1288,10 @@ cdef void dense_attn_items(const dense_attn_t* g, idx lo, idx hi, float* s) noex
     """Work items [lo, hi): (batch, head, block of ``qb`` query rows) triples. Per item:
     ``S = scale * Q_blk @ K_h^T`` into the slot's scores (qb x Skv), mask and row softmax in
     cache, then ``Y_blk = S @ V_h`` straight into Y's columns of head h. Grouped heads read kv
-    head h // G. With ``packed`` (AVX-512): K_h^T (scaled) and V_h are packed into panels once
-    per kv head a slot meets (``attention_scratch`` floats ahead of the scores) and both
-    products run the packed micro-kernel; else one BLAS call each, reading the heads in
-    place."""
+    head h // G. With ``packed`` (AVX-512F or AVX2 + FMA): K_h^T (scaled) and V_h are packed
+    into panels once per kv head a slot meets (``attention_scratch`` floats ahead of the
+    scores) and both products run the packed micro-kernel; else one BLAS call each, reading
+    the heads in place."""
     cdef idx hkv = g.H // g.G
     cdef idx Sq = g.Sq
     cdef idx Skv = g.Skv

@@ -1,4 +1,4 @@
-# ---- GEMM with pre-packed weights (AVX-512 CPUs) --------------------------------------------
+# ---- GEMM with pre-packed weights (AVX-512F or AVX2 + FMA CPUs) ------------------------------
 # ``Y (m, n) = A (m, K) @ W (K, n)`` with W constant, packed once at prepare into panels of
 # PK_NR columns (``pack_panels``: panel p holds W[:, p*NR:(p+1)*NR] row after row, zero-padded
 # to NR), so the micro-kernel streams one contiguous panel per K block from L1 and A's rows are
