@@ -66,7 +66,7 @@ def test_encoder_low_precision(encoder, seq, memory):
         assert interp.packed_bytes == weights
         assert 0 < err <= LOW_RTOL
     else:
-        # M = 16 > GEMV_MAX_ROWS: fp32, the weights packed into fp32 panels on AVX-512 CPUs
+        # M = 16 > GEMV_MAX_ROWS: fp32, the weights packed into fp32 panels where PACKED_GEMM
         fp32_panels = 4 * 2 * (4 * 256 * 256 + 2 * 256 * 1024) if linalg.PACKED_GEMM else 0
         assert interp.packed_bytes == fp32_panels and err == 0.0
 
@@ -95,7 +95,7 @@ def _gemm_model(m, k, n, act=None):
 
 def _fp32_pack_bytes(w, m):
     """Bytes of the fp32 copy a cpu Gemm of ``m`` rows packs of its transposed weight ``w``
-    (N, K): (K, N) as column panels (``linalg.pack_panels``) on AVX-512 CPUs, and for a GEMV
+    (N, K): (K, N) as column panels (``linalg.pack_panels``) where ``linalg.PACKED_GEMM``, and for a GEMV
     (``linalg.GEMV_ROWS``) on every CPU; otherwise a plain transposed copy."""
     return (linalg.pack_panels(w.T) if linalg.PACKED_GEMM or m <= linalg.GEMV_ROWS else w).nbytes
 

@@ -226,7 +226,7 @@ def test_conv_fused_prelu(xs, ws, attrs, algo, packed, monkeypatch):
     from sprat.backends.cpu import conv
 
     if packed and not conv.PACKED:
-        pytest.skip("the packed GEMM needs an AVX-512F CPU")
+        pytest.skip("the packed GEMM needs an AVX-512F or AVX2 + FMA CPU (the avx2 build)")
     # the packed GEMM's epilogue in registers, or BLAS and the epilogue passes
     monkeypatch.setattr(conv, "PACKED_POINTWISE", packed)
     monkeypatch.setattr(conv, "PACKED_IM2COL", packed)
@@ -1337,7 +1337,7 @@ def test_matmul_fused_bias_residual_gelu(bias_shape):
     (197, 192, 576),  # ViT-tiny's FFN
 ])
 def test_matmul_packed_weights(m, k, n):
-    """A constant 2-D weight takes the packed GEMM on AVX-512 CPUs (BLAS elsewhere and on the
+    """A constant 2-D weight takes the packed GEMM on AVX-512F and AVX2 + FMA CPUs (BLAS on the
     baseline build; one row the GEMV), with the bias, residual and GELU epilogue, at 1 and 2
     threads."""
     from sprat.backends.cpu.linalg import PACKED_GEMM
@@ -1517,7 +1517,7 @@ def test_conv_pointwise_on_the_packed_gemm(xs, m, act, pays):
     from sprat.backends.cpu import conv
 
     if not conv.PACKED_POINTWISE:
-        pytest.skip("the packed GEMM needs an AVX-512F CPU")
+        pytest.skip("the packed GEMM needs an AVX-512F or AVX2 + FMA CPU (the avx2 build)")
     x, w = nhwc(randn(*xs, seed=1)), randn(m, xs[1], 1, 1, seed=2, scale=0.1)
     ins = [x, w, randn(m, seed=3), randn(xs[0], xs[2], xs[3], m, seed=4)]
     attrs = fused(act, [0.0, 6.0] if act == "Clip" else (), residual=True)
@@ -1537,7 +1537,7 @@ def test_conv_pointwise_packed_epilogue(m, act, params):
     from sprat.backends.cpu import conv
 
     if not conv.PACKED_POINTWISE:
-        pytest.skip("the packed GEMM needs an AVX-512F CPU")
+        pytest.skip("the packed GEMM needs an AVX-512F or AVX2 + FMA CPU (the avx2 build)")
     xs = (1, 48, 9, 7)
     x, w = nhwc(randn(*xs, seed=1, scale=4.0)), randn(m, xs[1], 1, 1, seed=2, scale=2.0)
     ins = [x, w, randn(m, seed=3), randn(1, 9, 7, m, seed=4)]
