@@ -174,7 +174,7 @@ def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
     rb, cb = _blocks(1, m, n, nt)
     if cb < n and 4 * k * n < PACKED_COL_SPLIT_BYTES and m >= 16 * nt:
         rb, cb = -(-m // nt), n
-    elif cb < n and m >= 12 * nt and _column_split_uneven(n, -(-cb // nr) * nr, nt):
+    elif cb < n and m >= 12 * nt and _column_split_uneven(n, cb, nt):
         # NOTE: 5 panels (160 columns) in blocks of 3 and 2 leave one slot 1.2x the mean
         # share; rows cut equal instead (each slot then streams all the weights, from L2 /
         # L3). One process, alternating, 2 threads: 1x1 convs 960 -> 160 and 672 -> 224 on
@@ -207,10 +207,11 @@ def packed_blocks(m: int, n: int, k: int, nt: int) -> tuple[int, int]:
 
 
 def _column_split_uneven(n: int, cb: int, nt: int) -> bool:
-    """Whether column blocks of ``cb`` (a multiple of the panel width) leave the busiest of
-    ``nt`` slots over 1.1x the mean number of panels."""
+    """Whether column blocks of ``cb`` columns (rounded up to whole panels, as
+    ``packed_blocks`` cuts them) leave the busiest of ``nt`` slots over 1.1x the mean number
+    of panels."""
     nr = ck.PACKED_NR
-    panels, per = -(-n // nr), cb // nr
+    panels, per = -(-n // nr), -(-cb // nr)
     blocks = -(-panels // per)
     return -(-blocks // nt) * per * nt > 1.1 * panels
 

@@ -756,6 +756,7 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
     e.bias, e.slope, e.a, e.b = bias, slope, a, b
     e.code = code if in_regs else A_NONE
     if split_m:
+        claim = NULL  # every item, a range of the channels
         i0, i1 = 0, items
         c0 = conv_col_edge(t, nt, M, SPRAT_PK_NR)
         c1 = conv_col_edge(t + 1, nt, M, SPRAT_PK_NR)
@@ -764,7 +765,7 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
         c0, c1 = 0, M
     if c1 <= c0:
         return
-    if claim != NULL and not split_m:
+    if claim != NULL:
         i0, i1 = sprat_take(claim, <int>t), items
     it = i0
     while it >= 0 and it < i1:
@@ -789,7 +790,7 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
         if not in_regs and code != A_NONE:
             for p in range(n * OH * OW + oh0 * OW, n * OH * OW + oh1 * OW):
                 act_inplace(y + p * M + c0, c1 - c0, code, a, b)
-        it = sprat_take(claim, <int>t) if claim != NULL and not split_m else it + 1
+        it = sprat_take(claim, <int>t) if claim != NULL else it + 1
 
 
 def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
@@ -1438,6 +1439,7 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
     cdef idx unit = SPRAT_PK_NR if packed else 8
     cdef idx mp = (M + SPRAT_PK_NR - 1) // SPRAT_PK_NR * SPRAT_PK_NR
     if split_m:
+        claim = NULL  # every block, a range of the channels
         b0, b1 = 0, nblk
         c0 = conv_col_edge(t, nt, M, unit)
         c1 = conv_col_edge(t + 1, nt, M, unit)
@@ -1445,7 +1447,7 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
         b0, b1 = t * nblk // nt, (t + 1) * nblk // nt
         c0, c1 = 0, M
     mt = c1 - c0
-    if claim != NULL and not split_m:
+    if claim != NULL:
         b0, b1 = sprat_take(claim, <int>t), nblk
     blk = b0
     while blk >= 0 and blk < b1:
@@ -1476,7 +1478,7 @@ cdef void conv_winograd_slot(idx t, idx nt, const float* x, const float* u, cons
             tj = r - ti * tw
             _wg_output_tile(mo, k, TB, mt, bias + c0, res, has_res, y, M, c0, n, OH, OW, ti * 4,
                             tj * 4, obuf, obuf + 24 * M, code, a, b, conv_at(slope, c0))
-        blk = sprat_take(claim, <int>t) if claim != NULL and not split_m else blk + 1
+        blk = sprat_take(claim, <int>t) if claim != NULL else blk + 1
 
 
 def conv_winograd(int nt, const float[::1] x, const float[::1] u, const float[::1] bias,
