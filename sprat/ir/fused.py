@@ -10,6 +10,11 @@ These let a pass fuse work into a node without inventing a new op type, and let 
   the model's NCHW input without a Transpose before it).
 - ``_residual=True``: the node has one extra input, last, added to its first output before the
   activation: ``Y = act(op(...) + R)``.
+- ``_residual_pad=k`` (int > 0, with ``_residual``; Conv, ``passes.fold_pad.fold_residual_pad``):
+  R has ``k`` fewer channels than the first output on its channel axis (the last with
+  ``_layout="NHWC"``, else axis 1) and is added as if zero-padded after them:
+  ``Y = act(op(...) + Pad(R, zeros after the channels))`` (MediaPipe's BlazeBlock shortcut, a
+  channel Pad before the residual Add; Bazarevsky et al., "BlazeFace", 2019).
 - ``_bias=True`` (MatMul): the node has one extra input after its spec inputs (before the
   residual), a vector of the output's last-dim size added to every row:
   ``Y = act(op(...) + B (+ R))`` (onnxruntime's MatMul+Add -> Gemm/FusedMatMul fusion).
@@ -61,6 +66,16 @@ STEM_MAX_TAPS = 256
 def is_compressed(graph) -> bool:
     """Whether ``graph`` has compressed weights (nodes marked ``EXPAND``)."""
     return any(n.attrs.get(EXPAND) for n in graph.nodes)
+
+
+def pad_residual(r: np.ndarray, pad: int, channel_axis: int) -> np.ndarray:
+    """``r`` with ``pad`` zero channels after its own on ``channel_axis`` (``_residual_pad``);
+    ``r`` itself when ``pad`` is 0."""
+    if not pad:
+        return r
+    widths = [(0, 0)] * r.ndim
+    widths[channel_axis] = (0, int(pad))
+    return np.pad(r, widths)
 
 
 def split_attrs(attrs: dict) -> tuple[dict, dict]:

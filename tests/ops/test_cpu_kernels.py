@@ -1000,6 +1000,54 @@ def _prepared_conv(ins, attrs, threads):
     return kernel
 
 
+# a residual zero-padded on the channels (``_residual_pad``: MediaPipe's BlazeBlock shortcut, a
+# channel Pad folded by ``passes.fold_pad.fold_residual_pad``); (x NCHW, w, attrs, pad, whether
+# the packed 1x1 GEMM adds it in its epilogue where that path runs)
+NARROW_RESIDUAL_CASES = [
+    ((1, 24, 16, 16), (28, 24, 1, 1), {}, 4, True),  # BlazeFace's 24 -> 28
+    ((1, 64, 9, 9), (72, 64, 1, 1), {}, 8, True),  # it ends in the third panel's first vector
+    ((1, 8, 10, 10), (40, 8, 1, 1), {}, 32, True),  # 8 wide: inside the first vector
+    ((1, 40, 6, 7), (56, 40, 1, 1), {}, 16, True),  # 40: on a half panel's edge
+    ((2, 36, 5, 9), (42, 36, 1, 1), {}, 6, True),  # two images, 36 = 32 + 4
+    ((1, 16, 12, 12), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, 8, False),  # 3x3: padded copy
+    ((1, 32, 1, 1), (48, 32, 1, 1), {}, 16, False),  # one pixel: the GEMV, padded copy
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs,pad,in_epilogue", NARROW_RESIDUAL_CASES)
+def test_conv_residual_zero_padded_on_channels(xs, ws, attrs, pad, in_epilogue):
+    from sprat.backends.cpu import conv
+
+    x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2), randn(ws[0], seed=3)
+    node, infos = make("Conv", [x, w, b], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    r = randn(*shape[:-1], shape[-1] - pad, seed=4)
+    ins = [x, w, b, r]
+    narrow = {**attrs, **fused("Relu", residual=True), "_residual_pad": pad}
+    for threads in (1, 2):
+        kernel = _prepared_conv(ins, narrow, threads)
+        assert kernel.res_pad == pad and kernel.inplace_of is None
+        assert (kernel.res_cols == shape[-1] - pad) == (in_epilogue and conv.PACKED_POINTWISE)
+    check("Conv", ins, narrow, consts=(1, 2))
+    # the reference's meaning: the same conv with the residual padded by hand
+    full = [x, w, b, np.pad(r, [(0, 0)] * (r.ndim - 1) + [(0, pad)])]
+    padded_node, _ = make("Conv", full, {**attrs, **fused("Relu", residual=True)}, consts=(1, 2))
+    want = evaluate(padded_node, full)[0]
+    node, infos = make("Conv", ins, narrow, consts=(1, 2))
+    np.testing.assert_array_equal(evaluate(node, ins)[0], want)
+    for threads in (1, 2):
+        np.testing.assert_allclose(run_cpu(node, infos, ins, threads)[0], want, rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_conv_residual_pad_that_does_not_fit_is_refused():
+    # a residual whose channels plus the pad are not the output's: the reference's to report
+    x, w, b = nhwc(randn(1, 8, 6, 6, seed=1)), randn(16, 8, 1, 1, seed=2), randn(16, seed=3)
+    attrs = {**fused("Relu", residual=True), "_residual_pad": 4}
+    assert refuses("Conv", [x, w, b, randn(1, 6, 6, 8, seed=4)], attrs, consts=(1, 2))
+    assert not refuses("Conv", [x, w, b, randn(1, 6, 6, 12, seed=4)], attrs, consts=(1, 2))
+
+
 @pytest.mark.parametrize("xs,ws,attrs,split_m", [
     # few pixels, many channels: each slot takes a range of output channels (multiples of 8,
     # the last one the rest: 136 = 64 + 72), with the residual and activation on its range

@@ -25,13 +25,20 @@ from .threading import clamp, configure, limits
 __all__ = ["ACT", "KERNELS", "CpuBackend", "act_of", "configure", "limits"]
 
 
-def _residual_matches(node: Node, ins) -> bool:
+def _residual_matches(node: Node, ins, cls) -> bool:
     """A fused residual must be float32 with exactly the first output's shape: the kernels
-    add it element by element without broadcasting."""
+    add it element by element without broadcasting. With ``_residual_pad`` (a kernel class
+    that takes it, ``residual_pad``): the channel axis short by that many."""
     res = ins[-1]
     if res is None or res.dtype != np.float32:
         return False
-    shape, _ = infer(node, ins)[0]
+    shape = list(infer(node, ins)[0][0])
+    pad = node.attrs.get("_residual_pad", 0)
+    if pad:
+        axis = -1 if node.attrs.get("_layout") == "NHWC" else 1
+        if not cls.residual_pad or not shape or shape[axis] <= pad:
+            return False
+        shape[axis] -= pad
     return tuple(res.shape) == tuple(shape)
 
 
@@ -68,7 +75,7 @@ class CpuBackend(Backend):
         # NOTE: only a deliberate "no" means no. An exception here is a bug in a kernel's
         # ``supports``: swallowing it would turn the bug into a silently slow run.
         try:
-            if node.attrs.get("_residual") and not _residual_matches(node, ins):
+            if node.attrs.get("_residual") and not _residual_matches(node, ins, cls):
                 return False
             return bool(cls.supports(node, ins))
         except SpratError:

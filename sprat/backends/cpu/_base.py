@@ -41,6 +41,8 @@ class CpuKernel(Kernel):
     memory = "normal"
     #: whether the kernel handles zero-size inputs (most do not: the reference backend does)
     empty_ok = False
+    #: whether the kernel adds a residual narrower than its output (``_residual_pad``)
+    residual_pad = False
 
     def __init__(self, node, threads: int = 1, packs: PackCache | None = None):
         super().__init__(node)

@@ -400,6 +400,7 @@ class ConvKernel(CpuKernel):
     """NHWC Conv; see the module docstring for the algorithms."""
 
     flat_run = "call"
+    residual_pad = True
 
     #: the packed 1x1 weight of ``ck.gemm_packed`` when that path runs (``PACKED_POINTWISE``);
     #: ``qconv`` turns the path off: its fused 1x1 pass reads ``w`` in the BLAS layout
@@ -442,7 +443,8 @@ class ConvKernel(CpuKernel):
             return False
         if node.attrs.get("_scale") and not _scale_ok(node, x, w, scale_input(node, ins)):
             return False
-        if node.attrs.get("_mean") and not (group == c == m > 1 and len(node.outputs) == 2):
+        if node.attrs.get("_mean") and (node.attrs.get("_residual_pad")
+                                        or not (group == c == m > 1 and len(node.outputs) == 2)):
             return False
         return group >= 1 and c % group == 0 and m % group == 0 and w.shape[1] * group == c
 
@@ -649,6 +651,18 @@ class ConvKernel(CpuKernel):
         # (a 64 -> 256 1x1 on 56x56 over cold buffers: 1.78 ms with the residual, 1.45 without)
         inplace = self.algo == "direct" or (self.algo == "pointwise" and self.panels is not None
                                             and not self.gemv and self.scaled is None)
+        # NOTE: ``_residual_pad`` (a channel Pad folded into the residual): the packed 1x1 GEMM
+        # adds the narrow residual in its epilogue (``res_cols``); the other algorithms get it
+        # zero-padded into a workspace first, the copy the Pad made
+        self.res_pad = int(node.attrs.get("_residual_pad", 0)) if self.has_res else 0
+        self.res_cols = 0
+        if self.res_pad:
+            inplace = False
+            if (self.algo == "pointwise" and self.panels is not None and not self.gemv
+                    and self.scaled is None):
+                self.res_cols = m - self.res_pad
+            else:
+                self.workspaces = (*self.workspaces, scratch(1, n * oh * ow * m))
         self.inplace_of = len(node.inputs) - 1 if self.has_res and inplace else None
 
     #: ``_scale``: (per_image, scale_w) of ``conv_pointwise_scaled``, or None
@@ -695,7 +709,18 @@ class ConvKernel(CpuKernel):
             ck.reduce_ori(*pool)
         return conv_then_pool, args
 
-    def _args_for(self, xa, ya, ra, bufs, sa=None):
+    def _args_for(self, xa, ya, ra, bufs, sa=None, narrow=True):
+        if self.res_pad and not self.res_cols and narrow:
+            # the narrow residual zero-padded into the last workspace, then the conv reads it
+            cols = ra.shape[-1]
+            padded = bufs[-1].reshape(-1)[:ra.size // cols * (cols + self.res_pad)]
+            src, dst = ra.reshape(-1, cols), padded.reshape(-1, cols + self.res_pad)
+            fn, args = self._args_for(xa, ya, padded, bufs[:-1], sa, narrow=False)
+
+            def pad_then_conv(*a):
+                ck.pad_rows(src, dst, 0, 0.0)
+                fn(*a)
+            return pad_then_conv, args
         x, y = xa.reshape(-1), ya.reshape(-1)
         res = ra.reshape(-1) if ra is not None else self.empty
         n, h, w, c, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
@@ -717,7 +742,7 @@ class ConvKernel(CpuKernel):
         elif algo == "pointwise" and self.panels is not None:
             algo = "pointwise_packed"
             args = (x, self.panels, y, n * oh * ow, m, c, c, self.rb, self.cb, self.bias, 0, 1,
-                    1.0, res, hr, code, a, b, self.slope)
+                    1.0, res, hr, code, a, b, self.slope, self.res_cols)
         elif algo == "pointwise":
             args = (x, self.w, self.bias_rows, res, hr, y, n * oh * ow, c, m, self.group,
                     self.blk, self.w_stored, self.split_m, code, a, b, self.slope)

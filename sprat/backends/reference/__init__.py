@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW, apply_activation, split_attrs
+from ...ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW, apply_activation, pad_residual, split_attrs
 from ...ir.graph import Node
 from ...ir.optable import FamilyTable
 from ...ir.tensorinfo import TensorInfo
@@ -54,7 +54,8 @@ def evaluate(node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     if bias is not None:
         outs[0] = outs[0] + bias
     if residual is not None:
-        outs[0] = outs[0] + residual
+        outs[0] = outs[0] + pad_residual(residual, internal.get("_residual_pad", 0),
+                                         -1 if nhwc else 1)
     outs[0] = apply_activation(outs[0], internal.get("_activation"), internal.get("_act_params", ()),
                                channel_axis=-1 if nhwc else 1)
     if internal.get("_mean"):

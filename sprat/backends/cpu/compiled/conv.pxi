@@ -289,6 +289,7 @@ cdef void conv_se_packed(const conv_se_t* q, idx t, idx nt, float* ws) noexcept 
         return
     e.bias, e.slope, e.a, e.b = q.bias, q.slope, q.a, q.b
     e.code = q.code if act_regs else A_NONE
+    e.ldr = e.rn = q.M
     if q.scale_w:
         # NOTE: only the panels of the column blocks this slot's items cover (a column split
         # of a small map gives each slot half of them)
@@ -650,6 +651,7 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
     cdef bint in_regs = packed and sprat_act_in_regs(code)
     cdef sprat_pk_epi e
     e.bias, e.slope, e.code, e.a, e.b = bias, slope, code, a, b
+    e.ldr = e.rn = M
     if split_m:
         b0, b1 = 0, nb
         c0 = conv_col_edge(t, nt, M, unit)
@@ -755,6 +757,7 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
     cdef sprat_pk_epi e
     e.bias, e.slope, e.a, e.b = bias, slope, a, b
     e.code = code if in_regs else A_NONE
+    e.ldr = e.rn = M
     if split_m:
         claim = NULL  # every item, a range of the channels
         i0, i1 = 0, items

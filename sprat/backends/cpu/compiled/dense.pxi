@@ -512,6 +512,7 @@ cdef struct dense_pk_t:
     const float* packed
     float* y
     idx M, N, K, lda, rb, cb
+    idx ldr             # the residual's columns (and pitch): N, or fewer (``res_cols``)
 
 
 cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx hi) noexcept nogil:
@@ -531,6 +532,7 @@ cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx
     e.slope = g.slope
     e.code = g.code if act_regs else A_NONE
     e.a, e.b = g.pa, g.pb
+    e.ldr = e.rn = p.ldr
     for it in range(lo, hi):
         m0 = (it // ncb) * p.rb
         n0 = (it % ncb) * p.cb
@@ -541,7 +543,7 @@ cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx
                           p.y + m0 * p.N, p.N)
             dense_gemm_epilogue(g, p.y, g.res if g.has_res else NULL, m0, m1, n0, n1)
             continue
-        e.res = g.res + m0 * p.N if g.has_res else NULL
+        e.res = g.res + m0 * p.ldr if g.has_res else NULL
         sprat_pk_gemm_epi(m1 - m0, n0, n1, p.K, p.a + m0 * p.lda, p.lda, p.packed,
                           p.y + m0 * p.N, p.N, &e)
         if act_regs or g.code == A_NONE:
@@ -556,7 +558,7 @@ cdef void dense_pk_items(const dense_pk_t* p, const dense_gemm_t* g, idx lo, idx
 def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] y, idx M, idx N,
                 idx K, idx lda, idx rb, idx cb, const float[::1] c, idx sm, idx sn, float beta,
                 const float[::1] res, bint has_res, int code, float pa, float pb,
-                const float[::1] slope=None):
+                const float[::1] slope=None, idx res_cols=0):
     """``Y (M, N) = act(A (M, K) @ W (K, N) + beta * C + res)`` with W pre-packed
     (``packed``: ceil(N / PACKED_NR) panels of K x PACKED_NR float32, 64-byte aligned, as
     ``sprat.backends.cpu.linalg.pack_panels`` makes them). A's rows have pitch ``lda``; Y's
@@ -567,11 +569,22 @@ def gemm_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
     output element is computed by one item, the same way whichever slot runs it: the result
     does not depend on the claiming order). ``y`` may be ``res`` (in place)
     where C is a bias row (``sm == 0``, ``sn == 1``, ``beta == 1``) or absent: each tile then
-    adds to what ``y`` holds. Only call it when ``packed_gemm_available()``. Raises ValueError
-    when PRelu's slope is missing or short."""
+    adds to what ``y`` holds. ``res_cols`` (0 < res_cols < N, with ``has_res``): ``res`` is
+    (M, res_cols), zero-padded to N columns (``_residual_pad``: a channel Pad fused into a
+    1x1 conv's residual); only where C is a bias row or absent. Only call it when
+    ``packed_gemm_available()``. Raises ValueError when PRelu's slope is missing or short, or
+    on a narrow residual that is short or with another C."""
     cdef dense_pk_t p
     p.a, p.packed, p.y = cptr(a), cptr(packed), mptr(y)
     p.M, p.N, p.K, p.lda, p.rb, p.cb = M, N, K, lda, rb, cb
+    p.ldr = N
+    if res_cols and has_res:
+        if not 0 < res_cols < N or res.shape[0] < M * res_cols or not (
+                sm < 0 or (sm == 0 and sn == 1 and beta == 1)):
+            raise ValueError(f"gemm_packed: a residual of {res_cols} columns needs 0 < "
+                             f"res_cols < N = {N}, {M * res_cols} floats and no C but a bias "
+                             "row")
+        p.ldr = res_cols
     cdef dense_gemm_t g
     g.N, g.c, g.sm, g.sn, g.beta = N, cptr(c), sm, sn, beta
     g.res, g.has_res, g.code, g.pa, g.pb = cptr(res), has_res, code, pa, pb

@@ -24,6 +24,7 @@ cdef extern from "simd/packed.h":
         const float* slope
         int code
         float a, b
+        idx ldr, rn
     void sprat_pk_gemm_epi(idx m, idx n0, idx n1, idx K, const float* a, idx lda,
                            const float* packed, float* c, idx ldc,
                            const sprat_pk_epi* e) noexcept nogil

@@ -7,14 +7,15 @@
 #include "packed.h"
 
 #if SPRAT_PK
-/* ``e`` for the tile at row i, column j of C (pitch ldc), into ``t``: bias and slope at
-   column j, res at (i, j), or none when C is its own residual (``inplace``: C holds it) */
+/* ``e`` for the tile at row i, column j of C, into ``t``: bias and slope at column j, res
+   at (i, j) with its columns from j on, or none when C is its own residual (``inplace``: C
+   holds it) or the residual ends before column j */
 static inline const sprat_pk_epi* sprat_pk_epi_at(const sprat_pk_epi* e, sprat_pk_epi* t,
-                                                  Py_ssize_t i, Py_ssize_t j,
-                                                  Py_ssize_t ldc, int inplace) {
+                                                  Py_ssize_t i, Py_ssize_t j, int inplace) {
     *t = *e;
     t->bias = e->bias != NULL ? e->bias + j : NULL;
-    t->res = e->res != NULL && !inplace ? e->res + i * ldc + j : NULL;
+    t->res = e->res != NULL && !inplace && j < e->rn ? e->res + i * e->ldr + j : NULL;
+    t->rn = e->rn - j;
     t->slope = e->slope != NULL ? e->slope + j : NULL;
     return t;
 }
@@ -74,11 +75,16 @@ static inline void sprat_pk_store(const int mr, const int nv, __m512* x0, __m512
             }
         }
         if (e->res != NULL) {
+            __mmask16 r0 = c0, r1 = c1;
+            if (e->rn < 32) {  /* a narrow residual ends inside this tile */
+                r0 &= (__mmask16)(e->rn >= 16 ? 0xFFFF : (1u << e->rn) - 1);
+                r1 &= (__mmask16)(e->rn > 16 ? (1u << (e->rn - 16)) - 1 : 0);
+            }
             for (int r = 0; r < mr; r++) {
-                const float* rr = e->res + r * ldc;
-                x0[r] = _mm512_add_ps(x0[r], _mm512_maskz_loadu_ps(c0, rr));
+                const float* rr = e->res + r * e->ldr;
+                x0[r] = _mm512_add_ps(x0[r], _mm512_maskz_loadu_ps(r0, rr));
                 if (nv == 2)
-                    x1[r] = _mm512_add_ps(x1[r], _mm512_maskz_loadu_ps(c1, rr + 16));
+                    x1[r] = _mm512_add_ps(x1[r], _mm512_maskz_loadu_ps(r1, rr + 16));
             }
         }
         if (e->code == 10) {
@@ -200,7 +206,7 @@ static void sprat_pk5_gemm_epi(Py_ssize_t m, Py_ssize_t n0, Py_ssize_t n1, Py_ss
             for (Py_ssize_t i = 0; i < m; i += SPRAT_PK_MR) {
                 int mr = (int)(m - i < SPRAT_PK_MR ? m - i : SPRAT_PK_MR);
                 const sprat_pk_epi* te = e != NULL && k0 + kc >= K
-                    ? sprat_pk_epi_at(e, &t, i, j, ldc, inplace) : NULL;
+                    ? sprat_pk_epi_at(e, &t, i, j, inplace) : NULL;
                 sprat_pk_rows(mr, kc, a + i * lda + k0, lda, panel + k0 * SPRAT_PK_NR,
                               c + i * ldc + j, ldc, k0 > 0 || inplace, c0, c1, i == 0, te);
             }
@@ -275,7 +281,7 @@ static void sprat_pk5_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_
                 Py_ssize_t pix = oh * OW + ow0;
                 sprat_pk_drows((int)(ow1 - ow0), tp, nta, ow0 * sw * C, C, sw * C,
                                y + pix * M + j, M, c0, c1,
-                               sprat_pk_epi_at(e, &t, pix, j, M, 0));
+                               sprat_pk_epi_at(e, &t, pix, j, 0));
             }
         }
     }
@@ -346,10 +352,13 @@ static inline void sprat_p2_store(const int mr, const int nv, __m256* x0, __m256
             }
         }
         if (e->res != NULL) {
+            /* a narrow residual (e->rn < w) reads its first rn columns only */
+            const __m256i r0 = e->rn < w ? sprat_p2_mask(e->rn) : m0;
+            const __m256i r1 = e->rn < w ? sprat_p2_mask(e->rn - 8) : m1;
             for (int r = 0; r < mr; r++) {
-                const float* rr = e->res + r * ldc;
-                x0[r] = _mm256_add_ps(x0[r], _mm256_maskload_ps(rr, m0));
-                if (nv == 2) x1[r] = _mm256_add_ps(x1[r], _mm256_maskload_ps(rr + 8, m1));
+                const float* rr = e->res + r * e->ldr;
+                x0[r] = _mm256_add_ps(x0[r], _mm256_maskload_ps(rr, r0));
+                if (nv == 2) x1[r] = _mm256_add_ps(x1[r], _mm256_maskload_ps(rr + 8, r1));
             }
         }
         if (e->code == 10) {
@@ -485,7 +494,7 @@ static inline void sprat_p2_panel_tile(Py_ssize_t i, int mr, Py_ssize_t j0, Py_s
     for (Py_ssize_t h = 0; h < SPRAT_PK_NR && j0 + h < n1; h += 16) {
         Py_ssize_t j = j0 + h, w = n1 - j < 16 ? n1 - j : 16;
         const sprat_pk_epi* te = e != NULL && k0 + kc >= K
-            ? sprat_pk_epi_at(e, &t, i, j, ldc, inplace) : NULL;
+            ? sprat_pk_epi_at(e, &t, i, j, inplace) : NULL;
         sprat_pk_tap tp = {a + i * lda + k0, panel + k0 * SPRAT_PK_NR + h};
         sprat_p2_rows(mr, &tp, 1, 0, kc, lda, c + i * ldc + j, ldc, k0 > 0 || inplace, w,
                       i == 0, te);
@@ -555,7 +564,7 @@ static void sprat_p2_direct(const float* xb, Py_ssize_t pr0, Py_ssize_t rp, Py_s
                     Py_ssize_t pix = oh * OW + ow0;
                     sprat_p2_rows((int)(ow1 - ow0), tp, nta, ow0 * sw * C, C, sw * C,
                                   y + pix * M + j, M, 0, w, 1,
-                                  sprat_pk_epi_at(e, &t, pix, j, M, 0));
+                                  sprat_pk_epi_at(e, &t, pix, j, 0));
                 }
             }
         }

@@ -18,15 +18,18 @@
 #define SPRAT_PK_PF 24
 
 /* The epilogue of the last K block, in registers: + bias (one per column, or NULL),
-   + res (C's layout, or NULL), then activation ``code`` (common.pxi's codes; only those
-   sprat_act_in_regs takes, else none here). bias, res and slope point at the tile's
-   first column (res at its first row). */
+   + res (or NULL; rows ``ldr`` floats apart, ``rn`` columns counted from the tile's first
+   column, zeros past them: a residual zero-padded on the channel axis, ``_residual_pad``),
+   then activation ``code`` (common.pxi's codes; only those sprat_act_in_regs takes, else
+   none here). bias, res and slope point at the tile's first column (res at its first row).
+   A full-width residual has ldr = rn = C's pitch. */
 typedef struct {
     const float* bias;
     const float* res;
     const float* slope;
     int code;
     float a, b;
+    Py_ssize_t ldr, rn;
 } sprat_pk_epi;
 
 #if defined(__AVX2__) && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
