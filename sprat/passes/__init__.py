@@ -7,7 +7,7 @@ from .drop_identity import drop_identity
 from .fold_affine import fold_conv_affine
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
-from .fold_pad import fold_pad
+from .fold_pad import fold_pad, fold_residual_pad
 from .fuse import fuse_activation, fuse_hardswish, fuse_residual
 from .fuse_attention import fuse_attention
 from .fuse_layernorm import fuse_layernorm
@@ -42,6 +42,7 @@ DEFAULT_PIPELINE = [
     ("fuse_residual", fuse_residual),
     ("fuse_activation", fuse_activation),
     ("fuse_scale", fuse_scale),  # NOTE: after fuse_residual: the residual stays the last input
+    ("fold_residual_pad", fold_residual_pad),  # NOTE: after fuse_residual
     ("fuse_mean", fuse_mean),  # NOTE: after fuse_activation: the pool reads the activated map
     ("fuse_conv_lookup", fuse_conv_lookup),  # NOTE: after fuse_activation (a Clip goes first)
     ("stem_input", stem_input),  # NOTE: last: the fusions above match `_layout` convs only

@@ -1,4 +1,5 @@
-"""Fold a constant ``Pad`` of the spatial axes into the conv that reads it.
+"""Fold a constant ``Pad`` of the spatial axes into the conv that reads it (``fold_pad``), and a
+zero Pad of the channels into the conv that adds it as its residual (``fold_residual_pad``).
 
 TFLite models pad explicitly (``PAD`` then a ``VALID`` conv: TensorFlow's asymmetric "same"
 padding of strided convs, and MediaPipe's BlazeFace pads before every strided block), and so do
@@ -101,6 +102,48 @@ def fold_pad(g: Graph) -> Graph:
                               + [old[n + i] + pads[rank + k] for i, k in enumerate(spatial)])
         conv.attrs["auto_pad"] = "NOTSET"
         conv.inputs = [pad.inputs[0]] + conv.inputs[1:]
+        pad.op_type = DEAD
+        changed = True
+    if changed:
+        drop_dead(g)
+        g = g.compact()
+    return g
+
+
+def fold_residual_pad(g: Graph) -> Graph:
+    """Fold a zero ``Pad`` of the channels into the NHWC conv that adds it as its residual.
+
+    MediaPipe's BlazeBlocks (BlazeFace, BlazePalm, BlazePose; Bazarevsky et al., 2019) widen
+    the channels by a block whose shortcut is ``Pad(x, zeros after the channels)``: after
+    ``fuse_residual`` that Pad's output is the last input of a Conv with ``_residual``. The
+    conv reads the unpadded tensor instead and gets ``_residual_pad`` (``sprat.ir.fused``):
+    the kernel adds the residual's channels and nothing past them, and the padded copy (a
+    pass over the map, 11 of MediaPipe face detection's steps) is not written.
+
+    Folded when: the Pad is a constant pad of value 0 (``_pad_amounts``) of float32 data whose
+    only non-zero pad is after the last (channel) axis, its output is read by that one conv
+    only, as its residual, and the conv is float32 NHWC without a ``_residual_pad`` yet."""
+    consumers = g.consumers()
+    changed = False
+    for pad in g.nodes:
+        if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.outputs) != 1:
+            continue
+        conv = single_consumer(g, consumers, pad.outputs[0])
+        if (conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx")
+                or conv.attrs.get("_layout") != "NHWC" or not conv.attrs.get("_residual")
+                or conv.attrs.get("_residual_pad") or conv.inputs[-1] != pad.outputs[0]
+                or pad.outputs[0] in conv.inputs[:-1]):
+            continue
+        x = g.values[pad.inputs[0]]
+        if x.dtype is None or np.dtype(x.dtype) != np.float32 or x.data is not None:
+            continue
+        pads = _pad_amounts(g, pad, 0.0)
+        rank = len(pads) // 2 if pads else 0
+        if not rank or any(pads[:-1]) or pads[-1] <= 0 or (x.shape is not None
+                                                           and len(x.shape) != rank):
+            continue
+        conv.inputs[-1] = pad.inputs[0]
+        conv.attrs["_residual_pad"] = pads[-1]
         pad.op_type = DEAD
         changed = True
     if changed:

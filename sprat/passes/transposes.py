@@ -3,8 +3,8 @@
 Rewrites 1 and 2 repeat until nothing changes, then 3 runs once (the core of onnxruntime's
 transpose optimizer):
 1. sink: a layout-agnostic node whose every non-constant input is ``Transpose(perm=P)`` runs on
-   the untransposed inputs instead (constants are permuted, Concat's axis remapped), and one
-   ``Transpose(P)`` follows it;
+   the untransposed inputs instead (constants are permuted, Concat's axis remapped, a Pad's
+   constant pads permuted), and one ``Transpose(P)`` follows it;
 2. cancel: ``Transpose(Transpose(x, P1), P2)`` becomes ``x`` when the perms compose to identity,
    else one Transpose;
 3. a Transpose that only moves size-1 dims is a Reshape (no data movement);
@@ -33,7 +33,19 @@ AXIS_OPS = {"Concat", "Split", "QLinearLookup"}
 QUANT = {"QuantizeLinear", "DequantizeLinear", "QLinearAdd", "QLinearMul"}
 # inputs beyond these positions are not tensors to transpose (Clip min/max are scalars)
 _DATA_INPUTS = {"Clip": 1, "Cast": 1, "Split": 1, "QuantizeLinear": 1, "DequantizeLinear": 1,
-                "QLinearLookup": 1}
+                "QLinearLookup": 1, "Pad": 1}
+
+
+def _pads_of(g: Graph, n) -> list[int] | None:
+    """A Pad's constant ``pads`` (begins then ends, every axis: Pad-11+ input 1, or the
+    attribute before opset 11), or None when they are not constant or ``axes`` is given."""
+    if len(n.inputs) > 3 and n.inputs[3] != MISSING:
+        return None
+    if len(n.inputs) > 1 and n.inputs[1] != MISSING:
+        data = g.values[n.inputs[1]].data
+        return None if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
+    pads = n.attrs.get("pads")
+    return None if pads is None else [int(v) for v in pads]
 
 
 def optimize_transposes(g: Graph) -> Graph:
@@ -72,7 +84,12 @@ def _sink(g: Graph) -> bool:
     for n in g.nodes:
         new_nodes.append(n)
         if (n.op_type not in UNARY and n.op_type not in BINARY and n.op_type not in AXIS_OPS
-                and (n.op_type not in QUANT or not _per_tensor(g, n))):
+                and (n.op_type not in QUANT or not _per_tensor(g, n)) and n.op_type != "Pad"):
+            continue
+        # NOTE: every Pad mode pads axis by axis, so it commutes with a Transpose once its
+        # pads are permuted (MediaPipe's channel Pad of a BlazeBlock shortcut, in ONNX)
+        pads = _pads_of(g, n) if n.op_type == "Pad" else None
+        if n.op_type == "Pad" and pads is None:
             continue
         if (len(n.outputs) != 1 and n.op_type != "Split") or any(
                 k.startswith("_") for k in n.attrs):
@@ -119,6 +136,17 @@ def _sink(g: Graph) -> bool:
             axis = n.attrs.get("axis", 0) % rank
             n.attrs["axis"] = int(perm[axis])
         inv = np.argsort(perm)
+        if pads is not None:
+            if len(pads) != 2 * rank:
+                continue
+            # NOTE: input axis j is output axis inv[j] of the Transpose that now follows
+            moved = ([pads[int(inv[j])] for j in range(rank)]
+                     + [pads[rank + int(inv[j])] for j in range(rank)])
+            if len(new_inputs) > 1 and new_inputs[1] != MISSING:
+                new_inputs[1] = g.add_const(f"{g.values[n.inputs[1]].name}/perm",
+                                            np.asarray(moved, np.int64))
+            else:
+                n.attrs["pads"] = moved
         inners = []
         for k, o in enumerate(n.outputs):
             out = g.values[o]

@@ -215,7 +215,7 @@ def test_dump_converter_stages_of_a_tflite_source(converted):
     except zoo.ZooError as e:
         pytest.skip(f"mediapipe_face_detection unavailable: {e}")
     outs = {}
-    for stage in ("import", "layout", "fuse_activation", "passes"):
+    for stage in ("import", "layout", "fuse_activation", "fold_residual_pad", "passes"):
         proc = sprat_cli("dump", path, "--stage", stage)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("input  input: float32 (1, 128, 128, 3)"), proc.stdout[:200]
@@ -223,7 +223,10 @@ def test_dump_converter_stages_of_a_tflite_source(converted):
     # the TFLite importer keeps RELU as nodes; the last pass fuses them into the convs
     assert "_activation" not in outs["import"] and "_activation" not in outs["layout"]
     assert "_activation" in outs["fuse_activation"]
-    assert outs["fuse_activation"] == outs["passes"]  # the last pass is the converted graph
+    # its BlazeBlocks' channel Pads fold into the convs' residuals after that
+    assert "_residual_pad" not in outs["fuse_activation"]
+    assert "_residual_pad" in outs["fold_residual_pad"]
+    assert outs["fold_residual_pad"] == outs["passes"]  # the last pass is the converted graph
     assert len(outs["import"].splitlines()) > len(outs["passes"].splitlines())
     assert_user_error(sprat_cli("dump", converted, "--stage", "import"),
                       "needs an ONNX or TFLite source model")

@@ -351,6 +351,49 @@ def test_pads_that_are_not_a_convs_zeros_stay(case):
     assert g.op_counts().get("Pad") == 1
 
 
+def _channel_pad_block(pads, cin=8, cout=12, k=1, value=None):
+    """MediaPipe's BlazeBlock shortcut in ONNX: a = Relu(Conv0(x)) (1x1, ``cin`` channels),
+    y = Relu(Conv(a) + Pad(a, ``pads``)), x (1, cin, 9, 7), the conv ``k`` x ``k`` into
+    ``cout`` channels ("same" padding)."""
+    inits = {"pads": np.array(pads, np.int64), "w": _f32(cout, cin, k, k, scale=0.3),
+             "b": _f32(cout), "w0": _f32(cin, cin, 1, 1, scale=0.3), "b0": _f32(cin)}
+    pad_ins = ["a", "pads"]
+    if value is not None:
+        inits["v"] = np.array(value, np.float32)
+        pad_ins.append("v")
+    nodes = [h.make_node("Conv", ["x", "w0", "b0"], ["a0"]),
+             h.make_node("Relu", ["a0"], ["a"]),
+             h.make_node("Conv", ["a", "w", "b"], ["c"], pads=[k // 2] * 4),
+             h.make_node("Pad", pad_ins, ["p"]),
+             h.make_node("Add", ["c", "p"], ["s"]),
+             h.make_node("Relu", ["s"], ["y"])]
+    return _model(nodes, inits, x_shape=(1, cin, 9, 7))
+
+
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+@pytest.mark.parametrize("cin,cout,k", [(8, 12, 1), (24, 28, 1), (36, 72, 1), (8, 12, 3)])
+def test_zero_pad_of_channels_folds_into_the_residual(backends, cin, cout, k):
+    g = _check(_channel_pad_block((0, 0, 0, 0, 0, cout - cin, 0, 0), cin, cout, k),
+               x_shape=(1, cin, 9, 7), backends=backends)
+    assert "Pad" not in g.op_counts()
+    conv, = [n for n in g.nodes if n.attrs.get("_residual")]
+    assert conv.op_type == "Conv" and conv.attrs["_residual_pad"] == cout - cin
+
+
+@pytest.mark.parametrize("case", ["value", "before", "spatial"])
+def test_channel_pads_that_are_not_trailing_zeros_stay(case):
+    pads = {"value": (0, 0, 0, 0, 0, 4, 0, 0), "before": (0, 4, 0, 0, 0, 0, 0, 0),
+            "spatial": (0, 0, 0, 0, 0, 4, 0, 0)}[case]
+    model = _channel_pad_block(pads, value=0.5 if case == "value" else None)
+    if case == "spatial":  # Pad also widens the map by one column; the conv's output too
+        pads = (0, 0, 0, 0, 0, 4, 0, 1)
+        model = _channel_pad_block(pads)
+        model.graph.node[2].attribute[0].CopyFrom(h.make_attribute("pads", [0, 0, 0, 1]))
+    g = _check(model)
+    assert g.op_counts().get("Pad") == 1
+    assert not any(n.attrs.get("_residual_pad") for n in g.nodes)
+
+
 @pytest.mark.parametrize("extra_reader", [False, True])
 def test_vit_attention_with_k_transposed_twice_fuses(extra_reader):
     """timm's ViT splits K like Q and V ([0, 2, 1, 3]) and then transposes it again
