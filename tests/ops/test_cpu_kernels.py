@@ -566,6 +566,7 @@ POOL_CASES = [
     # the AVX2 build's register blocks: 64 + 8 + 5 channels, and 2 x 64 + 8
     ((1, 77, 9, 8), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
     ((2, 136, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 28, 8, 10), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # BlazeFace's: 24 + 4 masked
 ]
 
 

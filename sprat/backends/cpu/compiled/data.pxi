@@ -79,6 +79,16 @@ cdef extern from *:
                 for (int j = (i == 0); j < nj; j++)                                       \
                     a0 = OP(_mm256_loadu_ps(p + i * rs + j * cs + c0), a0);               \
             _mm256_storeu_ps(y + c0, is_max ? a0 : _mm256_mul_ps(a0, vinv));              \
+        }                                                                                 \
+        if (c0 < C) { /* the last C % 8 channels: masked (BlazeFace's 28, 42, 88) */     \
+            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(C - c0)),        \
+                                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
+            __m256 a0 = _mm256_maskload_ps(p + c0, m);                                    \
+            for (int i = 0; i < ni; i++)                                                  \
+                for (int j = (i == 0); j < nj; j++)                                       \
+                    a0 = OP(_mm256_maskload_ps(p + i * rs + j * cs + c0, m), a0);         \
+            _mm256_maskstore_ps(y + c0, m, is_max ? a0 : _mm256_mul_ps(a0, vinv));        \
+            c0 = C;                                                                       \
         }
     #endif
     static void sprat_pool_pixel(const float *p, Py_ssize_t rs, Py_ssize_t cs, int ni, int nj,
@@ -132,17 +142,21 @@ cdef void _pool_rows(const float* x, float* y, idx lo, idx hi, idx H, idx W, idx
         while i1 > i0 and oh * sh - ph + (i1 - 1) * dh >= H:
             i1 -= 1
         for ow in range(OW):
-            cnt_w = 0
-            for j in range(kw):
-                iw = ow * sw - pw + j * dw
-                if (iw >= 0 and iw < W) or (include_pad and iw < we):
-                    cnt_w += 1
             j0, j1 = 0, <int>kw
-            while j0 < kw and ow * sw - pw + j0 * dw < 0:
-                j0 += 1
-            while j1 > j0 and ow * sw - pw + (j1 - 1) * dw >= W:
-                j1 -= 1
-            inv = <float>1.0 / <float>max(<idx>1, cnt_h * cnt_w)
+            iw = ow * sw - pw
+            if iw >= 0 and iw + (kw - 1) * dw < W:  # NOTE: inside the map: every tap counts
+                cnt_w = kw
+            else:
+                cnt_w = 0
+                for j in range(kw):
+                    iw = ow * sw - pw + j * dw
+                    if (iw >= 0 and iw < W) or (include_pad and iw < we):
+                        cnt_w += 1
+                while j0 < kw and ow * sw - pw + j0 * dw < 0:
+                    j0 += 1
+                while j1 > j0 and ow * sw - pw + (j1 - 1) * dw >= W:
+                    j1 -= 1
+            inv = 1.0 if is_max else <float>1.0 / <float>max(<idx>1, cnt_h * cnt_w)
             sprat_pool_pixel(x + ((n * H + oh * sh - ph + i0 * dh) * W + ow * sw - pw
                                   + j0 * dw) * C, dh * W * C, dw * C, i1 - i0, j1 - j0, C,
                              is_max, inv, init, y + (q * OW + ow) * C)
