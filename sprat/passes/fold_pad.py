@@ -16,8 +16,8 @@ quantized tensor fills with its zero point), so such a Pad folds into them the s
 Folded when: the Pad's mode is ``constant`` with the value the conv's padding reads (a float
 Conv: 0, or none; a quantized conv: its constant scalar ``x_zero_point``, 0 when absent), its
 pads are constants >= 0 that touch only the conv's spatial axes (per the conv's layout: NCHW,
-or NHWC after the layout pass), the Pad's output is read by that one conv only (as its input
-X), and the conv's ``auto_pad`` is NOTSET or VALID. Source: ONNX Pad-21 (inputs data, pads,
+or NHWC after the layout pass), the Pad's output is read by convs only (each as its input
+X, each meeting these conditions), and each conv's ``auto_pad`` is NOTSET or VALID. Source: ONNX Pad-21 (inputs data, pads,
 constant_value, axes; attribute ``pads``/``value`` before opset 11), Conv-22, ConvInteger-10,
 QLinearConv-10; TFLite's reference ``pad.h`` (quantized: the output zero point).
 """
@@ -72,36 +72,49 @@ def _pad_amounts(g: Graph, pad, fill: float) -> list[int] | None:
     return pads
 
 
+def _folded_pads(g: Graph, pad, conv) -> list[int] | None:
+    """``conv``'s new ``pads`` with ``pad`` folded in (module docstring's conditions), or
+    None when it does not fold."""
+    if (conv.op_type not in CONVS or conv.domain not in ("", "ai.onnx")
+            or conv.inputs[0] != pad.outputs[0] or pad.outputs[0] in conv.inputs[1:]
+            or conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")):
+        return None
+    fill = _pad_value(g, conv)
+    pads = None if fill is None else _pad_amounts(g, pad, fill)
+    rank = len(pads) // 2 if pads else 0
+    if pads is None or rank < 3:
+        return None
+    spatial = (list(range(1, rank - 1)) if conv.attrs.get("_layout") == "NHWC"
+               else list(range(2, rank)))
+    others = [k for k in range(rank) if k not in spatial]
+    if any(pads[k] or pads[rank + k] for k in others):
+        return None
+    old = [int(v) for v in conv.attrs.get("pads", [0] * (2 * len(spatial)))]
+    if conv.attrs.get("auto_pad", "NOTSET") == "VALID" or len(old) != 2 * len(spatial):
+        old = [0] * (2 * len(spatial))
+    n = len(spatial)
+    return ([old[i] + pads[k] for i, k in enumerate(spatial)]
+            + [old[n + i] + pads[rank + k] for i, k in enumerate(spatial)])
+
+
 def fold_pad(g: Graph) -> Graph:
+    """A Pad read only by convs (one, or several: MediaPipe pose detection's heads share a
+    padded map) folds into each of them when it folds into every one."""
     consumers = g.consumers()
     changed = False
     for pad in g.nodes:
         if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.outputs) != 1:
             continue
-        conv = single_consumer(g, consumers, pad.outputs[0])
-        if (conv is None or conv.op_type not in CONVS or conv.domain not in ("", "ai.onnx")
-                or conv.inputs[0] != pad.outputs[0] or pad.outputs[0] in conv.inputs[1:]):
+        users = consumers.get(pad.outputs[0], [])
+        if not users or pad.outputs[0] in g.outputs:
             continue
-        if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        folded = [_folded_pads(g, pad, conv) for conv in users]
+        if any(f is None for f in folded):
             continue
-        fill = _pad_value(g, conv)
-        pads = None if fill is None else _pad_amounts(g, pad, fill)
-        rank = len(pads) // 2 if pads else 0
-        if pads is None or rank < 3:
-            continue
-        spatial = (list(range(1, rank - 1)) if conv.attrs.get("_layout") == "NHWC"
-                   else list(range(2, rank)))
-        others = [k for k in range(rank) if k not in spatial]
-        if any(pads[k] or pads[rank + k] for k in others):
-            continue
-        old = [int(v) for v in conv.attrs.get("pads", [0] * (2 * len(spatial)))]
-        if conv.attrs.get("auto_pad", "NOTSET") == "VALID" or len(old) != 2 * len(spatial):
-            old = [0] * (2 * len(spatial))
-        n = len(spatial)
-        conv.attrs["pads"] = ([old[i] + pads[k] for i, k in enumerate(spatial)]
-                              + [old[n + i] + pads[rank + k] for i, k in enumerate(spatial)])
-        conv.attrs["auto_pad"] = "NOTSET"
-        conv.inputs = [pad.inputs[0]] + conv.inputs[1:]
+        for conv, new in zip(users, folded):
+            conv.attrs["pads"] = new
+            conv.attrs["auto_pad"] = "NOTSET"
+            conv.inputs = [pad.inputs[0]] + conv.inputs[1:]
         pad.op_type = DEAD
         changed = True
     if changed:

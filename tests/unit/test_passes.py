@@ -337,6 +337,19 @@ def test_zero_pad_of_spatial_axes_folds_into_conv(backends, pads, conv_pads, aut
     assert "Pad" not in g.op_counts()
 
 
+@pytest.mark.parametrize("backends", [("cpu",), ("reference",)])
+def test_zero_pad_read_by_two_convs_folds_into_both(backends):
+    """MediaPipe pose detection's heads: one padded map read by two strided convs."""
+    inits = {"pads": np.array((0, 0, 1, 1, 0, 0, 1, 1), np.int64),
+             "w1": _f32(6, 8, 3, 3, scale=0.3), "w2": _f32(6, 8, 3, 3, scale=0.3)}
+    nodes = [h.make_node("Pad", ["x", "pads"], ["p"]),
+             h.make_node("Conv", ["p", "w1"], ["a"], strides=[2, 2]),
+             h.make_node("Conv", ["p", "w2"], ["b"], strides=[2, 2], pads=[0, 1, 0, 0]),
+             h.make_node("Add", ["a", "b"], ["y"])]
+    g = _check(_model(nodes, inits), backends=backends)
+    assert "Pad" not in g.op_counts()
+
+
 @pytest.mark.parametrize("case", ["value", "reflect", "channels", "two_readers", "same"])
 def test_pads_that_are_not_a_convs_zeros_stay(case):
     spatial = (0, 0, 1, 1, 0, 0, 1, 1)
