@@ -95,7 +95,7 @@ def sprat_cli(*args, cwd=None, timeout=900) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "sprat", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or ROOT, env=env, timeout=timeout)
+                          text=True, cwd=cwd or ROOT, env=env, timeout=timeout, check=False)
 
 
 def assert_user_error(proc, pattern: str):
