@@ -97,30 +97,60 @@ def _folded_pads(g: Graph, pad, conv) -> list[int] | None:
             + [old[n + i] + pads[rank + k] for i, k in enumerate(spatial)])
 
 
-def fold_pad(g: Graph) -> Graph:
-    """A Pad read only by convs (one, or several: MediaPipe pose detection's heads share a
-    padded map) folds into each of them when it folds into every one."""
+def _each_pad(g: Graph, fold) -> Graph:
+    """``fold(g, pad, consumers)`` on every ONNX Pad of one output; where it returns True it has
+    rewired the Pad's readers and the Pad is dropped."""
     consumers = g.consumers()
     changed = False
     for pad in g.nodes:
-        if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.outputs) != 1:
-            continue
-        users = consumers.get(pad.outputs[0], [])
-        if not users or pad.outputs[0] in g.outputs:
-            continue
-        folded = [_folded_pads(g, pad, conv) for conv in users]
-        if any(f is None for f in folded):
-            continue
-        for conv, new in zip(users, folded):
-            conv.attrs["pads"] = new
-            conv.attrs["auto_pad"] = "NOTSET"
-            conv.inputs = [pad.inputs[0]] + conv.inputs[1:]
-        pad.op_type = DEAD
-        changed = True
+        if (pad.op_type == "Pad" and pad.domain in ("", "ai.onnx") and len(pad.outputs) == 1
+                and fold(g, pad, consumers)):
+            pad.op_type = DEAD
+            changed = True
     if changed:
         drop_dead(g)
         g = g.compact()
     return g
+
+
+def _into_convs(g: Graph, pad, consumers) -> bool:
+    users = consumers.get(pad.outputs[0], [])
+    if not users or pad.outputs[0] in g.outputs:
+        return False
+    folded = [_folded_pads(g, pad, conv) for conv in users]
+    if any(f is None for f in folded):
+        return False
+    for conv, new in zip(users, folded):
+        conv.attrs["pads"] = new
+        conv.attrs["auto_pad"] = "NOTSET"
+        conv.inputs = [pad.inputs[0]] + conv.inputs[1:]
+    return True
+
+
+def fold_pad(g: Graph) -> Graph:
+    """A Pad read only by convs (one, or several: MediaPipe pose detection's heads share a
+    padded map) folds into each of them when it folds into every one."""
+    return _each_pad(g, _into_convs)
+
+
+def _into_residual(g: Graph, pad, consumers) -> bool:
+    conv = single_consumer(g, consumers, pad.outputs[0])
+    if (conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx")
+            or conv.attrs.get("_layout") != "NHWC" or not conv.attrs.get("_residual")
+            or conv.attrs.get("_residual_pad") or conv.inputs[-1] != pad.outputs[0]
+            or pad.outputs[0] in conv.inputs[:-1]):
+        return False
+    x = g.values[pad.inputs[0]]
+    if x.dtype is None or np.dtype(x.dtype) != np.float32 or x.data is not None:
+        return False
+    pads = _pad_amounts(g, pad, 0.0)
+    rank = len(pads) // 2 if pads else 0
+    if not rank or any(pads[:-1]) or pads[-1] <= 0 or (x.shape is not None
+                                                       and len(x.shape) != rank):
+        return False
+    conv.inputs[-1] = pad.inputs[0]
+    conv.attrs["_residual_pad"] = pads[-1]
+    return True
 
 
 def fold_residual_pad(g: Graph) -> Graph:
@@ -136,30 +166,4 @@ def fold_residual_pad(g: Graph) -> Graph:
     Folded when: the Pad is a constant pad of value 0 (``_pad_amounts``) of float32 data whose
     only non-zero pad is after the last (channel) axis, its output is read by that one conv
     only, as its residual, and the conv is float32 NHWC without a ``_residual_pad`` yet."""
-    consumers = g.consumers()
-    changed = False
-    for pad in g.nodes:
-        if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.outputs) != 1:
-            continue
-        conv = single_consumer(g, consumers, pad.outputs[0])
-        if (conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx")
-                or conv.attrs.get("_layout") != "NHWC" or not conv.attrs.get("_residual")
-                or conv.attrs.get("_residual_pad") or conv.inputs[-1] != pad.outputs[0]
-                or pad.outputs[0] in conv.inputs[:-1]):
-            continue
-        x = g.values[pad.inputs[0]]
-        if x.dtype is None or np.dtype(x.dtype) != np.float32 or x.data is not None:
-            continue
-        pads = _pad_amounts(g, pad, 0.0)
-        rank = len(pads) // 2 if pads else 0
-        if not rank or any(pads[:-1]) or pads[-1] <= 0 or (x.shape is not None
-                                                           and len(x.shape) != rank):
-            continue
-        conv.inputs[-1] = pad.inputs[0]
-        conv.attrs["_residual_pad"] = pads[-1]
-        pad.op_type = DEAD
-        changed = True
-    if changed:
-        drop_dead(g)
-        g = g.compact()
-    return g
+    return _each_pad(g, _into_residual)
