@@ -11,7 +11,10 @@ from ..base import Kernel, PackCache, WorkspaceSpec
 # at 1 with every conv parallel). Below ~0.5 MB of memory-bound work or 256K multiply-adds a
 # kernel runs on one thread (``bench``-style A/B at 2 threads, 256K against 1M: PP-OCR v2 cls
 # 0.85-0.88x the time, 64K and 512K slower than 256K; PP-OCRv4 rec/det and NudeNet unchanged
-# within noise).
+# within noise). Measured in the Numba build; re-measured on the compiled kernels (OpenMP
+# regions, AVX2 EPYC, 2026-11-27): convs from 64K multiply-adds (depthwise 32K) against these,
+# two sessions in one process at 2 threads: MediaPipe face detection 0.97x, iris landmark
+# 1.03x, PP-OCR v2 cls 1.05x, MobileNetV2/V3-small and hand landmark unchanged: kept.
 PARALLEL_MIN_ELEMENTS = 1 << 17
 PARALLEL_MIN_MACS = 1 << 18
 # NOTE: an 8-bit (de)quantising elementwise op costs more per value than a float copy (a
