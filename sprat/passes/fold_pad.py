@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import DEAD, drop_dead, single_consumer
+from .util import DEAD, constant_pads, drop_dead, single_consumer
 
 #: the convs a Pad folds into: op type -> input index of the zero point their padding reads
 #: (None: zeros)
@@ -52,15 +52,9 @@ def _pad_amounts(g: Graph, pad, fill: float) -> list[int] | None:
     if pad.attrs.get("mode", "constant") not in ("constant", b"constant"):
         return None
     ins = pad.inputs
-    if len(ins) > 3 and ins[3] != MISSING:  # NOTE: an ``axes`` input: not folded
+    pads = constant_pads(g, pad)  # NOTE: None with an ``axes`` input: not folded
+    if pads is None:
         return None
-    if len(ins) > 1 and ins[1] != MISSING:
-        data = g.values[ins[1]].data
-        if data is None:
-            return None
-        pads = [int(v) for v in np.asarray(data).reshape(-1)]
-    else:
-        pads = [int(v) for v in pad.attrs.get("pads", [])]
     value = float(pad.attrs.get("value", 0.0))
     if len(ins) > 2 and ins[2] != MISSING:
         data = g.values[ins[2]].data

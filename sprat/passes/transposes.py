@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import MISSING, Graph
-from .util import DEAD, drop_dead, remove_dead, replace_uses
+from .util import DEAD, constant_pads, drop_dead, remove_dead, replace_uses
 
 UNARY = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Neg", "Sqrt", "Reciprocal", "Floor",
          "Ceil", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Clip",
@@ -34,18 +34,6 @@ QUANT = {"QuantizeLinear", "DequantizeLinear", "QLinearAdd", "QLinearMul"}
 # inputs beyond these positions are not tensors to transpose (Clip min/max are scalars)
 _DATA_INPUTS = {"Clip": 1, "Cast": 1, "Split": 1, "QuantizeLinear": 1, "DequantizeLinear": 1,
                 "QLinearLookup": 1, "Pad": 1}
-
-
-def _pads_of(g: Graph, n) -> list[int] | None:
-    """A Pad's constant ``pads`` (begins then ends, every axis: Pad-11+ input 1, or the
-    attribute before opset 11), or None when they are not constant or ``axes`` is given."""
-    if len(n.inputs) > 3 and n.inputs[3] != MISSING:
-        return None
-    if len(n.inputs) > 1 and n.inputs[1] != MISSING:
-        data = g.values[n.inputs[1]].data
-        return None if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
-    pads = n.attrs.get("pads")
-    return None if pads is None else [int(v) for v in pads]
 
 
 def optimize_transposes(g: Graph) -> Graph:
@@ -88,7 +76,7 @@ def _sink(g: Graph) -> bool:
             continue
         # NOTE: every Pad mode pads axis by axis, so it commutes with a Transpose once its
         # pads are permuted (MediaPipe's channel Pad of a BlazeBlock shortcut, in ONNX)
-        pads = _pads_of(g, n) if n.op_type == "Pad" else None
+        pads = constant_pads(g, n) if n.op_type == "Pad" else None
         if n.op_type == "Pad" and pads is None:
             continue
         if (len(n.outputs) != 1 and n.op_type != "Split") or any(
@@ -112,6 +100,8 @@ def _sink(g: Graph) -> bool:
         if not ok or perm is None:
             continue
         rank = len(perm)
+        if pads is not None and len(pads) != 2 * rank:
+            continue
         consts_ok = all(
             i == MISSING or g.values[i].data is None or g.values[i].data.ndim <= rank
             for i in n.inputs[:limit])
@@ -137,8 +127,6 @@ def _sink(g: Graph) -> bool:
             n.attrs["axis"] = int(perm[axis])
         inv = np.argsort(perm)
         if pads is not None:
-            if len(pads) != 2 * rank:
-                continue
             # NOTE: input axis j is output axis inv[j] of the Transpose that now follows
             moved = ([pads[int(inv[j])] for j in range(rank)]
                      + [pads[rank + int(inv[j])] for j in range(rank)])

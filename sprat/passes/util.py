@@ -14,6 +14,20 @@ def drop_dead(g: Graph) -> None:
     g.nodes = [n for n in g.nodes if n.op_type != DEAD]
 
 
+def constant_pads(g: Graph, pad) -> list[int] | None:
+    """A Pad's constant ``pads`` (begins then ends, every axis: Pad-11+ input 1, or the
+    attribute before opset 11), or None when they are not constant or an ``axes`` input is
+    given."""
+    ins = pad.inputs
+    if len(ins) > 3 and ins[3] != MISSING:
+        return None
+    if len(ins) > 1 and ins[1] != MISSING:
+        data = g.values[ins[1]].data
+        return None if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
+    pads = pad.attrs.get("pads")
+    return None if pads is None else [int(v) for v in pads]
+
+
 def replace_uses(g: Graph, old: int, new: int) -> None:
     """Make every reader of value ``old`` (nodes and graph outputs) read ``new`` instead."""
     for n in g.nodes:
