@@ -198,10 +198,13 @@ def winograd_weights(w: np.ndarray, nt: int = 1, packed: bool = False) -> np.nda
     With ``packed`` (``WINOGRAD_PACKED``), each ``U[p]`` (C, M) straight into the packed GEMM's
     panels, what ``ck.conv_winograd`` reads with ``packed``: 36 blocks of C * Mp floats (Mp =
     M rounded up to ``ck.PACKED_NR``, zero past M), 64-byte aligned."""
-    # NOTE: compiled, it is ~1 ms per million weights; NumPy's two float64 GEMMs with K = 3 and
-    # the strided (36, C, M) copy took 63 of NudeNet's 160 ms prepare and ~100 ms of ddddocr
-    # det's, the largest part of their cold start. The panels are written at once, not packed
-    # from a (36, C, M) copy: a second buffer of U's size is ~1 ms of page faults per MB here
+    # NOTE: compiled, it is 2-4 ms per million weights on Zen 3 (hot memory, packed or not;
+    # the packed store took 6-8 ms before it wrote whole panel rows); NumPy's two float64
+    # GEMMs with K = 3 and the strided (36, C, M) copy took 63 of NudeNet's 160 ms prepare and
+    # ~100 ms of ddddocr det's, the largest part of their cold start. The panels are written
+    # at once, not packed from a (36, C, M) copy: a second buffer of U's size is ~1 ms of page
+    # faults per MB here (mapping U's pages in one MAP_POPULATE call instead measured the same
+    # within noise: NudeNet 320, 25.6 MB of U, 8 fresh processes each way)
     m, c = w.shape[:2]
     mp = -(-m // ck.PACKED_NR) * ck.PACKED_NR if packed else m
     if packed:
