@@ -336,6 +336,54 @@ def test_u8s8_path_on_weights_that_fit(m, k, n, ta, tb):
     assert not quant.pairs_fit(b)
     node, infos = make_node("MatMulInteger", [a, b, q((), ta), zb], None, (1, 3))
     node = dataclasses.replace(node, outputs=[4])
+    other = "widen" if m <= quant.WIDEN_MAX_ROWS else "int16"
     assert run_cpu(node, infos, [a, b, q((), ta), zb], with_kernel=True)[1].path == \
-        kernels.I8_PATHS["int16"]
+        kernels.I8_PATHS[other]
     exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
+
+
+@pytest.mark.skipif(not quant.U8S8, reason="the widen path runs where the GEMM would be int16")
+@pytest.mark.parametrize("k,n", [(7, 5), (100, 45), (384, 1536), (1536, 384), (33, 16)])
+@pytest.mark.parametrize("ta,tb", DTYPES)
+def test_widen_path_on_full_range_weights(k, n, ta, tb):
+    """A product of ``WIDEN_MAX_ROWS`` rows or fewer whose weight's pairs do not fit u8s8 (full
+    range, extremes included) runs on the widen path (bytes widened to int16 in registers),
+    exactly: int32, requantized and float32 outputs, per-column zero points, ragged panels."""
+    m = quant.WIDEN_MAX_ROWS
+    a, b = q((m, k), ta), q((k, n), tb)
+    b[0, 0], b[-1, -1] = np.iinfo(tb).min, np.iinfo(tb).max
+    b[: 2, 1] = np.iinfo(tb).max
+    assert not quant.pairs_fit(b)
+    zb = q((n,), tb)
+    node, infos = make_node("MatMulInteger", [a, b, q((), ta), zb], None, (1, 3))
+    node = dataclasses.replace(node, outputs=[4])
+    assert run_cpu(node, infos, [a, b, q((), ta), zb], with_kernel=True)[1].path == \
+        kernels.I8_PATHS["widen"]
+    exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
+    sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
+    exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb, np.array(0.37 * k ** 0.5, np.float32),
+                            q((), ta)], consts=(3, 4, 5))
+    exact("MatMulIntegerToFloat", [a, b, sa, sb, q((), ta), zb,
+                                   RNG.standard_normal(n).astype(np.float32)],
+          consts=(1, 3, 5, 6), domain="com.microsoft")
+
+
+@pytest.mark.skipif(not quant.U8S8, reason="the widen tile is in the AVX2 build")
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 13])
+def test_widen_gemm_any_rows_is_exact(m):
+    """``i8_gemm`` on the widen path at every row count of its tile (2-row passes, an odd last
+    row, several 6-row tiles), full-range operands, against int64 sums."""
+    k, n = 77, 40
+    a, b = q((m, k), U8), q((k, n), I8)
+    b[:4] = 127
+    path = kernels.I8_PATHS["widen"]
+    packed, bcol = quant.pack_b(b, np.array([-3], np.int32), k, n, False, path)
+    aws = np.zeros((kernels.i8_a_rows(m, path), kernels.i8_a_pitch(k, path)), np.uint8)
+    y = np.zeros(m * n * 4, np.uint8)
+    rb, cb = quant._blocks(m, n, 1)
+    kernels.i8_gemm(1, a.reshape(-1), False, np.array([7], np.int32), False, aws,
+                    np.zeros(m, np.int32), False, packed, bcol, path, np.zeros((1, 3), np.intp),
+                    m, n, k, rb, cb, kernels.I8_KINDS["int32"], y, np.ones(1, np.float32),
+                    np.zeros(0, np.float32), np.zeros(0, np.int32), 0.0, 0.0, 0.0, 0.0, False)
+    want = (a.astype(np.int64) - 7) @ (b.astype(np.int64) + 3)
+    np.testing.assert_array_equal(y.view(np.int32).reshape(m, n), want)

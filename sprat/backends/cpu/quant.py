@@ -23,8 +23,8 @@ com.microsoft ops, whose bias and QGemm's C must be constant as well). K up to `
 
 The GEMM's path (``PATH``): ``amx`` where the CPU and OS give AMX tiles, else ``vnni`` (AVX-VNNI),
 else ``int16`` (AVX2; scalar on the baseline build), and on ``int16`` CPUs ``u8s8`` for a constant
-weight whose pairs of values fit vpmaddubsw without saturation (``weight_path``); all exact, so
-all give the same results.
+weight whose pairs of values fit vpmaddubsw without saturation, or ``widen`` for any other constant
+weight of a product with few rows (``weight_path``); all exact, so all give the same results.
 The quantize_dynamic pattern reaches these kernels as MatMulIntegerToFloat
 (``passes/fuse_quant.py``).
 """
@@ -149,12 +149,27 @@ def pairs_fit(b: np.ndarray, trans: bool = False) -> bool:
     return bool(ck.i8_pairs_fit(np.ascontiguousarray(bs.T if trans else bs)))
 
 
-def weight_path(name: str, b: np.ndarray | None, trans: bool = False) -> str:
-    """``name`` (a path from ``path_for`` or ``PATH``), or ``u8s8`` instead of ``int16`` for a
-    constant weight ``b`` that fits it (``U8S8``, ``pairs_fit``): more products per cycle on
-    AVX2 than the int16 path, the same exact sums."""
-    if name == "int16" and U8S8 and b is not None and pairs_fit(b, trans):
-        return "u8s8"
+#: at most this many rows of A, a constant weight that ``u8s8`` cannot take runs ``widen`` (its
+#: bytes widened in registers) rather than ``int16`` (widened once at prepare, twice the bytes)
+# NOTE: measured on Zen 3, 1 thread, BERT-size weights (K x N 384x1536, 1536x384, 384x384; 12
+# distinct weights called in turn, so B streams from memory as in a model), widen / int16
+# time: 1 row 0.53-0.62; 2 rows 0.82-1.24, 4+ rows 1.3-2.3 (its 2-row tile does 4 vpmaddwd
+# per row and k-quad where int16's 6-row tile does 2 per k-pair, and widens B again per pass)
+WIDEN_MAX_ROWS = 1
+
+
+def weight_path(name: str, b: np.ndarray | None, trans: bool = False,
+                rows: int | None = None) -> str:
+    """``name`` (a path from ``path_for`` or ``PATH``), or instead of ``int16`` for a constant
+    weight ``b`` (``U8S8``): ``u8s8`` where it fits (``pairs_fit``), more products per cycle on
+    AVX2 than the int16 path; else ``widen`` for a product of at most ``WIDEN_MAX_ROWS``
+    ``rows``, which reads B as bytes (half the int16 path's) where streaming B is the cost.
+    The same exact sums on every path."""
+    if name == "int16" and U8S8 and b is not None:
+        if pairs_fit(b, trans):
+            return "u8s8"
+        if rows is not None and rows <= WIDEN_MAX_ROWS:
+            return "widen"
     return name
 
 
@@ -195,7 +210,7 @@ class _Int8Gemm(CpuKernel):
         self.M = self.rows
         self.a_signed = a.dtype == _I8
         self.trans_b = trans_b
-        name = weight_path(path_for(self.rows), b.value, trans_b)
+        name = weight_path(path_for(self.rows), b.value, trans_b, self.rows)
         self.path = ck.I8_PATHS[name]
         self.raw = name != "int16"  # B and A stored as bytes, zero points in the epilogue
         self.offs = np.zeros((1, 3), np.intp)

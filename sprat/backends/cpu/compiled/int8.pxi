@@ -4,8 +4,8 @@
 #
 # Exact for every u8/s8 operand and zero point (``vpmaddubsw``'s int16 saturation only where it
 # cannot happen: the u8s8 path below); the int32 sums are exact for K <= 33025 (K * 255 * 255 <
-# 2**31, ``I8_MAX_K``). Four paths (``I8_PATHS``), chosen by the caller (``quant.PATH``: the
-# fastest this CPU runs; ``quant.weight_path``: u8s8 for a constant weight that fits):
+# 2**31, ``I8_MAX_K``). Five paths (``I8_PATHS``), chosen by the caller (``quant.PATH``: the
+# fastest this CPU runs; ``quant.weight_path``: u8s8 for a constant weight that fits, widen):
 # - ``int16`` (any AVX2 CPU; scalar C in the baseline build): both operands widened to int16
 #   with their zero points subtracted, ``a' = a - a_zp``, ``b' = b - b_zp`` (|a'|, |b'| <= 255),
 #   multiplied by ``vpmaddwd``, which sums two int16 products into one int32 exactly
@@ -24,6 +24,11 @@
 #   MLAS's AVX2 U8S8 kernel; exact because every pair of B's bytes in a column has positive
 #   and negative parts of at most 128 (onnxruntime's ``reduce_range`` weights, 7 bits, always
 #   do). 4 x 16 tile (two passes for 6 rows).
+# - ``widen`` (AVX2 build, where the GEMM would run int16, for a constant B of a product with few
+#   rows, ``quant.weight_path``): the vnni path's bytes, layout and correction, each byte
+#   widened to int16 in registers and the pairs summed by ``vpmaddwd``: exact for every B, and
+#   B is read as bytes (the int16 path's B is twice that), what a product of few rows streams.
+#   2 x 16 tile (three passes for 6 rows).
 #
 # The API a quantized conv (im2col GEMM) or another kernel calls, from Python or Cython:
 #   ``i8_packed_b_bytes(K, N, path)``, ``i8_pack_b(b, b_signed, zp, K, N, trans, path, out,
@@ -283,6 +288,68 @@ cdef extern from *:
     #define SPRAT_I8_U8S8_BUILD 0
     static void sprat_i8_tile_u8s8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
                                    Py_ssize_t kq, int32_t* c, int mr) {
+        (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr;
+    }
+    #endif
+
+    /* The ``widen`` path's tile: the vnni layout's bytes (u8 A, s8 B, k-quads of 16-column
+       panels), exact for every B: each byte widened to int16 in registers (vpmovzxbw /
+       vpmovsxbw) and the pairs summed into int32 by vpmaddwd (|2 * 255 * 128| < 2^31: no
+       saturation), so B is read as bytes, half the int16 path's. One vpmaddwd covers 4
+       columns x 4 k of a row, its lanes (k01, k23) per column, added at the end. 2 rows a
+       pass (8 accumulators, 4 widened B vectors, the A quad). */
+    #if defined(__AVX2__)
+    #define SPRAT_I8_WROW(r)                                                             \
+        if (mr > r) {                                                                    \
+            int32_t quad;                                                                \
+            memcpy(&quad, a##r + 4 * q, 4);                                              \
+            __m256i av = _mm256_broadcastq_epi64(                                        \
+                _mm_cvtepu8_epi16(_mm_cvtsi32_si128(quad)));                             \
+            c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));              \
+            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));              \
+            c##r##2 = _mm256_add_epi32(c##r##2, _mm256_madd_epi16(av, b2));              \
+            c##r##3 = _mm256_add_epi32(c##r##3, _mm256_madd_epi16(av, b3));              \
+        }
+    static inline __attribute__((always_inline)) void sprat_i8_tile_widen_t(
+            const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq, int32_t* c,
+            const int mr) {
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00;
+        __m256i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+        const uint8_t* a0 = a;
+        const uint8_t* a1 = a + (mr > 1 ? 1 : 0) * lda;
+        for (Py_ssize_t q = 0; q < kq; q++) {
+            const int8_t* bq = b + q * 64;
+            __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)bq));
+            __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bq + 16)));
+            __m256i b2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bq + 32)));
+            __m256i b3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bq + 48)));
+            SPRAT_I8_WROW(0) SPRAT_I8_WROW(1)
+        }
+        int32_t t[8];
+    #define SPRAT_I8_WSTORE(r, g)                                                        \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)t, c##r##g);                                   \
+            for (int j = 0; j < 4; j++)                                                  \
+                c[r * 16 + 4 * g + j] = t[2 * j] + t[2 * j + 1];                         \
+        }
+        SPRAT_I8_WSTORE(0, 0) SPRAT_I8_WSTORE(0, 1) SPRAT_I8_WSTORE(0, 2) SPRAT_I8_WSTORE(0, 3)
+        SPRAT_I8_WSTORE(1, 0) SPRAT_I8_WSTORE(1, 1) SPRAT_I8_WSTORE(1, 2) SPRAT_I8_WSTORE(1, 3)
+    #undef SPRAT_I8_WSTORE
+    }
+    #undef SPRAT_I8_WROW
+
+    static void sprat_i8_tile_widen(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                    Py_ssize_t kq, int32_t* c, int mr) {
+        for (int r = 0; r < mr; r += 2) {
+            if (mr - r > 1)
+                sprat_i8_tile_widen_t(a + r * lda, lda, b, kq, c + r * 16, 2);
+            else
+                sprat_i8_tile_widen_t(a + r * lda, lda, b, kq, c + r * 16, 1);
+        }
+    }
+    #else
+    static void sprat_i8_tile_widen(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
+                                    Py_ssize_t kq, int32_t* c, int mr) {
         (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr;
     }
     #endif
@@ -1509,6 +1576,9 @@ cdef extern from *:
                                             int mr) noexcept nogil
     void i8_tile_vnni "sprat_i8_tile_vnni" (const unsigned char* a, idx lda, const signed char* b,
                                             idx kq, int* c, int mr) noexcept nogil
+    void i8_tile_widen "sprat_i8_tile_widen" (const unsigned char* a, idx lda,
+                                              const signed char* b, idx kq, int* c,
+                                              int mr) noexcept nogil
     int i8_cpu_vnni "sprat_i8_cpu_vnni" () noexcept nogil
     int i8_cpu_amx "sprat_i8_cpu_amx" () noexcept nogil
     int i8_cpu_avx512 "sprat_i8_cpu_avx512" () noexcept nogil
@@ -1571,10 +1641,12 @@ cdef enum:
     I8_VNNI = 1   # AVX-VNNI vpdpbusd
     I8_AMX = 2    # AMX tdpbusd
     I8_U8S8 = 3   # the vnni path's layout on AVX2: vpmaddubsw + vpmaddwd, where B's pairs fit
+    I8_WIDEN = 4  # the vnni path's layout on AVX2, bytes widened to int16: any B, B read as bytes
 
 
 #: the paths of ``i8_pack_b`` / ``i8_gemm``, for the Python side
-I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX, "u8s8": I8_U8S8}
+I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX, "u8s8": I8_U8S8,
+            "widen": I8_WIDEN}
 
 
 def i8_has_u8s8() -> bool:
@@ -1687,7 +1759,7 @@ def i8_pack_b(const unsigned char[::1] b, bint b_signed, const int[::1] zp, idx 
     cdef signed char* d8
     if K > I8_MAX_K or K <= 0:
         raise ValueError(f"i8_pack_b: K={K} must be in [1, {I8_MAX_K}]")
-    if path not in (I8_INT16, I8_VNNI, I8_AMX, I8_U8S8):
+    if path not in (I8_INT16, I8_VNNI, I8_AMX, I8_U8S8, I8_WIDEN):
         raise ValueError(f"i8_pack_b: unknown path {path}")
     if (b.shape[0] < K * N or out.shape[0] < i8_packed_b_bytes(K, N, path)
             or zp.shape[0] not in (1, N) or (path != I8_INT16 and bcol.shape[0] < 2 * N)):
@@ -2013,6 +2085,10 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
                 elif g.path == I8_U8S8:
                     i8_tile_u8s8(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
                                  g.kq, tile, <int>mr)
+                elif g.path == I8_WIDEN:
+                    i8_tile_widen(ar, g.pitch,
+                                  <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
+                                  tile, <int>mr)
                 elif q8 and (nr == I8_NR or nr == 8):
                     # NOTE: requantised from the tile's registers (sprat_i8_tile_q8); a last
                     # panel of 8 columns (24, 40, ... output channels) as a half tile
@@ -2091,8 +2167,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     if cb % I8_NR or rb <= 0 or (path == I8_AMX and rb % 16):
         raise ValueError("i8_gemm: cb (and rb for AMX) must be positive multiples of 16")
     if ((path == I8_VNNI and not i8_cpu_vnni()) or (path == I8_AMX and not i8_cpu_amx())
-            or (path == I8_U8S8 and not I8_U8S8_BUILD)
-            or path not in (I8_INT16, I8_VNNI, I8_AMX, I8_U8S8)):
+            or ((path == I8_U8S8 or path == I8_WIDEN) and not I8_U8S8_BUILD)
+            or path not in (I8_INT16, I8_VNNI, I8_AMX, I8_U8S8, I8_WIDEN)):
         raise ValueError(f"i8_gemm: path {path} is not available here")
     if (a_ws.shape[1] < i8_a_pitch(K, path) or a_ws.shape[0] < i8_a_rows(rows, path)
             or a_zp.shape[0] < (rows if a_zp_rows else 1)
