@@ -153,8 +153,9 @@ def pairs_fit(b: np.ndarray, trans: bool = False) -> bool:
 #: bytes widened in registers) rather than ``int16`` (widened once at prepare, twice the bytes)
 # NOTE: measured on Zen 3, 1 thread, BERT-size weights (K x N 384x1536, 1536x384, 384x384; 12
 # distinct weights called in turn, so B streams from memory as in a model), widen / int16
-# time: 1 row 0.53-0.62; 2 rows 0.82-1.24, 4+ rows 1.3-2.3 (its 2-row tile does 4 vpmaddwd
-# per row and k-quad where int16's 6-row tile does 2 per k-pair, and widens B again per pass)
+# time: 1 row 0.53-0.62; 2 rows 0.82-1.24, 4+ rows 1.3-2.3 (as many vpmaddwd, but its tile
+# widens each row's 4 bytes of A per k-quad and B's 64 again per 2-row pass, two and four
+# shuffles, where the int16 tile broadcasts values widened once; compute-bound from 2 rows)
 WIDEN_MAX_ROWS = 1
 
 
