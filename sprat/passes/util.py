@@ -100,22 +100,47 @@ def scaled_per_channel(g: Graph, w: int, vec, before, producers: dict) -> int | 
     return out
 
 
+#: the sizes symbolic input dims take, in turn, for ``inferred_infos``
+# NOTE: 1 first; where a node's shape cannot follow from 1 (a detector's neck: stride-2 convs
+# take a 1x1 map to 1x1, its upsampled copy to 2x2, and the Concat of the two fails), 64
+# (a multiple of every stride up to 64). NudeNet 320's QDQ export: with 1 alone, its 31 SiLUs
+# after the neck's first Concat stayed float Sigmoid + QuantizeLinear + QLinearMul
+SYMBOLIC_SIZES = (1, 64)
+
+
 def inferred_infos(g: Graph) -> dict:
     """``{value: TensorInfo}`` of every value whose shape follows from the graph inputs'
-    shapes, symbolic dims taken as 1 (enough for ranks and constant-sized dims)."""
+    shapes, symbolic dims taken as 1 (enough for ranks, dtypes and constant-sized dims); the
+    values that inference cannot reach that way (a node fails on 1-sized dims) from the next
+    of ``SYMBOLIC_SIZES`` instead."""
     from ..errors import SpratError
     from ..ir.shapes.control import constant_infos, infer_step
     from ..ir.tensorinfo import TensorInfo
 
     known = constant_infos(g)
     for i in g.inputs:
-        v = g.values[i]
-        if v.shape is None or v.dtype is None:
+        if g.values[i].shape is None or g.values[i].dtype is None:
             return known
-        known[i] = TensorInfo(tuple(d if isinstance(d, int) else 1 for d in v.shape), v.dtype)
-    for node in g.nodes:
-        try:
-            infer_step(node, known)
-        except SpratError:  # NOTE: a shape that needs data (or an unknown op): stop there
+    result = None
+    for size in SYMBOLIC_SIZES:
+        attempt = dict(known)
+        for i in g.inputs:
+            v = g.values[i]
+            attempt[i] = TensorInfo(tuple(d if isinstance(d, int) else size for d in v.shape),
+                                    v.dtype)
+        complete = True
+        for node in g.nodes:
+            try:
+                infer_step(node, attempt)
+            except SpratError:  # NOTE: a shape that needs data (or an unknown op): stop there
+                complete = False
+                break
+        if result is None:
+            result = attempt
+        else:
+            for k, info in attempt.items():
+                result.setdefault(k, info)
+        if complete or not any(not isinstance(d, int) for i in g.inputs
+                                for d in g.values[i].shape):
             break
-    return known
+    return result

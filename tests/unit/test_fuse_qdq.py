@@ -346,6 +346,48 @@ def test_qdq_silu_becomes_one_table():
     _equal_to_unfused(model)
 
 
+def test_qdq_silu_after_a_neck_of_symbolic_size_becomes_one_table():
+    """A detector's neck on a symbolic-size input: a stride-2 MaxPool upsampled by 2 and
+    concatenated with its input. With the symbolic dims taken as 1 the Concat's shapes differ
+    (1x1 against 2x2), so inference stops there; ``passes.util.inferred_infos`` takes the
+    values after it from a second size (``SYMBOLIC_SIZES``), and the QDQ SiLU after the Concat
+    becomes a table as before it (NudeNet 320's QDQ export kept 31 float Sigmoids)."""
+    from sprat.passes.util import inferred_infos
+
+    inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
+             _init("ss", np.float32(1 / 255)), _init("sz", np.uint8(0)),
+             _init("ys", np.float32(0.03)), _init("yz", np.uint8(10)),
+             _init("scales", np.array([1, 1, 2, 2], np.float32))]
+    nodes = [h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest"),
+             h.make_node("Concat", ["x", "u"], ["c"], axis=1),
+             h.make_node("DequantizeLinear", ["c", "xs", "xz"], ["f"]),
+             h.make_node("Sigmoid", ["f"], ["sg"]),
+             h.make_node("QuantizeLinear", ["sg", "ss", "sz"], ["s"]),
+             h.make_node("DequantizeLinear", ["s", "ss", "sz"], ["sf"]),
+             h.make_node("DequantizeLinear", ["c", "xs", "xz"], ["f2"]),
+             h.make_node("Mul", ["f2", "sf"], ["m"]),
+             h.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
+    g = h.make_graph(nodes, "neck", [h.make_tensor_value_info("x", T.UINT8,
+                                                              [1, 16, "h", "w"])],
+                     [h.make_tensor_value_info("y", T.UINT8, None)], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    from sprat.frontends.onnx.importer import import_model
+
+    graph = import_model(model)
+    infos = inferred_infos(graph)
+    y = graph.outputs[0]
+    assert y in infos and infos[y].dtype == np.uint8 and len(infos[y].shape) == 4
+    ops = _ops(model)
+    assert "Sigmoid" not in ops and ops["QLinearLookup"] == 1, ops
+    feeds = {"x": np.random.default_rng(3).integers(0, 256, (1, 16, 12, 10)).astype(np.uint8)}
+    got, backends = _sprat(model, feeds)
+    assert set(backends.values()) == {"cpu"}, backends
+    unfused, _ = _sprat(model, feeds, optimized=False)
+    np.testing.assert_array_equal(got, unfused)
+    assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1
+
+
 # ---- DQ -> data movement -> Q on the quantized bytes (``fuse_qdq_movement``) --------------
 
 def _movement(op_nodes, q_params, extra_inits=(), inputs=(("x", (1, 16, 9, 9)),),
