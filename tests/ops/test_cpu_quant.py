@@ -309,6 +309,14 @@ def test_pairs_fit_bound():
     assert not quant.pairs_fit(np.full((1, 2), 65, np.int8), trans=True)
 
 
+def _gemm_path(a, b, a_zp, b_zp) -> int:
+    """The integer GEMM path (``kernels.I8_PATHS``) of the cpu kernel of ``MatMulInteger(a,
+    b, a_zp, b_zp)``, b and its zero point constant."""
+    node, infos = make_node("MatMulInteger", [a, b, a_zp, b_zp], None, (1, 3))
+    node = dataclasses.replace(node, outputs=[4])
+    return run_cpu(node, infos, [a, b, a_zp, b_zp], with_kernel=True)[1].path
+
+
 @pytest.mark.skipif(not quant.U8S8, reason="the u8s8 path runs where the GEMM would be int16")
 @pytest.mark.parametrize("m,k,n", [(1, 7, 5), (13, 100, 45), (130, 96, 70), (50, 384, 64)])
 @pytest.mark.parametrize("ta,tb", [(U8, I8), (I8, I8), (U8, U8), (I8, U8)])
@@ -319,10 +327,7 @@ def test_u8s8_path_on_weights_that_fit(m, k, n, ta, tb):
     blocks; the same products on weights that do not fit stay on int16."""
     a, b = q((m, k), ta), _fits((k, n), tb)
     zb = np.array(0, tb) if tb == I8 else np.array(128, tb)
-    node, infos = make_node("MatMulInteger", [a, b, q((), ta), zb], None, (1, 3))
-    node = dataclasses.replace(node, outputs=[4])
-    assert run_cpu(node, infos, [a, b, q((), ta), zb], with_kernel=True)[1].path == \
-        kernels.I8_PATHS["u8s8"]
+    assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS["u8s8"]
     exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
     sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
     sy = np.array(0.37 * k ** 0.5, np.float32)
@@ -334,11 +339,8 @@ def test_u8s8_path_on_weights_that_fit(m, k, n, ta, tb):
     assert quant.pairs_fit(b)
     b[0, 0], b[1, 0] = (127, 127) if tb == I8 else (255, 255)
     assert not quant.pairs_fit(b)
-    node, infos = make_node("MatMulInteger", [a, b, q((), ta), zb], None, (1, 3))
-    node = dataclasses.replace(node, outputs=[4])
     other = "widen" if m <= quant.WIDEN_MAX_ROWS else "int16"
-    assert run_cpu(node, infos, [a, b, q((), ta), zb], with_kernel=True)[1].path == \
-        kernels.I8_PATHS[other]
+    assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS[other]
     exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
 
 
@@ -355,10 +357,7 @@ def test_widen_path_on_full_range_weights(k, n, ta, tb):
     b[: 2, 1] = np.iinfo(tb).max
     assert not quant.pairs_fit(b)
     zb = q((n,), tb)
-    node, infos = make_node("MatMulInteger", [a, b, q((), ta), zb], None, (1, 3))
-    node = dataclasses.replace(node, outputs=[4])
-    assert run_cpu(node, infos, [a, b, q((), ta), zb], with_kernel=True)[1].path == \
-        kernels.I8_PATHS["widen"]
+    assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS["widen"]
     exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
     sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
     exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb, np.array(0.37 * k ** 0.5, np.float32),

@@ -328,20 +328,25 @@ def test_quantized_pool_of_an_unrecorded_shape_runs_channels_last():
     _equal_to_unfused(model)
 
 
-def test_qdq_silu_becomes_one_table():
-    """The QDQ form of SiLU (DQ -> Sigmoid -> Q, then DQ(x) * DQ(s) -> Q): fuse_lookup's
-    sigmoid table and fuse_qdq's QLinearMul of x by it become one table of x."""
+def _qdq_silu(x):
+    """(nodes, initializers) of the QDQ form of SiLU of the uint8 value ``x`` into ``y``."""
     inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
              _init("ss", np.float32(1 / 255)), _init("sz", np.uint8(0)),
              _init("ys", np.float32(0.03)), _init("yz", np.uint8(10))]
-    nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f"]),
+    nodes = [h.make_node("DequantizeLinear", [x, "xs", "xz"], ["f"]),
              h.make_node("Sigmoid", ["f"], ["sg"]),
              h.make_node("QuantizeLinear", ["sg", "ss", "sz"], ["s"]),
              h.make_node("DequantizeLinear", ["s", "ss", "sz"], ["sf"]),
-             h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f2"]),
+             h.make_node("DequantizeLinear", [x, "xs", "xz"], ["f2"]),
              h.make_node("Mul", ["f2", "sf"], ["m"]),
              h.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
-    model = _model(nodes, inits)
+    return nodes, inits
+
+
+def test_qdq_silu_becomes_one_table():
+    """The QDQ form of SiLU (DQ -> Sigmoid -> Q, then DQ(x) * DQ(s) -> Q): fuse_lookup's
+    sigmoid table and fuse_qdq's QLinearMul of x by it become one table of x."""
+    model = _model(*_qdq_silu("x"))
     assert _ops(model) == {"QLinearLookup": 1}, _ops(model)
     _equal_to_unfused(model)
 
@@ -354,20 +359,11 @@ def test_qdq_silu_after_a_neck_of_symbolic_size_becomes_one_table():
     becomes a table as before it (NudeNet 320's QDQ export kept 31 float Sigmoids)."""
     from sprat.passes.util import inferred_infos
 
-    inits = [_init("xs", np.float32(0.05)), _init("xz", np.uint8(120)),
-             _init("ss", np.float32(1 / 255)), _init("sz", np.uint8(0)),
-             _init("ys", np.float32(0.03)), _init("yz", np.uint8(10)),
-             _init("scales", np.array([1, 1, 2, 2], np.float32))]
+    silu, inits = _qdq_silu("c")
+    inits.append(_init("scales", np.array([1, 1, 2, 2], np.float32)))
     nodes = [h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
              h.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest"),
-             h.make_node("Concat", ["x", "u"], ["c"], axis=1),
-             h.make_node("DequantizeLinear", ["c", "xs", "xz"], ["f"]),
-             h.make_node("Sigmoid", ["f"], ["sg"]),
-             h.make_node("QuantizeLinear", ["sg", "ss", "sz"], ["s"]),
-             h.make_node("DequantizeLinear", ["s", "ss", "sz"], ["sf"]),
-             h.make_node("DequantizeLinear", ["c", "xs", "xz"], ["f2"]),
-             h.make_node("Mul", ["f2", "sf"], ["m"]),
-             h.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
+             h.make_node("Concat", ["x", "u"], ["c"], axis=1), *silu]
     g = h.make_graph(nodes, "neck", [h.make_tensor_value_info("x", T.UINT8,
                                                               [1, 16, "h", "w"])],
                      [h.make_tensor_value_info("y", T.UINT8, None)], inits)
