@@ -106,6 +106,11 @@ def scaled_per_channel(g: Graph, w: int, vec, before, producers: dict) -> int | 
 # (a multiple of every stride up to 64). NudeNet 320's QDQ export: with 1 alone, its 31 SiLUs
 # after the neck's first Concat stayed float Sigmoid + QuantizeLinear + QLinearMul
 SYMBOLIC_SIZES = (1, 64)
+#: the most bytes a node's folded value may hold in the attempts after the first: a constant
+#: computed from symbolic dims grows with their size (a (seq, seq, hidden) mask at 64 is
+#: 12 MB, a (batch, seq, seq, hidden) one 800 MB); past it the value stays unknown, its shape
+#: and dtype known
+LATER_FOLD_MAX_BYTES = 64 << 20
 
 
 def inferred_infos(g: Graph) -> dict:
@@ -129,9 +134,10 @@ def inferred_infos(g: Graph) -> dict:
             attempt[i] = TensorInfo(tuple(d if isinstance(d, int) else size for d in v.shape),
                                     v.dtype)
         complete = True
+        cap = None if result is None else LATER_FOLD_MAX_BYTES
         for node in g.nodes:
             try:
-                infer_step(node, attempt)
+                infer_step(node, attempt, cap)
             except SpratError:  # NOTE: a shape that needs data (or an unknown op): stop there
                 complete = False
                 break

@@ -13,6 +13,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import sprat
+from sprat.frontends.onnx.importer import import_model
 
 
 def _init(name, arr):
@@ -71,7 +72,6 @@ def _sprat(model, feeds, optimized=True):
 
 
 def _nodes(model):
-    from sprat.frontends.onnx.importer import import_model
     from sprat.passes import optimize
 
     return optimize(import_model(model)).nodes
@@ -351,6 +351,18 @@ def test_qdq_silu_becomes_one_table():
     _equal_to_unfused(model)
 
 
+def _neck_model(after, inits, out="y", out_type=T.UINT8):
+    """A detector's neck on a (1, 16, h, w) uint8 input: ``c`` = Concat(x, 2x upsample of its
+    2x2/2 MaxPool) on channels (1-sized h and w make the two 1x1 and 2x2), then ``after``."""
+    nodes = [h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest"),
+             h.make_node("Concat", ["x", "u"], ["c"], axis=1), *after]
+    g = h.make_graph(nodes, "neck", [h.make_tensor_value_info("x", T.UINT8, [1, 16, "h", "w"])],
+                     [h.make_tensor_value_info(out, out_type, None)],
+                     [*inits, _init("scales", np.array([1, 1, 2, 2], np.float32))])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+
+
 def test_qdq_silu_after_a_neck_of_symbolic_size_becomes_one_table():
     """A detector's neck on a symbolic-size input: a stride-2 MaxPool upsampled by 2 and
     concatenated with its input. With the symbolic dims taken as 1 the Concat's shapes differ
@@ -360,16 +372,7 @@ def test_qdq_silu_after_a_neck_of_symbolic_size_becomes_one_table():
     from sprat.passes.util import inferred_infos
 
     silu, inits = _qdq_silu("c")
-    inits.append(_init("scales", np.array([1, 1, 2, 2], np.float32)))
-    nodes = [h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-             h.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest"),
-             h.make_node("Concat", ["x", "u"], ["c"], axis=1), *silu]
-    g = h.make_graph(nodes, "neck", [h.make_tensor_value_info("x", T.UINT8,
-                                                              [1, 16, "h", "w"])],
-                     [h.make_tensor_value_info("y", T.UINT8, None)], inits)
-    model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
-    from sprat.frontends.onnx.importer import import_model
-
+    model = _neck_model(silu, inits)
     graph = import_model(model)
     infos = inferred_infos(graph)
     y = graph.outputs[0]
@@ -383,6 +386,21 @@ def test_qdq_silu_after_a_neck_of_symbolic_size_becomes_one_table():
     np.testing.assert_array_equal(got, unfused)
     assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1
 
+
+
+def test_later_symbolic_sizes_do_not_fold_large_values():
+    """The second symbolic size folds no value above ``LATER_FOLD_MAX_BYTES``: a constant
+    computed from the symbolic dims (here a (1, 256, 512, 512) float32 ConstantOfShape, 268 MB
+    at the size 64) keeps its shape and dtype, not its contents."""
+    from sprat.passes import util
+
+    after = [h.make_node("Shape", ["c"], ["s"]), h.make_node("Mul", ["s", "k"], ["s8"]),
+             h.make_node("ConstantOfShape", ["s8"], ["y"])]
+    graph = import_model(_neck_model(after, [_init("k", np.array([1, 8, 8, 8], np.int64))],
+                                     out_type=T.FLOAT))
+    info = util.inferred_infos(graph)[graph.outputs[0]]
+    assert util.SYMBOLIC_SIZES[1] == 64 and util.LATER_FOLD_MAX_BYTES < 268 << 20
+    assert info.shape == (1, 256, 512, 512) and info.dtype == np.float32 and info.value is None
 
 # ---- DQ -> data movement -> Q on the quantized bytes (``fuse_qdq_movement``) --------------
 

@@ -25,9 +25,11 @@ FOLD_MAX_FRACTION = 4
 _BOOL = np.dtype(np.bool_)
 
 
-def fold_node(node: Node, ins: list[TensorInfo | None]) -> list[np.ndarray] | None:
+def fold_node(node: Node, ins: list[TensorInfo | None],
+              fold_limit: int | None = None) -> list[np.ndarray] | None:
     """Outputs of ``node`` known before running (from shapes alone, or every input known),
-    else None. Raises ShapeError when folding fails."""
+    else None. ``fold_limit``: the most output bytes computed by running the node (default a
+    ``FOLD_MAX_FRACTION`` of the machine's memory). Raises ShapeError when folding fails."""
     from .values import infer_values
 
     if node.op_type in CONTROL:
@@ -46,7 +48,7 @@ def fold_node(node: Node, ins: list[TensorInfo | None]) -> list[np.ndarray] | No
         from ...memory.planner import physical_memory
         from . import output_nbytes
 
-        limit = physical_memory() // FOLD_MAX_FRACTION
+        limit = physical_memory() // FOLD_MAX_FRACTION if fold_limit is None else fold_limit
         if limit and output_nbytes(node, ins) > limit:
             return None
 
@@ -69,15 +71,17 @@ def constant_infos(g: Graph) -> dict[int, TensorInfo]:
             for i, v in enumerate(g.values) if v.data is not None}
 
 
-def infer_step(node: Node, known: dict[int, TensorInfo]) -> tuple[list, list] | None:
+def infer_step(node: Node, known: dict[int, TensorInfo],
+               fold_limit: int | None = None) -> tuple[list, list] | None:
     """Infer ``node``'s outputs into ``known`` (value index -> info): folded to their values
     when they can be known before running (returns None), else their shapes and dtypes
-    (returns ``(input infos, output infos)``, as many outputs as the node lists). Raises
-    ShapeError (DataDependentShape when a shape needs data computed while running)."""
+    (returns ``(input infos, output infos)``, as many outputs as the node lists);
+    ``fold_limit`` as ``fold_node``'s. Raises ShapeError (DataDependentShape when a shape needs
+    data computed while running)."""
     from . import infer
 
     ins = [None if i == MISSING else known[i] for i in node.inputs]
-    values = fold_node(node, ins)
+    values = fold_node(node, ins, fold_limit)
     if values is not None:
         for o, val in zip(node.outputs, values):
             known[o] = TensorInfo(tuple(val.shape), val.dtype, val)
