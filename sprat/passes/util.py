@@ -126,8 +126,9 @@ def inferred_infos(g: Graph) -> dict:
     for i in g.inputs:
         if g.values[i].shape is None or g.values[i].dtype is None:
             return known
+    symbolic = any(not isinstance(d, int) for i in g.inputs for d in g.values[i].shape)
     result = None
-    for size in SYMBOLIC_SIZES:
+    for size in SYMBOLIC_SIZES if symbolic else SYMBOLIC_SIZES[:1]:
         attempt = dict(known)
         for i in g.inputs:
             v = g.values[i]
@@ -146,7 +147,6 @@ def inferred_infos(g: Graph) -> dict:
         else:
             for k, info in attempt.items():
                 result.setdefault(k, info)
-        if complete or not any(not isinstance(d, int) for i in g.inputs
-                                for d in g.values[i].shape):
+        if complete:
             break
     return result

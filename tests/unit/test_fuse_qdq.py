@@ -387,7 +387,6 @@ def test_qdq_silu_after_a_neck_of_symbolic_size_becomes_one_table():
     assert np.abs(got.astype(int) - _spec(model, feeds).astype(int)).max() <= 1
 
 
-
 def test_later_symbolic_sizes_do_not_fold_large_values():
     """The second symbolic size folds no value above ``LATER_FOLD_MAX_BYTES``: a constant
     computed from the symbolic dims (here a (1, 256, 512, 512) float32 ConstantOfShape, 268 MB

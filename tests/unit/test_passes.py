@@ -396,11 +396,9 @@ def test_zero_pad_of_channels_folds_into_the_residual(backends, cin, cout, k):
 @pytest.mark.parametrize("case", ["value", "before", "spatial"])
 def test_channel_pads_that_are_not_trailing_zeros_stay(case):
     pads = {"value": (0, 0, 0, 0, 0, 4, 0, 0), "before": (0, 4, 0, 0, 0, 0, 0, 0),
-            "spatial": (0, 0, 0, 0, 0, 4, 0, 0)}[case]
+            "spatial": (0, 0, 0, 0, 0, 4, 0, 1)}[case]
     model = _channel_pad_block(pads, value=0.5 if case == "value" else None)
     if case == "spatial":  # Pad also widens the map by one column; the conv's output too
-        pads = (0, 0, 0, 0, 0, 4, 0, 1)
-        model = _channel_pad_block(pads)
         model.graph.node[2].attribute[0].CopyFrom(h.make_attribute("pads", [0, 0, 0, 1]))
     g = _check(model)
     assert g.op_counts().get("Pad") == 1
