@@ -344,7 +344,8 @@ def test_qlinear_conv_u8s8_path(m, k, attrs, xdt, wdt, lookup):
     """7-bit weights (onnxruntime's reduce_range) run on the u8s8 path (vpmaddubsw), exactly:
     1x1 and im2col convs, channels past a 16-column panel, int8 weights (requantised in the
     tile's registers) and uint8 ones with zero points (the separate epilogue), a fused
-    lookup; full-range weights stay on int16."""
+    lookup, a pair that does not fit (a correction record); full-range weights stay on
+    int16."""
     ins, consts = _qlinear_inputs(1, 9, 10, 32, m, k, xdt=xdt, wdt=wdt, seed=m + k)
     lo, hi = (-64, 64) if wdt == _S8 else (64, 192)
     ins[3] = _q(ins[3].shape, wdt, 9, lo, hi)
@@ -355,6 +356,11 @@ def test_qlinear_conv_u8s8_path(m, k, attrs, xdt, wdt, lookup):
         ins.append(_lookup_inputs("mixed", m, xdt, xdt, seed=k))
         consts = consts + (len(ins) - 1,)
         full["_lookup"] = True
+    assert _kernel("QLinearConv", ins, full, consts).ipath == ck.I8_PATHS["u8s8"]
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
+    # NOTE: one pair that does not fit: u8s8 clipped, with a correction record
+    ins[3] = ins[3].copy()
+    ins[3].reshape(m, -1)[0, :2] = 127 if wdt == _S8 else 255
     assert _kernel("QLinearConv", ins, full, consts).ipath == ck.I8_PATHS["u8s8"]
     check_cpu("QLinearConv", ins, full, consts, rtol=0)
     ins[3] = _q(ins[3].shape, wdt, 11)

@@ -324,7 +324,8 @@ def test_u8s8_path_on_weights_that_fit(m, k, n, ta, tb):
     """Weights whose pairs fit run on the u8s8 path (vpmaddubsw + vpmaddwd), exactly: int32,
     float32 and requantized outputs (the requantisation in the tile's registers where B's zero
     points are 0: int8 B; uint8 B's shifted zero points are not), ragged panels, several
-    blocks; the same products on weights that do not fit stay on int16."""
+    blocks; with a pair that does not fit, u8s8 with a correction record (``u8s8_split``);
+    full-range weights (most panels would need records) stay on int16."""
     a, b = q((m, k), ta), _fits((k, n), tb)
     zb = np.array(0, tb) if tb == I8 else np.array(128, tb)
     assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS["u8s8"]
@@ -339,9 +340,109 @@ def test_u8s8_path_on_weights_that_fit(m, k, n, ta, tb):
     assert quant.pairs_fit(b)
     b[0, 0], b[1, 0] = (127, 127) if tb == I8 else (255, 255)
     assert not quant.pairs_fit(b)
-    other = "widen" if m <= quant.WIDEN_MAX_ROWS else "int16"
+    other = "widen" if m <= quant.WIDEN_MAX_ROWS else "u8s8"
     assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS[other]
     exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
+    b = q((k, n), tb)
+    assert quant.u8s8_split(quant._stored(b))[2] > quant.U8S8_MAX_SHARE
+    other = "widen" if m <= quant.WIDEN_MAX_ROWS else "int16"
+    assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS[other]
+
+
+def _sparse_cuts(shape, dtype, share, rng=RNG):
+    """Weights that fit u8s8 (``_fits``) but for about ``share`` of their pairs of rows per
+    column (and the first), which get two same-signed extremes (a cut and a correction
+    record each)."""
+    b = _fits(shape, dtype, rng).astype(np.int16)
+    k, n = shape
+    pick = rng.random((k // 2, n)) < share
+    pick[0, 0] = True
+    hit = np.nonzero(pick)
+    top = np.iinfo(dtype).max
+    low = np.iinfo(dtype).min if dtype == I8 else 0
+    ends = np.where(rng.random(len(hit[0])) < 0.5, top, low)
+    b[2 * hit[0], hit[1]] = ends
+    b[2 * hit[0] + 1, hit[1]] = ends - np.sign(ends - 64) * rng.integers(0, 40, len(ends))
+    return b.astype(dtype)
+
+
+def test_u8s8_split_rebuilds_the_weight():
+    """``u8s8_split``: the clipped weight fits u8s8, and it plus the records' residuals is the
+    weight again; a weight that fits has no records."""
+    for tb in (I8, U8):
+        b = _sparse_cuts((101, 70), tb, 0.05)
+        s = quant._stored(b)
+        c, res, share = quant.u8s8_split(s)
+        assert kernels.i8_pairs_fit(c) and 0 < share < 1
+        npan = (70 + 15) // 16
+        first, recs = res[:npan + 1], res[npan + 1:].reshape(-1, 17)
+        rebuilt = c.astype(np.int32)
+        rebuilt = np.pad(rebuilt, ((0, 1), (0, npan * 16 - 70)))
+        for q_ in range(npan):
+            for rec in recs[first[q_]:first[q_ + 1]]:
+                lo = (rec[1:] & 0xFFFF).astype(np.int16)
+                hi = (rec[1:] >> 16).astype(np.int16)
+                rebuilt[2 * rec[0], 16 * q_:16 * q_ + 16] += lo
+                rebuilt[2 * rec[0] + 1, 16 * q_:16 * q_ + 16] += hi
+        np.testing.assert_array_equal(rebuilt[:101, :70], s)
+    fit = quant._stored(_fits((33, 20), I8))
+    assert quant.u8s8_split(fit)[1].size == 0
+
+
+@pytest.mark.skipif(not quant.U8S8, reason="the u8s8 path runs where the GEMM would be int16")
+@pytest.mark.parametrize("m,k,n", [(2, 77, 5), (6, 101, 45), (13, 384, 70), (130, 96, 33)])
+@pytest.mark.parametrize("ta,tb", DTYPES)
+def test_u8s8_path_with_correction_records(m, k, n, ta, tb):
+    """Weights with a few pairs that do not fit (u8s8 would saturate) run on u8s8 clipped,
+    the cut-off parts added back by correction records (``u8s8_split``), exactly: int32,
+    requantized (int8 B: in the tile's registers) and float32 outputs, every row count of
+    the tile, odd K, ragged panels, per-column zero points."""
+    a, b = q((m, k), ta), _sparse_cuts((k, n), tb, 0.0015, np.random.default_rng(k + n))
+    assert not quant.pairs_fit(b)
+    assert 0 < quant.u8s8_split(quant._stored(b))[2] <= quant.U8S8_MAX_SHARE
+    zb = np.array(0, tb) if tb == I8 else np.array(128, tb)
+    assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS["u8s8"]
+    exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
+    exact("MatMulInteger", [a, b, q((), ta), q((n,), tb)], consts=(1, 3))
+    sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
+    sy = np.array(0.37 * k ** 0.5, np.float32)
+    exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb.reshape(1).repeat(n).astype(tb), sy,
+                            q((), ta)], consts=(3, 4, 5))
+    bias = RNG.standard_normal(n).astype(np.float32)
+    exact("MatMulIntegerToFloat", [a, b, sa, sb, q((), ta), zb, bias], consts=(1, 3, 5, 6),
+          domain="com.microsoft")
+
+
+def test_i8_gemm_refuses_malformed_correction_records():
+    """``i8_gemm``'s ``res``: only on u8s8, each panel's first record in order, the whole
+    records, each record's pair of rows inside K."""
+    if not quant.U8S8:
+        pytest.skip("the u8s8 path runs where the GEMM would be int16")
+    m, k, n = 4, 20, 20
+    path = kernels.I8_PATHS["u8s8"]
+    packed, bcol, res = quant.pack_b(_sparse_cuts((k, n), I8, 0.3), None, k, n, False, path)
+    assert res.size
+    aws = np.zeros((m, kernels.i8_a_pitch(k, path)), np.uint8)
+
+    def call(r, p=path):
+        kernels.i8_gemm(1, q((m, k), U8).reshape(-1), False, np.array([0], np.int32), False,
+                        aws, np.zeros(m, np.int32), False, packed, bcol, p,
+                        np.zeros((1, 3), np.intp), m, n, k, 6, 16, kernels.I8_KINDS["int32"],
+                        np.zeros(m * n * 4, np.uint8), np.ones(1, np.float32),
+                        np.zeros(0, np.float32), np.zeros(0, np.int32), 0.0, 0.0, 0.0, 0.0,
+                        False, res=r)
+
+    call(res)
+    for bad in (res[:-1], np.concatenate([[1], res[1:]]).astype(np.int32)):
+        with pytest.raises(ValueError, match="malformed"):
+            call(bad)
+    far = res.copy()
+    far[3] = k // 2 + 1
+    with pytest.raises(ValueError, match="outside K"):
+        call(far)
+    if kernels.I8_PATHS["int16"] != path:
+        with pytest.raises(ValueError, match="u8s8 path only"):
+            call(res, kernels.I8_PATHS["widen"])
 
 
 @pytest.mark.skipif(not quant.U8S8, reason="the widen path runs where the GEMM would be int16")
@@ -376,7 +477,7 @@ def test_widen_gemm_any_rows_is_exact(m):
     a, b = q((m, k), U8), q((k, n), I8)
     b[:4] = 127
     path = kernels.I8_PATHS["widen"]
-    packed, bcol = quant.pack_b(b, np.array([-3], np.int32), k, n, False, path)
+    packed, bcol, _ = quant.pack_b(b, np.array([-3], np.int32), k, n, False, path)
     aws = np.zeros((kernels.i8_a_rows(m, path), kernels.i8_a_pitch(k, path)), np.uint8)
     y = np.zeros(m * n * 4, np.uint8)
     rb, cb = quant._blocks(m, n, 1)

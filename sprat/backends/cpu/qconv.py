@@ -500,7 +500,7 @@ class QConvKernel(CpuKernel):
         a_zp = bufs[2] if self.xz_runtime else self.a_zp  # NOTE: the run's, filled by run
         kind = {2: _OUT["int32"], 3: _OUT["tflite"]}.get(self.kind, _OUT["quantized"])
         ibias = self.bias if self.kind != 2 else np.zeros(0, np.int32)
-        packed, bcol = self.b_packed
+        packed, bcol, res = self.b_packed
         im2col = None
         if not self.pointwise:
             n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = self.geom
@@ -517,7 +517,7 @@ class QConvKernel(CpuKernel):
         args += (0, 0.0, 0.0, tfl_ms, None, post)
         # NOTE: the im2col and GEMM bound once (``I8GemmCall``): parsing their arguments cost
         # ~2 us a run, most of a small conv's time
-        return self._fixed([(ck.I8GemmCall(args, im2col), ())], y)
+        return self._fixed([(ck.I8GemmCall(args, im2col, res), ())], y)
 
     def _fixed(self, calls, y):
         """``calls`` and, when some channels of a fused lookup are not a second requantisation

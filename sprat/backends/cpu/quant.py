@@ -23,8 +23,9 @@ com.microsoft ops, whose bias and QGemm's C must be constant as well). K up to `
 
 The GEMM's path (``PATH``): ``amx`` where the CPU and OS give AMX tiles, else ``vnni`` (AVX-VNNI),
 else ``int16`` (AVX2; scalar on the baseline build), and on ``int16`` CPUs ``u8s8`` for a constant
-weight whose pairs of values fit vpmaddubsw without saturation, or ``widen`` for any other constant
-weight of a product with few rows (``weight_path``); all exact, so all give the same results.
+weight whose pairs of values fit vpmaddubsw without saturation (or nearly all do: the rest as
+correction records, ``u8s8_split``), or ``widen`` for any other constant weight of a product with
+few rows (``weight_path``); all exact, so all give the same results.
 The quantize_dynamic pattern reaches these kernels as MatMulIntegerToFloat
 (``passes/fuse_quant.py``).
 """
@@ -137,6 +138,13 @@ U8S8 = (PATH == "int16" and ck.i8_has_u8s8()
         and not os.environ.get("SPRAT_I8", "").strip())
 
 
+def _stored(b: np.ndarray, trans: bool = False) -> np.ndarray:
+    """The int8 bytes the raw paths pack for ``b`` (K, N), or (N, K) when ``trans``: int8 as
+    is, uint8 shifted by -128; (K, N), C-contiguous."""
+    bs = b.view(np.int8) if b.dtype == _I8 else (b.astype(np.int16) - 128).astype(np.int8)
+    return np.ascontiguousarray(bs.T if trans else bs)
+
+
 def pairs_fit(b: np.ndarray, trans: bool = False) -> bool:
     """Whether the ``u8s8`` path (vpmaddubsw: two u8 * s8 products summed in int16, as MLAS's
     AVX2 U8S8 kernel) multiplies the weight ``b`` (K, N), or (N, K) when ``trans``, uint8 or
@@ -145,8 +153,59 @@ def pairs_fit(b: np.ndarray, trans: bool = False) -> bool:
     (``ck.i8_pairs_fit``). onnxruntime's ``reduce_range`` weights (7 bits) always fit."""
     if b.ndim != 2:
         return False
-    bs = b.view(np.int8) if b.dtype == _I8 else (b.astype(np.int16) - 128).astype(np.int8)
-    return bool(ck.i8_pairs_fit(np.ascontiguousarray(bs.T if trans else bs)))
+    return bool(ck.i8_pairs_fit(_stored(b, trans)))
+
+
+def u8s8_split(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(c, res, share)``: the packed bytes ``s`` (K, N) int8 (``_stored``) as a weight the
+    ``u8s8`` path multiplies exactly (``c``, (K, N) int8) plus correction records for the
+    rest (``res``, int32, ``i8_gemm``'s ``res``), and the share of (pair of rows, 16-column
+    panel) blocks that have a record.
+
+    A pair of rows (2p, 2p + 1) of a column whose two values have the same sign and
+    magnitudes summing past 128 (vpmaddubsw would saturate: ``pairs_fit``) keeps the smaller
+    and has the larger cut to 128 minus it; the cut-off part ``r = s - c`` of a panel's pair
+    becomes a record: the pair's index p, then per column j of the panel ``r[2p, j] |
+    r[2p + 1, j] << 16`` (16 int32), which the tile adds to its sums by vpmaddwd with the
+    pair of A's bytes, so ``A @ c + corrections == A @ s`` exactly. ``res`` holds first, per
+    panel, the index of its first record (npan + 1 values), then the records (17 int32
+    each); empty when nothing is cut."""
+    K, N = s.shape
+    kp, npan = (K + 1) // 2, (N + 15) // 16
+    w = np.zeros((2 * kp, npan * 16), np.int16)
+    w[:K, :N] = s
+    w0, w1 = w[0::2], w[1::2]
+    a0, a1 = np.abs(w0), np.abs(w1)
+    same = (w0 > 0) & (w1 > 0) | (w0 < 0) & (w1 < 0)
+    cut = same & (a0 + a1 > 128)
+    sign = np.where(w0 > 0, 1, -1).astype(np.int16)
+    big0 = a0 >= a1
+    c = w.copy()
+    c[0::2] = np.where(cut & big0, sign * (128 - a1), w0)
+    c[1::2] = np.where(cut & ~big0, sign * (128 - a0), w1)
+    r = (w - c).reshape(kp, 2, npan, 16)
+    has = r.any(axis=(1, 3))  # (kp, npan)
+    share = float(has.mean()) if has.size else 0.0
+    if not has.any():
+        return s, np.zeros(0, np.int32), 0.0
+    qs, ps = np.nonzero(has.T)  # NOTE: panel by panel, pairs in order
+    first = np.zeros(npan + 1, np.int32)
+    np.cumsum(np.bincount(qs, minlength=npan), out=first[1:])
+    recs = np.empty((len(ps), 17), np.int32)
+    recs[:, 0] = ps
+    lo = r[ps, 0, qs, :].astype(np.int32) & 0xFFFF
+    recs[:, 1:] = lo | (r[ps, 1, qs, :].astype(np.int32) << 16)
+    return (np.ascontiguousarray(c[:K, :N], np.int8), np.concatenate([first, recs.ravel()]),
+            share)
+
+
+#: the largest share of (pair of rows, panel) blocks with a correction record (``u8s8_split``)
+#: at which a weight that does not fit takes the ``u8s8`` path rather than ``int16``
+# NOTE: measured on Zen 3, 1 thread, MatMulIntegerToFloat on weights with records placed at
+# random (K x N 384x1536, 1536x384, 288x64, 1152x128; M 128-784; distinct weights in turn),
+# u8s8 with records / int16 time: share 0.03: 0.83-0.90; 0.06: 0.86-0.97; 0.12: 0.94-1.04;
+# 0.23: 1.22-1.24 (a record costs about what a k-quad step of the tile does, per 2 k)
+U8S8_MAX_SHARE = 0.08
 
 
 #: at most this many rows of A, a constant weight that ``u8s8`` cannot take runs ``widen`` (its
@@ -164,13 +223,16 @@ def weight_path(name: str, b: np.ndarray | None, trans: bool = False,
     """``name`` (a path from ``path_for`` or ``PATH``), or instead of ``int16`` for a constant
     weight ``b`` (``U8S8``): ``u8s8`` where it fits (``pairs_fit``), more products per cycle on
     AVX2 than the int16 path; else ``widen`` for a product of at most ``WIDEN_MAX_ROWS``
-    ``rows``, which reads B as bytes (half the int16 path's) where streaming B is the cost.
-    The same exact sums on every path."""
-    if name == "int16" and U8S8 and b is not None:
+    ``rows``, which reads B as bytes (half the int16 path's) where streaming B is the cost;
+    else ``u8s8`` with correction records where at most ``U8S8_MAX_SHARE`` of its blocks
+    need one (``u8s8_split``). The same exact sums on every path."""
+    if name == "int16" and U8S8 and b is not None and b.ndim == 2:
         if pairs_fit(b, trans):
             return "u8s8"
         if rows is not None and rows <= WIDEN_MAX_ROWS:
             return "widen"
+        if u8s8_split(_stored(b, trans))[2] <= U8S8_MAX_SHARE:
+            return "u8s8"
     return name
 
 
@@ -186,13 +248,27 @@ def _zp32(zp) -> np.ndarray:
 
 
 def pack_b(b: np.ndarray, zp, K: int, N: int, trans: bool = False, path: int = _PATH):
-    """``[packed bytes, bcol]``: B (K, N), or (N, K) when ``trans``, uint8/int8, with its zero
-    point (None, 1 or N values) packed for ``ck.i8_gemm`` (see ``compiled/int8.pxi``)."""
+    """``[packed bytes, bcol, res]``: B (K, N), or (N, K) when ``trans``, uint8/int8, with its
+    zero point (None, 1 or N values) packed for ``ck.i8_gemm`` (see ``compiled/int8.pxi``);
+    on the ``u8s8`` path a weight that does not fit is packed clipped, ``res`` its correction
+    records (``u8s8_split``; else empty), ``bcol`` the whole weight's column terms."""
     out = np.empty(ck.i8_packed_b_bytes(K, N, path), np.uint8)
     bcol = np.empty(0 if path == ck.I8_PATHS["int16"] else 2 * N, np.int32)
-    ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), b.dtype == _I8,
-                 _zp32(zp), K, N, trans, path, out, bcol)
-    return [out, bcol]
+    res = np.zeros(0, np.int32)
+    signed = b.dtype == _I8
+    zp32 = _zp32(zp)
+    if path == ck.I8_PATHS["u8s8"] and not pairs_fit(b, trans):
+        s = _stored(b, trans)
+        c, res, _ = u8s8_split(s)
+        # NOTE: the clipped bytes as int8 (uint8's shift moved into the zero point), then the
+        # column terms of the whole weight: the clipped one's less the cut-off parts' sums
+        ck.i8_pack_b(c.reshape(-1).view(np.uint8), True, zp32 - (0 if signed else 128), K, N,
+                     False, path, out, bcol)
+        bcol[N:] -= (s.astype(np.int32) - c).sum(axis=0, dtype=np.int32)
+        return [out, bcol, res]
+    ck.i8_pack_b(np.ascontiguousarray(b).reshape(-1).view(np.uint8), signed, zp32, K, N, trans,
+                 path, out, bcol)
+    return [out, bcol, res]
 
 
 class _Int8Gemm(CpuKernel):
@@ -270,7 +346,7 @@ class _Int8Gemm(CpuKernel):
                          _zp32(b_zp), self.K, self.N, False, self.path, packed,
                          bcol if self.raw else self.empty_i)
         else:
-            packed, bcol = self.b_packed
+            packed, bcol, res = self.b_packed
         a_bytes = self.empty_u8 if a_packed else a.reshape(-1).view(np.uint8)
         za = bufs[1] if a_zp_rows is None else a_zp_rows
         v = ck.i8_view
@@ -282,7 +358,7 @@ class _Int8Gemm(CpuKernel):
                 *tfl)
         if self.b_packed is not None:
             # NOTE: the call bound once (``I8GemmCall``): parsing its arguments cost ~1.3 us
-            call = ck.I8GemmCall(args)
+            call = ck.I8GemmCall(args, None, res)
             ws.memo = (key, (a, y, bias, ibias), call)
             call()
             return

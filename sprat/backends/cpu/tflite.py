@@ -536,14 +536,14 @@ class TflFullyConnectedKernel(_Int8Gemm):
 
     def _call(self, x, y, bufs):
         v = ck.i8_view
-        packed, bcol = self.b_packed
+        packed, bcol, res = self.b_packed
         zp, lo, hi = self.consts_q
         args = (self.nt, _view(x), self.a_signed, v(self.a_zp), False, v(bufs[0]),
                 v(bufs[3]), False, v(packed), v(bcol), self.path, v(self.offs), self.M, self.N,
                 self.K, self.rb, self.cb, _OUT["tflite_rescale"], _view(y), v(self.one),
                 v(self.empty_f), v(self.ibias), 0.0, zp, lo, hi, False, 0, 0.0, 0.0, None,
                 v(self.scale64))
-        return ck.I8GemmCall(args), ()
+        return ck.I8GemmCall(args, None, res), ()
 
     def run(self, ins, outs, ws):
         x, y = ins[0], outs[0]

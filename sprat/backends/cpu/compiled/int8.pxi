@@ -23,7 +23,10 @@
 #   summed by ``vpmaddubsw`` (pairs into int16) and ``vpmaddwd`` with ones (into int32), as
 #   MLAS's AVX2 U8S8 kernel; exact because every pair of B's bytes in a column has positive
 #   and negative parts of at most 128 (onnxruntime's ``reduce_range`` weights, 7 bits, always
-#   do). 4 x 16 tile (two passes for 6 rows).
+#   do). 4 x 16 tile (two passes for 6 rows). A weight with a few pairs that do not fit (a
+#   full-range per-channel weight: 1-2 % of BERT's (pair, panel) blocks) runs clipped to fit,
+#   plus correction records of the cut-off parts (``quant.u8s8_split``), which the tile adds
+#   to its sums by ``vpmaddwd`` before the epilogue: exact again.
 # - ``widen`` (AVX2 build, where the GEMM would run int16, for a constant B of a product with few
 #   rows, ``quant.weight_path``): the vnni path's bytes, layout and correction, each byte
 #   widened to int16 in registers and the pairs summed by ``vpmaddwd``: exact for every B, and
@@ -238,6 +241,17 @@ cdef extern from *:
                 c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(                   \
                     _mm256_maddubs_epi16(av, b1), ones));                                \
         }
+    /* A correction record (``quant.u8s8_split``) of the pair of rows k2, k2 + 1 of B: the
+       residuals the clipped weight left, 16 int32 of (r[k2, j] | r[k2 + 1, j] << 16), added
+       to row r's sums by vpmaddwd with the pair of A's bytes (exact in int32) */
+    #define SPRAT_I8_RROW(r)                                                             \
+        if (mr > r) {                                                                    \
+            const int32_t pair = (int32_t)a##r[k2] | ((int32_t)a##r[k2 + 1] << 16);      \
+            __m256i av = _mm256_set1_epi32(pair);                                        \
+            c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, r0));              \
+            if (nh > 1)                                                                  \
+                c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, r1));          \
+        }
     #define SPRAT_I8_UKLOOP                                                              \
         __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;\
         __m256i c21 = c00, c30 = c00, c31 = c00;                                         \
@@ -252,10 +266,17 @@ cdef extern from *:
                                 : b0;                                                    \
             SPRAT_I8_UROW(0) SPRAT_I8_UROW(1) SPRAT_I8_UROW(2) SPRAT_I8_UROW(3)          \
         }                                                                                \
+        for (Py_ssize_t e = 0; e < nrec; e++) {                                          \
+            const int32_t* re = rec + 17 * e;                                            \
+            const Py_ssize_t k2 = 2 * (Py_ssize_t)re[0];                                 \
+            __m256i r0 = _mm256_loadu_si256((const __m256i*)(re + 1));                   \
+            __m256i r1 = nh > 1 ? _mm256_loadu_si256((const __m256i*)(re + 9)) : r0;     \
+            SPRAT_I8_RROW(0) SPRAT_I8_RROW(1) SPRAT_I8_RROW(2) SPRAT_I8_RROW(3)          \
+        }                                                                                \
         do {} while (0)
     static inline __attribute__((always_inline)) void sprat_i8_tile_u8s8_t(
             const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq, int32_t* c,
-            const int mr) {
+            const int32_t* rec, Py_ssize_t nrec, const int mr) {
         const int nh = 2;
         SPRAT_I8_UKLOOP;
     #define SPRAT_I8_STORE(r)                                                            \
@@ -267,28 +288,31 @@ cdef extern from *:
     #undef SPRAT_I8_STORE
     }
 
+    /* rec, nrec: the panel's correction records (none: NULL, 0) */
     static void sprat_i8_tile_u8s8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
-                                   Py_ssize_t kq, int32_t* c, int mr) {
+                                   Py_ssize_t kq, int32_t* c, int mr, const int32_t* rec,
+                                   Py_ssize_t nrec) {
         switch (mr) {
-        case 1: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 1); break;
-        case 2: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 2); break;
-        case 3: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 3); break;
-        case 4: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 4); break;
+        case 1: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, rec, nrec, 1); break;
+        case 2: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, rec, nrec, 2); break;
+        case 3: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, rec, nrec, 3); break;
+        case 4: sprat_i8_tile_u8s8_t(a, lda, b, kq, c, rec, nrec, 4); break;
         case 5:
-            sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 4);
-            sprat_i8_tile_u8s8_t(a + 4 * lda, lda, b, kq, c + 64, 1);
+            sprat_i8_tile_u8s8_t(a, lda, b, kq, c, rec, nrec, 4);
+            sprat_i8_tile_u8s8_t(a + 4 * lda, lda, b, kq, c + 64, rec, nrec, 1);
             break;
         default:
-            sprat_i8_tile_u8s8_t(a, lda, b, kq, c, 4);
-            sprat_i8_tile_u8s8_t(a + 4 * lda, lda, b, kq, c + 64, 2);
+            sprat_i8_tile_u8s8_t(a, lda, b, kq, c, rec, nrec, 4);
+            sprat_i8_tile_u8s8_t(a + 4 * lda, lda, b, kq, c + 64, rec, nrec, 2);
             break;
         }
     }
     #else
     #define SPRAT_I8_U8S8_BUILD 0
     static void sprat_i8_tile_u8s8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
-                                   Py_ssize_t kq, int32_t* c, int mr) {
-        (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr;
+                                   Py_ssize_t kq, int32_t* c, int mr, const int32_t* rec,
+                                   Py_ssize_t nrec) {
+        (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr; (void)rec; (void)nrec;
     }
     #endif
 
@@ -764,7 +788,8 @@ cdef extern from *:
             const uint8_t* a, Py_ssize_t lda, const int8_t* b, Py_ssize_t kq,
             unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
             const int32_t* ct, int32_t za, float zp, float lo, float hi, int q_signed,
-            const float* post, Py_ssize_t pld, const int mr, const int nh) {
+            const float* post, Py_ssize_t pld, const int32_t* rec, Py_ssize_t nrec,
+            const int mr, const int nh) {
         SPRAT_I8_UKLOOP;
         const __m256i zero = _mm256_setzero_si256(), vza = _mm256_set1_epi32(za);
         __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;
@@ -783,10 +808,11 @@ cdef extern from *:
                                       Py_ssize_t ldy, const float* s, int s_step,
                                       const int32_t* ib, const int32_t* ct, int32_t za,
                                       float zp, float lo, float hi, int q_signed,
-                                      const float* post, Py_ssize_t pld) {
+                                      const float* post, Py_ssize_t pld, const int32_t* rec,
+                                      Py_ssize_t nrec) {
     #define SPRAT_I8_UQ(A, Y, R, H)                                                      \
         sprat_i8_tile_u8s8_q8_t(A, lda, b, kq, Y, ldy, s, s_step, ib, ct, za, zp, lo, hi,\
-                                q_signed, post, pld, R, H)
+                                q_signed, post, pld, rec, nrec, R, H)
     #define SPRAT_I8_UQ_ALL(H)                                                           \
         switch (mr) {                                                                    \
         case 1: SPRAT_I8_UQ(a, y, 1, H); break;                                          \
@@ -925,10 +951,11 @@ cdef extern from *:
                                       Py_ssize_t ldy, const float* s, int s_step,
                                       const int32_t* ib, const int32_t* ct, int32_t za,
                                       float zp, float lo, float hi, int q_signed,
-                                      const float* post, Py_ssize_t pld) {
+                                      const float* post, Py_ssize_t pld, const int32_t* rec,
+                                      Py_ssize_t nrec) {
         (void)a; (void)lda; (void)b; (void)kq; (void)mr; (void)nr; (void)y; (void)ldy; (void)s;
         (void)s_step; (void)ib; (void)ct; (void)za; (void)zp; (void)lo; (void)hi;
-        (void)q_signed; (void)post; (void)pld;
+        (void)q_signed; (void)post; (void)pld; (void)rec; (void)nrec;
     }
     static void sprat_i8_tile_q8(const int16_t* a, Py_ssize_t lda, const int16_t* b,
                                  Py_ssize_t kp, int mr, int nr, unsigned char* y,
@@ -1564,7 +1591,8 @@ cdef extern from *:
                                                   int s_step, const int* ib, const int* ct,
                                                   int za, float zp, float lo, float hi,
                                                   int q_signed, const float* post,
-                                                  idx pld) noexcept nogil
+                                                  idx pld, const int* rec,
+                                                  idx nrec) noexcept nogil
     void i8_tile_q8 "sprat_i8_tile_q8" (const short* a, idx lda, const short* b, idx kp, int mr,
                                         int nr, unsigned char* y, idx ldy, const float* s,
                                         int s_step,
@@ -1573,7 +1601,7 @@ cdef extern from *:
     int I8_U8S8_BUILD "SPRAT_I8_U8S8_BUILD"
     void i8_tile_u8s8 "sprat_i8_tile_u8s8" (const unsigned char* a, idx lda,
                                             const signed char* b, idx kq, int* c,
-                                            int mr) noexcept nogil
+                                            int mr, const int* rec, idx nrec) noexcept nogil
     void i8_tile_vnni "sprat_i8_tile_vnni" (const unsigned char* a, idx lda, const signed char* b,
                                             idx kq, int* c, int mr) noexcept nogil
     void i8_tile_widen "sprat_i8_tile_widen" (const unsigned char* a, idx lda,
@@ -1899,6 +1927,8 @@ cdef struct i8_gemm_t:
     const float* post
     const int* tfl_ms
     const double* tfl_scale
+    const int* res  # u8s8: each panel's first correction record (npan + 1), or NULL
+    const int* recs  # the records (17 int32 each, ``quant.u8s8_split``)
 
 
 cdef struct i8_run_t:
@@ -1992,6 +2022,8 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
     cdef idx p_row = 0, p_i0 = 0, p_j0 = 0, p_mr = 0, p_nr = 0, p_yo = 0
     cdef const unsigned char* bb
     cdef const unsigned char* ar
+    cdef const int* rec = NULL
+    cdef idx nrec = 0
     cdef const unsigned char* abase = g.a
     cdef unsigned char* wbase = NULL if fill == NULL else fill.pws
     cdef unsigned char* own
@@ -2063,6 +2095,9 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
             continue
         while j0 < n1:
             nr = min(<idx>I8_NR, n1 - j0)
+            if g.res != NULL:  # NOTE: this panel's correction records
+                rec = g.recs + 17 * g.res[j0 // I8_NR]
+                nrec = g.res[j0 // I8_NR + 1] - g.res[j0 // I8_NR]
             i0 = m0
             while i0 < m1:
                 mr = min(<idx>I8_MR, m1 - i0)
@@ -2079,12 +2114,13 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
                                     g.scale + j0 * g.s_step, g.s_step,
                                     g.ibias + j0 if g.ibias != NULL else NULL,
                                     g.bcol + g.N + j0, g.za[0] + g.za_add, g.zp, g.lo, g.hi,
-                                    g.q_signed, g.post + j0 if g.post != NULL else NULL, g.N)
+                                    g.q_signed, g.post + j0 if g.post != NULL else NULL, g.N,
+                                    rec, nrec)
                     i0 += mr
                     continue
                 elif g.path == I8_U8S8:
                     i8_tile_u8s8(ar, g.pitch, <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64),
-                                 g.kq, tile, <int>mr)
+                                 g.kq, tile, <int>mr, rec, nrec)
                 elif g.path == I8_WIDEN:
                     i8_tile_widen(ar, g.pitch,
                                   <const signed char*>(bb + (j0 // I8_NR) * g.kq * 64), g.kq,
@@ -2115,6 +2151,25 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
         i8_amx_end()
 
 
+def i8_check_res(const int[::1] res, idx K, idx N, int path):
+    """Raise ValueError unless ``res`` is a whole set of u8s8 correction records for a
+    weight of K rows and N columns (``quant.u8s8_split``): each panel's first record in order,
+    each record's pair of rows inside K."""
+    cdef idx npan = (N + I8_NR - 1) // I8_NR, q, e
+    if path != I8_U8S8:
+        raise ValueError("i8_gemm: correction records are for the u8s8 path only")
+    if res.shape[0] < npan + 1 or res[0] != 0:
+        raise ValueError("i8_gemm: the correction records are malformed")
+    for q in range(npan):
+        if res[q + 1] < res[q]:
+            raise ValueError("i8_gemm: the correction records are malformed")
+    if res.shape[0] != npan + 1 + 17 * <idx>res[npan]:
+        raise ValueError("i8_gemm: the correction records are malformed")
+    for e in range(res[npan]):
+        if res[npan + 1 + 17 * e] < 0 or 2 * <idx>res[npan + 1 + 17 * e] >= K:
+            raise ValueError("i8_gemm: a correction record's row is outside K")
+
+
 def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_zp,
             bint a_zp_rows, unsigned char[:, ::1] a_ws, int[::1] rowsum, bint a_packed,
             const unsigned char[::1] b, const int[::1] bcol, int path, const idx[:, ::1] offs,
@@ -2122,7 +2177,7 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
             const float[::1] scale, const float[::1] bias, const int[::1] ibias, float qdiv,
             float zp, float lo, float hi, bint q_signed, int act=0, float pa=0.0, float pb=0.0,
             const int[::1] tfl_ms=None, const double[::1] tfl_scale=None,
-            const float[::1] post=None, I8GemmCall into=None):
+            const float[::1] post=None, const int[::1] res=None, I8GemmCall into=None):
     """Exact integer GEMM with a fused epilogue (MatMulInteger-10, QLinearMatMul-21 and the
     com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul and QGemm).
 
@@ -2135,6 +2190,8 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
     quantized conv's fused lookup, ``qconv.py``) ``clamp(rint(Y * a + b), lo2, hi2)``, int8
     when ``q_signed`` else uint8 (``qdiv`` 0: no division).
     A float32 output then gets the fused activation ``act`` (``ACT_CODES``, params pa, pb).
+    ``res`` (u8s8 path; None or empty: none): the corrections of a weight clipped to fit it
+    (``quant.u8s8_split``), added to the sums before the epilogue.
     TFLite's epilogues (TflConv, TflFullyConnected; ``tflite.pxi``), u8 / s8 bytes:
     ``I8_OUT_TFL``: Y = clamp(MBQM(acc + ibias, m[j], s[j]) + zp, lo, hi), ``tfl_ms`` (2N
     int32) the multipliers then the shifts; ``I8_OUT_TFL_RESCALE``: Y = clamp(round_half_away(
@@ -2184,6 +2241,11 @@ def i8_gemm(int nt, const unsigned char[::1] a, bint a_signed, const int[::1] a_
         raise ValueError("i8_gemm: scale, bias or ibias has the wrong length")
     if post is not None and post.shape[0] not in (0, 4 * N):
         raise ValueError("i8_gemm: post must hold 4 * N floats")
+    g.res = g.recs = NULL
+    if res is not None and res.shape[0]:
+        i8_check_res(res, K, N, path)
+        g.res = &res[0]
+        g.recs = &res[0] + (N + I8_NR - 1) // I8_NR + 1
     g.a, g.rowsum = &a_ws[0, 0], &rowsum[0] if rowsum.shape[0] else NULL
     g.b, g.bcol, g.path = &b[0], &bcol[0] if bcol.shape[0] else NULL, path
     g.y, g.offs = &y[0], &offs[0, 0]
@@ -2290,16 +2352,18 @@ cdef class I8GemmCall:
     ``im2col`` (``i8_im2col``'s arguments from ``x`` to ``pw``: a conv whose A is the byte
     im2col of its input, ``a_packed``) the call fills A first. NOTE: a kernel makes one per
     binding of its arrays: parsing ``i8_gemm``'s 30 arguments costs ~1.3 us a call, most of a
-    small quantized conv's time. Raises as ``i8_gemm`` / ``i8_im2col``."""
+    small quantized conv's time. ``res``: ``i8_gemm``'s correction records. Raises as
+    ``i8_gemm`` / ``i8_im2col``."""
     cdef i8_run_t run
     cdef i8_col_t col
     cdef bint has_col
     cdef readonly tuple args
     cdef readonly tuple im2col
+    cdef readonly object res
 
-    def __init__(self, tuple args, tuple im2col=None):
-        self.args, self.im2col = args, im2col
-        i8_gemm(*args, into=self)
+    def __init__(self, tuple args, tuple im2col=None, res=None):
+        self.args, self.im2col, self.res = args, im2col, res
+        i8_gemm(*args, res=res, into=self)
         self.has_col = im2col is not None
         if self.has_col:
             self._bind_im2col(*im2col)
