@@ -17,6 +17,7 @@ from opcheck import check_op, make_node, make_node_model, node_from_model, run_c
 import sprat
 from sprat import zoo
 from sprat.backends.cpu import CpuBackend
+from sprat.backends.cpu.compiled import kernels as ck
 from sprat.backends.reference import evaluate
 from sprat.ir.fused import NCHW_TO_NHWC, NHWC_TO_NCHW
 from sprat.ir.tensorinfo import TensorInfo
@@ -220,6 +221,32 @@ def test_depth_space_any_dtype(dtype):
     x = (RNG.standard_normal((1, 8, 3, 4)) * 10).astype(dtype)
     check_depth_space("DepthToSpace", x, 2, "CRD", True, ort=False)
     check_depth_space("SpaceToDepth", x[:, :, :2], 2, "DCR", False, ort=False)
+
+
+@pytest.mark.parametrize("op,shape", [("SpaceToDepth", (1, 3, 416, 416)),
+                                      ("DepthToSpace", (2, 48, 40, 36))])
+def test_depth_space_nhwc_large(op, shape):
+    """NHWC DCR keeps each pixel's channels together (the compiled copy of runs,
+    ``copy_runs``): a YOLOX stem's 3-channel image and a large DepthToSpace, above the
+    parallel threshold (split over 2 slots), equal to onnxruntime."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    check_depth_space(op, x, 2, None, True, ort=True)
+    xb = (x[:, :, :8, :8] * 10).astype(np.int8)
+    check_depth_space(op, xb, 2, "DCR", True, ort=False)
+
+
+def test_copy_runs_refuses_bad_operands():
+    src, dst = np.zeros(96, np.uint8), np.zeros(96, np.uint8)
+    shape, strides = np.array([1, 2, 2, 2], np.intp), np.array([0, 48, 12, 24], np.intp)
+    ck.copy_runs(1, src, dst, shape, strides, 12)
+    with pytest.raises(ValueError, match="wrong size|outside"):
+        ck.copy_runs(1, src, dst[:-1], shape, strides, 12)
+    with pytest.raises(ValueError, match="wrong size|outside"):
+        ck.copy_runs(1, src[:-1], dst, shape, strides, 12)
+    with pytest.raises(ValueError, match="strides"):
+        ck.copy_runs(1, src, dst, shape, -strides, 12)
+    with pytest.raises(ValueError, match="4 outer axes"):
+        ck.copy_runs(1, src, dst, shape[:3], strides[:3], 12)
 
 
 def test_depth_space_bad_nodes_left_to_the_reference():

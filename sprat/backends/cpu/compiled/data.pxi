@@ -3,7 +3,7 @@
 # over the channels of one pixel, contiguous, and vectorises.
 
 from libc.math cimport pow as c_pow, sqrt
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 cdef enum:
     RED_SUM = 0
@@ -448,6 +448,64 @@ def pad_rows(const float[:, ::1] x, float[:, ::1] y, idx b, float value):
                 memcpy(yr + b, &x[r, 0], n * sizeof(float))
             for i in range(b + n, m):
                 yr[i] = value
+
+
+cdef inline void _copy_run(unsigned char* d, const unsigned char* s, idx n) noexcept nogil:
+    """``n`` bytes, 8 at a time then the tail: a short run, where a memcpy call per run cost
+    more than the copy."""
+    cdef idx i = 0
+    cdef uint64_t w
+    while i + 8 <= n:
+        memcpy(&w, s + i, 8)
+        memcpy(d + i, &w, 8)
+        i += 8
+    while i < n:
+        d[i] = s[i]
+        i += 1
+
+
+cdef void _copy_runs_range(const unsigned char* src, unsigned char* dst, const idx* shape,
+                           const idx* st, idx run, idx r0, idx r1) noexcept nogil:
+    cdef idx r, c, d, a, b
+    cdef const unsigned char* s
+    cdef unsigned char* o
+    for r in range(r0, r1):  # NOTE: r runs over the first two axes
+        a, b = r // shape[1], r % shape[1]
+        o = dst + r * shape[2] * shape[3] * run
+        for c in range(shape[2]):
+            s = src + a * st[0] + b * st[1] + c * st[2]
+            for d in range(shape[3]):
+                _copy_run(o, s + d * st[3], run)
+                o += run
+
+
+def copy_runs(int nt, const unsigned char[::1] src, unsigned char[::1] dst,
+              const idx[::1] shape, const idx[::1] strides, idx run):
+    """A permuted copy whose innermost ``run`` bytes stay together (DepthToSpace /
+    SpaceToDepth of NHWC data: each pixel's channels move as one): ``dst`` (C-contiguous,
+    ``prod(shape) * run`` bytes) receives, in the index order of the 4 outer axes ``shape``,
+    the run at byte offset ``sum(i[k] * strides[k])`` of ``src``. Slot ``t`` of ``nt`` copies
+    an equal share of the first two axes. NOTE: NumPy's strided copy of runs of 6 floats
+    (SpaceToDepth of a 3-channel image) went at ~2 ns an element. Raises ValueError when
+    ``dst`` has another size, a stride is negative or a run lies outside ``src``."""
+    cdef idx k, last = run, rows
+    cdef int t
+    if shape.shape[0] != 4 or strides.shape[0] != 4 or run <= 0:
+        raise ValueError("copy_runs: 4 outer axes and a positive run")
+    for k in range(4):
+        if shape[k] <= 0 or strides[k] < 0:
+            raise ValueError("copy_runs: the shape must be positive, the strides >= 0")
+        last += (shape[k] - 1) * strides[k]
+    if dst.shape[0] != shape[0] * shape[1] * shape[2] * shape[3] * run or last > src.shape[0]:
+        raise ValueError("copy_runs: dst has the wrong size or a run lies outside src")
+    rows = shape[0] * shape[1]
+    if nt <= 1 or rows < nt:
+        with nogil:
+            _copy_runs_range(&src[0], &dst[0], &shape[0], &strides[0], run, 0, rows)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _copy_runs_range(&src[0], &dst[0], &shape[0], &strides[0], run, t * rows // nt,
+                         (t + 1) * rows // nt)
 
 
 def copy6(const float[:, :, :, :, :, :] src, float[:, :, :, :, :, :] dst):
