@@ -170,33 +170,22 @@ def u8s8_split(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     pair of A's bytes, so ``A @ c + corrections == A @ s`` exactly. ``res`` holds first, per
     panel, the index of its first record (npan + 1 values), then the records (17 int32
     each); empty when nothing is cut."""
+    n, share = _u8s8_blocks(s)
+    if not n:
+        return s, np.zeros(0, np.int32), 0.0
+    c, res = np.empty_like(s), np.empty(len(n[1]) + 17 * n[0], np.int32)
+    ck.i8_u8s8_split(s, n[1], c, res)
+    return c, res, share
+
+
+def _u8s8_blocks(s: np.ndarray):
+    """``((n, first), share)`` of ``ck.i8_u8s8_split``'s count on the packed bytes ``s``,
+    ``(None, 0.0)`` when no pair is cut."""
     K, N = s.shape
     kp, npan = (K + 1) // 2, (N + 15) // 16
-    w = np.zeros((2 * kp, npan * 16), np.int16)
-    w[:K, :N] = s
-    w0, w1 = w[0::2], w[1::2]
-    a0, a1 = np.abs(w0), np.abs(w1)
-    same = (w0 > 0) & (w1 > 0) | (w0 < 0) & (w1 < 0)
-    cut = same & (a0 + a1 > 128)
-    sign = np.where(w0 > 0, 1, -1).astype(np.int16)
-    big0 = a0 >= a1
-    c = w.copy()
-    c[0::2] = np.where(cut & big0, sign * (128 - a1), w0)
-    c[1::2] = np.where(cut & ~big0, sign * (128 - a0), w1)
-    r = (w - c).reshape(kp, 2, npan, 16)
-    has = r.any(axis=(1, 3))  # (kp, npan)
-    share = float(has.mean()) if has.size else 0.0
-    if not has.any():
-        return s, np.zeros(0, np.int32), 0.0
-    qs, ps = np.nonzero(has.T)  # NOTE: panel by panel, pairs in order
     first = np.zeros(npan + 1, np.int32)
-    np.cumsum(np.bincount(qs, minlength=npan), out=first[1:])
-    recs = np.empty((len(ps), 17), np.int32)
-    recs[:, 0] = ps
-    lo = r[ps, 0, qs, :].astype(np.int32) & 0xFFFF
-    recs[:, 1:] = lo | (r[ps, 1, qs, :].astype(np.int32) << 16)
-    return (np.ascontiguousarray(c[:K, :N], np.int8), np.concatenate([first, recs.ravel()]),
-            share)
+    n = ck.i8_u8s8_split(s, first)
+    return ((n, first) if n else None), (n / (kp * npan) if n else 0.0)
 
 
 #: the largest share of (pair of rows, panel) blocks with a correction record (``u8s8_split``)
@@ -231,7 +220,7 @@ def weight_path(name: str, b: np.ndarray | None, trans: bool = False,
             return "u8s8"
         if rows is not None and rows <= WIDEN_MAX_ROWS:
             return "widen"
-        if u8s8_split(_stored(b, trans))[2] <= U8S8_MAX_SHARE:
+        if _u8s8_blocks(_stored(b, trans))[1] <= U8S8_MAX_SHARE:
             return "u8s8"
     return name
 

@@ -54,6 +54,8 @@
 # compiles without FMA contraction and with true division (the module's -ffp-contract=fast and
 # -freciprocal-math would change the last bit).
 
+from libc.stdlib cimport free, malloc
+
 cdef extern from *:
     """
     #include <stdint.h>
@@ -1680,6 +1682,101 @@ I8_PATHS = {"int16": I8_INT16, "vnni": I8_VNNI, "amx": I8_AMX, "u8s8": I8_U8S8,
 def i8_has_u8s8() -> bool:
     """Whether this build has the ``u8s8`` tile (the AVX2 build: any AVX2 CPU)."""
     return bool(I8_U8S8_BUILD)
+
+
+cdef inline void i8_cut(int u, int v, int* cu, int* cv) noexcept nogil:
+    """The pair (u, v) of packed bytes that saturates vpmaddubsw (same sign, magnitudes past
+    128: ``i8_cuts``) cut to fit into ``cu``, ``cv``: the larger magnitude (u's on a tie)
+    reduced to 128 minus the smaller."""
+    cdef int au = u if u > 0 else -u, av = v if v > 0 else -v
+    cdef int sg = 1 if u > 0 else -1
+    cu[0], cv[0] = u, v
+    if au >= av:
+        cu[0] = sg * (128 - av)
+    else:
+        cv[0] = sg * (128 - au)
+
+
+cdef inline int i8_cuts(const signed char* r0, const signed char* r1, idx j0, idx j1) noexcept nogil:
+    """Whether a column j in [j0, j1) of the pair of rows r0, r1 (r1 NULL: zeros) saturates
+    vpmaddubsw: u, v of one sign with |u| + |v| > 128 (branch-free, vectorised)."""
+    cdef int hit = 0, u, v
+    cdef idx j
+    for j in range(j0, j1):
+        u = r0[j]
+        v = r1[j] if r1 != NULL else 0
+        hit |= (((u > 0) & (v > 0)) | ((u < 0) & (v < 0))) & (abs(u) + abs(v) > 128)
+    return hit
+
+
+def i8_u8s8_split(const signed char[:, ::1] s, int[::1] first, signed char[:, ::1] c=None,
+                  int[::1] res=None) -> int:
+    """``quant.u8s8_split``'s work on the packed bytes ``s`` (K, N): the number n of (pair
+    of rows, 16-column panel) blocks where a column's pair (2p, 2p + 1) saturates
+    vpmaddubsw, with each panel's first block index in ``first`` (npan + 1 int32). With
+    ``c`` (K, N) and ``res`` (npan + 1 + 17 n int32): ``c`` receives ``s`` with those pairs
+    cut to fit, ``res`` the correction records (``first``, then per block p and, per column
+    j of the panel, ``r[2p, j] & 0xFFFF | r[2p + 1, j] << 16``, ``r = s - c``), panel by
+    panel. Raises ValueError when an operand has the wrong size."""
+    cdef idx K = s.shape[0], N = s.shape[1], kp = (K + 1) // 2, npan = (N + I8_NR - 1) // I8_NR
+    cdef idx q, p, j, j0, j1, e
+    cdef int cu, cv, u, v
+    cdef unsigned int d0, d1
+    cdef const signed char* a0
+    cdef const signed char* a1
+    cdef int* cursor
+    if first.shape[0] != npan + 1:
+        raise ValueError("i8_u8s8_split: first must hold npan + 1 values")
+    for q in range(npan + 1):
+        first[q] = 0
+    if K == 0 or N == 0:
+        return 0
+    with nogil:
+        for p in range(kp):
+            a0 = &s[2 * p, 0]
+            a1 = &s[2 * p + 1, 0] if 2 * p + 1 < K else NULL
+            for q in range(npan):
+                first[q + 1] += i8_cuts(a0, a1, q * I8_NR, min(N, (q + 1) * I8_NR))
+        for q in range(npan):
+            first[q + 1] += first[q]
+    if c is None:
+        return first[npan]
+    if (c.shape[0] != K or c.shape[1] != N or res is None
+            or res.shape[0] != npan + 1 + 17 * <idx>first[npan]):
+        raise ValueError("i8_u8s8_split: c or res has the wrong size")
+    cursor = <int*>malloc(npan * sizeof(int))
+    if cursor == NULL:
+        raise MemoryError()
+    with nogil:
+        memcpy(&c[0, 0], &s[0, 0], K * N)
+        for q in range(npan + 1):
+            res[q] = first[q]
+        for q in range(npan):
+            cursor[q] = first[q]
+        for p in range(kp):
+            a0 = &s[2 * p, 0]
+            a1 = &s[2 * p + 1, 0] if 2 * p + 1 < K else NULL
+            for q in range(npan):
+                j0, j1 = q * I8_NR, min(N, (q + 1) * I8_NR)
+                if not i8_cuts(a0, a1, j0, j1):
+                    continue
+                e = npan + 1 + 17 * <idx>cursor[q]
+                cursor[q] += 1
+                res[e] = <int>p
+                for j in range(I8_NR):
+                    d0 = d1 = 0
+                    if j0 + j < j1 and i8_cuts(a0, a1, j0 + j, j0 + j + 1):
+                        u = a0[j0 + j]
+                        v = a1[j0 + j] if a1 != NULL else 0
+                        i8_cut(u, v, &cu, &cv)
+                        c[2 * p, j0 + j] = <signed char>cu
+                        d0 = <unsigned int>(u - cu)
+                        if a1 != NULL:
+                            c[2 * p + 1, j0 + j] = <signed char>cv
+                            d1 = <unsigned int>(v - cv)
+                    res[e + 1 + j] = <int>((d0 & 0xFFFF) | (d1 << 16))
+    free(cursor)
+    return first[npan]
 
 
 def i8_pairs_fit(const signed char[:, ::1] b) -> bool:
