@@ -317,6 +317,19 @@ def _gemm_path(a, b, a_zp, b_zp) -> int:
     return run_cpu(node, infos, [a, b, a_zp, b_zp], with_kernel=True)[1].path
 
 
+def _exact_scaled(a, b, zb):
+    """QLinearMatMul (per-column B scales) and MatMulIntegerToFloat (with a bias) of ``a``,
+    constant ``b`` with zero point ``zb`` (one value), exact on the fast kernels."""
+    ta, tb, k, n = a.dtype.type, b.dtype.type, a.shape[1], b.shape[1]
+    sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
+    sy = np.array(0.37 * k ** 0.5, np.float32)
+    exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb.reshape(1).repeat(n).astype(tb), sy,
+                            q((), ta)], consts=(3, 4, 5))
+    bias = RNG.standard_normal(n).astype(np.float32)
+    exact("MatMulIntegerToFloat", [a, b, sa, sb, q((), ta), zb, bias], consts=(1, 3, 5, 6),
+          domain="com.microsoft")
+
+
 @pytest.mark.skipif(not quant.U8S8, reason="the u8s8 path runs where the GEMM would be int16")
 @pytest.mark.parametrize("m,k,n", [(1, 7, 5), (13, 100, 45), (130, 96, 70), (50, 384, 64)])
 @pytest.mark.parametrize("ta,tb", [(U8, I8), (I8, I8), (U8, U8), (I8, U8)])
@@ -330,13 +343,7 @@ def test_u8s8_path_on_weights_that_fit(m, k, n, ta, tb):
     zb = np.array(0, tb) if tb == I8 else np.array(128, tb)
     assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS["u8s8"]
     exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
-    sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
-    sy = np.array(0.37 * k ** 0.5, np.float32)
-    exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb.reshape(1).repeat(n).astype(tb), sy,
-                            q((), ta)], consts=(3, 4, 5))
-    bias = RNG.standard_normal(n).astype(np.float32)
-    exact("MatMulIntegerToFloat", [a, b, sa, sb, q((), ta), zb, bias], consts=(1, 3, 5, 6),
-          domain="com.microsoft")
+    _exact_scaled(a, b, zb)
     assert quant.pairs_fit(b)
     b[0, 0], b[1, 0] = (127, 127) if tb == I8 else (255, 255)
     assert not quant.pairs_fit(b)
@@ -404,13 +411,7 @@ def test_u8s8_path_with_correction_records(m, k, n, ta, tb):
     assert _gemm_path(a, b, q((), ta), zb) == kernels.I8_PATHS["u8s8"]
     exact("MatMulInteger", [a, b, q((), ta), zb], consts=(1, 3))
     exact("MatMulInteger", [a, b, q((), ta), q((n,), tb)], consts=(1, 3))
-    sa, sb = np.array(0.02, np.float32), RNG.uniform(0.005, 0.02, n).astype(np.float32)
-    sy = np.array(0.37 * k ** 0.5, np.float32)
-    exact("QLinearMatMul", [a, sa, q((), ta), b, sb, zb.reshape(1).repeat(n).astype(tb), sy,
-                            q((), ta)], consts=(3, 4, 5))
-    bias = RNG.standard_normal(n).astype(np.float32)
-    exact("MatMulIntegerToFloat", [a, b, sa, sb, q((), ta), zb, bias], consts=(1, 3, 5, 6),
-          domain="com.microsoft")
+    _exact_scaled(a, b, zb)
 
 
 def test_i8_gemm_refuses_malformed_correction_records():
