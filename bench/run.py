@@ -347,15 +347,27 @@ def speedup_line(rows: list[Row]) -> str:
             f"({tail}).  ")
 
 
+#: the ISA extensions the kernels choose by, as /proc/cpuinfo names them
+ISA_FLAGS = (("avx2", "AVX2"), ("fma", "FMA"), ("f16c", "F16C"), ("avx512f", "AVX-512"),
+             ("avx_vnni", "VNNI"), ("amx_int8", "AMX"))
+
+
 def machine_info() -> str:
-    cpu = "unknown"
+    cpu, flags = "unknown", set()
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu == "unknown":
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    if flags:
+        # NOTE: a VM may name the CPU only by its family ("AMD EPYC"): the extensions say
+        # which kernels ran
+        has = [name for flag, name in ISA_FLAGS if flag in flags]
+        lacks = [name for flag, name in ISA_FLAGS if flag not in flags]
+        cpu += f" ({', '.join(has) or 'no AVX2'}{'; no ' + ', no '.join(lacks) if lacks else ''})"
     versions = {"python": platform.python_version(), "sprat": sprat.__version__,
                 "numpy": np.__version__}
     for mod in ("onnxruntime", "onnx"):
@@ -388,12 +400,22 @@ def write_report(path: pathlib.Path, table: str, argv: list[str], runs: int,
         f"Command: `{cmd}`  \nDate: {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
         f"{machine_info()}\n\n{table}\n")
     path.parent.mkdir(parents=True, exist_ok=True)
-    # NOTE: keep the sections other benchmarks append (bench/sessions.py, bench/cold_start.py)
+    # NOTE: keep what follows the old report: the notes written under it (after its last
+    # line, REPORT_END) and the sections other benchmarks append (bench/sessions.py,
+    # bench/cold_start.py), which start at the first "## " heading
     old = path.read_text() if path.exists() else ""
+    end = old.find(REPORT_END)
     rest = old.find("\n## ")
-    if rest >= 0:
-        text = text.rstrip() + "\n" + old[rest:]
+    text = text.rstrip() + "\n" + REPORT_END + "\n"
+    if end >= 0:
+        text += "\n" + old[end + len(REPORT_END):].lstrip("\n")
+    elif rest >= 0:
+        text += old[rest:]
     path.write_text(text)
+
+
+#: the line that ends ``write_report``'s part of the file (a Markdown comment)
+REPORT_END = "<!-- end of bench/run.py's report: notes below are kept by --write -->"
 
 
 def bench_all(models: list[str], bench_one, log) -> tuple[list, list[tuple[str, str]]]:
