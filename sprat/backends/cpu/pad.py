@@ -286,11 +286,12 @@ class DepthSpaceKernel(CpuKernel):
                        else 1)
 
     def run(self, ins, outs, ws):
-        x, y = ins[0].reshape(self.view), outs[0].reshape(self.out_view)
         if self.runs is not None:
             ck.copy_runs(self.nt, ins[0].reshape(-1).view(np.uint8),
                          outs[0].reshape(-1).view(np.uint8), *self.runs)
-        elif self.order == "src":
+            return
+        x, y = ins[0].reshape(self.view), outs[0].reshape(self.out_view)
+        if self.order == "src":
             ck.copy6(x, y.transpose(self.inverse))
         elif self.order == "dst":
             ck.copy6(x.transpose(self.perm), y)

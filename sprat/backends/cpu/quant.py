@@ -170,22 +170,22 @@ def u8s8_split(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     pair of A's bytes, so ``A @ c + corrections == A @ s`` exactly. ``res`` holds first, per
     panel, the index of its first record (npan + 1 values), then the records (17 int32
     each); empty when nothing is cut."""
-    n, share = _u8s8_blocks(s)
+    n, first, share = _u8s8_blocks(s)
     if not n:
         return s, np.zeros(0, np.int32), 0.0
-    c, res = np.empty_like(s), np.empty(len(n[1]) + 17 * n[0], np.int32)
-    ck.i8_u8s8_split(s, n[1], c, res)
+    c, res = np.empty_like(s), np.empty(len(first) + 17 * n, np.int32)
+    ck.i8_u8s8_split(s, first, c, res)
     return c, res, share
 
 
-def _u8s8_blocks(s: np.ndarray):
-    """``((n, first), share)`` of ``ck.i8_u8s8_split``'s count on the packed bytes ``s``,
-    ``(None, 0.0)`` when no pair is cut."""
+def _u8s8_blocks(s: np.ndarray) -> tuple[int, np.ndarray, float]:
+    """``(n, first, share)``: ``ck.i8_u8s8_split``'s count of blocks with a record on the
+    packed bytes ``s`` (K, N), each panel's first block, and n's share of all blocks."""
     K, N = s.shape
     kp, npan = (K + 1) // 2, (N + 15) // 16
     first = np.zeros(npan + 1, np.int32)
     n = ck.i8_u8s8_split(s, first)
-    return ((n, first) if n else None), (n / (kp * npan) if n else 0.0)
+    return n, first, (n / (kp * npan) if n else 0.0)
 
 
 #: the largest share of (pair of rows, panel) blocks with a correction record (``u8s8_split``)
@@ -216,11 +216,12 @@ def weight_path(name: str, b: np.ndarray | None, trans: bool = False,
     else ``u8s8`` with correction records where at most ``U8S8_MAX_SHARE`` of its blocks
     need one (``u8s8_split``). The same exact sums on every path."""
     if name == "int16" and U8S8 and b is not None and b.ndim == 2:
-        if pairs_fit(b, trans):
+        s = _stored(b, trans)
+        if ck.i8_pairs_fit(s):
             return "u8s8"
         if rows is not None and rows <= WIDEN_MAX_ROWS:
             return "widen"
-        if _u8s8_blocks(_stored(b, trans))[1] <= U8S8_MAX_SHARE:
+        if _u8s8_blocks(s)[2] <= U8S8_MAX_SHARE:
             return "u8s8"
     return name
 
@@ -246,8 +247,8 @@ def pack_b(b: np.ndarray, zp, K: int, N: int, trans: bool = False, path: int = _
     res = np.zeros(0, np.int32)
     signed = b.dtype == _I8
     zp32 = _zp32(zp)
-    if path == ck.I8_PATHS["u8s8"] and not pairs_fit(b, trans):
-        s = _stored(b, trans)
+    s = _stored(b, trans) if path == ck.I8_PATHS["u8s8"] else None
+    if s is not None and not ck.i8_pairs_fit(s):
         c, res, _ = u8s8_split(s)
         # NOTE: the clipped bytes as int8 (uint8's shift moved into the zero point), then the
         # column terms of the whole weight: the clipped one's less the cut-off parts' sums

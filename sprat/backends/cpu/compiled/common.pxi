@@ -48,6 +48,31 @@ cdef inline float* mptr(float[::1] v) noexcept nogil:
     return &v[0] if v.shape[0] > 0 else NULL
 
 
+cdef inline void copy_short(unsigned char* d, const unsigned char* s, idx n) noexcept nogil:
+    """``d[:n] = s[:n]`` (bytes) for runs that do not overlap. Short runs move as two
+    overlapping fixed-size blocks, which the compiler inlines; a ``memcpy`` of a variable
+    size is a library call per run (measured: a 3-channel 3x3 stem at 320x320 ~10 % faster,
+    ``conv_copy``; NHWC SpaceToDepth of a 3-channel image ~2x NumPy's copy, ``copy_runs``)."""
+    if n > 64:
+        memcpy(d, s, n)
+    elif n >= 32:
+        memcpy(d, s, 32)
+        memcpy(d + n - 32, s + n - 32, 32)
+    elif n >= 16:
+        memcpy(d, s, 16)
+        memcpy(d + n - 16, s + n - 16, 16)
+    elif n >= 8:
+        memcpy(d, s, 8)
+        memcpy(d + n - 8, s + n - 8, 8)
+    elif n >= 4:
+        memcpy(d, s, 4)
+        memcpy(d + n - 4, s + n - 4, 4)
+    else:
+        while n > 0:
+            n -= 1
+            d[n] = s[n]
+
+
 cdef inline float fmax32(float u, float v) noexcept nogil:
     """max as a select; NaN in u propagates (as Python's ``max(u, v)``)."""
     return v if v > u else u

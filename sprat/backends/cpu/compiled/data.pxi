@@ -3,7 +3,7 @@
 # over the channels of one pixel, contiguous, and vectorises.
 
 from libc.math cimport pow as c_pow, sqrt
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t
 
 cdef enum:
     RED_SUM = 0
@@ -450,20 +450,6 @@ def pad_rows(const float[:, ::1] x, float[:, ::1] y, idx b, float value):
                 yr[i] = value
 
 
-cdef inline void _copy_run(unsigned char* d, const unsigned char* s, idx n) noexcept nogil:
-    """``n`` bytes, 8 at a time then the tail: a short run, where a memcpy call per run cost
-    more than the copy."""
-    cdef idx i = 0
-    cdef uint64_t w
-    while i + 8 <= n:
-        memcpy(&w, s + i, 8)
-        memcpy(d + i, &w, 8)
-        i += 8
-    while i < n:
-        d[i] = s[i]
-        i += 1
-
-
 cdef void _copy_runs_range(const unsigned char* src, unsigned char* dst, const idx* shape,
                            const idx* st, idx run, idx r0, idx r1) noexcept nogil:
     cdef idx r, c, d, a, b
@@ -475,7 +461,7 @@ cdef void _copy_runs_range(const unsigned char* src, unsigned char* dst, const i
         for c in range(shape[2]):
             s = src + a * st[0] + b * st[1] + c * st[2]
             for d in range(shape[3]):
-                _copy_run(o, s + d * st[3], run)
+                copy_short(o, s + d * st[3], run)
                 o += run
 
 
