@@ -830,6 +830,9 @@ def test_concat_transpose_copies():
     ((1, 7, 9, 8, 128), (0, 1, 2, 4, 3)),  # 8 groups, one tile per block
     ((1, 6, 5, 3, 45), (0, 1, 2, 4, 3)),  # 3 groups
     ((1, 60, 61, 2, 36), (0, 1, 2, 4, 3)),  # 2 groups, 2 slots
+    ((2, 3, 160, 161), (0, 2, 3, 1)),  # an NCHW image -> NHWC: bytes by whole-A tiles, 2 slots
+    ((1, 8, 9, 10), (0, 2, 3, 1)),  # the same for 8 channels, one slot
+    ((1, 5, 9, 10), (0, 2, 3, 1)),  # 5 channels: the bytes' plain loop
 ])
 def test_transpose_forms(shape, perm):
     a = randn(*shape)
