@@ -116,6 +116,55 @@ def test_qlinear_conv_small_shapes_on_the_integer_gemm(n, h, w, c, m, k, attrs, 
     check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [k, k], **attrs}, consts, rtol=0)
 
 
+# convs whose int16 GEMM reads the input in place (``QConvKernel._implicit``: the padded,
+# widened map instead of the im2col): 2 images, strides, uneven pads, dilation down, 5x5 and
+# 7x7, a last panel of 8 (the in-register epilogue's half tile) and of 4 (the general one),
+# kernel rows of 12-192 values, a 1-D conv, one map large enough for 2 slots
+IMPLICIT_CASES = [  # (n, h, w, c, m, k, attrs, dims)
+    (2, 13, 11, 12, 24, 3, {"pads": [1, 1, 1, 1]}, 2),
+    (1, 20, 17, 8, 20, 3, {"strides": [2, 2], "pads": [1, 0, 1, 1]}, 2),
+    (1, 14, 12, 6, 16, 5, {"pads": [4, 2, 3, 2], "dilations": [2, 1]}, 2),
+    (1, 30, 29, 4, 32, 7, {"strides": [2, 2], "pads": [3, 3, 3, 3]}, 2),
+    (1, 9, 9, 64, 40, 3, {"strides": [1, 2], "pads": [0, 1, 2, 1]}, 2),
+    (1, 1, 40, 16, 16, 3, {"pads": [1, 1]}, 1),
+    (1, 64, 64, 16, 24, 3, {"pads": [1, 1, 1, 1]}, 2),
+]
+
+
+@pytest.mark.parametrize("n,h,w,c,m,k,attrs,dims", IMPLICIT_CASES)
+@pytest.mark.parametrize("xdt", [_U8, _S8])
+def test_int16_conv_reads_its_input_in_place(n, h, w, c, m, k, attrs, dims, xdt, monkeypatch):
+    """On the int16 path (full-range weights) these convs take the in-place A; QLinearConv and
+    ConvInteger equal the reference at 1 and 2 threads."""
+    from sprat.backends.cpu import quant
+
+    monkeypatch.setattr(quant, "PATH", "int16")
+    ins, consts = _qlinear_inputs(n, h, w, c, m, k, xdt=xdt, seed=c + k, dims=dims)
+    full = {**fused(), "kernel_shape": [k] * dims, **attrs}
+    kern = _kernel("QLinearConv", ins, full, consts)
+    assert kern.i8 and kern.ipath == ck.I8_PATHS["int16"] and kern.implicit
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
+    check_cpu("ConvInteger", [ins[0], ins[3], ins[2]], full, (1, 2), rtol=0)
+
+
+@pytest.mark.parametrize("c,k,attrs,why", [
+    (16, 1, {"strides": [2, 2]}, "a 1x1 stride-2 conv's map is 4x its im2col"),
+    (72, 3, {"pads": [1, 1, 1, 1]}, "kernel rows of 216 values"),
+    (8, 3, {"dilations": [1, 2], "pads": [2, 2, 2, 2]}, "dilation across"),
+    (5, 3, {"pads": [1, 1, 1, 1]}, "an odd kw * C"),
+])
+def test_int16_conv_keeps_the_im2col_where_in_place_does_not_pay(c, k, attrs, why,
+                                                                 monkeypatch):
+    from sprat.backends.cpu import quant
+
+    monkeypatch.setattr(quant, "PATH", "int16")
+    ins, consts = _qlinear_inputs(1, 12, 12, c, 16, k, seed=c)
+    full = {**fused(), "kernel_shape": [k, k], **attrs}
+    kern = _kernel("QLinearConv", ins, full, consts)
+    assert kern.i8 and kern.ipath == ck.I8_PATHS["int16"] and not kern.implicit, why
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
+
+
 def test_qlinear_conv_per_tensor_without_bias_and_one_d(conv_path):
     ins, consts = _qlinear_inputs(1, 1, 20, 8, 8, 3, per_channel=False, bias=False)
     check_cpu("QLinearConv", ins, {**fused(), "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},

@@ -88,21 +88,44 @@ cdef extern from *:
             if (nh > 1)                                                                  \
                 c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));          \
         }
-    #define SPRAT_I8_KLOOP                                                                  \
+    /* one pair of k: B's pair row at bp (16 columns, or 8 with nh = 1) into every row */
+    #define SPRAT_I8_KSTEP(bp)                                                              \
+        {                                                                                   \
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(bp));                          \
+            __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i*)((bp) + 16)) : b0;     \
+            SPRAT_I8_ROW(0) SPRAT_I8_ROW(1) SPRAT_I8_ROW(2)                                 \
+            SPRAT_I8_ROW(3) SPRAT_I8_ROW(4) SPRAT_I8_ROW(5)                                 \
+        }
+    #define SPRAT_I8_ACC                                                                    \
         __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;   \
-        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;\
+        __m256i c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00
+    #define SPRAT_I8_KLOOP                                                                  \
+        SPRAT_I8_ACC;                                                                       \
         const int16_t* a0 = a;                                                              \
         const int16_t* a1 = a + (mr > 1 ? 1 : 0) * lda;                                     \
         const int16_t* a2 = a + (mr > 2 ? 2 : 0) * lda;                                     \
         const int16_t* a3 = a + (mr > 3 ? 3 : 0) * lda;                                     \
         const int16_t* a4 = a + (mr > 4 ? 4 : 0) * lda;                                     \
         const int16_t* a5 = a + (mr > 5 ? 5 : 0) * lda;                                     \
-        for (Py_ssize_t p = 0; p < kp; p++) {                                               \
-            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + p * 32));                  \
-            __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i*)(b + p * 32 + 16))     \
-                                : b0;                                                       \
-            SPRAT_I8_ROW(0) SPRAT_I8_ROW(1) SPRAT_I8_ROW(2)                                 \
-            SPRAT_I8_ROW(3) SPRAT_I8_ROW(4) SPRAT_I8_ROW(5)                                 \
+        for (Py_ssize_t p = 0; p < kp; p++)                                                 \
+            SPRAT_I8_KSTEP(b + p * 32)                                                      \
+        do {} while (0)
+    /* The same k loop with A read in place (``sprat_i8_tile_seg``): row r's K values are
+       nseg segments of 2 * kps int16, the first at ap[r], each rs values after the one
+       before (a conv's kernel rows in its widened, padded input map) */
+    #define SPRAT_I8_KLOOP_SEG                                                              \
+        SPRAT_I8_ACC;                                                                       \
+        const int16_t* a0 = ap[0];                                                          \
+        const int16_t* a1 = ap[mr > 1 ? 1 : 0];                                             \
+        const int16_t* a2 = ap[mr > 2 ? 2 : 0];                                             \
+        const int16_t* a3 = ap[mr > 3 ? 3 : 0];                                             \
+        const int16_t* a4 = ap[mr > 4 ? 4 : 0];                                             \
+        const int16_t* a5 = ap[mr > 5 ? 5 : 0];                                             \
+        for (Py_ssize_t sg = 0; sg < nseg; sg++) {                                          \
+            const int16_t* bs = b + sg * kps * 32;                                          \
+            for (Py_ssize_t p = 0; p < kps; p++)                                            \
+                SPRAT_I8_KSTEP(bs + p * 32)                                                 \
+            a0 += rs, a1 += rs, a2 += rs, a3 += rs, a4 += rs, a5 += rs;                     \
         }                                                                                   \
         do {} while (0)
     #endif
@@ -151,6 +174,88 @@ cdef extern from *:
         case 4: sprat_i8_tile(a, lda, b, kp, c, 4); break;
         case 5: sprat_i8_tile(a, lda, b, kp, c, 5); break;
         default: sprat_i8_tile(a, lda, b, kp, c, 6); break;
+        }
+    }
+
+    /* sprat_i8_tile with A read in place: row r's K = 2 * nseg * kps values are nseg
+       segments of 2 * kps int16, the first at ap[r], each rs values after the one before
+       (SPRAT_I8_KLOOP_SEG): a conv's kernel rows in its widened, padded input map
+       (``sprat_i8_pad_widen``), so no im2col */
+    static inline __attribute__((always_inline)) void sprat_i8_tile_seg_t(
+            const int16_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg, Py_ssize_t kps,
+            const int16_t* b, int32_t* c, const int mr) {
+    #if defined(__AVX2__)
+        const int nh = 2;
+        SPRAT_I8_KLOOP_SEG;
+    #define SPRAT_I8_STORE(r)                                                            \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
+            _mm256_storeu_si256((__m256i*)(c + r * 16 + 8), c##r##1);                    \
+        }
+        SPRAT_I8_STORE(0) SPRAT_I8_STORE(1) SPRAT_I8_STORE(2)
+        SPRAT_I8_STORE(3) SPRAT_I8_STORE(4) SPRAT_I8_STORE(5)
+    #undef SPRAT_I8_STORE
+    #else
+        for (int r = 0; r < mr; r++) {
+            uint32_t sum[SPRAT_I8_NR];
+            for (int j = 0; j < SPRAT_I8_NR; j++)
+                sum[j] = 0;
+            for (Py_ssize_t sg = 0; sg < nseg; sg++) {
+                const int16_t* ar = ap[r] + sg * rs;
+                for (Py_ssize_t p = 0; p < kps; p++) {
+                    int32_t x0 = ar[2 * p], x1 = ar[2 * p + 1];
+                    const int16_t* bp = b + (sg * kps + p) * 32;
+                    for (int j = 0; j < SPRAT_I8_NR; j++)
+                        sum[j] += (uint32_t)(x0 * bp[2 * j] + x1 * bp[2 * j + 1]);
+                }
+            }
+            for (int j = 0; j < SPRAT_I8_NR; j++)
+                c[r * 16 + j] = (int32_t)sum[j];
+        }
+    #endif
+    }
+
+    static void sprat_i8_tile_seg(const int16_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg,
+                                  Py_ssize_t kps, const int16_t* b, int32_t* c, int mr) {
+        switch (mr) {
+        case 1: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 1); break;
+        case 2: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 2); break;
+        case 3: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 3); break;
+        case 4: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 4); break;
+        case 5: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 5); break;
+        default: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 6); break;
+        }
+    }
+
+    /* Padded rows [r0, r1) (of n * Hp) of a conv's input x (N, H, W, C bytes, int8 with
+       is_signed) widened to int16 less zp into out (rows of Wp * C values): padded row yp of
+       image n holds x's row yp - ph from column pw on, 0 (the zero point's value) around
+       it. The A of ``sprat_i8_tile_seg``: a tap (i, j) of output pixel (oy, ox) at padded
+       (oy * sh + i * dh, ox * sw + j) */
+    static void sprat_i8_pad_widen(int16_t* out, const unsigned char* x, Py_ssize_t r0,
+                                   Py_ssize_t r1, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                                   Py_ssize_t Hp, Py_ssize_t Wp, Py_ssize_t ph, Py_ssize_t pw,
+                                   int zp, int is_signed) {
+        const Py_ssize_t x0 = pw < Wp ? pw : Wp;
+        const Py_ssize_t x1 = pw + W < Wp ? pw + W : Wp;
+        for (Py_ssize_t r = r0; r < r1; r++) {
+            const Py_ssize_t n = r / Hp, y = r - n * Hp - ph;
+            int16_t* o = out + r * Wp * C;
+            if (y < 0 || y >= H || x1 <= x0) {
+                memset(o, 0, (size_t)(Wp * C) * sizeof(int16_t));
+                continue;
+            }
+            memset(o, 0, (size_t)(x0 * C) * sizeof(int16_t));
+            const unsigned char* src = x + ((n * H + y) * W + (x0 - pw)) * C;
+            int16_t* dst = o + x0 * C;
+            const Py_ssize_t len = (x1 - x0) * C;
+            if (is_signed)
+                for (Py_ssize_t k = 0; k < len; k++)
+                    dst[k] = (int16_t)((int)(signed char)src[k] - zp);
+            else
+                for (Py_ssize_t k = 0; k < len; k++)
+                    dst[k] = (int16_t)((int)src[k] - zp);
+            memset(o + x1 * C, 0, (size_t)((Wp - x1) * C) * sizeof(int16_t));
         }
     }
 
@@ -769,18 +874,31 @@ cdef extern from *:
        the tile's int32 sums no longer go through memory, and the per-column terms are loaded
        once per tile. For small K (a 1x1 conv of 16-32 channels) the separate epilogue cost as
        much as the products. s, ib, post at the panel's first column. */
+    #define SPRAT_I8_Q8_EPILOGUE                                                         \
+        const __m256i zero = _mm256_setzero_si256();                                     \
+        __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;         \
+        __m256i o1 = ib != NULL && nh > 1 ? _mm256_loadu_si256((const __m256i*)(ib + 8)) \
+                                          : zero;                                        \
+        sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, \
+                         o0, o1, ib != NULL, y, ldy, s, s_step, zp, lo, hi, q_signed,    \
+                         post, pld, nh)
     static inline __attribute__((always_inline)) void sprat_i8_tile_q8_t(
             const int16_t* a, Py_ssize_t lda, const int16_t* b, Py_ssize_t kp,
             unsigned char* y, Py_ssize_t ldy, const float* s, int s_step, const int32_t* ib,
             float zp, float lo, float hi, int q_signed, const float* post, Py_ssize_t pld,
             const int mr, const int nh) {
         SPRAT_I8_KLOOP;
-        const __m256i zero = _mm256_setzero_si256();
-        __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;
-        __m256i o1 = ib != NULL && nh > 1 ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
-        sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, o0,
-                         o1, ib != NULL, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld,
-                         nh);
+        SPRAT_I8_Q8_EPILOGUE;
+    }
+
+    /* The same with A read in place (sprat_i8_tile_seg's ap, rs, nseg, kps) */
+    static inline __attribute__((always_inline)) void sprat_i8_tile_q8_seg_t(
+            const int16_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg, Py_ssize_t kps,
+            const int16_t* b, unsigned char* y, Py_ssize_t ldy, const float* s, int s_step,
+            const int32_t* ib, float zp, float lo, float hi, int q_signed, const float* post,
+            Py_ssize_t pld, const int mr, const int nh) {
+        SPRAT_I8_KLOOP_SEG;
+        SPRAT_I8_Q8_EPILOGUE;
     }
 
     /* The same on the u8s8 path (at most 4 rows a pass, SPRAT_I8_UKLOOP): raw bytes, so the
@@ -856,6 +974,33 @@ cdef extern from *:
             SPRAT_I8_Q8CASE(4, 1) SPRAT_I8_Q8CASE(5, 1)
             default: sprat_i8_tile_q8_t(a, lda, b, kp, y, ldy, s, s_step, ib, zp, lo, hi,
                                         q_signed, post, pld, 6, 1); break;
+            }
+        }
+    #undef SPRAT_I8_Q8CASE
+    }
+
+    static void sprat_i8_tile_q8_seg(const int16_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg,
+                                     Py_ssize_t kps, const int16_t* b, int mr, int nr,
+                                     unsigned char* y, Py_ssize_t ldy, const float* s,
+                                     int s_step, const int32_t* ib, float zp, float lo,
+                                     float hi, int q_signed, const float* post,
+                                     Py_ssize_t pld) {
+    #define SPRAT_I8_Q8CASE(R, H)                                                        \
+        case R: sprat_i8_tile_q8_seg_t(ap, rs, nseg, kps, b, y, ldy, s, s_step, ib, zp, lo,\
+                                       hi, q_signed, post, pld, R, H); break;
+        if (nr > 8) {
+            switch (mr) {
+            SPRAT_I8_Q8CASE(1, 2) SPRAT_I8_Q8CASE(2, 2) SPRAT_I8_Q8CASE(3, 2)
+            SPRAT_I8_Q8CASE(4, 2) SPRAT_I8_Q8CASE(5, 2)
+            default: sprat_i8_tile_q8_seg_t(ap, rs, nseg, kps, b, y, ldy, s, s_step, ib, zp,
+                                            lo, hi, q_signed, post, pld, 6, 2); break;
+            }
+        } else {
+            switch (mr) {
+            SPRAT_I8_Q8CASE(1, 1) SPRAT_I8_Q8CASE(2, 1) SPRAT_I8_Q8CASE(3, 1)
+            SPRAT_I8_Q8CASE(4, 1) SPRAT_I8_Q8CASE(5, 1)
+            default: sprat_i8_tile_q8_seg_t(ap, rs, nseg, kps, b, y, ldy, s, s_step, ib, zp,
+                                            lo, hi, q_signed, post, pld, 6, 1); break;
             }
         }
     #undef SPRAT_I8_Q8CASE
@@ -967,6 +1112,16 @@ cdef extern from *:
         (void)a; (void)lda; (void)b; (void)kp; (void)mr; (void)nr; (void)y; (void)ldy; (void)s;
         (void)s_step; (void)ib; (void)zp; (void)lo; (void)hi; (void)q_signed; (void)post;
         (void)pld;
+    }
+    static void sprat_i8_tile_q8_seg(const int16_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg,
+                                     Py_ssize_t kps, const int16_t* b, int mr, int nr,
+                                     unsigned char* y, Py_ssize_t ldy, const float* s,
+                                     int s_step, const int32_t* ib, float zp, float lo,
+                                     float hi, int q_signed, const float* post,
+                                     Py_ssize_t pld) {
+        (void)ap; (void)rs; (void)nseg; (void)kps; (void)b; (void)mr; (void)nr; (void)y;
+        (void)ldy; (void)s; (void)s_step; (void)ib; (void)zp; (void)lo; (void)hi;
+        (void)q_signed; (void)post; (void)pld;
     }
 #endif
 
@@ -1586,7 +1741,18 @@ cdef extern from *:
     int I8_NR "SPRAT_I8_NR"
     void i8_tile "sprat_i8_tile_any" (const short* a, idx lda, const short* b, idx kp, int* c,
                                       int mr) noexcept nogil
+    void i8_tile_seg "sprat_i8_tile_seg" (const short** ap, idx rs, idx nseg, idx kps,
+                                          const short* b, int* c, int mr) noexcept nogil
+    void i8_pad_widen "sprat_i8_pad_widen" (short* out, const unsigned char* x, idx r0, idx r1,
+                                            idx H, idx W, idx C, idx Hp, idx Wp, idx ph, idx pw,
+                                            int zp, int is_signed) noexcept nogil
     int I8_TILE_Q8 "SPRAT_I8_TILE_Q8"
+    void i8_tile_q8_seg "sprat_i8_tile_q8_seg" (const short** ap, idx rs, idx nseg, idx kps,
+                                                const short* b, int mr, int nr, unsigned char* y,
+                                                idx ldy, const float* s, int s_step,
+                                                const int* ib, float zp, float lo, float hi,
+                                                int q_signed, const float* post,
+                                                idx pld) noexcept nogil
     void i8_tile_u8s8_q8 "sprat_i8_tile_u8s8_q8" (const unsigned char* a, idx lda,
                                                   const signed char* b, idx kq, int mr, int nr,
                                                   unsigned char* y, idx ldy, const float* s,
@@ -2040,11 +2206,15 @@ cdef struct i8_run_t:
 
 
 cdef struct i8_col_t:
-    # the byte im2col that fills a conv's A operand before its ``i8_gemm``
+    # the byte im2col that fills a conv's A operand before its ``i8_gemm``; with ``implicit``
+    # (int16 path) none: the input widened into a padded map of (N * Hp, Wp * C) int16 in
+    # the A workspace, read in place by the tiles (``sprat_i8_tile_seg``)
     const unsigned char* x
     bint a_signed
     int zp
     idx nx, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw
+    bint implicit
+    idx N, Hp, Wp
 
 
 cdef inline void i8_finish_rows(const i8_gemm_t* g, const int* t, idx ldt, idx row,
@@ -2141,6 +2311,9 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
     # panels, rather than per tile row of 16 (a call per 16 values: MiniLM's Gelu cost 2.7 %
     # of the model). Not on AMX, whose last block's epilogue runs during the next item
     cdef bint act_late = g.act != A_NONE and g.kind == I8_OUT_F32 and g.path != I8_AMX
+    if col != NULL and col.implicit:
+        i8_items_implicit(g, lo, hi, col, q8)
+        return
     if g.path == I8_AMX:
         i8_amx_begin()
     for it in range(lo, hi):
@@ -2246,6 +2419,61 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
         i8_finish_rows(g, block + (1 - cur) * 1024, 32, p_row, p_i0, p_j0, p_mr, p_nr, p_yo)
     if g.path == I8_AMX:
         i8_amx_end()
+
+
+cdef void i8_items_implicit(const i8_gemm_t* g, idx lo, idx hi, const i8_col_t* col,
+                            bint q8) noexcept nogil:
+    """Work items [lo, hi) of a conv's ``i8_gemm`` on the int16 path with its A read in place
+    from the padded, widened input map in the A workspace (``i8_col_t.implicit``): each tile's
+    rows (output pixels) start at their top-left tap in the map, K being ``kh`` kernel rows of
+    ``kw * C`` values, one padded map row (times ``dh``) apart. As ``i8_items`` otherwise."""
+    cdef idx nrb = (g.M + g.rb - 1) // g.rb
+    cdef idx ncb = (g.N + g.cb - 1) // g.cb
+    cdef idx it, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, row, n, oy, ox
+    cdef idx ohw = col.OH * col.OW
+    cdef idx wc = col.Wp * col.C
+    cdef idx kps = col.kw * col.C // 2
+    cdef idx rs = col.dh * wc
+    cdef const short* xw = <const short*>g.a
+    cdef const short* ap[6]
+    cdef const short* bp
+    cdef int tile[6 * 16]
+    for it in range(lo, hi):
+        rem = it % (nrb * ncb)
+        m0 = (rem // ncb) * g.rb
+        n0 = (rem % ncb) * g.cb
+        m1 = min(g.M, m0 + g.rb)
+        n1 = min(g.N, n0 + g.cb)
+        j0 = n0
+        while j0 < n1:
+            nr = min(<idx>I8_NR, n1 - j0)
+            bp = <const short*>(g.b + (j0 // I8_NR) * g.kp * 64)
+            i0 = m0
+            while i0 < m1:
+                mr = min(<idx>I8_MR, m1 - i0)
+                row = i0
+                n = row // ohw
+                oy = (row - n * ohw) // col.OW
+                ox = row - n * ohw - oy * col.OW
+                for r in range(mr):
+                    ap[r] = xw + (n * col.Hp + oy * col.sh) * wc + ox * col.sw * col.C
+                    ox += 1
+                    if ox == col.OW:
+                        ox = 0
+                        oy += 1
+                        if oy == col.OH:
+                            oy = 0
+                            n += 1
+                if q8 and (nr == I8_NR or nr == 8):
+                    i8_tile_q8_seg(ap, rs, col.kh, kps, bp, <int>mr, <int>nr,
+                                   g.y + i0 * g.N + j0, g.N, g.scale + j0 * g.s_step, g.s_step,
+                                   g.ibias + j0 if g.ibias != NULL else NULL, g.zp, g.lo, g.hi,
+                                   g.q_signed, g.post + j0 if g.post != NULL else NULL, g.N)
+                else:
+                    i8_tile_seg(ap, rs, col.kh, kps, bp, tile, <int>mr)
+                    i8_finish_rows(g, tile, 16, i0, i0, j0, mr, nr, 0)
+                i0 += mr
+            j0 += nr
 
 
 def i8_check_res(const int[::1] res, idx K, idx N, int path):
@@ -2397,6 +2625,22 @@ cdef void i8_gemm_exec(i8_run_t* r, const i8_col_t* col) noexcept nogil:
     cdef const i8_gemm_t* gp = &r.g
     cdef int t, nt = r.nt
     cdef idx rows = r.rows, items = r.items
+    if col != NULL and col.implicit:
+        # NOTE: the padded map first (its rows over the slots), then the items read it
+        if nt <= 1 or 2 * col.N * col.Hp * col.Wp * col.C < I8_PACK_PARALLEL:
+            i8_pad_widen(<short*>r.pws, col.x, 0, col.N * col.Hp, col.H, col.W, col.C, col.Hp,
+                         col.Wp, col.ph, col.pw, col.zp, col.a_signed)
+        else:
+            for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+                i8_pad_widen(<short*>r.pws, col.x, t * col.N * col.Hp // nt,
+                             (t + 1) * col.N * col.Hp // nt, col.H, col.W, col.C, col.Hp,
+                             col.Wp, col.ph, col.pw, col.zp, col.a_signed)
+        if nt <= 1:
+            i8_items(gp, 0, items, NULL, col)
+            return
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
+            i8_items(gp, t * items // nt, (t + 1) * items // nt, NULL, col)
+        return
     cdef bint fuse = (r.g.nbatch == 1 and r.g.N <= r.g.cb and (col != NULL or not r.a_packed)
                       and (r.g.path != I8_AMX or nt > 1)
                       and items > 0)
@@ -2449,8 +2693,11 @@ cdef class I8GemmCall:
     ``im2col`` (``i8_im2col``'s arguments from ``x`` to ``pw``: a conv whose A is the byte
     im2col of its input, ``a_packed``) the call fills A first. NOTE: a kernel makes one per
     binding of its arrays: parsing ``i8_gemm``'s 30 arguments costs ~1.3 us a call, most of a
-    small quantized conv's time. ``res``: ``i8_gemm``'s correction records. Raises as
-    ``i8_gemm`` / ``i8_im2col``."""
+    small quantized conv's time. ``res``: ``i8_gemm``'s correction records. ``im2col``'s
+    last, optional value ``implicit`` (int16 path, dilation 1 across, an even kw * C, one
+    batch): no im2col, the input widened into a padded map in the A workspace and read there
+    in place (``i8_items_implicit``; ``qconv.QConvKernel._implicit``). Raises as ``i8_gemm``
+    / ``i8_im2col``, or ValueError when the implicit form's conditions do not hold."""
     cdef i8_run_t run
     cdef i8_col_t col
     cdef bint has_col
@@ -2467,10 +2714,24 @@ cdef class I8GemmCall:
 
     def _bind_im2col(self, const unsigned char[::1] x, bint a_signed, int zp, idx N, idx H,
                      idx W, idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
-                     idx dw, idx ph, idx pw):
+                     idx dw, idx ph, idx pw, bint implicit=False):
         if (not self.run.a_packed or kh * kw * C != self.run.K or N * OH * OW > self.run.rows
                 or N * OH * OW != self.run.g.M or x.shape[0] < N * H * W * C or N * H * W * C == 0):
             raise ValueError("I8GemmCall: the im2col does not fit the GEMM's packed A")
+        self.col.implicit = implicit
+        self.col.N = N
+        if implicit:
+            # NOTE: the padded map spans every tap: rows up to (OH-1)*sh + (kh-1)*dh, columns
+            # up to (OW-1)*sw + kw - 1
+            self.col.Hp = (OH - 1) * sh + (kh - 1) * dh + 1
+            self.col.Wp = (OW - 1) * sw + kw
+            if (self.run.g.path != I8_INT16 or dw != 1 or (kw * C) % 2 or self.run.g.nbatch != 1
+                    or self.run.g.offs[0] != 0 or self.run.g.offs[2] != 0
+                    or self.run.g.res != NULL
+                    or 2 * N * self.col.Hp * self.col.Wp * C > self.run.rows * self.run.pitch):
+                raise ValueError("I8GemmCall: an implicit im2col needs the int16 path, dilation "
+                                 "1 across, an even kw * C, one batch and a workspace of its "
+                                 "padded map")
         self.col.x, self.col.a_signed, self.col.zp = &x[0], a_signed, zp
         self.col.rows, self.col.H, self.col.W, self.col.C = N * OH * OW, H, W, C
         self.col.nx = N * H * W * C
