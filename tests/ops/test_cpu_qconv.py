@@ -698,6 +698,55 @@ def test_qlinear_global_average_pool_channels_last(dt, shape, attrs):
                        (1, 2, 3, 4), attrs)
 
 
+# (x shape NCHW, attrs): a 3x3 stride-2 padded pool with and without the pads counted, 2x2
+# stride 2 (a DenseNet transition; large enough for two slots), ceil_mode's overhang, SAME
+# pads, dilation
+AVERAGE_POOLS = [((1, 4, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+                 ((2, 3, 7, 8), {"kernel_shape": [3, 3], "pads": [1, 0, 2, 1],
+                                 "count_include_pad": 1}),
+                 ((2, 32, 56, 56), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+                 ((1, 5, 10, 11), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+                 ((1, 6, 9, 9), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER",
+                                 "strides": [2, 2]}),
+                 ((1, 2, 12, 12), {"kernel_shape": [3, 3], "dilations": [2, 1],
+                                   "pads": [2, 1, 2, 1]})]
+
+
+@pytest.mark.parametrize("dt", [_U8, _S8])
+@pytest.mark.parametrize("shape,attrs", AVERAGE_POOLS)
+def test_qlinear_average_pool_nchw(dt, shape, attrs):
+    """The reference kernel's bytes (dequantized values summed exactly, over the window's
+    count, quantized), the type's extremes included, a scale that saturates."""
+    from opcheck import make_node
+
+    from sprat.backends.cpu import CpuBackend
+
+    x = _q(shape, dt, 0)
+    x.reshape(-1)[:20] = np.iinfo(dt).max
+    for xs, ys in ((0.031, 0.017), (0.2, 0.0009)):
+        ins = [x, np.float32(xs), _q((), dt, 2), np.float32(ys), _q((), dt, 3)]
+        node, infos = make_node("QLinearAveragePool", [np.asarray(v) for v in ins], attrs,
+                                (1, 2, 3, 4))
+        node.domain = "com.microsoft"
+        assert CpuBackend(1).has_fast_kernel(node, infos)
+        _contrib_exact("QLinearAveragePool", ins, (1, 2, 3, 4), attrs)
+
+
+def test_qlinear_average_pool_leaves_empty_windows_to_the_reference():
+    """Pads wider than the kernel, not counted: a window with no tap (0 / 0) stays on the
+    reference kernel."""
+    from opcheck import make_node
+
+    from sprat.backends.cpu import CpuBackend
+
+    ins = [np.asarray(v) for v in (_q((1, 2, 6, 6), _U8, 0), np.float32(0.03), _q((), _U8, 1),
+                                   np.float32(0.02), _q((), _U8, 2))]
+    node, infos = make_node("QLinearAveragePool", ins,
+                            {"kernel_shape": [2, 2], "pads": [2, 2, 2, 2]}, (1, 2, 3, 4))
+    node.domain = "com.microsoft"
+    assert not CpuBackend(1).has_fast_kernel(node, infos)
+
+
 # (shape, axis, opset): attention probabilities (rows of 197, past the kernel's 8-lane steps,
 # two slots), a middle axis (strided rows), Softmax-11's rows of the trailing dims, one value
 SOFTMAXES = [((1, 3, 197, 197), -1, 13), ((2, 7, 5), 1, 13), ((2, 3, 4, 5), 1, 12),

@@ -113,6 +113,7 @@ MS_KERNELS: dict = {
     "QLinearAdd": "qlinear.QLinearBinaryKernel",
     "QLinearMul": "qlinear.QLinearBinaryKernel",
     "QLinearGlobalAveragePool": "qlinear.QLinearGlobalAveragePoolKernel",
+    "QLinearAveragePool": "qlinear.QLinearAveragePoolKernel",
     "QLinearSoftmax": "qlinear.QLinearSoftmaxKernel",
 }
 

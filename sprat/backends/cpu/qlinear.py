@@ -8,7 +8,8 @@ any layout.
 
 Also the 8-bit tables (QLinearLookup: ``passes.fuse_qdq``'s tables, TFLite's lookups) and
 onnxruntime's quantized contrib ops QLinearAdd / QLinearMul (same shapes, or one operand
-broadcast over a run of axes), QLinearGlobalAveragePool (channels last) and QLinearSoftmax,
+broadcast over a run of axes), QLinearGlobalAveragePool (channels last), QLinearAveragePool
+(NCHW, 2-D windows) and QLinearSoftmax,
 each equal to its reference kernel bit for bit.
 """
 
@@ -251,6 +252,75 @@ class QLinearGlobalAveragePoolKernel(CpuKernel):
         self.bound_call(ws, (x, y), lambda: (ck.qlinear_global_average_pool, (
             self.nt, byte_view(x), byte_view(y), self.n, self.hw, self.c, self.signed, self.xz,
             self.scale, self.yz, ws.buffers[0].reshape(-1))))
+
+
+class QLinearAveragePoolKernel(CpuKernel):
+    """com.microsoft QLinearAveragePool (X, x_scale, x_zp, y_scale, y_zp; AveragePool's
+    attributes) over an NCHW uint8 / int8 map with 2-D windows, constant per-tensor scales and
+    zero points: ``ck.qlinear_average_pool``, the reference kernel's operations
+    (``ops_contrib.qlinear_average_pool``: the dequantized float32 values summed exactly,
+    divided by the window's count, quantized), the same bytes. A window with no tap to count
+    (``count_include_pad=0`` and pads wider than the kernel) stays on the reference."""
+
+    flat_run = "call"
+
+    @classmethod
+    def supports(cls, node, ins) -> bool:
+        a = node.attrs
+        if any(k.startswith("_") for k in a) or int(a.get("channels_last", 0)) or len(ins) != 5:
+            return False
+        x, sx, zx, sy, zy = ins
+        if (x is None or x.dtype not in _Q8 or len(x.shape) != 4
+                or len(a.get("kernel_shape", ())) != 2
+                or not all(_scalar(v) is not None and v.dtype == np.float32 for v in (sx, sy))
+                or not all(z is None or (_scalar(z) is not None and z.dtype == x.dtype)
+                           for z in (zx, zy))):
+            return False
+        return bool((cls._geometry(x.shape, a)[-1] > 0).all())
+
+    @staticmethod
+    def _geometry(shape, a):
+        """``(out, k, pb, st, dl, count)``: the reference's pooling geometry and each output
+        pixel's divisor (``ops_nn.average_pool``'s), float64 (OH * OW)."""
+        from ..reference.ops_nn import _pad_spatial, _pool_setup, _windows
+
+        sp = tuple(shape[2:])
+        out, k, pb, pe, st, dl, need = _pool_setup(
+            np.empty((1, 1) + sp, np.uint8), a.get("kernel_shape"), a.get("strides"),
+            a.get("dilations"), a.get("pads"), a.get("auto_pad", "NOTSET"),
+            int(a.get("ceil_mode", 0)))
+        if int(a.get("count_include_pad", 0)):
+            padded = tuple(sp[i] + pb[i] + pe[i] for i in range(2))
+            ones = _pad_spatial(np.ones((1, 1) + padded), [0, 0],
+                                [need[i] - padded[i] for i in range(2)], 0)
+        else:
+            ones = _pad_spatial(np.ones((1, 1) + sp), pb,
+                                [need[i] - sp[i] - pb[i] for i in range(2)], 0)
+        count = _windows(ones, out, k, st, dl).sum(axis=(-2, -1)).reshape(-1)
+        return out, k, pb, st, dl, np.ascontiguousarray(count, np.float64)
+
+    def prepare(self, ins, outs):
+        x, sx, zx, sy, zy = ins
+        out, k, pb, st, dl, self.count = self._geometry(x.shape, self.node.attrs)
+        self.dims = (int(x.shape[0]) * int(x.shape[1]), int(x.shape[2]), int(x.shape[3]),
+                     int(out[0]), int(out[1]), *k, *st, *dl, *pb)
+        self.signed = x.dtype == np.int8
+        # NOTE: each byte's dequantized value, by the reference's float32 operations
+        raw = np.arange(256, dtype=np.uint8).view(x.dtype)
+        xz = 0 if zx is None else int(_scalar(zx))
+        self.table = ((raw.astype(np.int32) - xz).astype(np.float32)
+                      * np.float32(_scalar(sx))).astype(np.float64)
+        self.ys = float(np.float32(_scalar(sy)))
+        self.yz = float(np.float32(0 if zy is None else int(_scalar(zy))))
+        planes = self.dims[0]
+        self.nt = self.threads if planes > 1 and planes * int(np.prod(x.shape[2:])) >= \
+            PARALLEL_MIN_ELEMENTS else 1
+
+    def run(self, ins, outs, ws):
+        x, y = ins[0], outs[0]
+        self.bound_call(ws, (x, y), lambda: (ck.qlinear_average_pool, (
+            self.nt, byte_view(x), byte_view(y), *self.dims, self.table, self.count, self.ys,
+            self.yz, self.signed)))
 
 
 class QLinearSoftmaxKernel(CpuKernel):

@@ -707,6 +707,89 @@ def qlinear_global_average_pool(int nt, const unsigned char[::1] x, unsigned cha
                    yz, lo, hi, &acc[t * C])
 
 
+cdef extern from *:
+    """
+    #pragma GCC push_options
+    #pragma GCC optimize("no-reciprocal-math", "no-associative-math", "fp-contract=off")
+    /* Planes [p0, p1) (of N * C, each H x W bytes) of QLinearAveragePool: per output pixel the
+       window's taps inside the map through ``table`` (x's byte -> its dequantized float32
+       value, as double), summed in double (exact: every term is a multiple of one float32
+       scale's ulp within 2^40 of it, so any order gives the same sum), divided by ``count``
+       (per output pixel), rounded to float32, then quantized: rint(v / ys) + yz saturated to
+       [lo, hi]. The reference's operations (``ops_contrib.qlinear_average_pool``) */
+    static void sprat_qavgpool_planes(const unsigned char* x, unsigned char* y, Py_ssize_t p0,
+                                      Py_ssize_t p1, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH,
+                                      Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                                      Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
+                                      Py_ssize_t dw, Py_ssize_t ph, Py_ssize_t pw,
+                                      const double* table, const double* count, float ys,
+                                      float yz, float lo, float hi, int is_signed) {
+        for (Py_ssize_t p = p0; p < p1; p++) {
+            const unsigned char* xp = x + p * H * W;
+            unsigned char* yp = y + p * OH * OW;
+            for (Py_ssize_t oy = 0; oy < OH; oy++)
+                for (Py_ssize_t ox = 0; ox < OW; ox++) {
+                    double s = 0.0;
+                    for (Py_ssize_t i = 0; i < kh; i++) {
+                        const Py_ssize_t iy = oy * sh - ph + i * dh;
+                        if (iy < 0 || iy >= H)
+                            continue;
+                        const unsigned char* row = xp + iy * W;
+                        for (Py_ssize_t j = 0; j < kw; j++) {
+                            const Py_ssize_t ix = ox * sw - pw + j * dw;
+                            if (ix >= 0 && ix < W)
+                                s += table[row[ix]];
+                        }
+                    }
+                    const float v = (float)(s / count[oy * OW + ox]);
+                    float r = rintf(v / ys) + yz;
+                    r = r < lo ? lo : (r > hi ? hi : r);
+                    yp[oy * OW + ox] = is_signed ? (unsigned char)(signed char)(int)r
+                                                 : (unsigned char)(int)r;
+                }
+        }
+    }
+    #pragma GCC pop_options
+    """
+    void _qavgpool_planes "sprat_qavgpool_planes" (
+        const unsigned char* x, unsigned char* y, idx p0, idx p1, idx H, idx W, idx OH, idx OW,
+        idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, const double* table,
+        const double* count, float ys, float yz, float lo, float hi, int is_signed) noexcept nogil
+
+
+def qlinear_average_pool(int nt, const unsigned char[::1] x, unsigned char[::1] y, idx planes,
+                         idx H, idx W, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
+                         idx dw, idx ph, idx pw, const double[::1] table,
+                         const double[::1] count, float ys, float yz, bint signed_):
+    """com.microsoft QLinearAveragePool over ``planes`` (N * C) NCHW planes of uint8 / int8
+    (``signed_``) bytes ``x`` (H x W each) into ``y`` (OH x OW each), 2-D windows (kh, kw),
+    strides, dilations and leading pads: ``sprat_qavgpool_planes``. ``table`` (256 doubles,
+    by byte) the dequantized values, ``count`` (OH * OW doubles) each window's divisor (as the
+    reference counts it: AveragePool-22's ``count_include_pad``, ceil_mode); ``ys``, ``yz``: y's
+    scale and zero point. Planes split over ``nt`` slots. Raises ValueError on short operands
+    or a divisor of 0."""
+    cdef idx i
+    if (x.shape[0] < planes * H * W or y.shape[0] < planes * OH * OW or table.shape[0] < 256
+            or count.shape[0] < OH * OW):
+        raise ValueError("qlinear_average_pool: operands too short")
+    for i in range(OH * OW):
+        if not count[i] > 0:
+            raise ValueError("qlinear_average_pool: a window with no taps to divide by")
+    if planes * OH * OW == 0:
+        return
+    cdef float lo = -128.0 if signed_ else 0.0, hi = 127.0 if signed_ else 255.0
+    cdef int t
+    if nt <= 1:
+        with nogil:
+            _qavgpool_planes(&x[0], &y[0], 0, planes, H, W, OH, OW, kh, kw, sh, sw, dh, dw, ph,
+                             pw, &table[0], &count[0], ys, yz, lo, hi, signed_)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qavgpool_planes(&x[0], &y[0], t * planes // nt, (t + 1) * planes // nt, H, W, OH, OW,
+                         kh, kw, sh, sw, dh, dw, ph, pw, &table[0], &count[0], ys, yz, lo, hi,
+                         signed_)
+
+
 # ---- QLinearConv 1x1 in one pass: blocks of pixels widened, multiplied, requantised ----------
 
 cdef void _qpointwise_slot(idx t, idx nt, const unsigned char* x, bint signed_, float xz,
