@@ -1431,12 +1431,17 @@ def test_packed_weights_not_used_where_they_do_not_fit():
 def test_gather(dtype, axis, idx):
     data = (randn(3, 4, 5) * 10).astype(dtype)
     check("Gather", [data, np.array(idx, np.int64)], {"axis": axis})
+    check("Gather", [data, np.array(idx, np.int64)], {"axis": axis}, consts=(1,))
 
 
-def test_gather_out_of_range_raises():
-    node, infos = make("Gather", [randn(3, 4), np.array([3], np.int64)], {"axis": 0})
-    with pytest.raises(IndexError):
-        run_cpu(node, infos, [randn(3, 4), np.array([3], np.int64)], 1)
+@pytest.mark.parametrize("consts", [(), (1,)])
+@pytest.mark.parametrize("idx", [[3], [0, -4]])
+def test_gather_out_of_range_raises(consts, idx):
+    """Indices fed at run or constant: an index outside [-dim, dim) raises IndexError."""
+    ins = [randn(3, 4), np.array(idx, np.int64)]
+    node, infos = make("Gather", ins, {"axis": 0}, consts=consts)
+    with pytest.raises(IndexError, match="out of bounds"):
+        run_cpu(node, infos, ins, 1)
 
 
 @pytest.mark.parametrize("src,to", [(np.float32, 7), (np.int64, 1), (np.float32, 9),
