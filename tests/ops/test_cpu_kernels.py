@@ -833,6 +833,8 @@ def test_concat_transpose_copies():
     ((2, 3, 160, 161), (0, 2, 3, 1)),  # an NCHW image -> NHWC: bytes by whole-A tiles, 2 slots
     ((1, 8, 9, 10), (0, 2, 3, 1)),  # the same for 8 channels, one slot
     ((1, 5, 9, 10), (0, 2, 3, 1)),  # 5 channels: the bytes' plain loop
+    ((2, 30, 31, 12), (0, 3, 1, 2)),  # NHWC -> NCHW of 12 channels: bytes by whole-B tiles
+    ((1, 210, 220, 3), (0, 3, 1, 2)),  # the same for 3 channels, 2 slots
 ])
 def test_transpose_forms(shape, perm):
     a = randn(*shape)
