@@ -616,6 +616,7 @@ def test_qlinear_add_and_mul(op, dt):
 @pytest.mark.parametrize("shape,m,k,attrs", [
     ((1, 32, 32, 3), 24, 16, {"strides": [16, 16]}),  # a ViT's patch embedding
     ((2, 9, 11, 5), 16, 3, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 12, 12, 8), 16, 3, {"pads": [1, 1, 1, 1]}),  # int16: the input read in place
     ((1, 9, 9, 24), 40, 1, {})])
 def test_conv_integer_with_a_run_time_x_zero_point(xdt, shape, m, k, attrs):
     """x_zero_point an input, not a constant (DynamicQuantizeLinear's output in a dynamically
