@@ -147,6 +147,47 @@ def test_int16_conv_reads_its_input_in_place(n, h, w, c, m, k, attrs, dims, xdt,
     check_cpu("ConvInteger", [ins[0], ins[3], ins[2]], full, (1, 2), rtol=0)
 
 
+# the same on the u8s8 path (7-bit weights, zero points 0): kernel rows of whole quads, a map
+# the im2col would hold 4x over (stride 1, or a 7x7 at stride 2), last panels of 8 and 4
+U8S8_IMPLICIT_CASES = [  # (n, h, w, c, m, k, attrs)
+    (2, 13, 11, 12, 24, 3, {"pads": [1, 1, 1, 1]}),
+    (1, 14, 12, 8, 20, 5, {"pads": [4, 2, 3, 2], "dilations": [2, 1]}),
+    (1, 30, 29, 4, 32, 7, {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    (1, 9, 9, 64, 40, 3, {"pads": [0, 1, 2, 1]}),
+    (1, 64, 64, 16, 24, 3, {"pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.mark.skipif(not qconv._quant.U8S8, reason="no u8s8 kernels in this build")
+@pytest.mark.parametrize("n,h,w,c,m,k,attrs", U8S8_IMPLICIT_CASES)
+@pytest.mark.parametrize("xdt", [_U8, _S8])
+def test_u8s8_conv_reads_its_input_in_place(n, h, w, c, m, k, attrs, xdt, monkeypatch):
+    from sprat.backends.cpu import quant
+
+    monkeypatch.setattr(quant, "PATH", "int16")
+    ins, consts = _qlinear_inputs(n, h, w, c, m, k, xdt=xdt, seed=c + k)
+    ins[3] = _q(ins[3].shape, _S8, c, -63, 63)  # NOTE: 7-bit weights: every pair fits
+    full = {**fused(), "kernel_shape": [k, k], **attrs}
+    kern = _kernel("QLinearConv", ins, full, consts)
+    assert kern.i8 and kern.ipath == ck.I8_PATHS["u8s8"] and kern.implicit
+    check_cpu("QLinearConv", ins, full, consts, rtol=0)
+    check_cpu("ConvInteger", [ins[0], ins[3], ins[2]], full, (1, 2), rtol=0)
+
+
+@pytest.mark.skipif(not qconv._quant.U8S8, reason="no u8s8 kernels in this build")
+def test_u8s8_conv_keeps_the_im2col_for_a_3x3_stride_2(monkeypatch):
+    """A 3x3 stride-2 conv's im2col holds 2.25x its map: on the u8s8 path, whose im2col
+    copies raw bytes, it stays."""
+    from sprat.backends.cpu import quant
+
+    monkeypatch.setattr(quant, "PATH", "int16")
+    ins, consts = _qlinear_inputs(1, 16, 16, 16, 16, 3, seed=1)
+    ins[3] = _q(ins[3].shape, _S8, 1, -63, 63)
+    full = {**fused(), "kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    kern = _kernel("QLinearConv", ins, full, consts)
+    assert kern.ipath == ck.I8_PATHS["u8s8"] and not kern.implicit
+
+
 @pytest.mark.parametrize("c,k,attrs,why", [
     (16, 1, {"strides": [2, 2]}, "a 1x1 stride-2 conv's map is 4x its im2col"),
     (72, 3, {"pads": [1, 1, 1, 1]}, "kernel rows of 216 values"),

@@ -499,7 +499,7 @@ class QConvKernel(CpuKernel):
         if self.implicit:
             # NOTE: the A workspace holds the padded, widened map (``_implicit``)
             hp, wp = self.implicit
-            pitch = max(pitch, -(-2 * n * hp * wp * c // rows))
+            pitch = max(pitch, -(-(2 if name == "int16" else 1) * n * hp * wp * c // rows))
         self.workspaces = (ws_of((ck.i8_a_rows(rows, ipath), pitch), np.uint8),
                            ws_of((ck.i8_a_rows(rows, ipath),), np.int32),
                            *((ws_of((1,), np.int32),) if self.xz_runtime else ()))
@@ -511,19 +511,30 @@ class QConvKernel(CpuKernel):
         on its input widened to int16 once into a padded map of Hp x Wp pixels
         (``sprat_i8_pad_widen``), each tile reading its rows' kernel rows from it
         (``sprat_i8_tile_seg``), instead of writing and reading an im2col of K = kh*kw*C int16
-        per output pixel. It pays where the im2col's kernel rows are short (``kw * C`` at most
+        per output pixel; on the u8s8 path likewise from a padded map of its bytes
+        (``sprat_i8_pad_bytes``, ``sprat_i8_tile_u8s8_seg``) where ``kw * C`` is a multiple
+        of 4 and the weight has no correction records and zero points 0. It pays where the im2col's kernel rows are short (``kw * C`` at most
         IMPLICIT_MAX_RUN values) and the im2col would hold at least twice the map's values
         (3x3 at stride 1: 9x, at stride 2: 2.25x; a 1x1 stride-2 conv's map is 4x its im2col).
         Measured against the im2col, one process, outputs equal, 3x3 / 5x5 / 7x7 convs of 4-256
-        channels, 14x14 to 224x224, strides 1 and 2: 0.58-0.94x the time at 1 thread and
-        0.67-0.94x at 2 where both hold (12 -> 24 channels at 208x208: 0.73 / 0.81); 0.92-1.00x
-        / 0.96-1.09x with kernel rows of 288-768 values; 1x1 stride-2: 1.09-1.25x."""
-        if (not I8_IMPLICIT or path != "int16" or self.pointwise or int(dil[1]) != 1
-                or (kw * c) % 2 or kw * c > IMPLICIT_MAX_RUN):
+        channels, 14x14 to 224x224, strides 1 and 2: int16, 0.58-0.94x the time at 1 thread
+        and 0.67-0.94x at 2 where both hold (12 -> 24 channels at 208x208: 0.73 / 0.81);
+        0.92-1.00x / 0.96-1.09x with kernel rows of 288-768 values; 1x1 stride-2: 1.09-1.25x.
+        u8s8 (noisier, 2-3 runs each): stride 1, 0.70-1.08x at 1 thread (most 0.72-0.95) and
+        0.73-0.97x at 2; 3x3 stride 2, 0.84-1.15x, left on the im2col."""
+        _, bcol, res = self.b_packed
+        # NOTE: the u8s8 tiles read quads (kernel rows of whole quads), without the per-row
+        # sums a nonzero zero point of B needs, nor correction records
+        u8s8 = path == "u8s8" and not np.any(bcol[:self.m]) and not np.asarray(res).size
+        if (not I8_IMPLICIT or (path != "int16" and not u8s8) or self.pointwise
+                or int(dil[1]) != 1 or (kw * c) % (4 if u8s8 else 2)
+                or kw * c > IMPLICIT_MAX_RUN):
             return None
         hp = (oh - 1) * int(strides[0]) + (kh - 1) * int(dil[0]) + 1
         wp = (ow - 1) * int(strides[1]) + kw
-        if oh * ow * kh * kw < 2 * hp * wp:
+        # NOTE: the u8s8 im2col copies raw bytes, 32 a step: there the map pays only where
+        # the im2col would hold 4x its values (3x3 stride-2 convs, 2.25x: 0.95-1.15x the time)
+        if oh * ow * kh * kw < (4 if u8s8 else 2) * hp * wp:
             return None
         return hp, wp
 

@@ -359,20 +359,41 @@ cdef extern from *:
             if (nh > 1)                                                                  \
                 c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, r1));          \
         }
-    #define SPRAT_I8_UKLOOP                                                              \
+    /* one quad of k: B's quad row at bp (16 columns, or 8 with nh = 1) into every row */
+    #define SPRAT_I8_UKSTEP(bp)                                                          \
+        {                                                                                \
+            __m256i b0 = _mm256_loadu_si256((const __m256i*)(bp));                       \
+            __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i*)((bp) + 32)) : b0;  \
+            SPRAT_I8_UROW(0) SPRAT_I8_UROW(1) SPRAT_I8_UROW(2) SPRAT_I8_UROW(3)          \
+        }
+    #define SPRAT_I8_UACC                                                                \
         __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00;\
         __m256i c21 = c00, c30 = c00, c31 = c00;                                         \
-        const __m256i ones = _mm256_set1_epi16(1);                                       \
+        const __m256i ones = _mm256_set1_epi16(1)
+    /* The u8s8 k loop with A read in place (as SPRAT_I8_KLOOP_SEG: row r's K bytes are nseg
+       segments of 4 * kqs, the first at ap[r], each rs bytes after the one before); no
+       correction records */
+    #define SPRAT_I8_UKLOOP_SEG                                                          \
+        SPRAT_I8_UACC;                                                                   \
+        const uint8_t* a0 = ap[0];                                                       \
+        const uint8_t* a1 = ap[mr > 1 ? 1 : 0];                                          \
+        const uint8_t* a2 = ap[mr > 2 ? 2 : 0];                                          \
+        const uint8_t* a3 = ap[mr > 3 ? 3 : 0];                                          \
+        for (Py_ssize_t sg = 0; sg < nseg; sg++) {                                       \
+            const int8_t* bs = b + sg * kqs * 64;                                        \
+            for (Py_ssize_t q = 0; q < kqs; q++)                                         \
+                SPRAT_I8_UKSTEP(bs + q * 64)                                             \
+            a0 += rs, a1 += rs, a2 += rs, a3 += rs;                                      \
+        }                                                                                \
+        do {} while (0)
+    #define SPRAT_I8_UKLOOP                                                              \
+        SPRAT_I8_UACC;                                                                   \
         const uint8_t* a0 = a;                                                           \
         const uint8_t* a1 = a + (mr > 1 ? 1 : 0) * lda;                                  \
         const uint8_t* a2 = a + (mr > 2 ? 2 : 0) * lda;                                  \
         const uint8_t* a3 = a + (mr > 3 ? 3 : 0) * lda;                                  \
-        for (Py_ssize_t q = 0; q < kq; q++) {                                            \
-            __m256i b0 = _mm256_loadu_si256((const __m256i*)(b + q * 64));               \
-            __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i*)(b + q * 64 + 32))  \
-                                : b0;                                                    \
-            SPRAT_I8_UROW(0) SPRAT_I8_UROW(1) SPRAT_I8_UROW(2) SPRAT_I8_UROW(3)          \
-        }                                                                                \
+        for (Py_ssize_t q = 0; q < kq; q++)                                              \
+            SPRAT_I8_UKSTEP(b + q * 64)                                                  \
         for (Py_ssize_t e = 0; e < nrec; e++) {                                          \
             const int32_t* re = rec + 17 * e;                                            \
             const Py_ssize_t k2 = 2 * (Py_ssize_t)re[0];                                 \
@@ -414,6 +435,40 @@ cdef extern from *:
             break;
         }
     }
+
+    /* sprat_i8_tile_u8s8 with A read in place (SPRAT_I8_UKLOOP_SEG), no records */
+    static inline __attribute__((always_inline)) void sprat_i8_tile_u8s8_seg_t(
+            const uint8_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg, Py_ssize_t kqs,
+            const int8_t* b, int32_t* c, const int mr) {
+        const int nh = 2;
+        SPRAT_I8_UKLOOP_SEG;
+    #define SPRAT_I8_STORE(r)                                                            \
+        if (mr > r) {                                                                    \
+            _mm256_storeu_si256((__m256i*)(c + r * 16), c##r##0);                        \
+            _mm256_storeu_si256((__m256i*)(c + r * 16 + 8), c##r##1);                    \
+        }
+        SPRAT_I8_STORE(0) SPRAT_I8_STORE(1) SPRAT_I8_STORE(2) SPRAT_I8_STORE(3)
+    #undef SPRAT_I8_STORE
+    }
+
+    static void sprat_i8_tile_u8s8_seg(const uint8_t* const* ap, Py_ssize_t rs,
+                                       Py_ssize_t nseg, Py_ssize_t kqs, const int8_t* b,
+                                       int32_t* c, int mr) {
+        switch (mr) {
+        case 1: sprat_i8_tile_u8s8_seg_t(ap, rs, nseg, kqs, b, c, 1); break;
+        case 2: sprat_i8_tile_u8s8_seg_t(ap, rs, nseg, kqs, b, c, 2); break;
+        case 3: sprat_i8_tile_u8s8_seg_t(ap, rs, nseg, kqs, b, c, 3); break;
+        case 4: sprat_i8_tile_u8s8_seg_t(ap, rs, nseg, kqs, b, c, 4); break;
+        case 5:
+            sprat_i8_tile_u8s8_seg_t(ap, rs, nseg, kqs, b, c, 4);
+            sprat_i8_tile_u8s8_seg_t(ap + 4, rs, nseg, kqs, b, c + 64, 1);
+            break;
+        default:
+            sprat_i8_tile_u8s8_seg_t(ap, rs, nseg, kqs, b, c, 4);
+            sprat_i8_tile_u8s8_seg_t(ap + 4, rs, nseg, kqs, b, c + 64, 2);
+            break;
+        }
+    }
     #else
     #define SPRAT_I8_U8S8_BUILD 0
     static void sprat_i8_tile_u8s8(const uint8_t* a, Py_ssize_t lda, const int8_t* b,
@@ -421,7 +476,39 @@ cdef extern from *:
                                    Py_ssize_t nrec) {
         (void)a; (void)lda; (void)b; (void)kq; (void)c; (void)mr; (void)rec; (void)nrec;
     }
+    static void sprat_i8_tile_u8s8_seg(const uint8_t* const* ap, Py_ssize_t rs,
+                                       Py_ssize_t nseg, Py_ssize_t kqs, const int8_t* b,
+                                       int32_t* c, int mr) {
+        (void)ap; (void)rs; (void)nseg; (void)kqs; (void)b; (void)c; (void)mr;
+    }
     #endif
+
+    /* Padded rows [r0, r1) (of n * Hp) of a conv's input x (N, H, W, C bytes) as the u8s8
+       path's bytes into out (rows of Wp * C bytes): x ^ flip (int8 shifted to u8) from column
+       pw on, the zero point's byte ``pad`` around it, as sprat_i8_im2col_range writes taps;
+       the A of ``sprat_i8_tile_u8s8_seg`` */
+    static void sprat_i8_pad_bytes(unsigned char* out, const unsigned char* x, Py_ssize_t r0,
+                                   Py_ssize_t r1, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                                   Py_ssize_t Hp, Py_ssize_t Wp, Py_ssize_t ph, Py_ssize_t pw,
+                                   unsigned char pad, unsigned char flip) {
+        const Py_ssize_t x0 = pw < Wp ? pw : Wp;
+        const Py_ssize_t x1 = pw + W < Wp ? pw + W : Wp;
+        for (Py_ssize_t r = r0; r < r1; r++) {
+            const Py_ssize_t n = r / Hp, y = r - n * Hp - ph;
+            unsigned char* o = out + r * Wp * C;
+            if (y < 0 || y >= H || x1 <= x0) {
+                memset(o, pad, (size_t)(Wp * C));
+                continue;
+            }
+            memset(o, pad, (size_t)(x0 * C));
+            const unsigned char* src = x + ((n * H + y) * W + (x0 - pw)) * C;
+            unsigned char* dst = o + x0 * C;
+            const Py_ssize_t len = (x1 - x0) * C;
+            for (Py_ssize_t k = 0; k < len; k++)
+                dst[k] = src[k] ^ flip;
+            memset(o + x1 * C, pad, (size_t)((Wp - x1) * C));
+        }
+    }
 
     /* The ``widen`` path's tile: the vnni layout's bytes (u8 A, s8 B, k-quads of 16-column
        panels), exact for every B: each byte widened to int16 in registers (vpmovzxbw /
@@ -901,6 +988,19 @@ cdef extern from *:
         SPRAT_I8_Q8_EPILOGUE;
     }
 
+    #define SPRAT_I8_UQ8_EPILOGUE                                                        \
+        const __m256i zero = _mm256_setzero_si256(), vza = _mm256_set1_epi32(za);       \
+        __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;         \
+        __m256i o1 = ib != NULL && nh > 1 ? _mm256_loadu_si256((const __m256i*)(ib + 8)) \
+                                          : zero;                                        \
+        o0 = _mm256_add_epi32(o0, _mm256_mullo_epi32(                                    \
+            vza, _mm256_loadu_si256((const __m256i*)ct)));                               \
+        if (nh > 1)                                                                      \
+            o1 = _mm256_add_epi32(o1, _mm256_mullo_epi32(                                \
+                vza, _mm256_loadu_si256((const __m256i*)(ct + 8))));                     \
+        sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, zero, zero, zero,   \
+                         zero, o0, o1, 1, y, ldy, s, s_step, zp, lo, hi, q_signed, post, \
+                         pld, nh)
     /* The same on the u8s8 path (at most 4 rows a pass, SPRAT_I8_UKLOOP): raw bytes, so the
        zero-point term za * ct[j] (ct = K * zb - colsum) joins the offset; B's zero points
        all 0 (the caller's condition: no term per row) */
@@ -911,15 +1011,46 @@ cdef extern from *:
             const float* post, Py_ssize_t pld, const int32_t* rec, Py_ssize_t nrec,
             const int mr, const int nh) {
         SPRAT_I8_UKLOOP;
-        const __m256i zero = _mm256_setzero_si256(), vza = _mm256_set1_epi32(za);
-        __m256i o0 = ib != NULL ? _mm256_loadu_si256((const __m256i*)ib) : zero;
-        __m256i o1 = ib != NULL && nh > 1 ? _mm256_loadu_si256((const __m256i*)(ib + 8)) : zero;
-        o0 = _mm256_add_epi32(o0, _mm256_mullo_epi32(vza, _mm256_loadu_si256((const __m256i*)ct)));
-        if (nh > 1)
-            o1 = _mm256_add_epi32(o1, _mm256_mullo_epi32(
-                vza, _mm256_loadu_si256((const __m256i*)(ct + 8))));
-        sprat_i8_q8_rows(mr, c00, c01, c10, c11, c20, c21, c30, c31, zero, zero, zero, zero,
-                         o0, o1, 1, y, ldy, s, s_step, zp, lo, hi, q_signed, post, pld, nh);
+        SPRAT_I8_UQ8_EPILOGUE;
+    }
+
+    /* The same with A read in place (sprat_i8_tile_u8s8_seg's ap, rs, nseg, kqs), no
+       records */
+    static inline __attribute__((always_inline)) void sprat_i8_tile_u8s8_q8_seg_t(
+            const uint8_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg, Py_ssize_t kqs,
+            const int8_t* b, unsigned char* y, Py_ssize_t ldy, const float* s, int s_step,
+            const int32_t* ib, const int32_t* ct, int32_t za, float zp, float lo, float hi,
+            int q_signed, const float* post, Py_ssize_t pld, const int mr, const int nh) {
+        SPRAT_I8_UKLOOP_SEG;
+        SPRAT_I8_UQ8_EPILOGUE;
+    }
+
+    static void sprat_i8_tile_u8s8_q8_seg(const uint8_t* const* ap, Py_ssize_t rs,
+                                          Py_ssize_t nseg, Py_ssize_t kqs, const int8_t* b,
+                                          int mr, int nr, unsigned char* y, Py_ssize_t ldy,
+                                          const float* s, int s_step, const int32_t* ib,
+                                          const int32_t* ct, int32_t za, float zp, float lo,
+                                          float hi, int q_signed, const float* post,
+                                          Py_ssize_t pld) {
+    #define SPRAT_I8_UQ(A, Y, R, H)                                                      \
+        sprat_i8_tile_u8s8_q8_seg_t(A, rs, nseg, kqs, b, Y, ldy, s, s_step, ib, ct, za,  \
+                                    zp, lo, hi, q_signed, post, pld, R, H)
+    #define SPRAT_I8_UQ_ALL(H)                                                           \
+        switch (mr) {                                                                    \
+        case 1: SPRAT_I8_UQ(ap, y, 1, H); break;                                         \
+        case 2: SPRAT_I8_UQ(ap, y, 2, H); break;                                         \
+        case 3: SPRAT_I8_UQ(ap, y, 3, H); break;                                         \
+        case 4: SPRAT_I8_UQ(ap, y, 4, H); break;                                         \
+        case 5: SPRAT_I8_UQ(ap, y, 4, H); SPRAT_I8_UQ(ap + 4, y + 4 * ldy, 1, H); break; \
+        default: SPRAT_I8_UQ(ap, y, 4, H); SPRAT_I8_UQ(ap + 4, y + 4 * ldy, 2, H); break;\
+        }
+        if (nr > 8) {
+            SPRAT_I8_UQ_ALL(2)
+        } else {
+            SPRAT_I8_UQ_ALL(1)
+        }
+    #undef SPRAT_I8_UQ_ALL
+    #undef SPRAT_I8_UQ
     }
 
     /* nr: the panel's columns, 16, or 8 (a last panel's first half) */
@@ -1103,6 +1234,17 @@ cdef extern from *:
         (void)a; (void)lda; (void)b; (void)kq; (void)mr; (void)nr; (void)y; (void)ldy; (void)s;
         (void)s_step; (void)ib; (void)ct; (void)za; (void)zp; (void)lo; (void)hi;
         (void)q_signed; (void)post; (void)pld; (void)rec; (void)nrec;
+    }
+    static void sprat_i8_tile_u8s8_q8_seg(const uint8_t* const* ap, Py_ssize_t rs,
+                                          Py_ssize_t nseg, Py_ssize_t kqs, const int8_t* b,
+                                          int mr, int nr, unsigned char* y, Py_ssize_t ldy,
+                                          const float* s, int s_step, const int32_t* ib,
+                                          const int32_t* ct, int32_t za, float zp, float lo,
+                                          float hi, int q_signed, const float* post,
+                                          Py_ssize_t pld) {
+        (void)ap; (void)rs; (void)nseg; (void)kqs; (void)b; (void)mr; (void)nr; (void)y;
+        (void)ldy; (void)s; (void)s_step; (void)ib; (void)ct; (void)za; (void)zp; (void)lo;
+        (void)hi; (void)q_signed; (void)post; (void)pld;
     }
     static void sprat_i8_tile_q8(const int16_t* a, Py_ssize_t lda, const int16_t* b,
                                  Py_ssize_t kp, int mr, int nr, unsigned char* y,
@@ -1743,6 +1885,18 @@ cdef extern from *:
                                       int mr) noexcept nogil
     void i8_tile_seg "sprat_i8_tile_seg" (const short** ap, idx rs, idx nseg, idx kps,
                                           const short* b, int* c, int mr) noexcept nogil
+    void i8_tile_u8s8_seg "sprat_i8_tile_u8s8_seg" (const unsigned char** ap, idx rs, idx nseg,
+                                                    idx kqs, const signed char* b, int* c,
+                                                    int mr) noexcept nogil
+    void i8_tile_u8s8_q8_seg "sprat_i8_tile_u8s8_q8_seg" (
+        const unsigned char** ap, idx rs, idx nseg, idx kqs, const signed char* b, int mr, int nr,
+        unsigned char* y, idx ldy, const float* s, int s_step, const int* ib, const int* ct,
+        int za, float zp, float lo, float hi, int q_signed, const float* post,
+        idx pld) noexcept nogil
+    void i8_pad_bytes "sprat_i8_pad_bytes" (unsigned char* out, const unsigned char* x, idx r0,
+                                            idx r1, idx H, idx W, idx C, idx Hp, idx Wp, idx ph,
+                                            idx pw, unsigned char pad,
+                                            unsigned char flip) noexcept nogil
     void i8_pad_widen "sprat_i8_pad_widen" (short* out, const unsigned char* x, idx r0, idx r1,
                                             idx H, idx W, idx C, idx Hp, idx Wp, idx ph, idx pw,
                                             int zp, int is_signed) noexcept nogil
@@ -2312,7 +2466,7 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
     # of the model). Not on AMX, whose last block's epilogue runs during the next item
     cdef bint act_late = g.act != A_NONE and g.kind == I8_OUT_F32 and g.path != I8_AMX
     if col != NULL and col.implicit:
-        i8_items_implicit(g, lo, hi, col, q8)
+        i8_items_implicit(g, lo, hi, col, q8, q8u)
         return
     if g.path == I8_AMX:
         i8_amx_begin()
@@ -2421,23 +2575,44 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
         i8_amx_end()
 
 
+cdef inline void i8_pad_map(const i8_col_t* c, unsigned char* out, idx r0, idx r1,
+                            int path) noexcept nogil:
+    """Padded rows [r0, r1) of a conv's input map for ``i8_items_implicit``: int16 less the
+    zero point (int16 path), or the u8s8 path's bytes (int8 shifted to u8, padding the zero
+    point's byte)."""
+    cdef unsigned char flip = 0x80 if c.a_signed else 0
+    if path == I8_INT16:
+        i8_pad_widen(<short*>out, c.x, r0, r1, c.H, c.W, c.C, c.Hp, c.Wp, c.ph, c.pw, c.zp,
+                     c.a_signed)
+    else:
+        i8_pad_bytes(out, c.x, r0, r1, c.H, c.W, c.C, c.Hp, c.Wp, c.ph, c.pw,
+                     <unsigned char>(c.zp & 0xFF) ^ flip, flip)
+
+
 cdef void i8_items_implicit(const i8_gemm_t* g, idx lo, idx hi, const i8_col_t* col,
-                            bint q8) noexcept nogil:
-    """Work items [lo, hi) of a conv's ``i8_gemm`` on the int16 path with its A read in place
-    from the padded, widened input map in the A workspace (``i8_col_t.implicit``): each tile's
-    rows (output pixels) start at their top-left tap in the map, K being ``kh`` kernel rows of
-    ``kw * C`` values, one padded map row (times ``dh``) apart. As ``i8_items`` otherwise."""
+                            bint q8, bint q8u) noexcept nogil:
+    """Work items [lo, hi) of a conv's ``i8_gemm`` on the int16 or u8s8 path with its A read in
+    place from the padded input map in the A workspace (``i8_col_t.implicit``, ``i8_pad_map``):
+    each tile's rows (output pixels) start at their top-left tap in the map, K being ``kh``
+    kernel rows of ``kw * C`` values, one padded map row (times ``dh``) apart. As
+    ``i8_items`` otherwise (u8s8: B's zero points all 0, no correction records)."""
     cdef idx nrb = (g.M + g.rb - 1) // g.rb
     cdef idx ncb = (g.N + g.cb - 1) // g.cb
     cdef idx it, rem, m0, n0, m1, n1, j0, i0, mr, nr, r, row, n, oy, ox
     cdef idx ohw = col.OH * col.OW
     cdef idx wc = col.Wp * col.C
-    cdef idx kps = col.kw * col.C // 2
+    cdef bint u8 = g.path == I8_U8S8
+    # NOTE: per kernel row, pairs of int16 (int16 path) or quads of bytes (u8s8)
+    cdef idx kps = col.kw * col.C // (4 if u8 else 2)
     cdef idx rs = col.dh * wc
     cdef const short* xw = <const short*>g.a
+    cdef const unsigned char* xb = g.a
     cdef const short* ap[6]
+    cdef const unsigned char* ap8[6]
     cdef const short* bp
+    cdef const signed char* bq
     cdef int tile[6 * 16]
+    cdef idx off
     for it in range(lo, hi):
         rem = it % (nrb * ncb)
         m0 = (rem // ncb) * g.rb
@@ -2448,6 +2623,7 @@ cdef void i8_items_implicit(const i8_gemm_t* g, idx lo, idx hi, const i8_col_t* 
         while j0 < n1:
             nr = min(<idx>I8_NR, n1 - j0)
             bp = <const short*>(g.b + (j0 // I8_NR) * g.kp * 64)
+            bq = <const signed char*>(g.b + (j0 // I8_NR) * g.kq * 64)
             i0 = m0
             while i0 < m1:
                 mr = min(<idx>I8_MR, m1 - i0)
@@ -2456,7 +2632,9 @@ cdef void i8_items_implicit(const i8_gemm_t* g, idx lo, idx hi, const i8_col_t* 
                 oy = (row - n * ohw) // col.OW
                 ox = row - n * ohw - oy * col.OW
                 for r in range(mr):
-                    ap[r] = xw + (n * col.Hp + oy * col.sh) * wc + ox * col.sw * col.C
+                    off = (n * col.Hp + oy * col.sh) * wc + ox * col.sw * col.C
+                    ap[r] = xw + off
+                    ap8[r] = xb + off
                     ox += 1
                     if ox == col.OW:
                         ox = 0
@@ -2464,7 +2642,17 @@ cdef void i8_items_implicit(const i8_gemm_t* g, idx lo, idx hi, const i8_col_t* 
                         if oy == col.OH:
                             oy = 0
                             n += 1
-                if q8 and (nr == I8_NR or nr == 8):
+                if u8 and q8u and (nr == I8_NR or nr == 8):
+                    i8_tile_u8s8_q8_seg(ap8, rs, col.kh, kps, bq, <int>mr, <int>nr,
+                                        g.y + i0 * g.N + j0, g.N, g.scale + j0 * g.s_step,
+                                        g.s_step, g.ibias + j0 if g.ibias != NULL else NULL,
+                                        g.bcol + g.N + j0, g.za[0] + g.za_add, g.zp, g.lo, g.hi,
+                                        g.q_signed, g.post + j0 if g.post != NULL else NULL,
+                                        g.N)
+                elif u8:
+                    i8_tile_u8s8_seg(ap8, rs, col.kh, kps, bq, tile, <int>mr)
+                    i8_finish_rows(g, tile, 16, i0, i0, j0, mr, nr, 0)
+                elif q8 and (nr == I8_NR or nr == 8):
                     i8_tile_q8_seg(ap, rs, col.kh, kps, bp, <int>mr, <int>nr,
                                    g.y + i0 * g.N + j0, g.N, g.scale + j0 * g.s_step, g.s_step,
                                    g.ibias + j0 if g.ibias != NULL else NULL, g.zp, g.lo, g.hi,
@@ -2628,13 +2816,11 @@ cdef void i8_gemm_exec(i8_run_t* r, const i8_col_t* col) noexcept nogil:
     if col != NULL and col.implicit:
         # NOTE: the padded map first (its rows over the slots), then the items read it
         if nt <= 1 or 2 * col.N * col.Hp * col.Wp * col.C < I8_PACK_PARALLEL:
-            i8_pad_widen(<short*>r.pws, col.x, 0, col.N * col.Hp, col.H, col.W, col.C, col.Hp,
-                         col.Wp, col.ph, col.pw, col.zp, col.a_signed)
+            i8_pad_map(col, r.pws, 0, col.N * col.Hp, r.g.path)
         else:
             for t in prange(nt, num_threads=nt, schedule="static", chunksize=1):
-                i8_pad_widen(<short*>r.pws, col.x, t * col.N * col.Hp // nt,
-                             (t + 1) * col.N * col.Hp // nt, col.H, col.W, col.C, col.Hp,
-                             col.Wp, col.ph, col.pw, col.zp, col.a_signed)
+                i8_pad_map(col, r.pws, t * col.N * col.Hp // nt, (t + 1) * col.N * col.Hp // nt,
+                           r.g.path)
         if nt <= 1:
             i8_items(gp, 0, items, NULL, col)
             return
@@ -2725,13 +2911,17 @@ cdef class I8GemmCall:
             # up to (OW-1)*sw + kw - 1
             self.col.Hp = (OH - 1) * sh + (kh - 1) * dh + 1
             self.col.Wp = (OW - 1) * sw + kw
-            if (self.run.g.path != I8_INT16 or dw != 1 or (kw * C) % 2 or self.run.g.nbatch != 1
+            u8 = self.run.g.path == I8_U8S8
+            if (self.run.g.path not in (I8_INT16, I8_U8S8) or dw != 1
+                    or (kw * C) % (4 if u8 else 2) or self.run.g.nbatch != 1
                     or self.run.g.offs[0] != 0 or self.run.g.offs[2] != 0
-                    or self.run.g.res != NULL
-                    or 2 * N * self.col.Hp * self.col.Wp * C > self.run.rows * self.run.pitch):
-                raise ValueError("I8GemmCall: an implicit im2col needs the int16 path, dilation "
-                                 "1 across, an even kw * C, one batch and a workspace of its "
-                                 "padded map")
+                    or self.run.g.res != NULL or (u8 and self.run.g.sums != NULL)
+                    or (1 if u8 else 2) * N * self.col.Hp * self.col.Wp * C
+                    > self.run.rows * self.run.pitch):
+                raise ValueError("I8GemmCall: an implicit im2col needs the int16 path (or u8s8 "
+                                 "with B's zero points 0 and no correction records), dilation "
+                                 "1 across, kw * C even (u8s8: a multiple of 4), one batch and a "
+                                 "workspace of its padded map")
         self.col.x, self.col.a_signed, self.col.zp = &x[0], a_signed, zp
         self.col.rows, self.col.H, self.col.W, self.col.C = N * OH * OW, H, W, C
         self.col.nx = N * H * W * C
