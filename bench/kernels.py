@@ -2,6 +2,7 @@
 
     python bench/kernels.py [--only conv3x3,softmax] [--threads 1,2] [--seconds 0.4]
     python bench/kernels.py --int8 [--threads 1,2] [--seconds 0.1]
+    python bench/kernels.py --int8-conv [--threads 1,2]
 
 Each case is one ONNX node (built with ``onnx.helper``) run by onnxruntime
 (``intra_op_num_threads=N``, ``inter_op_num_threads=1``, default optimizations) on NCHW data,
@@ -34,6 +35,11 @@ conv, ``conv.winograd_pays``); time per conv.
 ``--only attn``: the Attention kernel (``attention.py``) against the nodes onnxruntime runs
 for an encoder's attention (``attention_case``), sequences 64..384, 2..12 heads of 32 or 64,
 with and without a padding mask (``ATTN_FAMILY``).
+
+``--int8-conv``: quantized convs (``QCONV_FAMILY``, s8 input, full-range or 7-bit weights: the
+int16 or u8s8 path on AVX2) reading their input in place (``qconv.QConvKernel._implicit``)
+against the same convs through the im2col: time of in-place / im2col at each thread count,
+alternating in this process, outputs compared.
 
 ``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``: AVX-512F or AVX2 + FMA) against
 the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
@@ -691,6 +697,68 @@ def int8_main(threads, seconds):
     print(f"{'geometric mean':23s}" + geo)
 
 
+#: quantized convs (c, m, h, k, stride) for ``--int8-conv``: small-channel 3x3 / 5x5 / 7x7 convs
+#: of detectors' and mobile nets' early layers, a few with longer kernel rows, a 1x1 stride 2
+QCONV_FAMILY = ((12, 24, 208, 3, 1), (16, 32, 112, 3, 1), (24, 24, 104, 3, 1),
+                (48, 48, 52, 3, 1), (64, 64, 28, 3, 1), (32, 32, 56, 5, 1), (4, 32, 224, 7, 2),
+                (24, 48, 208, 3, 2), (48, 96, 104, 3, 2), (96, 96, 52, 3, 1),
+                (256, 256, 14, 3, 1), (64, 128, 56, 1, 2))
+
+
+def _qconv_kernel(c, m, h, k, stride, full, threads, implicit):
+    """(run, output, the kernel) of one NHWC QLinearConv on the cpu backend: s8 input, s8
+    weights full range (the int16 path on AVX2) or 7-bit (u8s8), with ``qconv.I8_IMPLICIT``
+    set to ``implicit`` while it is prepared."""
+    from sprat.backends.cpu import qconv
+
+    rng = np.random.default_rng(c * 1000 + m + h)
+    lim = 127 if full else 63
+    arrays = [rng.integers(-128, 128, (1, h, h, c)).astype(np.int8), np.array(0.05, np.float32),
+              np.array(3, np.int8), rng.integers(-lim, lim + 1, (m, c, k, k)).astype(np.int8),
+              np.array(0.01, np.float32), np.array(0, np.int8), np.array(0.2, np.float32),
+              np.array(-5, np.int8), rng.integers(-2000, 2000, m).astype(np.int32)]
+    infos = [TensorInfo(x.shape, x.dtype, x if i else None) for i, x in enumerate(arrays)]
+    attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [k // 2] * 4,
+             "_layout": "NHWC"}
+    node = Node("QLinearConv", "qconv", list(range(9)), [9], attrs)
+    saved, qconv.I8_IMPLICIT = qconv.I8_IMPLICIT, implicit
+    try:
+        kernel = CpuBackend(threads).make_kernel(node, infos)
+        shape, dtype = infer(node, infos)[0]
+        kernel.prepare(infos, [TensorInfo(shape, dtype)])
+    finally:
+        qconv.I8_IMPLICIT = saved
+    out, ws = np.empty(shape, dtype), Workspace.allocate(kernel)
+    return (lambda: kernel.run(arrays, [out], ws)), out, kernel
+
+
+def qconv_main(threads, seconds):
+    """``--int8-conv``: QCONV_FAMILY's convs reading their input in place (``qconv.
+    QConvKernel._implicit``) against the same convs through the im2col, both paths, each
+    thread count, alternating in this process, outputs compared."""
+    from sprat.backends.cpu import quant
+    from sprat.backends.cpu.compiled import kernels as ck
+
+    names = {v: n for n, v in ck.I8_PATHS.items()}
+    print(f"integer GEMM path: {quant.PATH}; time of the in-place conv / the im2col conv "
+          "(median of the best block); '-': the cost rule keeps the im2col")
+    for full, label in ((True, "full-range weights"), (False, "7-bit weights")):
+        print(label)
+        for c, m, h, k, stride in QCONV_FAMILY:
+            line = f"  C={c:3d} M={m:3d} {h:3d}x{h:<3d} k={k} s={stride}"
+            for t in threads:
+                run0, out0, _ = _qconv_kernel(c, m, h, k, stride, full, t, False)
+                run1, out1, kern = _qconv_kernel(c, m, h, k, stride, full, t, True)
+                with threading.limits(t):
+                    t0, t1 = _alternate(run0, run1, seconds)
+                if not np.array_equal(out0, out1):
+                    raise AssertionError(f"C={c} M={m} k={k}: the in-place conv differs")
+                name = names.get(kern.ipath, "?")
+                cell = f"{t1 / t0:.2f}" if kern.implicit else "-"
+                line += f" | @{t} {name:5s} {t0 * 1e3:7.3f} ms {cell:>5s}"
+            print(line, flush=True)
+
+
 PACKED_M = (1, 4, 16, 64, 128, 197, 512)
 PACKED_KN = ((128, 512), (256, 1024), (384, 384), (384, 1536), (1536, 384), (768, 768),
              (768, 3072), (3072, 768), (192, 576), (100, 200))
@@ -772,7 +840,13 @@ def main(argv=None):
                     help="the integer GEMM's multiply-adds per second against fp32's")
     ap.add_argument("--packed", action="store_true",
                     help="the packed-weight GEMM and attention paths against BLAS")
+    ap.add_argument("--int8-conv", action="store_true",
+                    help="quantized convs reading their input in place against the im2col")
     args = ap.parse_args(argv)
+    if args.int8_conv:
+        qconv_main([int(t) for t in args.threads.split(",")],
+                   args.seconds if args.seconds != 0.4 else 0.3)
+        return
     if args.packed:
         packed_main([int(t) for t in args.threads.split(",")],
                     args.seconds if args.seconds != 0.4 else 0.06)
