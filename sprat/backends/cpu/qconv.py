@@ -11,9 +11,9 @@ A one-group conv (K = kh * kw * C within ``I8_K_LIMIT``) runs on the exact integ
 u8s8 for a weight whose pairs fit, ``quant.weight_path``), its
 weight ``(M, kh, kw, C)`` packed once at prepare with its zero points: A is the NHWC input itself
 for a 1x1 stride-1 unpadded conv (rows of C bytes), else its byte im2col (``i8_im2col``: rows of
-kh*kw*C bytes, a tap outside the map reading x's zero point) or, on the int16 path where kernel
-rows are short, the input widened once into a padded map that the GEMM's tiles read in place
-(``QConvKernel._implicit``); the GEMM's ``quantized`` epilogue is
+kh*kw*C bytes, a tap outside the map reading x's zero point) or, on the int16 and u8s8 paths
+where kernel rows are short, the input written once into a padded map that the GEMM's tiles
+read in place (``QConvKernel._implicit``); the GEMM's ``quantized`` epilogue is
 the requantisation above (``mult`` per column, the int32 bias, y's zero point, saturation, a fused
 clamp), the ``int32`` one ConvInteger's. Exact for every input (a QDQ conv's sums too: its results
 within 1 LSB of the float graph's). One exception: on the ``int16`` path (AVX2 without VNNI) a QDQ
@@ -77,8 +77,8 @@ I8_CONV = os.environ.get("SPRAT_QCONV", "").strip().lower() != "float"
 #: float32 FMAs
 WINOGRAD_FIRST = _quant.PATH == "int16"
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-#: whether convs on the int16 path read their input in place (``QConvKernel._implicit``)
-#: instead of through a byte im2col
+#: whether convs on the int16 and u8s8 paths may read their input in place
+#: (``QConvKernel._implicit``) instead of through an im2col
 I8_IMPLICIT = True
 #: the longest kernel row (kw * C values) read in place: beyond it the im2col's per-row cost
 #: is small against the products (``QConvKernel._implicit``)
@@ -513,10 +513,12 @@ class QConvKernel(CpuKernel):
         (``sprat_i8_tile_seg``), instead of writing and reading an im2col of K = kh*kw*C int16
         per output pixel; on the u8s8 path likewise from a padded map of its bytes
         (``sprat_i8_pad_bytes``, ``sprat_i8_tile_u8s8_seg``) where ``kw * C`` is a multiple
-        of 4 and the weight has no correction records and zero points 0. It pays where the im2col's kernel rows are short (``kw * C`` at most
-        IMPLICIT_MAX_RUN values) and the im2col would hold at least twice the map's values
-        (3x3 at stride 1: 9x, at stride 2: 2.25x; a 1x1 stride-2 conv's map is 4x its im2col).
-        Measured against the im2col, one process, outputs equal, 3x3 / 5x5 / 7x7 convs of 4-256
+        of 4 and the weight has no correction records and zero points 0. It pays where the
+        im2col's kernel rows are short (``kw * C`` at most IMPLICIT_MAX_RUN values) and the
+        im2col would hold at least twice the map's values (3x3 at stride 1: 9x, at stride 2:
+        2.25x; a 1x1 stride-2 conv's map is 4x its im2col); on the u8s8 path, whose im2col
+        copies raw bytes, 4x. Measured against the im2col (``bench/kernels.py --int8-conv``
+        and in models, one process, outputs equal), 3x3 / 5x5 / 7x7 convs of 4-256
         channels, 14x14 to 224x224, strides 1 and 2: int16, 0.58-0.94x the time at 1 thread
         and 0.67-0.94x at 2 where both hold (12 -> 24 channels at 208x208: 0.73 / 0.81);
         0.92-1.00x / 0.96-1.09x with kernel rows of 288-768 values; 1x1 stride-2: 1.09-1.25x.
