@@ -509,10 +509,10 @@ class QConvKernel(CpuKernel):
 
         On the int16 path a conv without dilation across and with an even ``kw * C`` may run
         on its input widened to int16 once into a padded map of Hp x Wp pixels
-        (``sprat_i8_pad_widen``), each tile reading its rows' kernel rows from it
+        (``sprat_i8_pad_map``), each tile reading its rows' kernel rows from it
         (``sprat_i8_tile_seg``), instead of writing and reading an im2col of K = kh*kw*C int16
         per output pixel; on the u8s8 path likewise from a padded map of its bytes
-        (``sprat_i8_pad_bytes``, ``sprat_i8_tile_u8s8_seg``) where ``kw * C`` is a multiple
+        (``sprat_i8_pad_map``, ``sprat_i8_tile_u8s8_seg``) where ``kw * C`` is a multiple
         of 4 and the weight has no correction records and zero points 0. It pays where the
         im2col's kernel rows are short (``kw * C`` at most IMPLICIT_MAX_RUN values) and the
         im2col would hold at least twice the map's values (3x3 at stride 1: 9x, at stride 2:

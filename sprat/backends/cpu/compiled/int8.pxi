@@ -180,7 +180,7 @@ cdef extern from *:
     /* sprat_i8_tile with A read in place: row r's K = 2 * nseg * kps values are nseg
        segments of 2 * kps int16, the first at ap[r], each rs values after the one before
        (SPRAT_I8_KLOOP_SEG): a conv's kernel rows in its widened, padded input map
-       (``sprat_i8_pad_widen``), so no im2col */
+       (``sprat_i8_pad_map``), so no im2col */
     static inline __attribute__((always_inline)) void sprat_i8_tile_seg_t(
             const int16_t* const* ap, Py_ssize_t rs, Py_ssize_t nseg, Py_ssize_t kps,
             const int16_t* b, int32_t* c, const int mr) {
@@ -224,38 +224,6 @@ cdef extern from *:
         case 4: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 4); break;
         case 5: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 5); break;
         default: sprat_i8_tile_seg_t(ap, rs, nseg, kps, b, c, 6); break;
-        }
-    }
-
-    /* Padded rows [r0, r1) (of n * Hp) of a conv's input x (N, H, W, C bytes, int8 with
-       is_signed) widened to int16 less zp into out (rows of Wp * C values): padded row yp of
-       image n holds x's row yp - ph from column pw on, 0 (the zero point's value) around
-       it. The A of ``sprat_i8_tile_seg``: a tap (i, j) of output pixel (oy, ox) at padded
-       (oy * sh + i * dh, ox * sw + j) */
-    static void sprat_i8_pad_widen(int16_t* out, const unsigned char* x, Py_ssize_t r0,
-                                   Py_ssize_t r1, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
-                                   Py_ssize_t Hp, Py_ssize_t Wp, Py_ssize_t ph, Py_ssize_t pw,
-                                   int zp, int is_signed) {
-        const Py_ssize_t x0 = pw < Wp ? pw : Wp;
-        const Py_ssize_t x1 = pw + W < Wp ? pw + W : Wp;
-        for (Py_ssize_t r = r0; r < r1; r++) {
-            const Py_ssize_t n = r / Hp, y = r - n * Hp - ph;
-            int16_t* o = out + r * Wp * C;
-            if (y < 0 || y >= H || x1 <= x0) {
-                memset(o, 0, (size_t)(Wp * C) * sizeof(int16_t));
-                continue;
-            }
-            memset(o, 0, (size_t)(x0 * C) * sizeof(int16_t));
-            const unsigned char* src = x + ((n * H + y) * W + (x0 - pw)) * C;
-            int16_t* dst = o + x0 * C;
-            const Py_ssize_t len = (x1 - x0) * C;
-            if (is_signed)
-                for (Py_ssize_t k = 0; k < len; k++)
-                    dst[k] = (int16_t)((int)(signed char)src[k] - zp);
-            else
-                for (Py_ssize_t k = 0; k < len; k++)
-                    dst[k] = (int16_t)((int)src[k] - zp);
-            memset(o + x1 * C, 0, (size_t)((Wp - x1) * C) * sizeof(int16_t));
         }
     }
 
@@ -483,30 +451,46 @@ cdef extern from *:
     }
     #endif
 
-    /* Padded rows [r0, r1) (of n * Hp) of a conv's input x (N, H, W, C bytes) as the u8s8
-       path's bytes into out (rows of Wp * C bytes): x ^ flip (int8 shifted to u8) from column
-       pw on, the zero point's byte ``pad`` around it, as sprat_i8_im2col_range writes taps;
-       the A of ``sprat_i8_tile_u8s8_seg`` */
-    static void sprat_i8_pad_bytes(unsigned char* out, const unsigned char* x, Py_ssize_t r0,
-                                   Py_ssize_t r1, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
-                                   Py_ssize_t Hp, Py_ssize_t Wp, Py_ssize_t ph, Py_ssize_t pw,
-                                   unsigned char pad, unsigned char flip) {
+    /* Padded rows [r0, r1) (of n * Hp) of a conv's input x (N, H, W, C bytes, int8 with
+       is_signed) into out (rows of Wp * C values), x's row yp - ph in padded row yp of image
+       n from column pw on: the int16 path's values (x less zp, int16, 0 around them) or with
+       ``raw`` the u8s8 path's bytes (int8 shifted to u8, the zero point's byte around them,
+       as sprat_i8_im2col_range writes taps). The A of ``sprat_i8_tile_seg`` /
+       ``sprat_i8_tile_u8s8_seg``: a tap (i, j) of output pixel (oy, ox) at padded
+       (oy * sh + i * dh, ox * sw + j) */
+    static void sprat_i8_pad_map(unsigned char* out, const unsigned char* x, Py_ssize_t r0,
+                                 Py_ssize_t r1, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                                 Py_ssize_t Hp, Py_ssize_t Wp, Py_ssize_t ph, Py_ssize_t pw,
+                                 int zp, int is_signed, int raw) {
+        const unsigned char flip = raw && is_signed ? 0x80 : 0;
+        const int pad = raw ? (unsigned char)(zp & 0xFF) ^ flip : 0;
+        const size_t es = raw ? 1 : sizeof(int16_t);
         const Py_ssize_t x0 = pw < Wp ? pw : Wp;
         const Py_ssize_t x1 = pw + W < Wp ? pw + W : Wp;
         for (Py_ssize_t r = r0; r < r1; r++) {
             const Py_ssize_t n = r / Hp, y = r - n * Hp - ph;
-            unsigned char* o = out + r * Wp * C;
+            unsigned char* o = out + r * Wp * C * es;
             if (y < 0 || y >= H || x1 <= x0) {
-                memset(o, pad, (size_t)(Wp * C));
+                memset(o, pad, (size_t)(Wp * C) * es);
                 continue;
             }
-            memset(o, pad, (size_t)(x0 * C));
+            memset(o, pad, (size_t)(x0 * C) * es);
             const unsigned char* src = x + ((n * H + y) * W + (x0 - pw)) * C;
-            unsigned char* dst = o + x0 * C;
             const Py_ssize_t len = (x1 - x0) * C;
-            for (Py_ssize_t k = 0; k < len; k++)
-                dst[k] = src[k] ^ flip;
-            memset(o + x1 * C, pad, (size_t)((Wp - x1) * C));
+            if (raw) {
+                unsigned char* dst = o + x0 * C;
+                for (Py_ssize_t k = 0; k < len; k++)
+                    dst[k] = src[k] ^ flip;
+            } else if (is_signed) {
+                int16_t* dst = (int16_t*)o + x0 * C;
+                for (Py_ssize_t k = 0; k < len; k++)
+                    dst[k] = (int16_t)((int)(signed char)src[k] - zp);
+            } else {
+                int16_t* dst = (int16_t*)o + x0 * C;
+                for (Py_ssize_t k = 0; k < len; k++)
+                    dst[k] = (int16_t)((int)src[k] - zp);
+            }
+            memset(o + x1 * C * es, pad, (size_t)((Wp - x1) * C) * es);
         }
     }
 
@@ -1893,13 +1877,9 @@ cdef extern from *:
         unsigned char* y, idx ldy, const float* s, int s_step, const int* ib, const int* ct,
         int za, float zp, float lo, float hi, int q_signed, const float* post,
         idx pld) noexcept nogil
-    void i8_pad_bytes "sprat_i8_pad_bytes" (unsigned char* out, const unsigned char* x, idx r0,
-                                            idx r1, idx H, idx W, idx C, idx Hp, idx Wp, idx ph,
-                                            idx pw, unsigned char pad,
-                                            unsigned char flip) noexcept nogil
-    void i8_pad_widen "sprat_i8_pad_widen" (short* out, const unsigned char* x, idx r0, idx r1,
-                                            idx H, idx W, idx C, idx Hp, idx Wp, idx ph, idx pw,
-                                            int zp, int is_signed) noexcept nogil
+    void i8_pad_map_c "sprat_i8_pad_map" (unsigned char* out, const unsigned char* x, idx r0,
+                                          idx r1, idx H, idx W, idx C, idx Hp, idx Wp, idx ph,
+                                          idx pw, int zp, int is_signed, int raw) noexcept nogil
     int I8_TILE_Q8 "SPRAT_I8_TILE_Q8"
     void i8_tile_q8_seg "sprat_i8_tile_q8_seg" (const short** ap, idx rs, idx nseg, idx kps,
                                                 const short* b, int mr, int nr, unsigned char* y,
@@ -2361,8 +2341,8 @@ cdef struct i8_run_t:
 
 cdef struct i8_col_t:
     # the byte im2col that fills a conv's A operand before its ``i8_gemm``; with ``implicit``
-    # (int16 path) none: the input widened into a padded map of (N * Hp, Wp * C) int16 in
-    # the A workspace, read in place by the tiles (``sprat_i8_tile_seg``)
+    # (int16 or u8s8 path) none: the input written into a padded map of (N * Hp, Wp * C)
+    # values in the A workspace, read in place by the tiles (``sprat_i8_pad_map``)
     const unsigned char* x
     bint a_signed
     int zp
@@ -2577,16 +2557,10 @@ cdef void i8_items(const i8_gemm_t* g, idx lo, idx hi, const i8_run_t* fill,
 
 cdef inline void i8_pad_map(const i8_col_t* c, unsigned char* out, idx r0, idx r1,
                             int path) noexcept nogil:
-    """Padded rows [r0, r1) of a conv's input map for ``i8_items_implicit``: int16 less the
-    zero point (int16 path), or the u8s8 path's bytes (int8 shifted to u8, padding the zero
-    point's byte)."""
-    cdef unsigned char flip = 0x80 if c.a_signed else 0
-    if path == I8_INT16:
-        i8_pad_widen(<short*>out, c.x, r0, r1, c.H, c.W, c.C, c.Hp, c.Wp, c.ph, c.pw, c.zp,
-                     c.a_signed)
-    else:
-        i8_pad_bytes(out, c.x, r0, r1, c.H, c.W, c.C, c.Hp, c.Wp, c.ph, c.pw,
-                     <unsigned char>(c.zp & 0xFF) ^ flip, flip)
+    """Padded rows [r0, r1) of a conv's input map for ``i8_items_implicit``, as the GEMM's
+    ``path`` reads them (``sprat_i8_pad_map``)."""
+    i8_pad_map_c(out, c.x, r0, r1, c.H, c.W, c.C, c.Hp, c.Wp, c.ph, c.pw, c.zp, c.a_signed,
+                 path != I8_INT16)
 
 
 cdef void i8_items_implicit(const i8_gemm_t* g, idx lo, idx hi, const i8_col_t* col,
