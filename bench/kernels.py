@@ -3,6 +3,7 @@
     python bench/kernels.py [--only conv3x3,softmax] [--threads 1,2] [--seconds 0.4]
     python bench/kernels.py --int8 [--threads 1,2] [--seconds 0.1]
     python bench/kernels.py --int8-conv [--threads 1,2]
+    python bench/kernels.py --dw-split [--threads 1,2]
 
 Each case is one ONNX node (built with ``onnx.helper``) run by onnxruntime
 (``intra_op_num_threads=N``, ``inter_op_num_threads=1``, default optimizations) on NCHW data,
@@ -40,6 +41,11 @@ with and without a padding mask (``ATTN_FAMILY``).
 int16 or u8s8 path on AVX2) reading their input in place (``qconv.QConvKernel._implicit``)
 against the same convs through the im2col: time of in-place / im2col at each thread count,
 alternating in this process, outputs compared.
+
+``--dw-split``: the blocked depthwise conv on maps of few output rows (``DW_SPLIT_FAMILY``:
+text lines, 1-D and wide maps) with two slots, its rows cut into column segments
+(``conv.depthwise_split``) against rows kept whole with more channel tiles instead, the
+one-slot time beside them, outputs compared.
 
 ``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``: AVX-512F or AVX2 + FMA) against
 the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
@@ -759,6 +765,66 @@ def qconv_main(threads, seconds):
             print(line, flush=True)
 
 
+#: depthwise convs of few output rows for ``--dw-split`` (kernel, stride, channels, H, W): text
+#: lines (PP-OCR's 48x192 input at 1/16 and 1/32 height), 1-D feature maps and wide maps
+#: near a net's end, where two slots share (row, column segment, channel tile) units
+DW_SPLIT_FAMILY = ((3, 1, 88, 3, 96), (5, 1, 88, 3, 96), (3, 1, 200, 2, 96),
+                   (5, 1, 200, 2, 96), (3, 1, 32, 6, 96), (5, 1, 48, 3, 96),
+                   (3, 2, 104, 6, 192), (5, 2, 96, 4, 160), (3, 1, 64, 1, 400),
+                   (5, 1, 128, 1, 200), (3, 1, 256, 4, 64), (3, 1, 576, 2, 40),
+                   (5, 1, 24, 5, 320), (3, 1, 16, 4, 480))
+
+
+def dw_split_main(threads, seconds):
+    """``--dw-split``: the blocked depthwise conv of DW_SPLIT_FAMILY's few-row maps on each
+    thread count with more than one slot, its rows cut into column segments
+    (``conv.depthwise_split``) against rows kept whole (more channel tiles instead), the
+    one-slot time beside them, outputs compared."""
+    from sprat.backends.cpu.compiled import kernels as ck
+    from sprat.backends.cpu.conv import depthwise_pack, depthwise_split
+
+    if not ck.DEPTHWISE_BLOCKED:
+        print("the blocked depthwise kernel needs the avx2 build")
+        return
+    print("time in ms: one slot | per thread count: rows whole (ct, cs), cut (ct, cs), "
+          "cut / whole, one-slot / cut")
+    ratios = []
+    for k, s, c, h, w in DW_SPLIT_FAMILY:
+        rng = np.random.default_rng(c * h + w)
+        x = rng.standard_normal(h * w * c).astype(np.float32)
+        wp = depthwise_pack(rng.standard_normal((k, k, c)).astype(np.float32))
+        bp = np.zeros(-(-c // 8) * 8, np.float32)
+        oh, ow = (h + 2 * (k // 2) - k) // s + 1, (w + 2 * (k // 2) - k) // s + 1
+        outs = {key: np.zeros(oh * ow * c, np.float32) for key in ("one", "whole", "cut")}
+        geom = (1, h, w, c, oh, ow, k, k, s, s, 1, k // 2, k // 2)
+
+        def call(nt, ct, cs, key, geom=geom, x=x, wp=wp, bp=bp, outs=outs):
+            e = np.zeros(0, np.float32)
+            return functools.partial(ck.conv_depthwise_blocked, nt, x, wp, bp, e, False,
+                                     outs[key], *geom, ct, cs, 5, 0.0, 0.0, e)
+        one = call(1, *depthwise_split(c, k, k, oh, ow, 1), "one")
+        line = f"k={k} s={s} C={c:3d} {h}x{w:<3d} {oh * ow * c * k * k / 1e3:5.0f}K MACs"
+        with threading.limits(1):
+            t1 = statistics.median(_time(one, seconds))
+        line += f" | {t1 * 1e3:6.3f}"
+        for t in threads:
+            if t == 1:
+                continue
+            whole = depthwise_split(c, k, k, oh, ow, t, min_segment=ow + 1)
+            cut = depthwise_split(c, k, k, oh, ow, t)
+            with threading.limits(t):
+                tw, tc = _alternate(call(t, *whole, "whole"), call(t, *cut, "cut"), seconds)
+            for key in ("whole", "cut"):
+                if not np.array_equal(outs[key], outs["one"]):
+                    raise AssertionError(f"{line}: {key} differs from one slot")
+            ratios.append(tc / tw)
+            line += (f" | @{t} {tw * 1e3:6.3f} {whole} {tc * 1e3:6.3f} {cut} {tc / tw:5.2f}"
+                     f" x{t1 / tc:4.2f}")
+        print(line, flush=True)
+    if ratios:
+        print(f"median cut / whole {statistics.median(ratios):.2f}")
+
+
 PACKED_M = (1, 4, 16, 64, 128, 197, 512)
 PACKED_KN = ((128, 512), (256, 1024), (384, 384), (384, 1536), (1536, 384), (768, 768),
              (768, 3072), (3072, 768), (192, 576), (100, 200))
@@ -842,7 +908,13 @@ def main(argv=None):
                     help="the packed-weight GEMM and attention paths against BLAS")
     ap.add_argument("--int8-conv", action="store_true",
                     help="quantized convs reading their input in place against the im2col")
+    ap.add_argument("--dw-split", action="store_true",
+                    help="few-row depthwise convs: rows cut into column segments or kept whole")
     args = ap.parse_args(argv)
+    if args.dw_split:
+        dw_split_main([int(t) for t in args.threads.split(",")],
+                      args.seconds if args.seconds != 0.4 else 0.3)
+        return
     if args.int8_conv:
         qconv_main([int(t) for t in args.threads.split(",")],
                    args.seconds if args.seconds != 0.4 else 0.3)

@@ -1523,6 +1523,70 @@ def test_depthwise_blocked_two_threads(xs, k, strides):
     check("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused("Gelu")}, consts=(1, 2))
 
 
+@pytest.mark.parametrize("xs,k,strides", [
+    ((1, 88, 3, 96), 3, 1),    # a text line's map: 3 rows cut into column segments
+    ((1, 200, 2, 96), 5, 1),
+    ((1, 96, 4, 200), 3, 2),   # stride 2: 100 output columns in segments of 56 and 44
+    ((2, 24, 1, 150), 5, 1),   # 1-D
+])
+def test_depthwise_blocked_two_threads_on_few_rows(xs, k, strides):
+    # few output rows: the two slots share (row, column segment, channel tile) units
+    c = xs[1]
+    x, w = nhwc(randn(*xs, seed=1)), randn(c, 1, k, k, seed=2, scale=0.3)
+    attrs = {"pads": [k // 2] * 4, "strides": [strides] * 2, "group": c}
+    node, infos = make("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
+    if compiled.kernels.DEPTHWISE_BLOCKED:
+        kernel = _prepared_conv([x, w, randn(c, seed=3)], {**attrs, **fused()}, 2)
+        assert kernel.nt == 2 and kernel.cs > 1
+    check("Conv", [x, w, randn(c, seed=3), randn(*shape, seed=4)],
+          {**attrs, **fused("HardSwish", residual=True)}, consts=(1, 2))
+    check("Conv", [x, w, randn(c, seed=3)], {**attrs, **fused("Tanh")}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("nt", [1, 2])
+@pytest.mark.parametrize("code", [0, 7])  # none; Tanh (applied after the units, per segment)
+def test_depthwise_blocked_column_segments_change_nothing(nt, code):
+    """The blocked depthwise kernel's outputs, and its fused mean, are the same bits for any
+    cut of the rows into column segments (``cs``) and of the channels into tiles (``ct``):
+    each output is the same sum in the same order, only the work units differ."""
+    ck = compiled.kernels
+    if not ck.DEPTHWISE_BLOCKED:
+        pytest.skip("the register-blocked depthwise kernel needs the avx2 build")
+    from sprat.backends.cpu import conv
+
+    n, h, w_, c, k = 2, 3, 61, 21, 3
+    x = randn(n * h * w_ * c, seed=1)
+    wp = conv.depthwise_pack(randn(k, k, c, seed=2))
+    bp = np.concatenate([randn(c, seed=3), np.zeros(-c % 8, np.float32)])
+    res = randn(n * h * w_ * c, seed=4)
+    e = np.zeros(0, np.float32)
+
+    def run(ct, cs, mean):
+        y = np.zeros(n * h * w_ * c, np.float32)
+        extra = ()
+        if mean:
+            m = np.zeros(n * c, np.float32)
+            extra = (m, np.zeros((nt, n * c)), np.zeros((nt, c), np.float32))
+        ck.conv_depthwise_blocked(nt, x, wp, bp, res, True, y, n, h, w_, c, h, w_, k, k, 1, 1,
+                                  1, 1, 1, ct, cs, code, 0.0, 0.0, e, *extra)
+        return (y, extra[0]) if mean else (y,)
+
+    want = run(3, 1, False)[0]
+    want_mean = run(3, 1, True)[1]
+    for ct in (1, 2, 3):
+        for cs in (1, 2, 3, 4, 8, 9):
+            got = run(ct, cs, False)[0]
+            np.testing.assert_array_equal(got, want, err_msg=f"ct={ct} cs={cs}")
+            y, m = run(ct, cs, True)
+            np.testing.assert_array_equal(y, want)
+            # the mean sums float32 runs of each unit's pixels into float64: only the order moves
+            np.testing.assert_allclose(m, want_mean, rtol=1e-6, atol=1e-6,
+                                       err_msg=f"ct={ct} cs={cs}")
+    with pytest.raises(ValueError, match="cs=0"):
+        run(1, 0, False)
+
+
 @pytest.mark.parametrize("k,n", [(7, 5), (64, 100), (33, 257)])
 def test_pack_panels_layout_in_parts(k, n, monkeypatch):
     """The packed GEMM's weight panels (compiled), from B (K, N) and from B^T (N, K) packed a

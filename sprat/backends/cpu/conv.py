@@ -184,6 +184,7 @@ WINOGRAD_G = np.array([[1 / 4, 0, 0],
 # within the run-to-run spread of this shared machine (+-20 %) either way
 DW_TILE_BYTES = 8192
 DW_MIN_UNITS = 8
+DW_MIN_SEGMENT = 16
 # NOTE: a depthwise conv does few multiply-adds per float it reads (kh*kw against a GEMM's
 # C or M), so the blocked depthwise kernel pays for a second thread from fewer of them than
 # PARALLEL_MIN_MACS: 2 threads against 1 on 3x3 and 5x5 convs, stride 1 and 2, 7x7-28x28
@@ -313,19 +314,30 @@ def depthwise_pack(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(wp.reshape(kh, kw, cb, 8).transpose(2, 0, 1, 3)).ravel()
 
 
-def depthwise_tile(c: int, kh: int, kw: int, rows: int, nt: int) -> int:
-    """Blocks of 8 channels per work unit (output row x channel tile) of the blocked depthwise
-    kernel for ``c`` channels, a ``kh`` x ``kw`` kernel and ``rows`` output rows (N*OH) on
-    ``nt`` threads."""
+def depthwise_split(c: int, kh: int, kw: int, rows: int, ow: int, nt: int,
+                    min_segment: int = 0) -> tuple[int, int]:
+    """(ct, cs) of the blocked depthwise kernel for ``c`` channels, a ``kh`` x ``kw`` kernel
+    and ``rows`` output rows (N*OH) of ``ow`` pixels on ``nt`` threads: its work units are
+    (output row, one of ``cs`` column segments, a tile of ``ct`` blocks of 8 channels).
+    ``min_segment``: the narrowest segment (0: DW_MIN_SEGMENT; more than ``ow``: rows
+    whole, as ``bench/kernels.py --dw-split`` compares)."""
+    min_segment = min_segment or DW_MIN_SEGMENT
     cb = -(-c // 8)
     ct = min(cb, max(1, DW_TILE_BYTES // (32 * kh * kw)))
     ct = -(-cb // -(-cb // ct))  # tiles of even size (30 blocks at most 28: 15 + 15)
-    # NOTE: with several threads a small map (7x7, 14x14) has too few rows to share out
-    # evenly (7 rows: 4 against 3); its channels are then cut into more tiles, until every
-    # slot has at least DW_MIN_UNITS units (at most 1/8 of a slot's work left uneven)
-    while nt > 1 and ct > 1 and rows * -(-cb // ct) < DW_MIN_UNITS * nt:
-        ct = -(-ct // 2)
-    return ct
+    cs = 1
+    # NOTE: with several threads a map of few rows (7x7, 14x14, a text line's 3x96) has too
+    # few of them to share out evenly (7 rows: 4 against 3); its rows are then cut into column
+    # segments of at least DW_MIN_SEGMENT pixels, else its channels into more tiles, until
+    # every slot has at least DW_MIN_UNITS units (at most 1/8 of a slot's work left uneven)
+    while nt > 1 and rows * cs * -(-cb // ct) < DW_MIN_UNITS * nt:
+        if ow >= 2 * cs * min_segment:
+            cs *= 2
+        elif ct > 1:
+            ct = -(-ct // 2)
+        else:
+            break
+    return ct, cs
 
 
 #: whether the stem kernel runs its AVX-512F instantiation (else the build's native one)
@@ -514,7 +526,7 @@ class ConvKernel(CpuKernel):
                 if slope is not None:
                     self.slope = self.shared("slope_blocked", lambda: np.concatenate(
                         [slope, np.zeros(-c % 8, np.float32)]))
-                self.ct = depthwise_tile(c, kh, kw, n * oh, nt)
+                self.ct, self.cs = depthwise_split(c, kh, kw, n * oh, ow, nt)
                 self.wt = self.bt = self.empty
             elif sw == 1:
                 self.wt = self.shared(f"dw_tiled{seg}", lambda: np.tile(
@@ -768,7 +780,7 @@ class ConvKernel(CpuKernel):
         elif algo == "depthwise" and self.blocked:
             algo = "depthwise_blocked"
             args = (x, self.wp, self.bp, res, hr, y, n, h, w, c, oh, ow, kh, kw, sh, sw, dh, ph,
-                    pw, self.ct, code, a, b, self.slope)
+                    pw, self.ct, self.cs, code, a, b, self.slope)
         elif algo == "depthwise":
             args = (x, self.w, self.wt, self.bias, self.bt, res, hr, y, n, h, w, c, oh, ow, kh,
                     kw, sh, sw, dh, dw, ph, pw, self.seg, code, a, b, self.slope)

@@ -1096,15 +1096,18 @@ def conv_depthwise(int nt, const float[::1] x, const float[::1] w, const float[:
 # it (1 load per 1.5-2.5 FMAs); the residual and the activation are applied in registers before
 # the one store. The few border pixels go one at a time with their taps clipped to the row.
 # Kernel rows outside the image are skipped (no padded copy). A last block of fewer than 8
-# channels loads and stores masked. Work slots take ranges of (output row, channel tile) units.
+# channels loads and stores masked. Work slots take ranges of (output row, column segment,
+# channel tile) units (``conv.depthwise_split``).
 
 cdef extern from "simd/depthwise.h":
     int SPRAT_DW_SIMD
+    void sprat_dw_segment(idx W, idx OW, idx kw, idx sw, idx pw, idx cs, idx g, idx* s0,
+                          idx* s1) noexcept nogil
     int sprat_dw_units(float* y, const float* x, const float* wp, const float* bp,
                        const float* sp, const float* res, idx H, idx W, idx C, idx OH, idx OW,
                        idx kh, idx kw,
-                       idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, idx u0, idx u1, int code,
-                       float a, float b) noexcept nogil
+                       idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, idx cs, idx u0, idx u1,
+                       int code, float a, float b) noexcept nogil
     int sprat_dw_units_q8(unsigned char* yq, const float* x, const float* wp,
                           const float* bp, const float* mult, idx H, idx W, idx C, idx OH,
                           idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph, idx pw,
@@ -1119,57 +1122,63 @@ DEPTHWISE_BLOCKED = bool(SPRAT_DW_SIMD)
 cdef void conv_dw_blocked_slot(idx t, idx nt, const float* x, const float* wp, const float* bp,
                                const float* res, bint has_res, float* y, idx N, idx H, idx W,
                                idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh,
-                               idx ph, idx pw, idx ct, int code, float a, float b,
+                               idx ph, idx pw, idx ct, idx cs, int code, float a, float b,
                                const float* sp, double* psum, float* rowsum,
                                sprat_slots* claim) noexcept nogil:
-    """Slot ``t`` of ``nt``: an even range of the (output row, channel tile) units, or with
-    ``claim`` (not NULL) the even chunks of them it holds (``sprat_slots_items``) as
-    ``sprat_take`` gives them out; the activations without a register form (Tanh, Gelu)
-    then run over those outputs. With ``psum`` (N*C doubles, the slot's own; NULL: none; not with ``claim``:
-    the slots' sums would then change order from run to run) each unit's output row, still in
-    cache, is summed per channel into it (``rowsum``: C floats of scratch), for ``_mean``."""
-    cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
-    cdef idx units = N * OH * ntile
+    """Slot ``t`` of ``nt``: an even range of the (output row, column segment, channel tile)
+    units, or with ``claim`` (not NULL) the even chunks of them it holds
+    (``sprat_slots_items``) as ``sprat_take`` gives them out; the activations without a
+    register form (Tanh, Gelu) then run over those outputs. With ``psum`` (N*C doubles, the
+    slot's own; NULL: none; not with ``claim``: the slots' sums would then change order from
+    run to run) each unit's output pixels, still in cache, are summed per channel into it
+    (``rowsum``: C floats of scratch), for ``_mean``."""
+    cdef idx units = N * OH * cs * (((C + 7) // 8 + ct - 1) // ct)
     cdef idx nchunks, k
     if claim == NULL or psum != NULL:
         conv_dw_blocked_units(t * units // nt, (t + 1) * units // nt, x, wp, bp, res, has_res,
-                              y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct, code, a,
-                              b, sp, psum, rowsum)
+                              y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct, cs, code,
+                              a, b, sp, psum, rowsum)
         return
     nchunks = sprat_slots_items(claim)
     k = sprat_take(claim, <int>t)
     while k >= 0:
         conv_dw_blocked_units(k * units // nchunks, (k + 1) * units // nchunks, x, wp, bp, res,
                               has_res, y, N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct,
-                              code, a, b, sp, NULL, NULL)
+                              cs, code, a, b, sp, NULL, NULL)
         k = sprat_take(claim, <int>t)
 
 
 cdef void conv_dw_blocked_units(idx u0, idx u1, const float* x, const float* wp,
                                 const float* bp, const float* res, bint has_res, float* y,
                                 idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh, idx kw,
-                                idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, int code,
-                                float a, float b, const float* sp, double* psum,
+                                idx sh, idx sw, idx dh, idx ph, idx pw, idx ct, idx cs,
+                                int code, float a, float b, const float* sp, double* psum,
                                 float* rowsum) noexcept nogil:
-    """Units ``[u0, u1)`` of ``conv_dw_blocked_slot``."""
+    """Units ``[u0, u1)`` of ``conv_dw_blocked_slot``: unit u is output row u // (cs*ntile),
+    column segment (u // ntile) % cs (``sprat_dw_segment``), channel tile u % ntile (``ct``
+    blocks of 8)."""
     cdef idx ntile = ((C + 7) // 8 + ct - 1) // ct
-    cdef idx u, q, c0, c1, ow
+    cdef idx u, q, g, c0, c1, s0, s1, ow
     sprat_dw_units(y, x, wp, bp, sp, res if has_res else NULL, H, W, C, OH, OW, kh, kw, sh, sw,
-                   dh, ph, pw, ct, u0, u1, code, a, b)
-    if code != A_NONE and not sprat_act_in_regs(code):
-        for u in range(u0, u1):
-            q = u // ntile
-            c0 = (u - q * ntile) * ct * 8
-            c1 = min(C, c0 + ct * 8)
-            for ow in range(OW):
-                act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
+                   dh, ph, pw, ct, cs, u0, u1, code, a, b)
     if psum != NULL:
         memset(psum, 0, N * C * sizeof(double))  # NOTE: one call per slot (no claim)
-        for u in range(u0, u1):
-            q = u // ntile
-            c0 = (u - q * ntile) * ct * 8
-            c1 = min(C, c0 + ct * 8)
-            conv_row_sums(psum + (q // OH) * C + c0, rowsum, y + q * OW * C + c0, OW, C, c1 - c0)
+    if (code == A_NONE or sprat_act_in_regs(code)) and psum == NULL:
+        return
+    for u in range(u0, u1):
+        q = u // (ntile * cs)
+        g = (u // ntile) % cs
+        c0 = (u % ntile) * ct * 8
+        c1 = min(C, c0 + ct * 8)
+        sprat_dw_segment(W, OW, kw, sw, pw, cs, g, &s0, &s1)
+        if s0 >= s1:
+            continue
+        if code != A_NONE and not sprat_act_in_regs(code):
+            for ow in range(s0, s1):
+                act_inplace(y + (q * OW + ow) * C + c0, c1 - c0, code, a, b)
+        if psum != NULL:
+            conv_row_sums(psum + (q // OH) * C + c0, rowsum, y + (q * OW + s0) * C + c0,
+                          s1 - s0, C, c1 - c0)
 
 
 cdef void conv_row_sums(double* acc, conv_dst rowsum, const float* y, idx npix, idx pitch,
@@ -1223,7 +1232,8 @@ cdef void conv_means_strided(float* mean, const double* psum, idx nt, idx stride
 def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, const float[::1] bp,
                            const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W,
                            idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph,
-                           idx pw, idx ct, int code, float a, float b, const float[::1] slope,
+                           idx pw, idx ct, idx cs, int code, float a, float b,
+                           const float[::1] slope,
                            float[::1] mean=None, double[:, ::1] psum=None,
                            float[:, ::1] rowsum=None):
     """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C) by the
@@ -1231,7 +1241,8 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     dilation 1 (any ``kh``, vertical stride ``sh`` and dilation ``dh``); ``wp`` packed
     (ceil(C/8), kh, kw, 8) and ``bp`` (ceil(C/8)*8) zero past C (``conv.depthwise_pack``),
     PRelu's ``slope`` padded as ``bp`` (empty for other activations);
-    units of (output row, ``ct`` blocks of 8 channels) split evenly over ``nt`` slots.
+    units of (output row, one of ``cs`` column segments, ``ct`` blocks of 8 channels;
+    ``conv.depthwise_split``) split evenly over ``nt`` slots.
     With ``mean`` (N*C floats; ``_mean``, a global average pool of ``y`` fused): ``mean[n, c]``
     = the average of ``y[n, :, :, c]``, summed per slot in the units' epilogue while each row is
     in cache (``psum`` (nt, >= N*C) and ``rowsum`` (nt, >= C) scratch), then added.
@@ -1242,9 +1253,9 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     if bp.shape[0] < cp:
         raise ValueError(f"conv_depthwise_blocked: bias {bp.shape[0]} < {cp} (padded to 8)")
     conv_check_slope(slope, code, cp, C)
-    if kw not in (3, 5) or sw not in (1, 2) or ct < 1 or sh < 1 or dh < 1:
-        raise ValueError(f"conv_depthwise_blocked: kw={kw}, sw={sw}, ct={ct} not supported "
-                         "(kw 3 or 5, sw 1 or 2, ct >= 1)")
+    if kw not in (3, 5) or sw not in (1, 2) or ct < 1 or cs < 1 or sh < 1 or dh < 1:
+        raise ValueError(f"conv_depthwise_blocked: kw={kw}, sw={sw}, ct={ct}, cs={cs} not "
+                         "supported (kw 3 or 5, sw 1 or 2, ct >= 1, cs >= 1)")
     if not SPRAT_DW_SIMD:
         raise RuntimeError("conv_depthwise_blocked: this build has no AVX2 kernel; use "
                            "conv_depthwise")
@@ -1265,18 +1276,18 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
         sstride, rstride = psum.shape[1], rowsum.shape[1]
     cdef int t
     cdef sprat_slots slots
-    cdef idx units = N * OH * (((C + 7) // 8 + ct - 1) // ct)
+    cdef idx units = N * OH * cs * (((C + 7) // 8 + ct - 1) // ct)
     if nt <= 1:
         with nogil:
             conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                                 sh, sw, dh, ph, pw, ct, code, a, b, ps, pacc, prow, NULL)
+                                 sh, sw, dh, ph, pw, ct, cs, code, a, b, ps, pacc, prow, NULL)
             if pacc != NULL:
                 conv_means(&mean[0], pacc, 1, N * C, OH * OW)
         return
     sprat_slots_init(&slots, nt, min(units, SPRAT_CLAIM_PER_SLOT * nt))
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                             sh, sw, dh, ph, pw, ct, code, a, b, ps,
+                             sh, sw, dh, ph, pw, ct, cs, code, a, b, ps,
                              pacc + t * sstride if pacc != NULL else NULL,
                              prow + t * rstride if prow != NULL else NULL, &slots)
     if pacc != NULL:

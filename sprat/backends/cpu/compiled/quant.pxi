@@ -1099,7 +1099,7 @@ cdef void _qdw_slot(idx t, idx nt, const unsigned char* x, bint signed_, float x
                 continue
             sprat_dw_units(ftmp, fbuf + (first % span if i1 > i0 else 0) * wp, wpk, bpk, NULL,
                            NULL, (i1 - i0 - 1) * dh + 1 if i1 > i0 else 0, pw + W + pr, C, 1,
-                           OW, kh, kw, 1, sw, dh, i0 * dh, 0, ct, 0,
+                           OW, kh, kw, 1, sw, dh, i0 * dh, 0, ct, 1, 0,
                            ((C + 7) // 8 + ct - 1) // ct, 0, 0.0, 0.0)
             for ow in range(OW):
                 for c in range(C):
@@ -1156,7 +1156,7 @@ def qconv_depthwise(int nt, const unsigned char[::1] x, bint signed_, float xz,
     padding) into a ring, then per output row the taps summed in registers (exact: the caller
     checks the 2^24 bound), ``w`` (kh, kw, C) the integer weights minus their zero points:
     with ``wpk`` (those weights packed by ``conv.depthwise_pack``; ``bpk``: ceil(C/8)*8
-    zeros; ``ct``: 8-channel blocks per tile, ``conv.depthwise_tile``), where ``qdw_blocked``
+    zeros; ``ct``: 8-channel blocks per tile, ``conv.depthwise_split``), where ``qdw_blocked``
     allows, by the float32 conv's register-blocked kernel (up to 8 pixels x 8 channels, each
     input vector loaded once for the taps that read it), else 4 pixels x 16 channels at a
     time; then the epilogue of ``qconv_requant`` (``post`` as there). Output rows split over

@@ -211,20 +211,22 @@ SPRAT_INLINE void sprat_dw_border(float *yr, const float *xr, const float *wp, c
     }
 }
 
-/* One output row (channel blocks [b0, b1)) for compile-time K and S: a row of at most 8
-   pixels with a border in one guarded block; otherwise the left border pixels, the
-   interior in unguarded blocks of 8, 4, 2, 1, then the right border pixels. */
+/* Output columns [s0, s1) (sprat_dw_segment) of one output row (channel blocks [b0, b1)) for
+   compile-time K and S: a whole row of at most 8 pixels with a border in one guarded block;
+   otherwise the left border pixels, the interior in unguarded blocks of 8, 4, 2, 1, then the
+   right border pixels, each as far as it lies in [s0, s1). */
 SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, const float *bp,
                                   const float *sp, const float *rr, Py_ssize_t W, Py_ssize_t C,
                                   Py_ssize_t OW, Py_ssize_t xstep, Py_ssize_t ni,
                                   Py_ssize_t wrow, Py_ssize_t kh, Py_ssize_t pw,
-                                  Py_ssize_t b0, Py_ssize_t b1,
+                                  Py_ssize_t b0, Py_ssize_t b1, Py_ssize_t s0, Py_ssize_t s1,
                                   __m256i m, const int K, const int S, int code, float a,
                                   float b, const int Q, unsigned char *yqr,
                                   const sprat_dw_q *q) {
     Py_ssize_t nb = (C + 7) / 8, kk = kh * K * 8;
     Py_ssize_t a0 = (pw + S - 1) / S, a1, ow;
-    /* interior [a0, a1): ow*S - pw >= 0 and ow*S - pw + K <= W */
+    Py_ssize_t lo, hi;
+    /* interior [a0, a1): ow*S - pw >= 0 and ow*S - pw + K <= W (as sprat_dw_segment) */
     a1 = W + pw - K >= 0 ? (W + pw - K) / S + 1 : 0;
     if (a1 > OW) a1 = OW;
     if (a0 > OW) a0 = OW;
@@ -232,34 +234,38 @@ SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, c
     /* NOTE: requantising (Q), the rows are padded copies (every pixel interior): a row of at
        most 8 pixels still goes as one block (as 4 + 2 + 1 it loaded the weights three times:
        2x the float32 kernel's time on MobileNetV2's 7x7 maps) */
-    if (OW <= 8 && (Q || a0 > 0 || a1 < OW)) {
+    if (OW <= 8 && s0 == 0 && s1 == OW && (Q || a0 > 0 || a1 < OW)) {
         sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, OW, pw, b0, b1,
                         nb, m, K, S, code, a, b, Q, yqr, q);
         return;
     }
-    if (a0 > 0)
-        sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, 0, a0, pw, b0, b1,
-                        nb, m, K, S, code, a, b, Q, yqr, q);
-    for (ow = a0; ow + 8 <= a1; ow += 8)
+    /* this segment's part of the interior, and of the borders */
+    lo = a0 > s0 ? a0 : s0;
+    hi = a1 < s1 ? a1 : s1;
+    if (hi < lo) hi = lo;
+    if (lo > s0)
+        sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, s0, lo - s0, pw, b0,
+                        b1, nb, m, K, S, code, a, b, Q, yqr, q);
+    for (ow = lo; ow + 8 <= hi; ow += 8)
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
                         m, K, S, 8, 0, 8, code, a, b, Q, yqr, q);
-    if (ow + 4 <= a1) {
+    if (ow + 4 <= hi) {
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
                         m, K, S, 4, 0, 4, code, a, b, Q, yqr, q);
         ow += 4;
     }
-    if (ow + 2 <= a1) {
+    if (ow + 2 <= hi) {
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
                         m, K, S, 2, 0, 2, code, a, b, Q, yqr, q);
         ow += 2;
     }
-    if (ow < a1) {
+    if (ow < hi) {
         sprat_dw_pixels(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, ow, pw, b0, b1, nb,
                         m, K, S, 1, 0, 1, code, a, b, Q, yqr, q);
         ow += 1;
     }
-    if (a1 < OW)
-        sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, a1, OW - a1, pw, b0,
+    if (hi < s1)
+        sprat_dw_border(yr, xr, wp, bp, sp, rr, W, C, xstep, ni, wrow, kk, hi, s1 - hi, pw, b0,
                         b1, nb, m, K, S, code, a, b, Q, yqr, q);
 }
 
@@ -271,10 +277,10 @@ SPRAT_INLINE void sprat_dw_row_ks(float *yr, const float *xr, const float *wp, c
             float *yr, const float *xr, const float *wp, const float *bp, const float *sp, \
             const float *rr, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OW, Py_ssize_t xstep, \
             Py_ssize_t ni, Py_ssize_t wrow, Py_ssize_t kh, Py_ssize_t pw, Py_ssize_t b0, \
-            Py_ssize_t b1, __m256i m, int code, float a, float b, unsigned char *yqr, \
-            const sprat_dw_q *q) { \
-        sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, ni, wrow, kh, pw, b0, b1, m, \
-                        K, S, code, a, b, Q, yqr, q); \
+            Py_ssize_t b1, Py_ssize_t s0, Py_ssize_t s1, __m256i m, int code, float a, float b, \
+            unsigned char *yqr, const sprat_dw_q *q) { \
+        sprat_dw_row_ks(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, ni, wrow, kh, pw, b0, b1, s0, \
+                        s1, m, K, S, code, a, b, Q, yqr, q); \
     }
 SPRAT_DW_ROW(3, 1, 0, f)
 SPRAT_DW_ROW(3, 2, 0, f)
@@ -291,18 +297,21 @@ static void sprat_dw_units_any(float *y, const float *x, const float *wp, const 
                                const float *sp, const float *res, Py_ssize_t H, Py_ssize_t W,
                                Py_ssize_t C, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh,
                                Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
-                               Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0,
-                               Py_ssize_t u1, int code, float a, float b, unsigned char *yq,
-                               const sprat_dw_q *q) {
+                               Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t cs,
+                               Py_ssize_t u0, Py_ssize_t u1, int code, float a, float b,
+                               unsigned char *yq, const sprat_dw_q *q) {
     Py_ssize_t nb = (C + 7) / 8, ntile = (nb + ct - 1) / ct, u, qr, n, oh, tl, b0, b1;
-    Py_ssize_t i0, i1, ih0, xstep = dh * W * C;
+    Py_ssize_t i0, i1, ih0, xstep = dh * W * C, sg, s0, s1;
     int rem = (int)(C & 7);
     __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem ? rem : 8),
                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     if (!sprat_act_in_regs(code)) code = 0;
     for (u = u0; u < u1; u++) {
-        qr = u / ntile;
-        tl = u - qr * ntile;
+        qr = u / (ntile * cs);
+        sg = (u - qr * ntile * cs) / ntile;
+        tl = u - (qr * cs + sg) * ntile;
+        sprat_dw_segment(W, OW, kw, sw, pw, cs, sg, &s0, &s1);
+        if (s0 >= s1) continue;
         b0 = tl * ct;
         b1 = b0 + ct < nb ? b0 + ct : nb;
         n = qr / OH;
@@ -322,10 +331,10 @@ static void sprat_dw_units_any(float *y, const float *x, const float *wp, const 
 #define SPRAT_DW_CALL(K, S) \
             if (q != NULL) \
                 sprat_dw_row_##K##S##q(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, \
-                                       kh, pw, b0, b1, m, code, a, b, yqr, q); \
+                                       kh, pw, b0, b1, s0, s1, m, code, a, b, yqr, q); \
             else \
                 sprat_dw_row_##K##S##f(yr, xr, wp, bp, sp, rr, W, C, OW, xstep, i1 - i0, wrow, \
-                                       kh, pw, b0, b1, m, code, a, b, NULL, NULL);
+                                       kh, pw, b0, b1, s0, s1, m, code, a, b, NULL, NULL);
             if (kw == 3 && sw == 1) {
                 SPRAT_DW_CALL(3, 1)
             } else if (kw == 3) {
@@ -348,10 +357,10 @@ static void sprat_dw_units_any(float *y, const float *x, const float *wp, const 
 int sprat_dw_units(float *y, const float *x, const float *wp, const float *bp, const float *sp,
                    const float *res, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C, Py_ssize_t OH,
                    Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
-                   Py_ssize_t dh, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t u0,
-                   Py_ssize_t u1, int code, float a, float b) {
+                   Py_ssize_t dh, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t ct, Py_ssize_t cs,
+                   Py_ssize_t u0, Py_ssize_t u1, int code, float a, float b) {
     sprat_dw_units_any(y, x, wp, bp, sp, res, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct,
-                       u0, u1, code, a, b, NULL, NULL);
+                       cs, u0, u1, code, a, b, NULL, NULL);
     return 1;
 }
 
@@ -376,7 +385,7 @@ int sprat_dw_units_q8(unsigned char *yq, const float *x, const float *wp, const 
     q.zp = (int)zp;
     q.is_signed = is_signed;
     sprat_dw_units_any(NULL, x, wp, bp, NULL, NULL, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw,
-                       ct, u0, u1, 0, 0.0f, 0.0f, yq, &q);
+                       ct, 1, u0, u1, 0, 0.0f, 0.0f, yq, &q);
     return 1;
 }
 #endif
