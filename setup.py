@@ -29,7 +29,8 @@ MATH = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-
         "-g0"]
 VARIANTS = {"base": ["-march=x86-64" if X86 else ""], "avx2": ["-mavx2", "-mfma", "-mf16c"]}
 #: the C kernels beside the Cython module, per variant (the baseline has their stubs only)
-SIMD = {"base": [], "avx2": ["simd/packed.c", "simd/depthwise.c", "simd/narrow.c"]}
+SIMD = {"base": [], "avx2": ["simd/packed.c", "simd/depthwise.c", "simd/narrow.c",
+                             "simd/grouped.c"]}
 
 
 def extension(variant: str) -> Extension:

@@ -66,7 +66,7 @@ averages); ``POOL_FAMILY``.
 few channels, small maps, stride 2, 5x5 / 7x7, 1-D); ``SMALL_CONV_FAMILY``. ``--only pw``: the
 one-group 1x1 convs (``POINTWISE_FAMILY``); ``--only gc``: the patch-matrix convs
 (``GEMM_CONV_FAMILY``); ``--only nw``: convs of 1-7 output channels, the heads of dense
-prediction nets (``NARROW_FAMILY``).
+prediction nets (``NARROW_FAMILY``); ``--only gpw``: grouped 1x1 convs (``GROUPED_FAMILY``).
 """
 
 from __future__ import annotations
@@ -244,6 +244,18 @@ POINTWISE_FAMILY = [
     (96, 16, 55), (16, 64, 55), (512, 64, 13), (64, 256, 13),
     (64, 256, 56), (256, 64, 56), (1024, 256, 14), (256, 1024, 14), (2048, 512, 7),
     (40, 240, 28), (240, 40, 28), (672, 112, 14),
+]
+
+
+# the grouped pointwise family (--only gpw): 1x1 convs of G > 1 groups, stride 1, of
+# ShuffleNet v1 (g = 3, 4, 8 at 28/14/7; its first, 24 input channels at 56) and the
+# grouped expansions of CondenseNet- and IGCV-like nets: (in channels, out channels, groups,
+# input map)
+GROUPED_FAMILY = [
+    (24, 112, 4, 56), (136, 136, 4, 28), (272, 272, 4, 14), (544, 544, 4, 7),
+    (24, 240, 3, 56), (240, 240, 3, 28), (480, 480, 3, 14), (960, 960, 3, 7),
+    (24, 384, 8, 56), (384, 384, 8, 28), (768, 768, 8, 14), (1536, 1536, 8, 7),
+    (64, 64, 2, 56), (128, 512, 4, 14), (256, 64, 4, 28),
 ]
 
 
@@ -508,6 +520,9 @@ def cases():
 
     for cin, cout, hw in POINTWISE_FAMILY:
         conv(f"pw {cin}->{cout}@{hw}", 1, cin, hw, hw, cout, 1, 1, 0)
+
+    for cin, cout, g, hw in GROUPED_FAMILY:
+        conv(f"gpw {cin}->{cout} g{g}@{hw}", 1, cin, hw, hw, cout, 1, 1, 0, group=g)
 
     for k, s, cin, cout, hw in SMALL_CONV_FAMILY:
         if isinstance(hw, tuple):  # 1-D (NCW)

@@ -1650,6 +1650,56 @@ def test_conv_pointwise_on_the_packed_gemm(xs, m, act, pays):
     check("Conv", ins, attrs, consts=(1, 2))
 
 
+# grouped 1x1 convs (ShuffleNet's): (x NCHW, output channels, groups); groups of 1-3 vectors
+# of 8 output channels, a masked last vector (M/G of 34, 6, 5, 1, 20), blocks of 3 + 2 vectors,
+# pixel counts past whole tiles of 4, 6 and 8 pixels
+GROUPED_CASES = [
+    ((1, 136, 28, 28), 136, 4),
+    ((2, 24, 7, 9), 112, 4),
+    ((1, 24, 5, 13), 40, 8),
+    ((1, 240, 3, 7), 240, 3),
+    ((1, 12, 4, 4), 4, 4),
+    ((1, 64, 11, 5), 40, 2),
+    ((1, 18, 1, 23), 27, 3),
+]
+
+
+@pytest.mark.parametrize("xs,m,g", GROUPED_CASES)
+@pytest.mark.parametrize("act,params", [(None, []), ("Relu", []), ("HardSwish", []),
+                                        ("Tanh", []), ("PRelu", [])])
+def test_conv_pointwise_grouped(xs, m, g, act, params):
+    """A grouped 1x1 conv runs the register-blocked grouped kernel on the avx2 build (else the
+    per-group BLAS path), with the bias, the residual and each activation (Tanh after the
+    kernel, PRelu's per-channel slopes in registers), at 1 and 2 threads."""
+    from sprat.backends.cpu import conv
+
+    c = xs[1]
+    x, w = nhwc(randn(*xs, seed=1)), randn(m, c // g, 1, 1, seed=2, scale=0.2)
+    shape = (xs[0], xs[2], xs[3], m)
+    attrs = {"group": g}
+    if act == "PRelu":  # a slope per output channel
+        params = [float(v) for v in randn(m, seed=5, scale=0.3)]
+    for threads in (1, 2):
+        kernel = _prepared_conv([x, w, randn(m, seed=3)], {**attrs, **fused(act, params)},
+                                threads)
+        assert kernel.algo == "pointwise" and kernel.grouped == conv.GROUPED_POINTWISE
+    for res in (False, True):
+        ins = [x, w, randn(m, seed=3)] + ([randn(*shape, seed=4)] if res else [])
+        check("Conv", ins, {**attrs, **fused(act, params, residual=res)}, consts=(1, 2))
+
+
+@pytest.mark.parametrize("p,g,nt", [(784, 4, 2), (49, 4, 2), (3136, 3, 1), (10, 8, 2)])
+def test_conv_pointwise_grouped_rows(p, g, nt):
+    """Pixels per work item of the grouped kernel: at most GROUPED_ROWS, and on several
+    slots at least 4 items per slot where GROUPED_MIN_ROWS allows."""
+    from sprat.backends.cpu import conv
+
+    rows = conv.grouped_rows(p, g, nt)
+    assert 1 <= rows <= min(p, conv.GROUPED_ROWS)
+    items = -(-p // rows) * g
+    assert items >= 4 * nt or rows <= conv.GROUPED_MIN_ROWS or rows == p and nt == 1
+
+
 @pytest.mark.parametrize("m", [40, 112])
 @pytest.mark.parametrize("act,params", ACTS)
 def test_conv_pointwise_packed_epilogue(m, act, params):

@@ -5,7 +5,9 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
 - pointwise: 1x1, stride 1, no padding -> one GEMM per block of pixels (per group); one group
   on an AVX-512 CPU: ``linalg``'s GEMM with the weight packed once (``ck.gemm_packed``); one
   group and one output pixel (squeeze-excite convs on a pooled map), on every CPU: the GEMV
-  over the same packed weight (``ck.gemv_packed``, ``linalg.GEMV_ROWS``);
+  over the same packed weight (``ck.gemv_packed``, ``linalg.GEMV_ROWS``); several groups on
+  the AVX2 build: the groups' small GEMMs register-blocked (``ck.conv_pointwise_grouped``,
+  weights packed (G, C/G, M/G up to 8) by ``grouped_pack``);
 - depthwise: group == C == M -> direct kernel; on the AVX2 build 3- and 5-wide kernels at
   horizontal stride 1 or 2 run register-blocked (``conv_depthwise_blocked``: 8 channels x up
   to 8 output pixels in registers, weights packed (C/8, kh, kw, 8) by ``depthwise_pack``),
@@ -296,6 +298,37 @@ def winograd_channels_pay(c: int, m: int) -> bool:
     return min(c, m) >= 12 and c * m >= 9 * (c + m)
 
 
+#: whether grouped 1x1 convs run the register-blocked kernel (``ck.conv_pointwise_grouped``;
+#: the avx2 build); else one BLAS GEMM per group and block of pixels
+GROUPED_POINTWISE = ck.GROUPED_POINTWISE
+# NOTE: pixels per work item of the grouped 1x1 kernel: a block's input rows (C floats each)
+# stay in L2 while the groups' items pass over them; halved (down to GROUPED_MIN_ROWS) until
+# every slot has at least 4 items
+GROUPED_ROWS = 192
+GROUPED_MIN_ROWS = 24
+
+
+def grouped_pack(w: np.ndarray, group: int) -> np.ndarray:
+    """A grouped 1x1 conv's weight ``w`` (M, C/G) float32 -> flat (G, C/G, Mgp) float32, Mgp
+    = M/G rounded up to 8, zero past M/G: the layout ``ck.conv_pointwise_grouped`` reads
+    (each input channel's weights of a group one row of whole vectors)."""
+    m, cg = w.shape
+    mg = m // group
+    mgp = -(-mg // 8) * 8
+    wp = np.zeros((group, cg, mgp), np.float32)
+    wp[:, :, :mg] = w.reshape(group, mg, cg).transpose(0, 2, 1)
+    return wp.ravel()
+
+
+def grouped_rows(p: int, group: int, nt: int) -> int:
+    """Pixels per work item of ``ck.conv_pointwise_grouped`` over ``p`` pixels, ``group``
+    groups, ``nt`` slots (GROUPED_ROWS, fewer where the items would not give each slot 4)."""
+    rows = max(1, min(GROUPED_ROWS, p))
+    while nt > 1 and rows > GROUPED_MIN_ROWS and -(-p // rows) * group < 4 * nt:
+        rows = -(-rows // 2)
+    return rows
+
+
 def depthwise_segment(c: int) -> int:
     """Output pixels per segment of the stride-1 depthwise kernel for ``c`` channels: about 4096
     floats per tap (64 pixels up to 64 channels), so the tiled weights of a 5x5 kernel stay in
@@ -503,6 +536,7 @@ class ConvKernel(CpuKernel):
             slope = None
         self.has_res = res is not None
         self.gemv, self.panels = False, None  # NOTE: a re-prepare (resize) decides anew
+        self.grouped = False
         self.empty = empty_f32()
         self.slope = self.empty  # PRelu's slopes, laid out as the algorithm's bias (below)
         sh, sw = strides
@@ -576,6 +610,12 @@ class ConvKernel(CpuKernel):
                 # + bias (+ residual), activation in its epilogue
                 self.panels = self.w = panels()
                 self.rb, self.cb = packed_blocks(n * oh * ow, m, c, nt)
+            elif (GROUPED_POINTWISE and group > 1 and not self.w_stored
+                  and scale_input(node, ins) is None):
+                # groups of few channels (ShuffleNet's): their small GEMMs in registers
+                self.grouped = True
+                self.w = self.shared("grouped", lambda: grouped_pack(wv[:, :, 0, 0], group))
+                self.rows = grouped_rows(n * oh * ow, group, nt)
             else:
                 self.w = (np.ascontiguousarray(w.value).reshape(-1) if self.w_stored else
                           self.shared("pointwise", lambda: np.ascontiguousarray(
@@ -652,10 +692,10 @@ class ConvKernel(CpuKernel):
             self.workspaces = (scratch(nt, self.blk * kk),)
         if self.algo in ("pointwise", "shift", "im2col", "stem", "narrow"):  # epilogues: tiled
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
-            if slope is not None and self.panels is None:
+            if slope is not None and self.panels is None and not self.grouped:
                 self.slope = self.shared("slope_rows", lambda: tiled_bias(slope))
         if slope is not None and (self.algo in ("winograd", "direct")
-                                  or self.panels is not None):
+                                  or self.panels is not None or self.grouped):
             self.slope = slope
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
         self.packed = () if np.may_share_memory(self.w, w.value) else (1,)
@@ -758,6 +798,10 @@ class ConvKernel(CpuKernel):
             algo = "pointwise_packed"
             args = (x, self.panels, y, n * oh * ow, m, c, c, self.rb, self.cb, self.bias, 0, 1,
                     1.0, res, hr, code, a, b, self.slope, self.res_cols)
+        elif algo == "pointwise" and self.grouped:
+            algo = "pointwise_grouped"
+            args = (x, self.w, self.bias, res, hr, y, n * oh * ow, c, m, self.group, self.rows,
+                    code, a, b, self.slope)
         elif algo == "pointwise":
             args = (x, self.w, self.bias_rows, res, hr, y, n * oh * ow, c, m, self.group,
                     self.blk, self.w_stored, self.split_m, code, a, b, self.slope)
@@ -800,6 +844,7 @@ def views(args: tuple) -> tuple:
 
 
 KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
+          "pointwise_grouped": ck.conv_pointwise_grouped,
           "pointwise_scaled": ck.conv_pointwise_scaled, "gemv": ck.gemv_packed,
           "shift": ck.conv_shift, "narrow": ck.conv_narrow, "im2col": ck.conv_im2col,
           "direct": ck.conv_direct, "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,

@@ -1,0 +1,153 @@
+/* The grouped pointwise conv: 1x1 convs with G > 1 groups of few channels each, ShuffleNet's
+   (conv.pxi ``conv_pointwise_grouped`` documents the method; simd/grouped.h the entry point).
+   Compiled in the avx2 build only, as its own translation unit. */
+#include <Python.h>
+#include "grouped.h"
+
+#if SPRAT_GROUPED_SIMD
+#include <immintrin.h>
+#include "vecmath.h"
+#define SPRAT_INLINE static inline __attribute__((always_inline))
+
+/* The activation on R x NV accumulators (sprat_act_v8, one dispatch per tile); sv: PRelu's
+   slopes of each vector (code 10) */
+#define SPRAT_GP_ACT(CODE) \
+    case CODE: \
+        _Pragma("GCC unroll 8") \
+        for (r = 0; r < R; r++) { \
+            _Pragma("GCC unroll 3") \
+            for (v = 0; v < NV; v++) acc[r][v] = sprat_act_v8(acc[r][v], CODE, va, vb, sv[v]); \
+        } \
+        break;
+
+/* R pixels (rows C floats apart in x, M in y and res) x NV vectors of 8 output channels of
+   one group: x at the rows' first input channel of the group, w at the group's weight rows
+   (Mgp floats apart) and the block's first column, y / res / bias / slope at the block's
+   first output channel. The last vector holds only the lanes of mask (the group's last
+   Mg % 8 channels); no lane past it is read or written. Compile-time R and NV: the R*NV
+   accumulators stay in registers, each weight vector is loaded once per input channel and
+   used by R multiply-adds, each input value broadcast once and used by NV. */
+SPRAT_INLINE void sprat_gp_tile(float *y, const float *x, const float *w, const float *bias,
+                                const float *slope, const float *res, Py_ssize_t C,
+                                Py_ssize_t M, Py_ssize_t Cg, Py_ssize_t Mgp, const int R,
+                                const int NV, __m256i mask, int code, float a, float b) {
+    __m256 acc[8][3], sv[3];
+    int r, v;
+    Py_ssize_t c;
+#pragma GCC unroll 3
+    for (v = 0; v < NV; v++) {
+        const __m256 bv = v == NV - 1 ? _mm256_maskload_ps(bias + v * 8, mask)
+                                      : _mm256_loadu_ps(bias + v * 8);
+#pragma GCC unroll 8
+        for (r = 0; r < R; r++) acc[r][v] = bv;
+    }
+    for (c = 0; c < Cg; c++) {
+        const float *wc = w + c * Mgp;
+        __m256 wv[3];
+#pragma GCC unroll 3
+        for (v = 0; v < NV; v++) wv[v] = _mm256_loadu_ps(wc + v * 8);
+#pragma GCC unroll 8
+        for (r = 0; r < R; r++) {
+            const __m256 xb = _mm256_broadcast_ss(x + r * C + c);
+#pragma GCC unroll 3
+            for (v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(xb, wv[v], acc[r][v]);
+        }
+    }
+    if (res != NULL) {
+#pragma GCC unroll 8
+        for (r = 0; r < R; r++) {
+#pragma GCC unroll 3
+            for (v = 0; v < NV; v++)
+                acc[r][v] = _mm256_add_ps(acc[r][v],
+                                          v == NV - 1 ? _mm256_maskload_ps(res + r * M + v * 8,
+                                                                           mask)
+                                                      : _mm256_loadu_ps(res + r * M + v * 8));
+        }
+    }
+    if (code != 0) {
+        const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+#pragma GCC unroll 3
+        for (v = 0; v < NV; v++)
+            sv[v] = code != 10 ? _mm256_setzero_ps()
+                    : v == NV - 1 ? _mm256_maskload_ps(slope + v * 8, mask)
+                                  : _mm256_loadu_ps(slope + v * 8);
+        switch (code) {
+        SPRAT_GP_ACT(1) SPRAT_GP_ACT(2) SPRAT_GP_ACT(3) SPRAT_GP_ACT(4) SPRAT_GP_ACT(5)
+        SPRAT_GP_ACT(6) SPRAT_GP_ACT(8) SPRAT_GP_ACT(10)
+        default: break;
+        }
+    }
+#pragma GCC unroll 8
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 3
+        for (v = 0; v < NV; v++) {
+            if (v == NV - 1) _mm256_maskstore_ps(y + r * M + v * 8, mask, acc[r][v]);
+            else _mm256_storeu_ps(y + r * M + v * 8, acc[r][v]);
+        }
+    }
+}
+#undef SPRAT_GP_ACT
+
+/* Pixels [p0, p1) of one block of NV vectors: R pixels at a time (R*NV <= 12 accumulators
+   besides NV weight vectors and the broadcast: each input channel's step loads NV weight
+   vectors and R inputs for R*NV multiply-adds; 6 x 2 vectors is the shape of OpenBLAS's
+   6x16 Haswell kernel), the last p1 - p0 < R pixels in one tile of their count */
+#define SPRAT_GP_TILE(R, NV) \
+    case R: sprat_gp_tile(y + p * M, x + p * C, w, bias, slope, res ? res + p * M : NULL, C, \
+                          M, Cg, Mgp, R, NV, mask, code, a, b); break;
+#define SPRAT_GP_BLOCK(NV, R) \
+    static __attribute__((noinline)) void sprat_gp_block_##NV( \
+            float *y, const float *x, const float *w, const float *bias, const float *slope, \
+            const float *res, Py_ssize_t C, Py_ssize_t M, Py_ssize_t Cg, Py_ssize_t Mgp, \
+            Py_ssize_t p0, Py_ssize_t p1, __m256i mask, int code, float a, float b) { \
+        Py_ssize_t p = p0; \
+        for (; p + R <= p1; p += R) \
+            sprat_gp_tile(y + p * M, x + p * C, w, bias, slope, res ? res + p * M : NULL, C, \
+                          M, Cg, Mgp, R, NV, mask, code, a, b); \
+        switch (p1 - p) { \
+        SPRAT_GP_TILE(7, NV) SPRAT_GP_TILE(6, NV) SPRAT_GP_TILE(5, NV) SPRAT_GP_TILE(4, NV) \
+        SPRAT_GP_TILE(3, NV) SPRAT_GP_TILE(2, NV) SPRAT_GP_TILE(1, NV) \
+        default: break; \
+        } \
+    }
+SPRAT_GP_BLOCK(1, 8)
+SPRAT_GP_BLOCK(2, 6)
+SPRAT_GP_BLOCK(3, 4)
+#undef SPRAT_GP_BLOCK
+#undef SPRAT_GP_TILE
+
+void sprat_grouped_rows(float *y, const float *x, const float *w, const float *bias,
+                        const float *slope, const float *res, Py_ssize_t C, Py_ssize_t M,
+                        Py_ssize_t G, Py_ssize_t g, Py_ssize_t p0, Py_ssize_t p1, int code,
+                        float a, float b) {
+    const Py_ssize_t Cg = C / G, Mg = M / G, Mgp = (Mg + 7) / 8 * 8;
+    const __m256i all = _mm256_set1_epi32(-1);
+    const int rem = (int)(Mg & 7);
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem ? rem : 8),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const float *wg = w + g * Cg * Mgp;
+    Py_ssize_t m0, nv;
+    if (!sprat_act_in_regs(code)) code = 0;
+    /* the group's Mgp / 8 vectors in blocks of 2, the first of 3 when their count is odd
+       (one vector alone: a block of 1); only the group's last vector is masked */
+    for (m0 = 0; m0 < Mgp; m0 += nv * 8) {
+        const Py_ssize_t left = (Mgp - m0) / 8;
+        nv = left == 1 ? 1 : (m0 == 0 && left % 2 == 1) ? 3 : 2;
+        const __m256i mask = m0 + nv * 8 >= Mgp ? tail : all;
+        float *yb = y + g * Mg + m0;
+        const float *xb = x + g * Cg;
+        const float *bb = bias + g * Mg + m0;
+        const float *sb = slope != NULL ? slope + g * Mg + m0 : NULL;
+        const float *rb = res != NULL ? res + g * Mg + m0 : NULL;
+        if (nv == 2)
+            sprat_gp_block_2(yb, xb, wg + m0, bb, sb, rb, C, M, Cg, Mgp, p0, p1, mask, code, a,
+                             b);
+        else if (nv == 3)
+            sprat_gp_block_3(yb, xb, wg + m0, bb, sb, rb, C, M, Cg, Mgp, p0, p1, mask, code, a,
+                             b);
+        else
+            sprat_gp_block_1(yb, xb, wg + m0, bb, sb, rb, C, M, Cg, Mgp, p0, p1, mask, code, a,
+                             b);
+    }
+}
+#endif
