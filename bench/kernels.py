@@ -66,7 +66,8 @@ averages); ``POOL_FAMILY``.
 few channels, small maps, stride 2, 5x5 / 7x7, 1-D); ``SMALL_CONV_FAMILY``. ``--only pw``: the
 one-group 1x1 convs (``POINTWISE_FAMILY``); ``--only gc``: the patch-matrix convs
 (``GEMM_CONV_FAMILY``); ``--only nw``: convs of 1-7 output channels, the heads of dense
-prediction nets (``NARROW_FAMILY``); ``--only gpw``: grouped 1x1 convs (``GROUPED_FAMILY``).
+prediction nets (``NARROW_FAMILY``); ``--only gpw``: grouped 1x1 convs (``GROUPED_FAMILY``);
+``--only gkc``: grouped kxk convs (``GROUPED_KXK_FAMILY``).
 """
 
 from __future__ import annotations
@@ -256,6 +257,15 @@ GROUPED_FAMILY = [
     (24, 240, 3, 56), (240, 240, 3, 28), (480, 480, 3, 14), (960, 960, 3, 7),
     (24, 384, 8, 56), (384, 384, 8, 28), (768, 768, 8, 14), (1536, 1536, 8, 7),
     (64, 64, 2, 56), (128, 512, 4, 14), (256, 64, 4, 28),
+]
+# grouped kxk convs (--only gkc): ResNeXt-50 32x4d's 3x3 convs (4-32 channels per group, 56-7
+# maps, the stride-2 ones), RegNetX/Y-like group widths of 8-48 at 3x3, a 5x5: (kernel,
+# stride, channels, groups, input map)
+GROUPED_KXK_FAMILY = [
+    (3, 1, 128, 32, 56), (3, 2, 256, 32, 56), (3, 1, 256, 32, 28), (3, 1, 512, 32, 14),
+    (3, 1, 1024, 32, 7), (3, 1, 48, 6, 56), (3, 1, 96, 4, 56), (3, 2, 224, 14, 56),
+    (3, 1, 224, 14, 28), (3, 1, 432, 18, 14), (3, 2, 432, 18, 28), (3, 1, 912, 38, 7),
+    (5, 1, 96, 12, 28),
 ]
 
 
@@ -523,6 +533,9 @@ def cases():
 
     for cin, cout, g, hw in GROUPED_FAMILY:
         conv(f"gpw {cin}->{cout} g{g}@{hw}", 1, cin, hw, hw, cout, 1, 1, 0, group=g)
+
+    for k, s, ch, g, hw in GROUPED_KXK_FAMILY:
+        conv(f"gkc{k} s{s} {ch} g{g}@{hw}", 1, ch, hw, hw, ch, k, s, k // 2, group=g)
 
     for k, s, cin, cout, hw in SMALL_CONV_FAMILY:
         if isinstance(hw, tuple):  # 1-D (NCW)

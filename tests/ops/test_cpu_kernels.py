@@ -202,7 +202,8 @@ PRELU_CASES = [
     ((2, 5, 13, 12), (9, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "gemm"),
     # the direct conv where the packed GEMM runs, else im2col
     ((1, 128, 8, 8), (136, 128, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "gemm"),
-    ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "im2col"),
+    # the grouped kernel read in place (avx2 build), else im2col
+    ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "grouped|im2col"),
     ((1, 32, 13, 17), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "winograd"),
     ((1, 128, 10, 10), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}, None),  # Winograd split_m
     ((1, 13, 7, 7), (13, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 13}, "depthwise"),
@@ -234,6 +235,8 @@ def test_conv_fused_prelu(xs, ws, attrs, algo, packed, monkeypatch):
     algo = ("direct" if packed else "im2col") if algo == "gemm" else algo
     if algo is not None and "/" in algo:  # the narrow conv, or without it (baseline build)
         algo = algo.split("/")[0 if compiled.kernels.NARROW_SIMD else 1]
+    if algo is not None and "|" in algo:  # the grouped kernel, or without it (baseline)
+        algo = algo.split("|")[0 if conv.GROUPED_POINTWISE else 1]
     m = ws[0]
     x, w, b = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.3), randn(m, seed=3)
     slopes = list(randn(m, seed=5, scale=0.5))  # negative and positive slopes
@@ -1683,6 +1686,48 @@ def test_conv_pointwise_grouped(xs, m, g, act, params):
         kernel = _prepared_conv([x, w, randn(m, seed=3)], {**attrs, **fused(act, params)},
                                 threads)
         assert kernel.algo == "pointwise" and kernel.grouped == conv.GROUPED_POINTWISE
+    for res in (False, True):
+        ins = [x, w, randn(m, seed=3)] + ([randn(*shape, seed=4)] if res else [])
+        check("Conv", ins, {**attrs, **fused(act, params, residual=res)}, consts=(1, 2))
+
+
+# grouped kxk convs (ResNeXt's 32x4d, RegNet's): (x NCHW, w, attrs, algorithm on the avx2
+# build): read in place where the output rows hold GROUPED_DIRECT_MIN_OW pixels or more, else
+# the patch matrix with the grouped kernel; borders, uneven pads, strides, dilation, M/G of
+# 4, 6, 12 and 20 (masked last vectors), a 1-D conv
+GROUPED_KXK_CASES = [
+    ((1, 128, 14, 15), (128, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 32}, "grouped"),
+    ((2, 24, 12, 10), (36, 6, 3, 3), {"pads": [1, 0, 2, 1], "strides": [2, 1], "group": 4},
+     "grouped"),
+    ((1, 48, 17, 19), (48, 12, 5, 5), {"pads": [2, 2, 2, 2], "group": 4}, "grouped"),
+    ((1, 40, 20, 20), (80, 10, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2],
+                                       "group": 4}, "grouped"),
+    ((1, 64, 13, 13), (64, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 8},
+     "im2col"),
+    ((1, 96, 7, 7), (96, 12, 3, 3), {"pads": [1, 1, 1, 1], "group": 8}, "im2col"),
+    ((1, 12, 1, 30), (12, 4, 1, 3), {"pads": [0, 1, 0, 1], "group": 3}, "grouped"),
+    ((1, 16, 6, 9), (8, 8, 2, 2), {"group": 2}, "grouped"),  # no padding, even kernel
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs,algo", GROUPED_KXK_CASES)
+@pytest.mark.parametrize("act,params", [(None, []), ("Relu", []), ("Gelu", []), ("PRelu", [])])
+def test_conv_grouped_kxk(xs, ws, attrs, algo, act, params):
+    """A grouped kxk conv on the grouped kernel (read in place, or over the patch matrix on
+    rows shorter than GROUPED_DIRECT_MIN_OW), with the bias, a residual and each activation
+    (Gelu after the kernel, PRelu's slopes in registers), at 1 and 2 threads."""
+    from sprat.backends.cpu import conv
+
+    m = ws[0]
+    x, w = nhwc(randn(*xs, seed=1)), randn(*ws, seed=2, scale=0.2)
+    if act == "PRelu":
+        params = [float(v) for v in randn(m, seed=5, scale=0.3)]
+    kernel = _prepared_conv([x, w, randn(m, seed=3)], {**attrs, **fused(act, params)}, 2)
+    if conv.GROUPED_POINTWISE:
+        assert kernel.algo == algo
+        assert algo == "grouped" or kernel.im2col_grouped
+    node, infos = make("Conv", [x, w, randn(m, seed=3)], {**attrs, **fused()}, consts=(1, 2))
+    (shape, _), = infer(node, infos)
     for res in (False, True):
         ins = [x, w, randn(m, seed=3)] + ([randn(*shape, seed=4)] if res else [])
         check("Conv", ins, {**attrs, **fused(act, params, residual=res)}, consts=(1, 2))

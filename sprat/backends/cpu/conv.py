@@ -29,7 +29,11 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
   registers over all kh*kw taps of the packed weight, epilogue in registers (``conv_direct``;
   XNNPACK's IGEMM and MLAS's NCHWc convs do the same without a patch matrix); Winograd keeps
   the 3x3 stride-1 convs where ``winograd_pays``;
-- im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM.
+- grouped: several groups, any kernel, on the AVX2 build, output rows of at least
+  ``GROUPED_DIRECT_MIN_OW`` pixels -> read in place, per output row and group the grouped 1x1
+  kernel's tiles over the taps (``ck.conv_grouped_direct``);
+- im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM;
+  with several groups on the AVX2 build each group's product on the grouped 1x1 kernel.
 The packed 1x1 GEMM and the direct conv may store the sum over a fused residual that dies at
 the conv (``Kernel.inplace_of``).
 Squeeze-excite fusions (``sprat.ir.fused``): a pointwise conv with ``_scale`` runs
@@ -306,6 +310,13 @@ GROUPED_POINTWISE = ck.GROUPED_POINTWISE
 # every slot has at least 4 items
 GROUPED_ROWS = 192
 GROUPED_MIN_ROWS = 24
+# NOTE: a grouped kxk conv reads its input in place (``ck.conv_grouped_direct``) where its
+# output rows hold at least GROUPED_DIRECT_MIN_OW pixels; shorter rows are mostly border
+# pixels, which it takes one at a time, and go through the patch matrix and the same kernel
+# (``conv_im2col`` with ``grouped``). Measured over 3x3 / 5x5 convs of 4-32 channels per group,
+# 7-56 wide maps, stride 1 and 2 (direct / patch matrix, 1 | 2 threads): median 0.75 | 0.63,
+# 56-14 wide 0.54-0.88 | 0.47-0.75, 7 wide 1.03-1.23 | 0.70-1.00
+GROUPED_DIRECT_MIN_OW = 8
 
 
 def grouped_pack(w: np.ndarray, group: int) -> np.ndarray:
@@ -457,7 +468,7 @@ class ConvKernel(CpuKernel):
     gemv = False
     packed_pointwise = True
     #: whether the im2col algorithm runs on the packed-weight GEMM (``PACKED_IM2COL``)
-    im2col_packed = False
+    im2col_packed = im2col_grouped = False
     #: whether prepare may pick Winograd; ``qconv`` turns it off: its transforms round, so
     #: integer-valued operands do not give integer-exact sums
     winograd = True
@@ -676,13 +687,28 @@ class ConvKernel(CpuKernel):
                                                     (self.wp or w_) * c, nt)
             band = ((self.rows - 1) * sh + (kh - 1) * dil[0] + 1) * self.wp * c
             self.workspaces = (scratch(nt, max(1, band)),)
+        elif group > 1 and GROUPED_POINTWISE and ow >= GROUPED_DIRECT_MIN_OW and (
+                kh * kw <= ck.GROUPED_MAX_TAPS):
+            # several groups (ResNeXt's, RegNet's) read in place: per output row and group the
+            # grouped 1x1 kernel's tiles summed over the taps (``ck.conv_grouped_direct``)
+            self.algo = "grouped"
+            self.w = self.shared("im2col_grouped", lambda: grouped_pack(
+                np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).reshape(m, -1), group))
         else:
             self.algo = "im2col"
             cg, mg = c // group, m // group
             wg = wv.reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1)  # (G,kh,kw,Cg,Mg)
             kk = kh * kw * cg
             self.im2col_packed = PACKED_IM2COL and group == 1 and packed_pays(m)
-            if self.im2col_packed:
+            # NOTE: several groups (ResNeXt's, RegNet's): each group's product on the grouped
+            # 1x1 kernel over its patch matrix (K = kh*kw*C/G, N = M/G), not a BLAS call with
+            # N = M/G columns (4 in ResNeXt-50 32x4d)
+            self.im2col_grouped = GROUPED_POINTWISE and group > 1
+            if self.im2col_grouped:
+                self.w = self.shared("im2col_grouped", lambda: grouped_pack(
+                    np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).reshape(m, kk), group))
+                target = GEMM_ROWS
+            elif self.im2col_packed:
                 self.w = self.shared("im2col_panels", lambda: tap_panels(wv))
                 target = max(12, IM2COL_PACKED_BYTES // (4 * kk))
             else:
@@ -694,7 +720,7 @@ class ConvKernel(CpuKernel):
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
             if slope is not None and self.panels is None and not self.grouped:
                 self.slope = self.shared("slope_rows", lambda: tiled_bias(slope))
-        if slope is not None and (self.algo in ("winograd", "direct")
+        if slope is not None and (self.algo in ("winograd", "direct", "grouped")
                                   or self.panels is not None or self.grouped):
             self.slope = slope
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
@@ -821,6 +847,9 @@ class ConvKernel(CpuKernel):
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, self.w_packed, *bufs, code, a, b, self.slope)
+        elif algo == "grouped":
+            args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, self.group, oh, ow, kh, kw,
+                    sh, sw, dh, dw, ph, pw, code, a, b, self.slope)
         elif algo == "depthwise" and self.blocked:
             algo = "depthwise_blocked"
             args = (x, self.wp, self.bp, res, hr, y, n, h, w, c, oh, ow, kh, kw, sh, sw, dh, ph,
@@ -831,7 +860,7 @@ class ConvKernel(CpuKernel):
         else:
             args = (x, self.w, self.bias_rows, res, hr, y, n, h, w, c, m, self.group, oh, ow,
                     kh, kw, sh, sw, dh, dw, ph, pw, self.blk, self.split_m, *bufs, code, a, b,
-                    self.slope, self.im2col_packed)
+                    self.slope, self.im2col_packed, self.im2col_grouped)
         return KERNEL[algo], (nt, *views(args))
 
 
@@ -848,7 +877,8 @@ KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
           "pointwise_scaled": ck.conv_pointwise_scaled, "gemv": ck.gemv_packed,
           "shift": ck.conv_shift, "narrow": ck.conv_narrow, "im2col": ck.conv_im2col,
           "direct": ck.conv_direct, "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
-          "depthwise_blocked": ck.conv_depthwise_blocked, "stem": ck.conv_stem}
+          "depthwise_blocked": ck.conv_depthwise_blocked, "stem": ck.conv_stem,
+          "grouped": ck.conv_grouped_direct}
 
 
 def scale_input(node, ins):

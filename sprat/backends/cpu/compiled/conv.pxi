@@ -218,6 +218,15 @@ cdef extern from "simd/grouped.h":
     void sprat_grouped_rows(float* y, const float* x, const float* w, const float* bias,
                             const float* slope, const float* res, idx C, idx M, idx G, idx g,
                             idx p0, idx p1, int code, float a, float b) noexcept nogil
+    void sprat_grouped_k(float* y, const float* x, idx ldx, idx K, const float* w,
+                         const float* bias, const float* slope, const float* res, idx M,
+                         idx Mg, idx p0, idx p1, int code, float a, float b) noexcept nogil
+    int SPRAT_GROUPED_MAX_TAPS
+    int sprat_grouped_conv_row(float* y, const float* x, const float* w, const float* bias,
+                               const float* slope, const float* res, idx H, idx W, idx C,
+                               idx M, idx Cg, idx Mg, idx kh, idx kw, idx sh, idx sw, idx dh,
+                               idx dw, idx ph, idx pw, idx oh, idx OW, int code, float a,
+                               float b) noexcept nogil
 
 
 #: whether this build has the register-blocked grouped 1x1 conv (``conv_pointwise_grouped``)
@@ -295,6 +304,100 @@ cdef void conv_grouped_taken(const float* x, const float* w, const float* bias,
     while it >= 0:
         conv_grouped_items(x, w, bias, slope, res, y, P, C, M, G, rows, code, a, b, it, it + 1)
         it = sprat_take(slots, t)
+
+
+#: the most taps (kh * kw) ``conv_grouped_direct`` takes
+GROUPED_MAX_TAPS = SPRAT_GROUPED_MAX_TAPS
+
+
+cdef void conv_grouped_direct_items(const float* x, const float* w, const float* bias,
+                                    const float* slope, const float* res, float* y, idx H,
+                                    idx W, idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw,
+                                    idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, int code,
+                                    float a, float b, idx lo, idx hi) noexcept nogil:
+    """Items [lo, hi) of ``conv_grouped_direct``: item i is output row i // G (of the N*OH)
+    of group i % G; the activations without a register form then run over its outputs."""
+    cdef idx cg = C // G, mg = M // G
+    cdef idx mgp = (mg + 7) // 8 * 8
+    cdef idx i, g, r, n, oh, ow
+    cdef float* yr
+    for i in range(lo, hi):
+        g = i % G
+        r = i // G
+        n = r // OH
+        oh = r - n * OH
+        yr = y + r * OW * M + g * mg
+        sprat_grouped_conv_row(yr, x + n * H * W * C + g * cg, w + g * kh * kw * cg * mgp,
+                               bias + g * mg, slope + g * mg if slope != NULL else NULL,
+                               res + r * OW * M + g * mg if res != NULL else NULL, H, W, C, M,
+                               cg, mg, kh, kw, sh, sw, dh, dw, ph, pw, oh, OW, code, a, b)
+        if code != A_NONE and not sprat_act_in_regs(code):
+            for ow in range(OW):
+                act_inplace(yr + ow * M, mg, code, a, b)
+
+
+cdef void conv_grouped_direct_taken(const float* x, const float* w, const float* bias,
+                                    const float* slope, const float* res, float* y, idx H,
+                                    idx W, idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw,
+                                    idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, int code,
+                                    float a, float b, sprat_slots* slots, int t) noexcept nogil:
+    """The items of ``conv_grouped_direct`` slot ``t`` runs (``sprat_take``)."""
+    cdef idx it = sprat_take(slots, t)
+    while it >= 0:
+        conv_grouped_direct_items(x, w, bias, slope, res, y, H, W, C, M, G, OH, OW, kh, kw, sh,
+                                  sw, dh, dw, ph, pw, code, a, b, it, it + 1)
+        it = sprat_take(slots, t)
+
+
+def conv_grouped_direct(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
+                        const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W,
+                        idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw,
+                        idx dh, idx dw, idx ph, idx pw, int code, float a, float b,
+                        const float[::1] slope):
+    """A conv of ``G`` > 1 groups of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) read in
+    place, without a patch matrix (``sprat_grouped_conv_row``): per output row and group, the
+    grouped 1x1 kernel's tiles of pixels x 8-channel vectors summed over every tap inside the
+    image (zero padding skipped), the bias, residual and a register-form activation in
+    registers. ``w`` (G, kh, kw, C/G, Mgp) as ``conv.grouped_pack`` makes it from the
+    (M, kh, kw, C/G) weight (Mgp = M/G rounded up to 8); ``bias`` M floats; PRelu's ``slope``
+    M floats (else empty). Items (output row, group) shared out by ``nt`` slots
+    (``sprat_take``). Raises ValueError on short operands, groups that do not divide C and
+    M, or more than GROUPED_MAX_TAPS taps; RuntimeError on a build without it
+    (``GROUPED_POINTWISE`` false)."""
+    cdef idx mgp = ((M // G if G > 0 else 0) + 7) // 8 * 8
+    if G < 2 or C % G or M % G or kh * kw > SPRAT_GROUPED_MAX_TAPS or min(sh, sw, dh, dw) < 1:
+        raise ValueError(f"conv_grouped_direct: G={G} must divide C={C} and M={M}, at most "
+                         f"{SPRAT_GROUPED_MAX_TAPS} taps ({kh}x{kw}), strides and dilations "
+                         ">= 1")
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w,
+               G * kh * kw * (C // G) * mgp)
+    if bias.shape[0] < M:
+        raise ValueError(f"conv_grouped_direct: bias {bias.shape[0]} < M = {M}")
+    if code == A_PRELU and slope.shape[0] < M:
+        raise ValueError(f"conv_grouped_direct: PRelu needs {M} slopes")
+    if not SPRAT_GROUPED_SIMD:
+        raise RuntimeError("conv_grouped_direct: this build has no AVX2 kernel; use "
+                           "conv_im2col")
+    cdef const float* px = &x[0]
+    cdef const float* pw_ = &w[0]
+    cdef const float* pb_ = &bias[0]
+    cdef const float* pr = cptr(res) if has_res else NULL
+    cdef const float* ps = cptr(slope) if code == A_PRELU else NULL
+    cdef float* py = &y[0]
+    cdef idx items = N * OH * G
+    cdef int t
+    cdef sprat_slots slots
+    if items <= 0 or OW <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            conv_grouped_direct_items(px, pw_, pb_, ps, pr, py, H, W, C, M, G, OH, OW, kh, kw,
+                                      sh, sw, dh, dw, ph, pw, code, a, b, 0, items)
+        return
+    sprat_slots_init(&slots, nt, items)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_grouped_direct_taken(px, pw_, pb_, ps, pr, py, H, W, C, M, G, OH, OW, kh, kw, sh,
+                                  sw, dh, dw, ph, pw, code, a, b, &slots, t)
 
 
 # ---- pointwise with a channel scale (squeeze-and-excitation, ``_scale``) ------------------
@@ -708,7 +811,7 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
                            idx W, idx C, idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh,
                            idx sw, idx dh, idx dw, idx ph, idx pw, idx blk, bint split_m,
                            float* col, int code, float a, float b, const float* slope,
-                           bint packed) noexcept nogil:
+                           bint packed, bint grouped=False) noexcept nogil:
     """Slot ``t`` of ``nt`` of a general conv: per block of ``blk`` output pixels and per
     group, gather the (pixels, kh*kw*C/G) patch matrix into ``col`` and GEMM it with the packed
     weights (G, kh, kw, C/G, M/G) straight into ``y`` (ldc = M); then the epilogue. The slot
@@ -716,7 +819,12 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
     the output channels (multiples of 8): for few pixels against many channels each slot then
     reads half the weights and builds the (small) patch matrix itself. ``packed`` (one group,
     ``packed_gemm_available()``): ``w`` is the (kh*kw*C, M) weight as ``gemm_packed``'s panels,
-    and the GEMM is ``sprat_pk_gemm`` (channel ranges then in multiples of the panel width)."""
+    and the GEMM is ``sprat_pk_gemm`` (channel ranges then in multiples of the panel width).
+    ``grouped`` (several groups, ``GROUPED_POINTWISE``): ``w`` is (G, kh*kw*C/G, M/G rounded up
+    to 8) (``conv.grouped_pack``) and each group's product is the grouped 1x1 kernel's
+    (``sprat_grouped_k``) over its patch matrix, the bias, residual and a register-form
+    activation applied in registers; ``bias`` and ``slope`` then begin with the M plain
+    values (a tiled row's first)."""
     cdef idx cg = C // G
     cdef idx mg = M // G
     cdef idx kk = kh * kw * cg
@@ -724,6 +832,7 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
     cdef idx nb = (P + blk - 1) // blk
     cdef idx b0, b1, c0, c1, bi, p0, rows, g
     cdef idx unit = SPRAT_PK_NR if packed else 8
+    cdef idx mgp = (mg + 7) // 8 * 8
     # NOTE: the packed GEMM applies the bias, residual and a register-form activation before
     # its stores (``sprat_pk_gemm_epi``): no second pass over the block
     cdef bint in_regs = packed and sprat_act_in_regs(code)
@@ -745,7 +854,12 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
         for g in range(G):
             _im2col_pixels(col, x, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, p0,
                            p0 + rows, g, cg)
-            if in_regs:
+            if grouped:
+                sprat_grouped_k(y + p0 * M + g * mg, col, kk, kk, w + g * kk * mgp,
+                                bias + g * mg, slope + g * mg if code == A_PRELU else NULL,
+                                conv_at(res, p0 * M + g * mg) if has_res else NULL, M, mg, 0,
+                                rows, code, a, b)
+            elif in_regs:
                 e.res = conv_at(res, p0 * M) if has_res else NULL
                 sprat_pk_gemm_epi(rows, c0, c1, kk, col, kk, w, y + p0 * M, M, &e)
             elif packed:
@@ -755,6 +869,10 @@ cdef void conv_im2col_slot(idx t, idx nt, const float* x, const float* w, const 
                 # GEMVs (``dense_gemm_nn``): BLAS's setup cost more than the product there
                 dense_gemm_nn(rows, c1 - c0 if split_m else mg, kk, 1.0, col, kk,
                               w + g * kk * mg + c0, mg, y + p0 * M + g * mg + c0, M)
+        if grouped:
+            if code != A_NONE and not sprat_act_in_regs(code):
+                act_inplace(y + p0 * M, rows * M, code, a, b)
+            continue
         if in_regs:
             continue
         if split_m:
@@ -770,16 +888,24 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
                 const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                 idx M, idx G, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw,
                 idx ph, idx pw, idx blk, bint split_m, float[:, ::1] col, int code, float a,
-                float b, const float[::1] slope, bint packed=False):
+                float b, const float[::1] slope, bint packed=False, bint grouped=False):
     """Any conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M) by patch matrix + GEMM
     (``conv_im2col_slot``), blocks of ``blk`` output pixels split over ``nt`` slots (or, with
     ``split_m`` and one group, the output channels); workspace ``col`` (nt, >= blk*kh*kw*C/G).
     ``bias``: the M biases tiled (``tiled_bias``), PRelu's ``slope`` alike (empty for other
     activations). ``packed``: ``w`` is the (kh*kw*C, M)
     weight as ``linalg.pack_panels`` makes it, for the packed-weight GEMM (one group; only
-    where ``packed_gemm_available()``). Raises ValueError on short operands, ``split_m`` or
-    ``packed`` with groups, or ``packed`` where the packed GEMM does not run."""
-    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w, kh * kw * C * M // G)
+    where ``packed_gemm_available()``). ``grouped``: ``w`` is (G, kh*kw*C/G, M/G rounded up
+    to 8) as ``conv.grouped_pack`` makes it, each group's GEMM the grouped 1x1 kernel's
+    (several groups; only where ``GROUPED_POINTWISE``). Raises ValueError on short operands,
+    ``split_m`` or ``packed`` with groups, ``grouped`` with one, or ``grouped`` where its
+    kernel does not run."""
+    if grouped and (G < 2 or split_m or packed or not SPRAT_GROUPED_SIMD):
+        raise ValueError(f"conv_im2col: grouped with {G} groups, split_m or packed, or on a "
+                         "build without the grouped kernel")
+    conv_check(x, N * H * W * C, y, N * OH * OW * M, res, has_res, w,
+               G * kh * kw * (C // G) * ((M // G + 7) // 8 * 8) if grouped
+               else kh * kw * C * M // G)
     conv_check_slope(slope, code, bias.shape[0], M)
     conv_check_ws(col, nt, blk * kh * kw * C // G)
     if blk < 1 or ((split_m or packed) and G != 1):
@@ -800,12 +926,12 @@ def conv_im2col(int nt, const float[::1] x, const float[::1] w, const float[::1]
         with nogil:
             conv_im2col_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH,
                              OW, kh, kw, sh, sw, dh, dw, ph, pw, blk, False, &col[0, 0], code, a,
-                             b, ps, packed)
+                             b, ps, packed, grouped)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
         conv_im2col_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, N, H, W, C, M, G, OH, OW,
                          kh, kw, sh, sw, dh, dw, ph, pw, blk, split_m, &col[t, 0], code, a, b,
-                         ps, packed)
+                         ps, packed, grouped)
 
 
 # ---- direct conv on the packed weight (AVX-512F CPUs) -----------------------------------------
