@@ -203,7 +203,7 @@ PRELU_CASES = [
     # the direct conv where the packed GEMM runs, else im2col
     ((1, 128, 8, 8), (136, 128, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "gemm"),
     # the grouped kernel read in place (avx2 build), else im2col
-    ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "grouped|im2col"),
+    ((1, 4, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}, "grouped_direct|im2col"),
     ((1, 32, 13, 17), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "winograd"),
     ((1, 128, 10, 10), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}, None),  # Winograd split_m
     ((1, 13, 7, 7), (13, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 13}, "depthwise"),
@@ -1696,17 +1696,17 @@ def test_conv_pointwise_grouped(xs, m, g, act, params):
 # the patch matrix with the grouped kernel; borders, uneven pads, strides, dilation, M/G of
 # 4, 6, 12 and 20 (masked last vectors), a 1-D conv
 GROUPED_KXK_CASES = [
-    ((1, 128, 14, 15), (128, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 32}, "grouped"),
+    ((1, 128, 14, 15), (128, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 32}, "grouped_direct"),
     ((2, 24, 12, 10), (36, 6, 3, 3), {"pads": [1, 0, 2, 1], "strides": [2, 1], "group": 4},
-     "grouped"),
-    ((1, 48, 17, 19), (48, 12, 5, 5), {"pads": [2, 2, 2, 2], "group": 4}, "grouped"),
+     "grouped_direct"),
+    ((1, 48, 17, 19), (48, 12, 5, 5), {"pads": [2, 2, 2, 2], "group": 4}, "grouped_direct"),
     ((1, 40, 20, 20), (80, 10, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2],
-                                       "group": 4}, "grouped"),
+                                       "group": 4}, "grouped_direct"),
     ((1, 64, 13, 13), (64, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 8},
      "im2col"),
     ((1, 96, 7, 7), (96, 12, 3, 3), {"pads": [1, 1, 1, 1], "group": 8}, "im2col"),
-    ((1, 12, 1, 30), (12, 4, 1, 3), {"pads": [0, 1, 0, 1], "group": 3}, "grouped"),
-    ((1, 16, 6, 9), (8, 8, 2, 2), {"group": 2}, "grouped"),  # no padding, even kernel
+    ((1, 12, 1, 30), (12, 4, 1, 3), {"pads": [0, 1, 0, 1], "group": 3}, "grouped_direct"),
+    ((1, 16, 6, 9), (8, 8, 2, 2), {"group": 2}, "grouped_direct"),  # no padding, even kernel
 ]
 
 
@@ -1725,7 +1725,7 @@ def test_conv_grouped_kxk(xs, ws, attrs, algo, act, params):
     kernel = _prepared_conv([x, w, randn(m, seed=3)], {**attrs, **fused(act, params)}, 2)
     if conv.GROUPED_POINTWISE:
         assert kernel.algo == algo
-        assert algo == "grouped" or kernel.im2col_grouped
+        assert algo == "grouped_direct" or kernel.im2col_grouped
     node, infos = make("Conv", [x, w, randn(m, seed=3)], {**attrs, **fused()}, consts=(1, 2))
     (shape, _), = infer(node, infos)
     for res in (False, True):

@@ -29,7 +29,7 @@ Algorithms (DESIGN §4), chosen at prepare from the shapes:
   registers over all kh*kw taps of the packed weight, epilogue in registers (``conv_direct``;
   XNNPACK's IGEMM and MLAS's NCHWc convs do the same without a patch matrix); Winograd keeps
   the 3x3 stride-1 convs where ``winograd_pays``;
-- grouped: several groups, any kernel, on the AVX2 build, output rows of at least
+- grouped_direct: several groups, any kernel, on the AVX2 build, output rows of at least
   ``GROUPED_DIRECT_MIN_OW`` pixels -> read in place, per output row and group the grouped 1x1
   kernel's tiles over the taps (``ck.conv_grouped_direct``);
 - im2col: everything else (strides, groups, 1x1 strided) -> patch matrix per block + GEMM;
@@ -320,9 +320,10 @@ GROUPED_DIRECT_MIN_OW = 8
 
 
 def grouped_pack(w: np.ndarray, group: int) -> np.ndarray:
-    """A grouped 1x1 conv's weight ``w`` (M, C/G) float32 -> flat (G, C/G, Mgp) float32, Mgp
-    = M/G rounded up to 8, zero past M/G: the layout ``ck.conv_pointwise_grouped`` reads
-    (each input channel's weights of a group one row of whole vectors)."""
+    """A grouped conv's weight rows ``w`` (M, K) float32 (K = C/G for a 1x1 conv, kh*kw*C/G
+    taps outer for a kxk one) -> flat (G, K, Mgp) float32, Mgp = M/G rounded up to 8, zero
+    past M/G: the layout ``ck.conv_pointwise_grouped``, ``ck.conv_grouped_direct`` and
+    ``ck.conv_im2col`` with ``grouped`` read (each of a group's K rows whole vectors)."""
     m, cg = w.shape
     mg = m // group
     mgp = -(-mg // 8) * 8
@@ -625,7 +626,7 @@ class ConvKernel(CpuKernel):
                   and scale_input(node, ins) is None):
                 # groups of few channels (ShuffleNet's): their small GEMMs in registers
                 self.grouped = True
-                self.w = self.shared("grouped", lambda: grouped_pack(wv[:, :, 0, 0], group))
+                self.w = self._grouped_weight(wv, group)
                 self.rows = grouped_rows(n * oh * ow, group, nt)
             else:
                 self.w = (np.ascontiguousarray(w.value).reshape(-1) if self.w_stored else
@@ -691,9 +692,8 @@ class ConvKernel(CpuKernel):
                 kh * kw <= ck.GROUPED_MAX_TAPS):
             # several groups (ResNeXt's, RegNet's) read in place: per output row and group the
             # grouped 1x1 kernel's tiles summed over the taps (``ck.conv_grouped_direct``)
-            self.algo = "grouped"
-            self.w = self.shared("im2col_grouped", lambda: grouped_pack(
-                np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).reshape(m, -1), group))
+            self.algo = "grouped_direct"
+            self.w = self._grouped_weight(wv, group)
         else:
             self.algo = "im2col"
             cg, mg = c // group, m // group
@@ -705,8 +705,7 @@ class ConvKernel(CpuKernel):
             # N = M/G columns (4 in ResNeXt-50 32x4d)
             self.im2col_grouped = GROUPED_POINTWISE and group > 1
             if self.im2col_grouped:
-                self.w = self.shared("im2col_grouped", lambda: grouped_pack(
-                    np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).reshape(m, kk), group))
+                self.w = self._grouped_weight(wv, group)
                 target = GEMM_ROWS
             elif self.im2col_packed:
                 self.w = self.shared("im2col_panels", lambda: tap_panels(wv))
@@ -720,7 +719,7 @@ class ConvKernel(CpuKernel):
             self.bias_rows = self.shared("bias_rows", lambda: tiled_bias(self.bias))
             if slope is not None and self.panels is None and not self.grouped:
                 self.slope = self.shared("slope_rows", lambda: tiled_bias(slope))
-        if slope is not None and (self.algo in ("winograd", "direct", "grouped")
+        if slope is not None and (self.algo in ("winograd", "direct", "grouped_direct")
                                   or self.panels is not None or self.grouped):
             self.slope = slope
         # NOTE: a packed copy (not a view of the file's weight) frees the mapped weight's pages
@@ -775,6 +774,14 @@ class ConvKernel(CpuKernel):
                                                                          ws.buffers))
             return
         self.bound_call(ws, (x, y, r, s), lambda: self._args_for(x, y, r, ws.buffers, s))
+
+    def _grouped_weight(self, wv: np.ndarray, group: int) -> np.ndarray:
+        """The (M, C/G, kh, kw) weight packed for the grouped kernel (``grouped_pack`` of its
+        (M, kh*kw*C/G) rows, taps outer, channels inner), whichever algorithm runs it: the 1x1
+        conv, the conv read in place and the patch matrix's rows read the same layout."""
+        m = wv.shape[0]
+        return self.shared("grouped", lambda: grouped_pack(
+            np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).reshape(m, -1), group))
 
     def _mean_args(self, xa, ya, ra, mean, bufs):
         """(fn, args) of a depthwise conv with ``_mean``: the blocked kernel given the mean
@@ -847,7 +854,7 @@ class ConvKernel(CpuKernel):
         elif algo == "winograd":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, oh, ow, ph, pw, self.tb,
                     self.split_m, self.w_packed, *bufs, code, a, b, self.slope)
-        elif algo == "grouped":
+        elif algo == "grouped_direct":
             args = (x, self.w, self.bias, res, hr, y, n, h, w, c, m, self.group, oh, ow, kh, kw,
                     sh, sw, dh, dw, ph, pw, code, a, b, self.slope)
         elif algo == "depthwise" and self.blocked:
@@ -878,7 +885,7 @@ KERNEL = {"pointwise": ck.conv_pointwise, "pointwise_packed": ck.gemm_packed,
           "shift": ck.conv_shift, "narrow": ck.conv_narrow, "im2col": ck.conv_im2col,
           "direct": ck.conv_direct, "depthwise": ck.conv_depthwise, "winograd": ck.conv_winograd,
           "depthwise_blocked": ck.conv_depthwise_blocked, "stem": ck.conv_stem,
-          "grouped": ck.conv_grouped_direct}
+          "grouped_direct": ck.conv_grouped_direct}
 
 
 def scale_input(node, ins):
