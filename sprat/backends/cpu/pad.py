@@ -258,6 +258,8 @@ class DepthSpaceKernel(CpuKernel):
     """DepthToSpace / SpaceToDepth (DCR or CRD), NCHW or NHWC, any dtype: one 6-D copy (runs
     of each pixel's channels where they stay together)."""
 
+    flat_run = "call"
+
     @classmethod
     def supports(cls, node, ins) -> bool:
         try:
@@ -286,14 +288,16 @@ class DepthSpaceKernel(CpuKernel):
                        else 1)
 
     def run(self, ins, outs, ws):
+        # NOTE: the views and the argument tuple made once per binding of the arrays
+        self.bound_call(ws, (ins[0], outs[0]), lambda: self._call(ins[0], outs[0]))
+
+    def _call(self, xa, ya):
         if self.runs is not None:
-            ck.copy_runs(self.nt, ins[0].reshape(-1).view(np.uint8),
-                         outs[0].reshape(-1).view(np.uint8), *self.runs)
-            return
-        x, y = ins[0].reshape(self.view), outs[0].reshape(self.out_view)
+            return ck.copy_runs, (self.nt, xa.reshape(-1).view(np.uint8),
+                                  ya.reshape(-1).view(np.uint8), *self.runs)
+        x, y = xa.reshape(self.view), ya.reshape(self.out_view)
         if self.order == "src":
-            ck.copy6(x, y.transpose(self.inverse))
-        elif self.order == "dst":
-            ck.copy6(x.transpose(self.perm), y)
-        else:
-            np.copyto(y, x.transpose(self.perm))
+            return ck.copy6, (x, y.transpose(self.inverse))
+        if self.order == "dst":
+            return ck.copy6, (x.transpose(self.perm), y)
+        return np.copyto, (y, x.transpose(self.perm))

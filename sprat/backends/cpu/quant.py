@@ -173,7 +173,7 @@ def u8s8_split(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     n, first, share = _u8s8_blocks(s)
     if not n:
         return s, np.zeros(0, np.int32), 0.0
-    c, res = np.empty_like(s), np.empty(len(first) + 17 * n, np.int32)
+    c, res = np.empty_like(s), np.empty(len(first) + ck.I8_RECORD * n, np.int32)
     ck.i8_u8s8_split(s, first, c, res)
     return c, res, share
 
@@ -182,7 +182,7 @@ def _u8s8_blocks(s: np.ndarray) -> tuple[int, np.ndarray, float]:
     """``(n, first, share)``: ``ck.i8_u8s8_split``'s count of blocks with a record on the
     packed bytes ``s`` (K, N), each panel's first block, and n's share of all blocks."""
     K, N = s.shape
-    kp, npan = (K + 1) // 2, (N + 15) // 16
+    kp, npan = (K + 1) // 2, -(-N // ck.I8_PANEL)
     first = np.zeros(npan + 1, np.int32)
     n = ck.i8_u8s8_split(s, first)
     return n, first, (n / (kp * npan) if n else 0.0)

@@ -1964,6 +1964,10 @@ I8_KINDS = {"int32": I8_OUT_I32, "float32": I8_OUT_F32, "quantized": I8_OUT_Q8,
             "tflite": I8_OUT_TFL, "tflite_rescale": I8_OUT_TFL_RESCALE}
 #: the largest K the int32 sums hold exactly
 I8_K_LIMIT = I8_MAX_K
+#: the columns of a packed B panel, and the int32s of one u8s8 correction record (the pair of
+#: rows' index, then a column's correction each: ``i8_u8s8_split``)
+I8_PANEL = I8_NR
+I8_RECORD = 1 + I8_NR
 
 
 cdef enum:
