@@ -939,22 +939,14 @@ def main(argv=None):
     ap.add_argument("--dw-split", action="store_true",
                     help="few-row depthwise convs: rows cut into column segments or kept whole")
     args = ap.parse_args(argv)
-    if args.dw_split:
-        dw_split_main([int(t) for t in args.threads.split(",")],
-                      args.seconds if args.seconds != 0.4 else 0.3)
-        return
-    if args.int8_conv:
-        qconv_main([int(t) for t in args.threads.split(",")],
-                   args.seconds if args.seconds != 0.4 else 0.3)
-        return
-    if args.packed:
-        packed_main([int(t) for t in args.threads.split(",")],
-                    args.seconds if args.seconds != 0.4 else 0.06)
-        return
-    if args.int8:
-        int8_main([int(t) for t in args.threads.split(",")],
-                  args.seconds if args.seconds != 0.4 else 0.1)
-        return
+    # the in-process modes: (flag, function, its time per case unless --seconds is given)
+    for on, mode, seconds in ((args.dw_split, dw_split_main, 0.3),
+                              (args.int8_conv, qconv_main, 0.3),
+                              (args.packed, packed_main, 0.06), (args.int8, int8_main, 0.1)):
+        if on:
+            mode([int(t) for t in args.threads.split(",")],
+                 args.seconds if args.seconds != 0.4 else seconds)
+            return
     if args.worker:
         engine, index, t = args.worker.split(":")
         ts, err = worker(cases()[int(index)], engine, int(t), args.seconds)

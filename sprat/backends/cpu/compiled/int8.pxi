@@ -2858,9 +2858,11 @@ cdef class I8GemmCall:
     im2col of its input, ``a_packed``) the call fills A first. NOTE: a kernel makes one per
     binding of its arrays: parsing ``i8_gemm``'s 30 arguments costs ~1.3 us a call, most of a
     small quantized conv's time. ``res``: ``i8_gemm``'s correction records. ``im2col``'s
-    last, optional value ``implicit`` (int16 path, dilation 1 across, an even kw * C, one
-    batch): no im2col, the input widened into a padded map in the A workspace and read there
-    in place (``i8_items_implicit``; ``qconv.QConvKernel._implicit``). Raises as ``i8_gemm``
+    last, optional value ``implicit`` (the int16 path with an even kw * C, or u8s8 with kw * C
+    a multiple of 4, B's zero points 0 and no correction records; dilation 1 across, one
+    batch): no im2col, the input written into a padded map in the A workspace (int16 less the
+    zero point, or u8s8 bytes) and read there in place (``i8_items_implicit``;
+    ``qconv.QConvKernel._implicit``). Raises as ``i8_gemm``
     / ``i8_im2col``, or ValueError when the implicit form's conditions do not hold."""
     cdef i8_run_t run
     cdef i8_col_t col
