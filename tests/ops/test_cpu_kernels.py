@@ -317,6 +317,38 @@ def test_compiled_conv_checks_operand_sizes():
         ck.conv_transpose(2, x, w, b, none, False, y, 1, 2, 2, 8, 6, 2, 2, 2, acc, 0, 0.0, 0.0)
 
 
+def test_bound_calls_check_once_and_run_as_the_entry():
+    # ``ck.bound``: an entry of BOUND_CALLS becomes a call object that checks and parses its
+    # arguments when made (bad ones raise then, as the entry does) and then runs exactly what
+    # the entry runs, reading the arrays it was bound to as they are at each call
+    from sprat.backends.cpu.compiled import kernels as ck
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(6 * 8).astype(np.float32) for _ in range(2))
+    none = np.zeros(0, np.float32)
+    tiles = np.zeros((2, 4096), np.float32)
+    y1, y2 = np.zeros(6 * 8, np.float32), np.zeros(6 * 8, np.float32)
+    args = (2, ck.ADD, a, (0, 8, 1), b, (0, 0, 1), y1, (1, 6, 8), none, False, 0, 0.0, 0.0,
+            tiles)
+    call, rest = ck.bound(ck.binary, args)
+    assert rest == () and type(call).__name__ == "BinaryCall" and call.args is args
+    call()
+    ck.binary(*args[:6], y2, *args[7:])
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(y1, a + np.tile(b[:8], 6))
+    a[:] = 1.0  # NOTE: bound to the arrays, not to their contents
+    call()
+    np.testing.assert_array_equal(y1, 1.0 + np.tile(b[:8], 6))
+    with pytest.raises(ValueError, match="shorter"):  # gemv_packed's checks, at binding
+        ck.bound(ck.gemv_packed, (1, a, none, y1, 1, 8, 6, 6, none, -1, 0, 1.0, none, False, 0,
+                                  0.0, 0.0))
+    # an entry without a call class comes back as it is
+    fn, rest = ck.bound(ck.conv_transpose, (1,))
+    assert fn is ck.conv_transpose and rest == (1,)
+    assert set(ck.BOUND_CALLS) >= {ck.gemm_packed, ck.gemv_packed, ck.conv_depthwise_blocked,
+                                   ck.binary, ck.unary, ck.pool2d, ck.conv_direct}
+
+
 @pytest.mark.parametrize("m,c", [(1, 1), (24, 24), (70, 3), (129, 65), (256, 32)])
 def test_winograd_weight_transform(m, c):
     # the compiled transform against G w G^T in float64 (Lavin & Gray's G, ``WINOGRAD_G``), at

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import Kernel, PackCache, WorkspaceSpec
+from .compiled import kernels as ck
 
 # NOTE: a parallel region costs ~5-10 us while Numba's workers spin, but 50-100 us once they
 # have gone to sleep between sparse regions (measured: PP-OCR v2 cls at 2 threads ran slower than
@@ -82,11 +83,14 @@ class CpuKernel(Kernel):
     flat_run = None
 
     def flat_calls(self, ws) -> list | None:
-        """``Kernel.flat_calls``: the calls of ``bound_call`` / ``binding`` per ``flat_run``."""
+        """``Kernel.flat_calls``: the calls of ``bound_call`` / ``binding`` per ``flat_run``,
+        those of the compiled entries that can (``ck.BOUND_CALLS``) with their arguments
+        parsed once here (``ck.bound``) rather than on every replay."""
         memo = ws.memo
         if self.flat_run is None or memo is None:
             return None
-        return [memo[2]] if self.flat_run == "call" else list(memo[2])
+        calls = [memo[2]] if self.flat_run == "call" else memo[2]
+        return [ck.bound(fn, args) for fn, args in calls]
 
     def bound_call(self, ws, arrays: tuple, make) -> None:
         """Run ``fn(*args)`` with ``(fn, args) = make()``, the argument tuple built once per

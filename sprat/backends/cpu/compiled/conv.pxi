@@ -251,16 +251,64 @@ cdef void conv_grouped_items(const float* x, const float* w, const float* bias,
                 act_inplace(y + p * M + g * mg, mg, code, a, b)
 
 
+cdef struct gpw_call_t:
+    # one ``conv_pointwise_grouped`` call's checked arguments (``GroupedPointwiseCall``)
+    int nt
+    const float* x
+    const float* w
+    const float* bias
+    const float* slope
+    const float* res
+    float* y
+    idx P, C, M, G, rows
+    int code
+    float a, b
+
+
+cdef _grouped_pointwise_run(const gpw_call_t* s):
+    """A checked ``conv_pointwise_grouped`` call: its items over its slots."""
+    cdef idx items = ((s.P + s.rows - 1) // s.rows) * s.G
+    cdef int t, nt = s.nt
+    cdef sprat_slots slots
+    if s.P <= 0:
+        return
+    if nt <= 1:
+        with nogil:
+            conv_grouped_items(s.x, s.w, s.bias, s.slope, s.res, s.y, s.P, s.C, s.M, s.G,
+                               s.rows, s.code, s.a, s.b, 0, items)
+        return
+    sprat_slots_init(&slots, nt, items)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_grouped_taken(s.x, s.w, s.bias, s.slope, s.res, s.y, s.P, s.C, s.M, s.G, s.rows,
+                           s.code, s.a, s.b, &slots, t)
+
+
+cdef class GroupedPointwiseCall:
+    """One ``conv_pointwise_grouped`` call with its arguments checked and bound once
+    (``bound_calls``). Raises as ``conv_pointwise_grouped``."""
+    cdef gpw_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        conv_pointwise_grouped(*args, into=self)
+
+    def __call__(self):
+        _grouped_pointwise_run(&self.s)
+
+
 def conv_pointwise_grouped(int nt, const float[::1] x, const float[::1] w,
                            const float[::1] bias, const float[::1] res, bint has_res,
                            float[::1] y, idx P, idx C, idx M, idx G, idx rows, int code,
-                           float a, float b, const float[::1] slope):
+                           float a, float b, const float[::1] slope,
+                           GroupedPointwiseCall into=None):
     """1x1 conv, stride 1, no padding, ``G`` > 1 groups by the register-blocked kernel:
     ``y (P, M) = act(x (P, C) @ blockdiag(w) + bias (+ res))`` over the ``P`` pixels of
     NHWC maps; ``w`` packed (G, C/G, Mgp) by ``conv.grouped_pack`` (Mgp = M/G rounded up to
     8, zero past M/G), ``bias`` M floats, PRelu's ``slope`` M floats (else empty). Work
     items (``rows`` pixels, one group) shared out by ``nt`` slots (``sprat_take``; each output
-    is computed the same way whichever slot runs it). Raises ValueError on short operands or
+    is computed the same way whichever slot runs it). With ``into``: the checked arguments
+    bound into that call object, nothing run. Raises ValueError on short operands or
     groups that do not divide C and M, RuntimeError on a build without it
     (``GROUPED_POINTWISE`` false)."""
     cdef idx mgp = ((M // G if G > 0 else 0) + 7) // 8 * 8
@@ -275,24 +323,16 @@ def conv_pointwise_grouped(int nt, const float[::1] x, const float[::1] w,
     if not SPRAT_GROUPED_SIMD:
         raise RuntimeError("conv_pointwise_grouped: this build has no AVX2 kernel; use "
                            "conv_pointwise")
-    cdef const float* px = &x[0]
-    cdef const float* pw_ = &w[0]
-    cdef const float* pb_ = &bias[0]
-    cdef const float* pr = cptr(res) if has_res else NULL
-    cdef const float* ps = cptr(slope) if code == A_PRELU else NULL
-    cdef float* py = &y[0]
-    cdef idx items = ((P + rows - 1) // rows) * G
-    cdef int t
-    cdef sprat_slots slots
-    if P <= 0:
+    cdef gpw_call_t s = gpw_call_t(nt, cptr(x), &w[0], &bias[0], NULL, NULL, mptr(y), P, C,
+                                   M, G, rows, code, a, b)
+    if code == A_PRELU:
+        s.slope = cptr(slope)
+    if has_res:
+        s.res = cptr(res)
+    if into is not None:
+        into.s = s
         return
-    if nt <= 1:
-        with nogil:
-            conv_grouped_items(px, pw_, pb_, ps, pr, py, P, C, M, G, rows, code, a, b, 0, items)
-        return
-    sprat_slots_init(&slots, nt, items)
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        conv_grouped_taken(px, pw_, pb_, ps, pr, py, P, C, M, G, rows, code, a, b, &slots, t)
+    _grouped_pointwise_run(&s)
 
 
 cdef void conv_grouped_taken(const float* x, const float* w, const float* bias,
@@ -1000,11 +1040,62 @@ cdef void conv_direct_slot(idx t, idx nt, const float* x, const float* w, const 
         it = sprat_take(claim, <int>t) if claim != NULL else it + 1
 
 
+cdef struct direct_call_t:
+    # one ``conv_direct`` call's checked arguments (``DirectCall``)
+    int nt
+    const float* x
+    const float* w
+    const float* bias
+    const float* res
+    bint has_res
+    float* y
+    idx N, H, W, C, M, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, rows
+    bint split_m
+    idx wp
+    float* band
+    idx bstride
+    int code
+    float a, b
+    const float* slope
+
+
+cdef _direct_run(const direct_call_t* s):
+    """A checked ``conv_direct`` call: its blocks over its slots."""
+    cdef sprat_slots slots
+    cdef int t, nt = s.nt
+    if nt <= 1:
+        with nogil:
+            conv_direct_slot(0, 1, s.x, s.w, s.bias, s.res, s.has_res, s.y, s.N, s.H, s.W, s.C,
+                             s.M, s.OH, s.OW, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw, s.ph, s.pw,
+                             s.rows, False, s.wp, s.band, s.code, s.a, s.b, s.slope, NULL)
+        return
+    sprat_slots_init(&slots, nt, s.N * ((s.OH + s.rows - 1) // s.rows))
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_direct_slot(t, nt, s.x, s.w, s.bias, s.res, s.has_res, s.y, s.N, s.H, s.W, s.C,
+                         s.M, s.OH, s.OW, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw, s.ph, s.pw, s.rows,
+                         s.split_m, s.wp, (s.band + t * s.bstride) if s.wp else NULL, s.code,
+                         s.a, s.b, s.slope, &slots)
+
+
+cdef class DirectCall:
+    """One ``conv_direct`` call with its arguments checked and bound once (``bound_calls``).
+    Raises as ``conv_direct``."""
+    cdef direct_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        conv_direct(*args, into=self)
+
+    def __call__(self):
+        _direct_run(&self.s)
+
+
 def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                 const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W, idx C,
                 idx M, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx dw, idx ph,
                 idx pw, idx rows, bint split_m, idx wp, float[:, ::1] band, int code, float a,
-                float b, const float[::1] slope):
+                float b, const float[::1] slope, DirectCall into=None):
     """A one-group conv of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, M), tap by tap on the
     packed weight ``w`` (the (kh*kw*C, M) weight, K tap-major, as ``linalg.pack_panels`` makes
     it), without a patch matrix (``conv_direct_slot``, ``sprat_pk_direct``): + ``bias`` (M),
@@ -1016,7 +1107,8 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
     ``wp``) copied per block into ``band`` (nt, >= (rows-1)*sh
     + (kh-1)*dh + 1 padded rows of wp*C floats); 0 when no tap reads a column outside the
     input (``pw`` 0). Vertical padding ``ph``: the taps on rows outside the input are skipped.
-    Only where ``packed_gemm_available()``. Raises ValueError on short operands or workspace, a
+    Only where ``packed_gemm_available()``. With ``into``: the checked arguments bound into
+    that call object, nothing run. Raises ValueError on short operands or workspace, a
     geometry whose taps would read outside the input or the band, or where the packed GEMM
     does not run."""
     cdef idx span = (OW - 1) * sw + (kw - 1) * dw + 1
@@ -1032,27 +1124,16 @@ def conv_direct(int nt, const float[::1] x, const float[::1] w, const float[::1]
                          f"row {wp} for a span of {span} of {W} pixels) or short bias")
     if wp:
         conv_check_ws(band, nt, ((rows - 1) * sh + (kh - 1) * dh + 1) * wp * C)
-    cdef const float* px = &x[0]
-    cdef const float* pw_ = &w[0]
-    cdef const float* pb_ = &bias[0]
-    cdef const float* pr = cptr(res)
-    cdef float* py = &y[0]
-    cdef const float* ps = cptr(slope)
-    cdef float* pband = &band[0, 0] if wp else NULL
-    cdef idx bstride = band.shape[1]
-    cdef sprat_slots slots
-    cdef int t
-    if nt <= 1:
-        with nogil:
-            conv_direct_slot(0, 1, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, kh, kw,
-                             sh, sw, dh, dw, ph, pw, rows, False, wp, pband, code, a, b, ps,
-                             NULL)
+    cdef direct_call_t s = direct_call_t(
+        nt, &x[0], &w[0], &bias[0], cptr(res), has_res, &y[0], N, H, W, C, M, OH, OW, kh, kw,
+        sh, sw, dh, dw, ph, pw, rows, split_m, wp, NULL, band.shape[1], code, a, b,
+        cptr(slope))
+    if wp:
+        s.band = &band[0, 0]
+    if into is not None:
+        into.s = s
         return
-    sprat_slots_init(&slots, nt, N * ((OH + rows - 1) // rows))
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        conv_direct_slot(t, nt, px, pw_, pb_, pr, has_res, py, N, H, W, C, M, OH, OW, kh, kw,
-                         sh, sw, dh, dw, ph, pw, rows, split_m, wp,
-                         (pband + t * bstride) if wp else NULL, code, a, b, ps, &slots)
+    _direct_run(&s)
 
 
 # ---- depthwise: group == C == M ----------------------------------------------------------------
@@ -1449,13 +1530,71 @@ cdef void conv_means_strided(float* mean, const double* psum, idx nt, idx stride
         mean[j] = <float>(v / count)
 
 
+cdef struct dwb_call_t:
+    # one ``conv_depthwise_blocked`` call's checked arguments (``DepthwiseBlockedCall``)
+    const float* x
+    const float* wp
+    const float* bp
+    const float* res
+    bint has_res
+    float* y
+    idx N, H, W, C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct, cs
+    int code
+    float a, b
+    const float* slope
+    float* mean
+    double* psum
+    float* rowsum
+    idx sstride, rstride, units
+    int nt
+
+
+cdef _dw_blocked_run(const dwb_call_t* s):
+    """A checked ``conv_depthwise_blocked`` call: its units over its slots, then the fused
+    mean."""
+    cdef int t, nt = s.nt
+    cdef sprat_slots slots
+    if nt <= 1:
+        with nogil:
+            conv_dw_blocked_slot(0, 1, s.x, s.wp, s.bp, s.res, s.has_res, s.y, s.N, s.H, s.W,
+                                 s.C, s.OH, s.OW, s.kh, s.kw, s.sh, s.sw, s.dh, s.ph, s.pw, s.ct,
+                                 s.cs, s.code, s.a, s.b, s.slope, s.psum, s.rowsum, NULL)
+            if s.psum != NULL:
+                conv_means(s.mean, s.psum, 1, s.N * s.C, s.OH * s.OW)
+        return
+    sprat_slots_init(&slots, nt, min(s.units, SPRAT_CLAIM_PER_SLOT * nt))
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_dw_blocked_slot(t, nt, s.x, s.wp, s.bp, s.res, s.has_res, s.y, s.N, s.H, s.W, s.C,
+                             s.OH, s.OW, s.kh, s.kw, s.sh, s.sw, s.dh, s.ph, s.pw, s.ct, s.cs,
+                             s.code, s.a, s.b, s.slope,
+                             s.psum + t * s.sstride if s.psum != NULL else NULL,
+                             s.rowsum + t * s.rstride if s.rowsum != NULL else NULL, &slots)
+    if s.psum != NULL:
+        with nogil:
+            conv_means_strided(s.mean, s.psum, nt, s.sstride, s.N * s.C, s.OH * s.OW)
+
+
+cdef class DepthwiseBlockedCall:
+    """One ``conv_depthwise_blocked`` call with its arguments checked and bound once
+    (``bound_calls``). Raises as ``conv_depthwise_blocked``."""
+    cdef dwb_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        conv_depthwise_blocked(*args, into=self)
+
+    def __call__(self):
+        _dw_blocked_run(&self.s)
+
+
 def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, const float[::1] bp,
                            const float[::1] res, bint has_res, float[::1] y, idx N, idx H, idx W,
                            idx C, idx OH, idx OW, idx kh, idx kw, idx sh, idx sw, idx dh, idx ph,
                            idx pw, idx ct, idx cs, int code, float a, float b,
                            const float[::1] slope,
                            float[::1] mean=None, double[:, ::1] psum=None,
-                           float[:, ::1] rowsum=None):
+                           float[:, ::1] rowsum=None, DepthwiseBlockedCall into=None):
     """Depthwise conv (group == C == M) of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C) by the
     register-blocked kernel: ``kw`` 3 or 5, horizontal stride ``sw`` 1 or 2, horizontal
     dilation 1 (any ``kh``, vertical stride ``sh`` and dilation ``dh``); ``wp`` packed
@@ -1466,6 +1605,7 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     With ``mean`` (N*C floats; ``_mean``, a global average pool of ``y`` fused): ``mean[n, c]``
     = the average of ``y[n, :, :, c]``, summed per slot in the units' epilogue while each row is
     in cache (``psum`` (nt, >= N*C) and ``rowsum`` (nt, >= C) scratch), then added.
+    With ``into``: the checked arguments bound into that call object, nothing run.
     Raises ValueError on short operands or an unsupported geometry, RuntimeError on a build
     without it (``DEPTHWISE_BLOCKED`` false)."""
     cdef idx cp = (C + 7) // 8 * 8
@@ -1479,40 +1619,20 @@ def conv_depthwise_blocked(int nt, const float[::1] x, const float[::1] wp, cons
     if not SPRAT_DW_SIMD:
         raise RuntimeError("conv_depthwise_blocked: this build has no AVX2 kernel; use "
                            "conv_depthwise")
-    cdef const float* px = &x[0]
-    cdef const float* pwp = &wp[0]
-    cdef const float* pbp = &bp[0]
-    cdef const float* ps = cptr(slope)
-    cdef const float* pr = cptr(res)
-    cdef float* py = &y[0]
-    cdef double* pacc = NULL
-    cdef float* prow = NULL
-    cdef idx sstride = 0, rstride = 0
+    cdef dwb_call_t s = dwb_call_t(&x[0], &wp[0], &bp[0], cptr(res), has_res, &y[0], N, H, W,
+                                   C, OH, OW, kh, kw, sh, sw, dh, ph, pw, ct, cs, code, a, b,
+                                   cptr(slope), NULL, NULL, NULL, 0, 0,
+                                   N * OH * cs * (((C + 7) // 8 + ct - 1) // ct), nt)
     if mean is not None:
         if (mean.shape[0] < N * C or psum is None or rowsum is None or psum.shape[0] < nt
                 or psum.shape[1] < N * C or rowsum.shape[0] < nt or rowsum.shape[1] < C):
             raise ValueError("conv_depthwise_blocked: mean, psum or rowsum too short")
-        pacc, prow = &psum[0, 0], &rowsum[0, 0]
-        sstride, rstride = psum.shape[1], rowsum.shape[1]
-    cdef int t
-    cdef sprat_slots slots
-    cdef idx units = N * OH * cs * (((C + 7) // 8 + ct - 1) // ct)
-    if nt <= 1:
-        with nogil:
-            conv_dw_blocked_slot(0, 1, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                                 sh, sw, dh, ph, pw, ct, cs, code, a, b, ps, pacc, prow, NULL)
-            if pacc != NULL:
-                conv_means(&mean[0], pacc, 1, N * C, OH * OW)
+        s.mean, s.psum, s.rowsum = &mean[0], &psum[0, 0], &rowsum[0, 0]
+        s.sstride, s.rstride = psum.shape[1], rowsum.shape[1]
+    if into is not None:
+        into.s = s
         return
-    sprat_slots_init(&slots, nt, min(units, SPRAT_CLAIM_PER_SLOT * nt))
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        conv_dw_blocked_slot(t, nt, px, pwp, pbp, pr, has_res, py, N, H, W, C, OH, OW, kh, kw,
-                             sh, sw, dh, ph, pw, ct, cs, code, a, b, ps,
-                             pacc + t * sstride if pacc != NULL else NULL,
-                             prow + t * rstride if prow != NULL else NULL, &slots)
-    if pacc != NULL:
-        with nogil:
-            conv_means_strided(&mean[0], pacc, nt, sstride, N * C, OH * OW)
+    _dw_blocked_run(&s)
 
 
 # ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------

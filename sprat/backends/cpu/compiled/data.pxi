@@ -164,23 +164,57 @@ cdef void _pool_rows(const float* x, float* y, idx lo, idx hi, idx H, idx W, idx
             act_inplace(y + q * OW * C, OW * C, code, a, b)
 
 
-def pool2d(const float[::1] x, float[::1] y, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh,
-           idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, idx he, idx we, bint is_max,
-           bint include_pad, int nt, int code, float a, float b):
-    """MaxPool / AveragePool of NHWC float32 ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C),
-    window (kh, kw), strides, dilations, begin pads; output rows split over ``nt`` slots."""
-    cdef idx rows = N * OH
-    cdef const float* px = &x[0]
-    cdef float* py = &y[0]
-    cdef int t
+cdef struct pool_call_t:
+    # one ``pool2d`` call's arguments (``PoolCall``)
+    const float* x
+    float* y
+    idx N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, he, we
+    bint is_max, include_pad
+    int nt, code
+    float a, b
+
+
+cdef _pool_run(const pool_call_t* s):
+    """A ``pool2d`` call: its output rows over its slots."""
+    cdef idx rows = s.N * s.OH
+    cdef int t, nt = s.nt
     if nt <= 1:
         with nogil:
-            _pool_rows(px, py, 0, rows, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, he, we,
-                       is_max, include_pad, code, a, b)
+            _pool_rows(s.x, s.y, 0, rows, s.H, s.W, s.C, s.OH, s.OW, s.kh, s.kw, s.sh, s.sw,
+                       s.dh, s.dw, s.ph, s.pw, s.he, s.we, s.is_max, s.include_pad, s.code, s.a,
+                       s.b)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _pool_rows(px, py, t * rows // nt, (t + 1) * rows // nt, H, W, C, OH, OW, kh, kw, sh,
-                   sw, dh, dw, ph, pw, he, we, is_max, include_pad, code, a, b)
+        _pool_rows(s.x, s.y, t * rows // nt, (t + 1) * rows // nt, s.H, s.W, s.C, s.OH, s.OW,
+                   s.kh, s.kw, s.sh, s.sw, s.dh, s.dw, s.ph, s.pw, s.he, s.we, s.is_max,
+                   s.include_pad, s.code, s.a, s.b)
+
+
+cdef class PoolCall:
+    """One ``pool2d`` call with its arguments bound once (``bound_calls``)."""
+    cdef pool_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        pool2d(*args, into=self)
+
+    def __call__(self):
+        _pool_run(&self.s)
+
+
+def pool2d(const float[::1] x, float[::1] y, idx N, idx H, idx W, idx C, idx OH, idx OW, idx kh,
+           idx kw, idx sh, idx sw, idx dh, idx dw, idx ph, idx pw, idx he, idx we, bint is_max,
+           bint include_pad, int nt, int code, float a, float b, PoolCall into=None):
+    """MaxPool / AveragePool of NHWC float32 ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C),
+    window (kh, kw), strides, dilations, begin pads; output rows split over ``nt`` slots.
+    With ``into``: the arguments bound into that call object, nothing run."""
+    cdef pool_call_t s = pool_call_t(&x[0], &y[0], N, H, W, C, OH, OW, kh, kw, sh, sw, dh, dw,
+                                     ph, pw, he, we, is_max, include_pad, nt, code, a, b)
+    if into is not None:
+        into.s = s
+        return
+    _pool_run(&s)
 
 
 # ---- Resize (NHWC) -----------------------------------------------------------------------------

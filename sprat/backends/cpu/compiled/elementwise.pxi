@@ -229,34 +229,72 @@ cdef void _binary_items(idx lo, idx hi, int op, const float* a, const idx* sa, c
         residual_act(y + yo, res + yo, n, has_res, code, pa, pb)
 
 
-def binary(int nt, int op, const float[::1] a, sa, const float[::1] b, sb, float[::1] y, dims,
-           const float[::1] res, bint has_res, int code, float pa, float pb,
-           float[:, ::1] tiles):
-    """``y = act(op(a, b) + res)`` over (O, M, I) (``dims``) with per-dim operand strides
-    ``sa``/``sb`` (3-tuples of elements, 0 where broadcast), on flat float32 arrays, split into
-    ``nt`` work slots; ``tiles`` (nt, >= CHUNK) float32 scratch."""
-    cdef idx d[3]
-    cdef idx s_a[3]
-    cdef idx s_b[3]
-    d[0], d[1], d[2] = dims
-    s_a[0], s_a[1], s_a[2] = sa
-    s_b[0], s_b[1], s_b[2] = sb
-    cdef idx items = _binary_item_count(d)
+cdef struct bin_call_t:
+    # one ``binary`` call's checked arguments (``BinaryCall``)
+    int nt, op
+    const float* a
+    idx sa[3]
+    const float* b
+    idx sb[3]
+    float* y
+    idx d[3]
+    const float* res
+    bint has_res
+    int code
+    float pa, pb
+    float* tiles
+    idx tstride, items
+
+
+cdef _binary_run(const bin_call_t* s):
+    """A checked ``binary`` call: its items over its slots."""
+    cdef int t, nt = s.nt
+    cdef idx items = s.items
     if items == 0:  # NOTE: an empty tensor (the short-row paths divide by the row length)
         return
-    cdef const float* pa_ = cptr(a)
-    cdef const float* pb_ = cptr(b)
-    cdef const float* pr = cptr(res)
-    cdef float* py = &y[0]
-    cdef int t
     if nt <= 1:
         with nogil:
-            _binary_items(0, items, op, pa_, s_a, pb_, s_b, py, d, pr, has_res, code, pa, pb,
-                          &tiles[0, 0])
+            _binary_items(0, items, s.op, s.a, s.sa, s.b, s.sb, s.y, s.d, s.res, s.has_res,
+                          s.code, s.pa, s.pb, s.tiles)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _binary_items(t * items // nt, (t + 1) * items // nt, op, pa_, s_a, pb_, s_b, py, d, pr,
-                      has_res, code, pa, pb, &tiles[t, 0])
+        _binary_items(t * items // nt, (t + 1) * items // nt, s.op, s.a, s.sa, s.b, s.sb, s.y,
+                      s.d, s.res, s.has_res, s.code, s.pa, s.pb, s.tiles + t * s.tstride)
+
+
+cdef class BinaryCall:
+    """One ``binary`` call with its arguments checked and bound once (``bound_calls``)."""
+    cdef bin_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        binary(*args, into=self)
+
+    def __call__(self):
+        _binary_run(&self.s)
+
+
+def binary(int nt, int op, const float[::1] a, sa, const float[::1] b, sb, float[::1] y, dims,
+           const float[::1] res, bint has_res, int code, float pa, float pb,
+           float[:, ::1] tiles, BinaryCall into=None):
+    """``y = act(op(a, b) + res)`` over (O, M, I) (``dims``) with per-dim operand strides
+    ``sa``/``sb`` (3-tuples of elements, 0 where broadcast), on flat float32 arrays, split into
+    ``nt`` work slots; ``tiles`` (nt, >= CHUNK) float32 scratch. With ``into``: the arguments
+    bound into that call object, nothing run."""
+    cdef bin_call_t s
+    s.d[0], s.d[1], s.d[2] = dims
+    s.sa[0], s.sa[1], s.sa[2] = sa
+    s.sb[0], s.sb[1], s.sb[2] = sb
+    s.items = _binary_item_count(s.d)
+    s.nt, s.op, s.a, s.b, s.y = nt, op, cptr(a), cptr(b), mptr(y)
+    s.res, s.has_res, s.code, s.pa, s.pb = cptr(res), has_res, code, pa, pb
+    s.tiles = &tiles[0, 0] if s.items else NULL
+    s.tstride = tiles.shape[1]
+    if into is not None:
+        into.s = s
+        return
+    _binary_run(&s)
 
 
 cdef void _unary_chunk(int op, const float* x, float* y, idx n, float pa,
@@ -311,19 +349,55 @@ cdef void _unary_items(idx lo, idx hi, int op, const float* x, float* y, idx siz
         residual_act(y + o, res + o, n, has_res, code, qa, qb)
 
 
-def unary(int nt, int op, const float[::1] x, float[::1] y, idx size, float pa, float pb,
-          const float[::1] res, bint has_res, int code, float qa, float qb):
-    """``y = act(op(x) + res)`` on flat float32 arrays of ``size`` elements (``x`` may be
-    ``y``), split into ``nt`` work slots."""
-    cdef idx items = (size + CHUNK_ - 1) // CHUNK_
-    cdef const float* px = cptr(x)
-    cdef float* py = mptr(y)
-    cdef const float* pr = cptr(res)
-    cdef int t
+cdef struct un_call_t:
+    # one ``unary`` call's checked arguments (``UnaryCall``)
+    int nt, op
+    const float* x
+    float* y
+    idx size
+    float pa, pb
+    const float* res
+    bint has_res
+    int code
+    float qa, qb
+
+
+cdef _unary_run(const un_call_t* s):
+    """A ``unary`` call: its chunks over its slots."""
+    cdef idx items = (s.size + CHUNK_ - 1) // CHUNK_
+    cdef int t, nt = s.nt
     if nt <= 1:
         with nogil:
-            _unary_items(0, items, op, px, py, size, pa, pb, pr, has_res, code, qa, qb)
+            _unary_items(0, items, s.op, s.x, s.y, s.size, s.pa, s.pb, s.res, s.has_res, s.code,
+                         s.qa, s.qb)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _unary_items(t * items // nt, (t + 1) * items // nt, op, px, py, size, pa, pb, pr,
-                     has_res, code, qa, qb)
+        _unary_items(t * items // nt, (t + 1) * items // nt, s.op, s.x, s.y, s.size, s.pa,
+                     s.pb, s.res, s.has_res, s.code, s.qa, s.qb)
+
+
+cdef class UnaryCall:
+    """One ``unary`` call with its arguments bound once (``bound_calls``)."""
+    cdef un_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        unary(*args, into=self)
+
+    def __call__(self):
+        _unary_run(&self.s)
+
+
+def unary(int nt, int op, const float[::1] x, float[::1] y, idx size, float pa, float pb,
+          const float[::1] res, bint has_res, int code, float qa, float qb,
+          UnaryCall into=None):
+    """``y = act(op(x) + res)`` on flat float32 arrays of ``size`` elements (``x`` may be
+    ``y``), split into ``nt`` work slots. With ``into``: the arguments bound into that call
+    object, nothing run."""
+    cdef un_call_t s = un_call_t(nt, op, cptr(x), mptr(y), size, pa, pb, cptr(res), has_res,
+                                 code, qa, qb)
+    if into is not None:
+        into.s = s
+        return
+    _unary_run(&s)

@@ -242,21 +242,57 @@ cdef void gv_panels(const gv_t* g, idx p0, idx p1) noexcept nogil:
                         min(N, p1 * SPRAT_PK_NR))
 
 
+cdef struct gv_call_t:
+    # one ``gemv_packed`` call's checked arguments (``GemvPackedCall``); g.e points at e
+    gv_t g
+    dense_gemm_t e
+    idx npan
+    int nslots
+
+
+cdef _gemv_packed_run(gv_call_t* s):
+    """A checked ``gemv_packed`` call: its panels over its slots."""
+    cdef int t, nslots = s.nslots
+    cdef idx npan = s.npan
+    s.g.e = &s.e
+    cdef const gv_t* gp = &s.g
+    if nslots <= 1:
+        with nogil:
+            gv_panels(gp, 0, npan)
+        return
+    for t in prange(nslots, nogil=True, num_threads=nslots, schedule="static", chunksize=1):
+        gv_panels(gp, t * npan // nslots, (t + 1) * npan // nslots)
+
+
+cdef class GemvPackedCall:
+    """One ``gemv_packed`` call with its arguments checked and bound once (``bound_calls``).
+    Raises as ``gemv_packed``."""
+    cdef gv_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        gemv_packed(*args, into=self)
+
+    def __call__(self):
+        _gemv_packed_run(&self.s)
+
+
 def gemv_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] y, idx M,
                 idx N, idx K, idx lda, const float[::1] c, idx sm, idx sn, float beta,
                 const float[::1] res, bint has_res, int code, float pa, float pb,
-                const float[::1] slope=None, int path=2):
+                const float[::1] slope=None, int path=2, GemvPackedCall into=None):
     """``Y (M, N) = act(A (M, K) @ W (K, N) + beta * C + res)`` for 1 <= M <= GV_MAX_ROWS,
     W packed once into panels (``packed``: ceil(N / PACKED_NR) panels of K x PACKED_NR
     float32, ``linalg.pack_panels``). A's rows have pitch ``lda``; Y's pitch is N. C is read
     at ``c[r*sm + j*sn]`` (``sm < 0``: no C); ``res`` (Y's layout) is added when ``has_res``;
     then activation ``code`` (pa, pb; PRelu: ``slope``, N floats). ``nt`` slots, each a
     contiguous range of panels. ``path``: the fastest of 2 (AVX-512F), 1 (AVX2 + FMA), 0
-    (plain C) that this build and CPU run (tests force the lower ones). Raises ValueError on a bad M or a short operand."""
-    cdef gv_t g
-    cdef dense_gemm_t e
+    (plain C) that this build and CPU run (tests force the lower ones). With ``into``: the
+    checked arguments bound into that call object, nothing run. Raises ValueError on a bad M
+    or a short operand."""
+    cdef gv_call_t s
     cdef idx npan = (N + SPRAT_PK_NR - 1) // SPRAT_PK_NR
-    cdef int t, nslots
     if M < 1 or M > SPRAT_GV_MAX_ROWS or N < 1 or K < 1:
         raise ValueError(f"gemv_packed: M={M}, N={N}, K={K}: need 1 <= M <= "
                          f"{SPRAT_GV_MAX_ROWS}, N >= 1, K >= 1")
@@ -267,20 +303,17 @@ def gemv_packed(int nt, const float[::1] a, const float[::1] packed, float[::1] 
         raise ValueError("gemv_packed: C is shorter than its broadcast")
     if sm >= 0 and sn not in (0, 1):
         raise ValueError(f"gemv_packed: C's column stride {sn}: need 0 or 1")
-    e.slope = NULL
+    s.e.slope = NULL
     if code == A_PRELU:
         if slope is None or slope.shape[0] < N:
             raise ValueError(f"gemv_packed: PRelu needs {N} slopes")
-        e.slope = &slope[0]
-    e.y, e.N = &y[0], N
-    e.c, e.sm, e.sn, e.beta = cptr(c), sm, sn, beta
-    e.res, e.has_res, e.code, e.pa, e.pb = cptr(res), has_res, code, pa, pb
-    g.a, g.packed, g.M, g.K, g.lda, g.path, g.e = &a[0], &packed[0], M, K, lda, path, &e
-    cdef const gv_t* gp = &g
-    nslots = <int>min(<idx>nt, npan)
-    if nslots <= 1:
-        with nogil:
-            gv_panels(gp, 0, npan)
+        s.e.slope = &slope[0]
+    s.e.y, s.e.N = &y[0], N
+    s.e.c, s.e.sm, s.e.sn, s.e.beta = cptr(c), sm, sn, beta
+    s.e.res, s.e.has_res, s.e.code, s.e.pa, s.e.pb = cptr(res), has_res, code, pa, pb
+    s.g.a, s.g.packed, s.g.M, s.g.K, s.g.lda, s.g.path = &a[0], &packed[0], M, K, lda, path
+    s.npan, s.nslots = npan, <int>min(<idx>nt, npan)
+    if into is not None:
+        into.s = s
         return
-    for t in prange(nslots, nogil=True, num_threads=nslots, schedule="static", chunksize=1):
-        gv_panels(gp, t * npan // nslots, (t + 1) * npan // nslots)
+    _gemv_packed_run(&s)
