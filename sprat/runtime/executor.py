@@ -39,14 +39,20 @@ def execute(state: RunState, runtime, threads: int, before=None, after=None,
     (``run_observed``). Returns None, or (when ``after`` stopped the run) the names of the
     graph outputs computed so far. Raises KernelError naming the node that failed; a
     SpratError or an exception raised by a callback propagates unchanged."""
-    contexts = state.plan.contexts
-    with runtime.slots(threads):
+    entry = state.entry
+    if entry is None or entry[0] is not runtime or entry[1] != threads:
+        # NOTE: the slots and the backends' run contexts made once per run state (its
+        # session's runs are serial): making them cost ~2-3 us of every run
+        entry = state.entry = (runtime, threads, runtime.slots(threads),
+                               tuple(b.run_context() for b in state.plan.contexts))
+    contexts = entry[3]
+    with entry[2]:
         if len(contexts) == 1:  # NOTE: the usual case, without an ExitStack per run
-            with contexts[0].run_context():
+            with contexts[0]:
                 return _entered(state, before, after, observed)
         with contextlib.ExitStack() as stack:
-            for b in contexts:
-                stack.enter_context(b.run_context())
+            for c in contexts:
+                stack.enter_context(c)
             return _entered(state, before, after, observed)
 
 

@@ -92,6 +92,9 @@ class RunState:
         self.copy_counts = copy_counts if copy_counts is not None else {"inputs": 0,
                                                                         "outputs": 0}
         self.input_arrays = {g.values[i].name: arrays[i] for i in g.inputs if i in arrays}
+        #: ``(runtime, threads, slots, run contexts)`` a run enters (``executor.execute``),
+        #: made on the first run: a run state is one session's, which runs one call at a time
+        self.entry: tuple | None = None
 
     def _list(self, values) -> list:
         out = []

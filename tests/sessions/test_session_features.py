@@ -153,6 +153,26 @@ def test_repeated_feeds_take_the_short_path_and_the_rest_is_still_checked(interp
     check(sess.run({"idx": f["idx"]}), f)
 
 
+def test_short_path_replans_when_an_input_the_plan_read_changes():
+    """An input whose contents the plan used (a Reshape's target shape fed at run time) may
+    take the short path while its values stay the same; other values of the same shape and
+    dtype plan again, and every result is the reshaped input."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = sprat.Interpreter.from_buffer(sprat.convert(model.SerializeToString())).create_session()
+    x = np.arange(12, dtype=np.float32)
+    for dims in [(3, 4), (3, 4), (3, 4), (2, 6), (2, 6), (3, 4), (4, 3)]:
+        out = sess.run({"x": x, "shape": np.array(dims, np.int64)})["y"]
+        np.testing.assert_array_equal(out, x.reshape(dims))
+        assert sess._value_inputs and sess._ready is not None
+
+
 def test_outputs_copied_when_layout_or_dtype_differ(interp, model):
     sess = interp.create_session()
     want = _want(model, _feeds())[0]

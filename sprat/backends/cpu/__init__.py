@@ -103,5 +103,7 @@ class CpuBackend(Backend):
     def run_context(self):
         """Entered by the Session around every run: BLAS held to one thread (the kernels' work
         slots are the one pool; see ``threading``). Without it BLAS threads and the slots'
-        threads fight for the cores (measured 40x slower end to end on 2 cores)."""
+        threads fight for the cores (measured 40x slower end to end on 2 cores). The context
+        is reusable: a run state makes it once and enters it on each of its runs
+        (``executor.execute``)."""
         return limits(self.num_threads)
