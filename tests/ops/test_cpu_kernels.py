@@ -346,7 +346,30 @@ def test_bound_calls_check_once_and_run_as_the_entry():
     fn, rest = ck.bound(ck.conv_transpose, (1,))
     assert fn is ck.conv_transpose and rest == (1,)
     assert set(ck.BOUND_CALLS) >= {ck.gemm_packed, ck.gemv_packed, ck.conv_depthwise_blocked,
-                                   ck.binary, ck.unary, ck.pool2d, ck.conv_direct}
+                                   ck.binary, ck.unary, ck.pool2d, ck.conv_direct,
+                                   ck.concat_bytes, ck.split_bytes, ck.swap_small, ck.softmax,
+                                   ck.layernorm}
+    # the entries that share a call class (split / concat, swap_small / swap_tiles, layernorm
+    # / softmax) bind as themselves: a split bound once and called after its source changed
+    whole = np.arange(12, dtype=np.uint8)
+    p1, p2 = np.zeros(4, np.uint8), np.zeros(8, np.uint8)
+    addrs = np.array([p1.ctypes.data, p2.ctypes.data], np.uintp)
+    call, _ = ck.bound(ck.split_bytes, (1, addrs, np.array([2, 4], np.int64), whole, 2))
+    whole[:] = np.arange(12, 24)
+    call()
+    np.testing.assert_array_equal(np.concatenate([p1, p2]), [12, 13, 18, 19, 14, 15, 16, 17,
+                                                              20, 21, 22, 23])
+    x = np.arange(24, dtype=np.float32)
+    ys = np.zeros(24, np.float32), np.zeros(24, np.float32)
+    call, _ = ck.bound(ck.swap_small, (1, x.view(np.uint32), ys[0].view(np.uint32), 2, 3, 4))
+    call()
+    np.testing.assert_array_equal(ys[0], x.reshape(2, 3, 4).transpose(0, 2, 1).reshape(-1))
+    call, _ = ck.bound(ck.layernorm, (x, ys[1], 4, 6, np.ones(6, np.float32),
+                                      np.zeros(6, np.float32), 1e-5, 2))
+    call()
+    r = x.reshape(4, 6)
+    np.testing.assert_allclose(ys[1].reshape(4, 6), (r - r.mean(1, keepdims=True))
+                               / np.sqrt(r.var(1, keepdims=True) + 1e-5), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("m,c", [(1, 1), (24, 24), (70, 3), (129, 65), (256, 32)])

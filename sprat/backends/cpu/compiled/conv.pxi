@@ -171,36 +171,71 @@ cdef void conv_pointwise_slot(idx t, idx nt, const float* x, const float* w, con
                          a, b, slope)
 
 
+cdef struct pw_call_t:
+    # one ``conv_pointwise`` call's checked arguments (``PointwiseCall``)
+    int nt
+    const float* x
+    const float* w
+    const float* bias
+    idx nbias
+    const float* res
+    bint has_res
+    float* y
+    idx P, C, M, G, blk
+    bint wt, split_m
+    int code
+    float a, b
+    const float* slope
+
+
+cdef _pointwise_run(const pw_call_t* s):
+    """A checked ``conv_pointwise`` call: its blocks over its slots."""
+    cdef int t, nt = s.nt
+    if nt <= 1:
+        with nogil:
+            conv_pointwise_slot(0, 1, s.x, s.w, s.bias, s.nbias, s.res, s.has_res, s.y, s.P,
+                                s.C, s.M, s.G, s.blk, s.wt, False, s.code, s.a, s.b, s.slope)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        conv_pointwise_slot(t, nt, s.x, s.w, s.bias, s.nbias, s.res, s.has_res, s.y, s.P, s.C,
+                            s.M, s.G, s.blk, s.wt, s.split_m, s.code, s.a, s.b, s.slope)
+
+
+cdef class PointwiseCall:
+    """One ``conv_pointwise`` call with its arguments checked and bound once
+    (``bound_calls``). Raises as ``conv_pointwise``."""
+    cdef pw_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        conv_pointwise(*args, into=self)
+
+    def __call__(self):
+        _pointwise_run(&self.s)
+
+
 def conv_pointwise(int nt, const float[::1] x, const float[::1] w, const float[::1] bias,
                    const float[::1] res, bint has_res, float[::1] y, idx P, idx C, idx M, idx G,
                    idx blk, bint wt, bint split_m, int code, float a, float b,
-                   const float[::1] slope):
+                   const float[::1] slope, PointwiseCall into=None):
     """1x1 conv, stride 1, no padding, ``G`` groups: ``y (P, M) = act(x (P, C) @ w + bias
     (+ res))`` over the ``P`` pixels of NHWC maps, in blocks of ``blk`` pixels split over ``nt``
     slots (or, with ``split_m`` and one group, the output channels). ``w`` packed
     (G, C/G, M/G), or with ``wt`` the model's own (M, C/G) weight; ``bias`` the M biases tiled
-    (``tiled_bias``), PRelu's ``slope`` tiled alike (empty for other activations). Raises
+    (``tiled_bias``), PRelu's ``slope`` tiled alike (empty for other activations). With
+    ``into``: the checked arguments bound into that call object, nothing run. Raises
     ValueError on short operands or ``split_m`` with groups."""
     conv_check(x, P * C, y, P * M, res, has_res, w, C * M // G)
     conv_check_slope(slope, code, bias.shape[0], M)
     if blk < 1 or (split_m and G != 1):
         raise ValueError(f"conv_pointwise: blk {blk} < 1 or split_m with {G} groups")
-    cdef const float* px = &x[0]
-    cdef const float* pw_ = &w[0]
-    cdef const float* pb_ = &bias[0]
-    cdef const float* pr = cptr(res)
-    cdef float* py = &y[0]
-    cdef idx nbias = bias.shape[0]
-    cdef const float* ps = cptr(slope)
-    cdef int t
-    if nt <= 1:
-        with nogil:
-            conv_pointwise_slot(0, 1, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                                False, code, a, b, ps)
+    cdef pw_call_t s = pw_call_t(nt, &x[0], &w[0], &bias[0], bias.shape[0], cptr(res), has_res,
+                                 &y[0], P, C, M, G, blk, wt, split_m, code, a, b, cptr(slope))
+    if into is not None:
+        into.s = s
         return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        conv_pointwise_slot(t, nt, px, pw_, pb_, nbias, pr, has_res, py, P, C, M, G, blk, wt,
-                            split_m, code, a, b, ps)
+    _pointwise_run(&s)
 
 
 # ---- pointwise with groups, register-blocked (AVX2): ShuffleNet's grouped 1x1 convs ---------

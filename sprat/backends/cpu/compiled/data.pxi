@@ -425,16 +425,56 @@ cdef void _sum_part(const float* x, idx r0, idx r1, idx O, idx R, idx I,
                 ao[i] += xr[i]
 
 
+cdef struct reduce_call_t:
+    # one ``reduce_ori`` call's arguments (``ReduceCall``)
+    const float* x
+    float* y
+    idx O, R, I
+    int op, nt
+    double* acc
+    idx astride, acap
+
+
+cdef class ReduceCall:
+    """One ``reduce_ori`` call with its arguments bound once (``bound_calls``)."""
+    cdef reduce_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        reduce_ori(*args, into=self)
+
+    def __call__(self):
+        _reduce_run(&self.s)
+
+
 def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, int nt,
-               double[:, ::1] acc):
+               double[:, ::1] acc, ReduceCall into=None):
     """``y (O, I)`` = reduce over R of ``x (O, R, I)`` (float32; sums and means accumulate in
     float64); ``acc`` (nt, >= REDUCE_CHUNK) float64 scratch; work split over ``nt`` slots:
     ranges of columns when there are 32 a slot, else the (row, column chunk) items, or -- a
     sum or mean with fewer items than slots, of at most REDUCE_CHUNK outputs -- ranges of R
-    into per-slot partial sums, added after."""
+    into per-slot partial sums, added after. With ``into``: the arguments bound into that
+    call object, nothing run."""
+    cdef reduce_call_t s = reduce_call_t(&x[0], &y[0], O, R, I, op, nt, NULL, acc.shape[1],
+                                         acc.shape[1])
+    if acc.shape[0] and acc.shape[1]:
+        s.acc = &acc[0, 0]
+    if acc.shape[0] < nt:
+        s.acap = 0  # NOTE: no partial sums per slot
+    if into is not None:
+        into.s = s
+        return
+    _reduce_run(&s)
+
+
+cdef _reduce_run(const reduce_call_t* s):
+    """A ``reduce_ori`` call: its work over its slots."""
+    cdef const float* px = s.x
+    cdef float* py = s.y
+    cdef idx O = s.O, R = s.R, I = s.I
+    cdef int op = s.op, nt = s.nt
     cdef idx items = O if I == 1 else O * ((I + RED_CHUNK_ - 1) // RED_CHUNK_)
-    cdef const float* px = &x[0]
-    cdef float* py = &y[0]
     cdef int t
     cdef idx j
     cdef double v, scale
@@ -450,16 +490,16 @@ def reduce_ori(const float[::1] x, float[::1] y, idx O, idx R, idx I, int op, in
             _column_range(px, py, O, R, I, op, t * (I // 32) // nt * 32,
                           I if t == nt - 1 else (t + 1) * (I // 32) // nt * 32)
         return
-    if (items < nt and (op == RED_SUM or op == RED_MEAN) and O * I <= acc.shape[1]
+    if (items < nt and (op == RED_SUM or op == RED_MEAN) and O * I <= s.acap
             and R >= 4 * nt and I > 1):
         for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            _sum_part(px, t * R // nt, (t + 1) * R // nt, O, R, I, &acc[t, 0])
+            _sum_part(px, t * R // nt, (t + 1) * R // nt, O, R, I, s.acc + t * s.astride)
         scale = 1.0 / R if op == RED_MEAN else 1.0
         with nogil:
             for j in range(O * I):
-                v = acc[0, j]
+                v = s.acc[j]
                 for t in range(1, nt):
-                    v = v + acc[t, j]
+                    v = v + s.acc[t * s.astride + j]
                 py[j] = <float>(v * scale)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
@@ -639,19 +679,61 @@ cdef void _swap_edges(const unsigned int* x, unsigned int* y, idx base, idx A, i
             y[base + b * A + a] = x[base + a * B + b]
 
 
-def swap_tiles(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx total, idx A, idx B,
-               idx L, idx sa, idx sb):
-    """The transpose (N, A, B, L) -> (N, B, A, L) of flat 4-byte arrays in ``total`` tiles of
-    ``sa`` x ``sb`` (``tensor.swap_tiles``), split over ``nt`` slots."""
-    cdef const unsigned int* px = &x[0]
-    cdef unsigned int* py = &y[0]
-    cdef int t
+cdef struct swap_call_t:
+    # one ``swap_tiles`` (tiles) or ``swap_small`` call's arguments (``SwapCall``)
+    int nt
+    const unsigned int* x
+    unsigned int* y
+    idx total, A, B, L, sa, sb
+    bint tiles
+
+
+cdef _swap_run(const swap_call_t* s):
+    """A ``swap_tiles`` or ``swap_small`` call: its tiles (blocks) over its slots."""
+    cdef int t, nt = s.nt
+    cdef idx total = s.total
     if nt <= 1:
         with nogil:
-            _swap_tiles(px, py, 0, total, A, B, L, sa, sb)
+            if s.tiles:
+                _swap_tiles(s.x, s.y, 0, total, s.A, s.B, s.L, s.sa, s.sb)
+            else:
+                _swap_small(s.x, s.y, 0, total, s.A, s.B)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _swap_tiles(px, py, t * total // nt, (t + 1) * total // nt, A, B, L, sa, sb)
+        if s.tiles:
+            _swap_tiles(s.x, s.y, t * total // nt, (t + 1) * total // nt, s.A, s.B, s.L, s.sa,
+                        s.sb)
+        else:
+            _swap_small(s.x, s.y, t * total // nt, (t + 1) * total // nt, s.A, s.B)
+
+
+cdef class SwapCall:
+    """One ``swap_tiles`` / ``swap_small`` call with its arguments bound once
+    (``bound_calls``): ``SwapCall(args, tiles)``. Raises as the entry."""
+    cdef swap_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args, bint tiles=True):
+        self.args = args
+        if tiles:
+            swap_tiles(*args, into=self)
+        else:
+            swap_small(*args, into=self)
+
+    def __call__(self):
+        _swap_run(&self.s)
+
+
+def swap_tiles(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx total, idx A, idx B,
+               idx L, idx sa, idx sb, SwapCall into=None):
+    """The transpose (N, A, B, L) -> (N, B, A, L) of flat 4-byte arrays in ``total`` tiles of
+    ``sa`` x ``sb`` (``tensor.swap_tiles``), split over ``nt`` slots. With ``into``: the
+    arguments bound into that call object, nothing run."""
+    cdef swap_call_t s = swap_call_t(nt, &x[0], &y[0], total, A, B, L, sa, sb, True)
+    if into is not None:
+        into.s = s
+        return
+    _swap_run(&s)
 
 
 cdef extern from *:
@@ -685,21 +767,24 @@ cdef extern from *:
                                           idx n1, idx A, idx B) noexcept nogil
 
 
-def swap_small(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx N, idx A, idx B):
+def swap_small(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx N, idx A, idx B,
+               SwapCall into=None):
     """The transpose (N, A, B) -> (N, B, A) of flat 4-byte arrays, block after block (small
     A x B blocks: ``swap_tiles``'s tiles cost more than the copy there; A of 2, 3, 4 or 8 runs
-    vectorised), split over ``nt`` slots. Raises ValueError on short arrays."""
+    vectorised), split over ``nt`` slots. With ``into``: the checked arguments bound into that
+    call object, nothing run. Raises ValueError on short arrays."""
     if x.shape[0] < N * A * B or y.shape[0] < N * A * B:
         raise ValueError("swap_small: arrays shorter than N*A*B")
-    cdef const unsigned int* px = &x[0]
-    cdef unsigned int* py = &y[0]
-    cdef int t
-    if nt <= 1:
-        with nogil:
-            _swap_small(px, py, 0, N, A, B)
+    cdef swap_call_t s = swap_call_t(nt, &x[0], &y[0], N, A, B, 0, 0, 0, False)
+    if into is not None:
+        into.s = s
         return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _swap_small(px, py, t * N // nt, (t + 1) * N // nt, A, B)
+    _swap_run(&s)
+
+
+def _swap_small_call(tuple args):
+    """``swap_small``'s bound call (``BOUND_CALLS``)."""
+    return SwapCall(args, False)
 
 
 cdef extern from *:
@@ -905,22 +990,61 @@ cdef idx _concat_total(const size_t[::1] parts, const int64_t[::1] widths, idx n
     return total
 
 
-cdef void _concat_slots(int nt, const size_t[::1] parts, const int64_t[::1] widths,
-                        unsigned char* whole, idx outer, idx total, bint split):
-    cdef idx n = parts.shape[0]
-    cdef idx T = outer * total
-    cdef const size_t* ps
-    cdef const int64_t* pw
-    cdef int t
+cdef struct concat_call_t:
+    # one ``concat_bytes`` / ``split_bytes`` call's checked arguments (``ConcatCall``)
+    int nt
+    const size_t* parts
+    const int64_t* widths
+    idx n
+    unsigned char* whole
+    idx outer, total
+    bint split
+
+
+cdef _concat_run(const concat_call_t* s):
+    """A checked concat or split: its bytes over its slots."""
+    cdef idx T = s.outer * s.total
+    cdef int t, nt = s.nt
     if T == 0:
         return
-    ps, pw = &parts[0], &widths[0]
     if nt <= 1:
         with nogil:
-            _concat_range(ps, pw, n, total, whole, 0, T, split)
+            _concat_range(s.parts, s.widths, s.n, s.total, s.whole, 0, T, s.split)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _concat_range(ps, pw, n, total, whole, t * T // nt, (t + 1) * T // nt, split)
+        _concat_range(s.parts, s.widths, s.n, s.total, s.whole, t * T // nt, (t + 1) * T // nt,
+                      s.split)
+
+
+cdef _concat_bind(int nt, const size_t[::1] parts, const int64_t[::1] widths,
+                  const unsigned char[::1] whole, idx outer, bint split, ConcatCall into):
+    """Check and run (or bind into ``into``) ``concat_bytes`` / ``split_bytes``."""
+    cdef idx total = _concat_total(parts, widths, whole.shape[0], outer)
+    cdef concat_call_t s = concat_call_t(nt, NULL, NULL, parts.shape[0], NULL, outer, total,
+                                         split)
+    if whole.shape[0] == 0 or outer * total == 0:
+        s.outer = 0
+    else:
+        s.parts, s.widths, s.whole = &parts[0], &widths[0], <unsigned char*>&whole[0]
+    if into is not None:
+        into.s = s
+        return
+    _concat_run(&s)
+
+
+cdef class ConcatCall:
+    """One ``concat_bytes`` or ``split_bytes`` call with its arguments checked and bound once
+    (``bound_calls``): ``ConcatCall(args, split)``. Raises as the entry."""
+    cdef concat_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args, bint split=False):
+        self.args = args
+        nt, parts, widths, whole, outer = args
+        _concat_bind(nt, parts, widths, whole, outer, split, self)
+
+    def __call__(self):
+        _concat_run(&self.s)
 
 
 def concat_bytes(int nt, const size_t[::1] parts, const int64_t[::1] widths,
@@ -930,15 +1054,16 @@ def concat_bytes(int nt, const size_t[::1] parts, const int64_t[::1] widths,
     bytes). Slot ``t`` of ``nt`` copies bytes ``[t*T//nt, (t+1)*T//nt)`` of ``whole``
     (``T = outer * sum(widths)``), so the split is even whatever the axis. Raises ValueError
     when ``whole`` is not ``T`` bytes or a width is negative."""
-    cdef idx total = _concat_total(parts, widths, whole.shape[0], outer)
-    if whole.shape[0]:
-        _concat_slots(nt, parts, widths, &whole[0], outer, total, False)
+    _concat_bind(nt, parts, widths, whole, outer, False, None)
 
 
 def split_bytes(int nt, const size_t[::1] parts, const int64_t[::1] widths,
                 const unsigned char[::1] whole, idx outer):
     """Split, the inverse of ``concat_bytes``: ``whole`` (read only) copied into the parts at
     the addresses ``parts`` (writable, C-contiguous). Raises ValueError as ``concat_bytes``."""
-    cdef idx total = _concat_total(parts, widths, whole.shape[0], outer)
-    if whole.shape[0]:
-        _concat_slots(nt, parts, widths, <unsigned char*>&whole[0], outer, total, True)
+    _concat_bind(nt, parts, widths, whole, outer, True, None)
+
+
+def _split_call(tuple args):
+    """``split_bytes``'s bound call (``BOUND_CALLS``)."""
+    return ConcatCall(args, True)

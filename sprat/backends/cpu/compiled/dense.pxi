@@ -873,21 +873,73 @@ cdef void dense_softmax_items(const float* x, float* y, idx lo, idx hi, idx L, i
         dense_softmax_cols(x, y, lo, hi, L, I, log)
 
 
-def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int nt):
-    """Softmax-13 (LogSoftmax-13 when ``log``) of ``x`` viewed (O, L, I), along L, into ``y``
-    (same layout). Work items: rows when I == 1, else (o, 512-column chunk) pairs."""
-    cdef idx items = O if I == 1 else O * ((I + DENSE_CHUNK - 1) // DENSE_CHUNK)
-    cdef const float* px = cptr(x)
-    cdef float* py = mptr(y)
-    cdef int t
-    if L <= 0 or items <= 0:
+cdef struct rows_call_t:
+    # one ``softmax`` or ``layernorm`` call's arguments (``RowsCall``)
+    int kind, nt
+    const float* x
+    float* y
+    idx O, L, I
+    bint log
+    const float* scale
+    const float* bias
+    float eps
+
+
+cdef _rows_run(const rows_call_t* s):
+    """A ``softmax`` (kind 0) or ``layernorm`` (kind 1) call: its rows over its slots."""
+    cdef idx items = s.O if s.kind == 1 or s.I == 1 else s.O * ((s.I + DENSE_CHUNK - 1)
+                                                               // DENSE_CHUNK)
+    cdef int t, nt = s.nt
+    if s.L <= 0 or items <= 0:
         return
     if nt <= 1:
         with nogil:
-            dense_softmax_items(px, py, 0, items, L, I, log)
+            if s.kind == 1:
+                dense_layernorm_rows(s.x, s.y, 0, items, s.L, s.scale, s.bias, s.eps)
+            else:
+                dense_softmax_items(s.x, s.y, 0, items, s.L, s.I, s.log)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_softmax_items(px, py, t * items // nt, (t + 1) * items // nt, L, I, log)
+        if s.kind == 1:
+            dense_layernorm_rows(s.x, s.y, t * items // nt, (t + 1) * items // nt, s.L,
+                                 s.scale, s.bias, s.eps)
+        else:
+            dense_softmax_items(s.x, s.y, t * items // nt, (t + 1) * items // nt, s.L, s.I,
+                                s.log)
+
+
+cdef class RowsCall:
+    """One ``softmax`` (``RowsCall(args, 0)``) or ``layernorm`` (``RowsCall(args, 1)``) call
+    with its arguments bound once (``bound_calls``)."""
+    cdef rows_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args, int kind=0):
+        self.args = args
+        if kind == 1:
+            layernorm(*args, into=self)
+        else:
+            softmax(*args, into=self)
+
+    def __call__(self):
+        _rows_run(&self.s)
+
+
+def _layernorm_call(tuple args):
+    """``layernorm``'s bound call (``BOUND_CALLS``)."""
+    return RowsCall(args, 1)
+
+
+def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int nt,
+            RowsCall into=None):
+    """Softmax-13 (LogSoftmax-13 when ``log``) of ``x`` viewed (O, L, I), along L, into ``y``
+    (same layout). Work items: rows when I == 1, else (o, 512-column chunk) pairs. With
+    ``into``: the arguments bound into that call object, nothing run."""
+    cdef rows_call_t s = rows_call_t(0, nt, cptr(x), mptr(y), O, L, I, log, NULL, NULL, 0.0)
+    if into is not None:
+        into.s = s
+        return
+    _rows_run(&s)
 
 
 # ---- LayerNormalization, BatchNormalization --------------------------------------------------
@@ -910,23 +962,17 @@ cdef void dense_layernorm_rows(const float* x, float* y, idx lo, idx hi, idx D,
 
 
 def layernorm(const float[::1] x, float[::1] y, idx rows, idx D, const float[::1] scale,
-              const float[::1] bias, float eps, int nt):
+              const float[::1] bias, float eps, int nt, RowsCall into=None):
     """LayerNormalization-17 over rows of length D (``x``, ``y``: (rows, D)):
     ``y = (x - mean) / sqrt(var + eps) * scale + bias``, ``scale``/``bias`` D floats each
-    (float32 statistics). Work items are rows."""
-    cdef const float* px = cptr(x)
-    cdef float* py = mptr(y)
-    cdef const float* ps = cptr(scale)
-    cdef const float* pb = cptr(bias)
-    cdef int t
-    if rows <= 0 or D <= 0:
+    (float32 statistics). Work items are rows. With ``into``: the arguments bound into that
+    call object, nothing run."""
+    cdef rows_call_t s = rows_call_t(1, nt, cptr(x), mptr(y), rows, D, 1, False, cptr(scale),
+                                     cptr(bias), eps)
+    if into is not None:
+        into.s = s
         return
-    if nt <= 1:
-        with nogil:
-            dense_layernorm_rows(px, py, 0, rows, D, ps, pb, eps)
-        return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        dense_layernorm_rows(px, py, t * rows // nt, (t + 1) * rows // nt, D, ps, pb, eps)
+    _rows_run(&s)
 
 
 cdef void dense_affine_block(const float* x, float* y, const float* res, const float* s,

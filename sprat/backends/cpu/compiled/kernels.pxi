@@ -44,7 +44,10 @@ include "tflite.pxi"
 BOUND_CALLS = {gemm_packed: GemmPackedCall, gemv_packed: GemvPackedCall,
                conv_depthwise_blocked: DepthwiseBlockedCall, binary: BinaryCall,
                unary: UnaryCall, pool2d: PoolCall, conv_direct: DirectCall,
-               conv_pointwise_grouped: GroupedPointwiseCall}
+               conv_pointwise_grouped: GroupedPointwiseCall, concat_bytes: ConcatCall,
+               split_bytes: _split_call, swap_tiles: SwapCall, swap_small: _swap_small_call,
+               reduce_ori: ReduceCall, softmax: RowsCall, layernorm: _layernorm_call,
+               conv_pointwise: PointwiseCall}
 
 
 def bound(fn, tuple args):
