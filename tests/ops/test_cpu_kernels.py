@@ -348,7 +348,15 @@ def test_bound_calls_check_once_and_run_as_the_entry():
     assert set(ck.BOUND_CALLS) >= {ck.gemm_packed, ck.gemv_packed, ck.conv_depthwise_blocked,
                                    ck.binary, ck.unary, ck.pool2d, ck.conv_direct,
                                    ck.concat_bytes, ck.split_bytes, ck.swap_small, ck.softmax,
-                                   ck.layernorm}
+                                   ck.layernorm, ck.quantize8, ck.dequantize8, ck.qlinear_lookup,
+                                   ck.qlinear_binary, ck.qlinear_binary_rows}
+    q, back = np.zeros(6 * 8, np.uint8), np.zeros(6 * 8, np.float32)
+    qcall, _ = ck.bound(ck.quantize8, (2, a, q, 48, 0.5, 3.0, False))
+    dcall, _ = ck.bound(ck.dequantize8, (2, q, back, 48, 3.0, 0.5, False))
+    qcall()
+    dcall()
+    np.testing.assert_array_equal(q, np.clip(np.rint(a / 0.5) + 3, 0, 255))
+    np.testing.assert_array_equal(back, (q.astype(np.float32) - 3) * 0.5)
     # the entries that share a call class (split / concat, swap_small / swap_tiles, layernorm
     # / softmax) bind as themselves: a split bound once and called after its source changed
     whole = np.arange(12, dtype=np.uint8)

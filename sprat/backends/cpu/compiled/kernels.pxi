@@ -47,7 +47,9 @@ BOUND_CALLS = {gemm_packed: GemmPackedCall, gemv_packed: GemvPackedCall,
                conv_pointwise_grouped: GroupedPointwiseCall, concat_bytes: ConcatCall,
                split_bytes: _split_call, swap_tiles: SwapCall, swap_small: _swap_small_call,
                reduce_ori: ReduceCall, softmax: RowsCall, layernorm: _layernorm_call,
-               conv_pointwise: PointwiseCall}
+               conv_pointwise: PointwiseCall, quantize8: Q8Call,
+               dequantize8: _dequantize8_call, qlinear_lookup: LookupCall,
+               qlinear_binary: QBinaryCall, qlinear_binary_rows: _qbinary_rows_call}
 
 
 def bound(fn, tuple args):

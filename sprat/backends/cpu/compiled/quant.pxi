@@ -253,49 +253,96 @@ cdef void _dequantize8(const unsigned char* x, bint signed_, float* y, idx n, fl
             y[i] = (<float>x[i] - zp) * s
 
 
+cdef struct q8_call_t:
+    # one ``quantize8`` (kind 0) or ``dequantize8`` (kind 1) call's checked arguments
+    int nt, kind
+    const unsigned char* x
+    unsigned char* y
+    idx n
+    float s, zp, lo, hi
+    bint signed_, away
+
+
+cdef _q8_run(const q8_call_t* a):
+    """A checked ``quantize8`` / ``dequantize8`` call: equal parts over its slots."""
+    cdef int t, nt = a.nt
+    cdef idx n = a.n
+    if n == 0:
+        return
+    if nt <= 1:
+        with nogil:
+            if a.kind == 0:
+                sprat_quantize8(<const float*>a.x, a.y, n, a.s, a.zp, a.lo, a.hi, a.signed_,
+                                a.away)
+            else:
+                _dequantize8(a.x, a.signed_, <float*>a.y, n, a.zp, a.s)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        if a.kind == 0:
+            sprat_quantize8(<const float*>a.x + t * n // nt, a.y + t * n // nt,
+                            (t + 1) * n // nt - t * n // nt, a.s, a.zp, a.lo, a.hi, a.signed_,
+                            a.away)
+        else:
+            _dequantize8(a.x + t * n // nt, a.signed_, <float*>a.y + t * n // nt,
+                         (t + 1) * n // nt - t * n // nt, a.zp, a.s)
+
+
+cdef class Q8Call:
+    """One ``quantize8`` (``Q8Call(args, 0)``) or ``dequantize8`` (``Q8Call(args, 1)``) call
+    with its arguments checked and bound once (``bound_calls``). Raises as the entry."""
+    cdef q8_call_t a
+    cdef readonly tuple args
+
+    def __init__(self, tuple args, int kind=0):
+        self.args = args
+        if kind == 0:
+            quantize8(*args, into=self)
+        else:
+            dequantize8(*args, into=self)
+
+    def __call__(self):
+        _q8_run(&self.a)
+
+
+def _dequantize8_call(tuple args):
+    """``dequantize8``'s bound call (``BOUND_CALLS``)."""
+    return Q8Call(args, 1)
+
+
 def quantize8(int nt, const float[::1] x, unsigned char[::1] y, idx n, float s, float zp,
-              bint signed_, bint away=False):
+              bint signed_, bint away=False, Q8Call into=None):
     """QuantizeLinear per tensor: ``y = saturate(round_half_even(x / s) + zp)`` for ``n``
     values, ``y`` the bytes of a uint8 (``signed_`` False) or int8 tensor (ONNX
     QuantizeLinear-21); ``away``: rounding half away from zero instead (TFLite's QUANTIZE,
-    reference/quantize.h AffineQuantize). Raises ValueError on short operands."""
+    reference/quantize.h AffineQuantize). With ``into``: the checked arguments bound into
+    that call object, nothing run. Raises ValueError on short operands."""
     if x.shape[0] < n or y.shape[0] < n:
         raise ValueError("quantize8: operands too short")
-    if n == 0:
+    cdef q8_call_t a = q8_call_t(nt, 0, NULL, NULL, n, s, zp, -128.0 if signed_ else 0.0,
+                                 127.0 if signed_ else 255.0, signed_, away)
+    if n:
+        a.x, a.y = <const unsigned char*>&x[0], &y[0]
+    if into is not None:
+        into.a = a
         return
-    cdef float lo = -128.0 if signed_ else 0.0
-    cdef float hi = 127.0 if signed_ else 255.0
-    cdef const float* px = &x[0]
-    cdef unsigned char* py = &y[0]
-    cdef int t
-    if nt <= 1:
-        with nogil:
-            sprat_quantize8(px, py, n, s, zp, lo, hi, signed_, away)
-        return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        sprat_quantize8(px + t * n // nt, py + t * n // nt, (t + 1) * n // nt - t * n // nt, s,
-                        zp, lo, hi, signed_, away)
+    _q8_run(&a)
 
 
 def dequantize8(int nt, const unsigned char[::1] x, float[::1] y, idx n, float zp, float s,
-                bint signed_):
+                bint signed_, Q8Call into=None):
     """DequantizeLinear per tensor: ``y = (x - zp) * s`` (float32) for ``n`` values, ``x`` the
-    bytes of a uint8 (``signed_`` False) or int8 tensor (ONNX DequantizeLinear-21). Raises
+    bytes of a uint8 (``signed_`` False) or int8 tensor (ONNX DequantizeLinear-21). With
+    ``into``: the checked arguments bound into that call object, nothing run. Raises
     ValueError on short operands."""
     if x.shape[0] < n or y.shape[0] < n:
         raise ValueError("dequantize8: operands too short")
-    if n == 0:
+    cdef q8_call_t a = q8_call_t(nt, 1, NULL, NULL, n, s, zp, 0.0, 0.0, signed_, False)
+    if n:
+        a.x, a.y = &x[0], <unsigned char*>&y[0]
+    if into is not None:
+        into.a = a
         return
-    cdef const unsigned char* px = &x[0]
-    cdef float* py = &y[0]
-    cdef int t
-    if nt <= 1:
-        with nogil:
-            _dequantize8(px, signed_, py, n, zp, s)
-        return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _dequantize8(px + t * n // nt, signed_, py + t * n // nt,
-                     (t + 1) * n // nt - t * n // nt, zp, s)
+    _q8_run(&a)
 
 
 # ---- QLinearLookup: a per-channel table over the 256 values of a uint8/int8 tensor -----------
@@ -357,38 +404,76 @@ cdef void _lookup_rows(const unsigned char* x, unsigned char* y, const unsigned 
                 y[base + i] = tc[x[base + i] ^ flip]
 
 
-def qlinear_lookup(int nt, const unsigned char[::1] x, unsigned char[::1] y,
-                   const unsigned char[::1] table, idx outer, idx C, idx inner, bint signed_):
-    """``y[o, c, i] = table[c, x[o, c, i] - min]`` over an (outer, C, inner) view of the bytes
-    of a uint8 (``signed_`` False) or int8 tensor; ``table`` (C, 256), or (1, 256) for every
-    channel. Raises ValueError on short operands."""
-    cdef idx n = outer * C * inner
-    cdef idx tstride = 256 if table.shape[0] >= C * 256 and C > 1 else 0
-    if x.shape[0] < n or y.shape[0] < n or table.shape[0] < 256:
-        raise ValueError("qlinear_lookup: operands too short")
+cdef struct lut_call_t:
+    # one ``qlinear_lookup`` call's checked arguments (``LookupCall``)
+    int nt
+    const unsigned char* x
+    unsigned char* y
+    const unsigned char* table
+    idx tstride, outer, C, inner
+    unsigned char flip
+
+
+cdef _lookup_run(const lut_call_t* a):
+    """A checked ``qlinear_lookup`` call over its slots."""
+    cdef idx n = a.outer * a.C * a.inner
+    cdef int t, nt = a.nt
     if n == 0:
         return
-    cdef const unsigned char* px = &x[0]
-    cdef unsigned char* py = &y[0]
-    cdef const unsigned char* pt = &table[0]
-    cdef unsigned char flip = 0x80 if signed_ else 0
-    cdef int t
-    if tstride == 0:
+    if a.tstride == 0:
         # NOTE: one table for every element: the flat bytes, split in equal parts
         if nt <= 1 or n < 4096:
             with nogil:
-                sprat_lut256(px, py, n, pt, flip)
+                sprat_lut256(a.x, a.y, n, a.table, a.flip)
             return
         for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-            sprat_lut256(px + t * n // nt, py + t * n // nt, (t + 1) * n // nt - t * n // nt,
-                         pt, flip)
+            sprat_lut256(a.x + t * n // nt, a.y + t * n // nt, (t + 1) * n // nt - t * n // nt,
+                         a.table, a.flip)
         return
-    if nt <= 1 or outer < nt:
+    if nt <= 1 or a.outer < nt:
         with nogil:
-            _lookup_rows(px, py, pt, tstride, 0, outer, C, inner, flip)
+            _lookup_rows(a.x, a.y, a.table, a.tstride, 0, a.outer, a.C, a.inner, a.flip)
         return
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _lookup_rows(px, py, pt, tstride, t * outer // nt, (t + 1) * outer // nt, C, inner, flip)
+        _lookup_rows(a.x, a.y, a.table, a.tstride, t * a.outer // nt, (t + 1) * a.outer // nt,
+                     a.C, a.inner, a.flip)
+
+
+cdef class LookupCall:
+    """One ``qlinear_lookup`` call with its arguments checked and bound once
+    (``bound_calls``). Raises as ``qlinear_lookup``."""
+    cdef lut_call_t a
+    cdef readonly tuple args
+
+    def __init__(self, tuple args):
+        self.args = args
+        qlinear_lookup(*args, into=self)
+
+    def __call__(self):
+        _lookup_run(&self.a)
+
+
+def qlinear_lookup(int nt, const unsigned char[::1] x, unsigned char[::1] y,
+                   const unsigned char[::1] table, idx outer, idx C, idx inner, bint signed_,
+                   LookupCall into=None):
+    """``y[o, c, i] = table[c, x[o, c, i] - min]`` over an (outer, C, inner) view of the bytes
+    of a uint8 (``signed_`` False) or int8 tensor; ``table`` (C, 256), or (1, 256) for every
+    channel. With ``into``: the checked arguments bound into that call object, nothing run.
+    Raises ValueError on short operands."""
+    cdef idx n = outer * C * inner
+    if x.shape[0] < n or y.shape[0] < n or table.shape[0] < 256:
+        raise ValueError("qlinear_lookup: operands too short")
+    cdef lut_call_t a = lut_call_t(nt, NULL, NULL, &table[0],
+                                   256 if table.shape[0] >= C * 256 and C > 1 else 0, outer,
+                                   C, inner, 0x80 if signed_ else 0)
+    if n:
+        a.x, a.y = &x[0], &y[0]
+    else:
+        a.outer = 0
+    if into is not None:
+        into.a = a
+        return
+    _lookup_run(&a)
 
 
 # ---- QLinearAdd / QLinearMul (com.microsoft), same shapes ------------------------------------
@@ -457,30 +542,87 @@ cdef extern from *:
                               float sb, float sc, float zc) nogil
 
 
+cdef struct qbin_call_t:
+    # one ``qlinear_binary`` (mid 0) or ``qlinear_binary_rows`` call's checked arguments
+    int nt
+    bint mul
+    const unsigned char* a
+    const unsigned char* b
+    unsigned char* y
+    idx n, outer, mid, inner
+    bint signed_
+    float za, sa, zb, sb, sc, zc
+
+
+cdef _qbin_run(const qbin_call_t* s):
+    """A checked ``qlinear_binary`` / ``qlinear_binary_rows`` call over its slots."""
+    cdef int t, nt = s.nt
+    cdef idx n = s.n, rows = s.outer * s.mid
+    if n == 0:
+        return
+    if s.mid == 0:
+        if nt <= 1:
+            with nogil:
+                sprat_qlinear_binary(s.a, s.b, s.y, n, s.mul, s.signed_, s.za, s.sa, s.zb, s.sb,
+                                     s.sc, s.zc)
+            return
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            sprat_qlinear_binary(s.a + t * n // nt, s.b + t * n // nt, s.y + t * n // nt,
+                                 (t + 1) * n // nt - t * n // nt, s.mul, s.signed_, s.za, s.sa,
+                                 s.zb, s.sb, s.sc, s.zc)
+        return
+    if nt <= 1 or rows < nt:
+        with nogil:
+            _qbinary_rows(s.a, s.b, s.y, 0, rows, s.mid, s.inner, s.mul, s.signed_, s.za, s.sa,
+                          s.zb, s.sb, s.sc, s.zc)
+        return
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        _qbinary_rows(s.a, s.b, s.y, t * rows // nt, (t + 1) * rows // nt, s.mid, s.inner,
+                      s.mul, s.signed_, s.za, s.sa, s.zb, s.sb, s.sc, s.zc)
+
+
+cdef class QBinaryCall:
+    """One ``qlinear_binary`` (``QBinaryCall(args)``) or ``qlinear_binary_rows``
+    (``QBinaryCall(args, True)``) call with its arguments checked and bound once
+    (``bound_calls``). Raises as the entry."""
+    cdef qbin_call_t s
+    cdef readonly tuple args
+
+    def __init__(self, tuple args, bint rows=False):
+        self.args = args
+        if rows:
+            qlinear_binary_rows(*args, into=self)
+        else:
+            qlinear_binary(*args, into=self)
+
+    def __call__(self):
+        _qbin_run(&self.s)
+
+
+def _qbinary_rows_call(tuple args):
+    """``qlinear_binary_rows``' bound call (``BOUND_CALLS``)."""
+    return QBinaryCall(args, True)
+
+
 def qlinear_binary(int nt, bint mul, const unsigned char[::1] a, const unsigned char[::1] b,
                    unsigned char[::1] y, idx n, bint signed_, float za, float sa, float zb,
-                   float sb, float sc, float zc):
+                   float sb, float sc, float zc, QBinaryCall into=None):
     """com.microsoft QLinearAdd (``mul`` False) / QLinearMul of two same-shaped uint8 or int8
     (``signed_``) tensors of ``n`` values: ``y = saturate(round_half_even(((a - za) * sa
     (+|*) (b - zb) * sb) / sc) + zc)`` in float32, each operation rounded as written
-    (onnxruntime's contrib-op definition; ``ops_contrib``). Raises ValueError on short
+    (onnxruntime's contrib-op definition; ``ops_contrib``). With ``into``: the checked
+    arguments bound into that call object, nothing run. Raises ValueError on short
     operands."""
     if a.shape[0] < n or b.shape[0] < n or y.shape[0] < n:
         raise ValueError("qlinear_binary: operands too short")
-    if n == 0:
+    cdef qbin_call_t s = qbin_call_t(nt, mul, NULL, NULL, NULL, n, 0, 0, 0, signed_, za, sa,
+                                     zb, sb, sc, zc)
+    if n:
+        s.a, s.b, s.y = &a[0], &b[0], &y[0]
+    if into is not None:
+        into.s = s
         return
-    cdef const unsigned char* pa = &a[0]
-    cdef const unsigned char* pb = &b[0]
-    cdef unsigned char* py = &y[0]
-    cdef int t
-    if nt <= 1:
-        with nogil:
-            sprat_qlinear_binary(pa, pb, py, n, mul, signed_, za, sa, zb, sb, sc, zc)
-        return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        sprat_qlinear_binary(pa + t * n // nt, pb + t * n // nt, py + t * n // nt,
-                             (t + 1) * n // nt - t * n // nt, mul, signed_, za, sa, zb, sb, sc,
-                             zc)
+    _qbin_run(&s)
 
 
 cdef void _qbinary_rows(const unsigned char* a, const unsigned char* b, unsigned char* y,
@@ -506,27 +648,25 @@ cdef void _qbinary_rows(const unsigned char* a, const unsigned char* b, unsigned
 def qlinear_binary_rows(int nt, bint mul, const unsigned char[::1] a,
                         const unsigned char[::1] b, unsigned char[::1] y, idx outer, idx mid,
                         idx inner, bint signed_, float za, float sa, float zb, float sb,
-                        float sc, float zc):
+                        float sc, float zc, QBinaryCall into=None):
     """``qlinear_binary`` with ``b`` broadcast over a middle run of axes: ``a`` and ``y``
     (outer, mid, inner) values, ``b`` (outer, 1, inner) (a squeeze-excite scale: a (N, H, W,
     C) map times (N, 1, 1, C)); each of the ``outer * mid`` rows of ``inner`` values is one
-    ``qlinear_binary``, so the same bits. Raises ValueError on short operands."""
+    ``qlinear_binary``, so the same bits. With ``into``: the checked arguments bound into that
+    call object, nothing run. Raises ValueError on short operands."""
     cdef idx rows = outer * mid
     if a.shape[0] < rows * inner or y.shape[0] < rows * inner or b.shape[0] < outer * inner:
         raise ValueError("qlinear_binary_rows: operands too short")
-    if rows * inner == 0:
+    cdef qbin_call_t s = qbin_call_t(nt, mul, NULL, NULL, NULL, rows * inner, outer, mid,
+                                     inner, signed_, za, sa, zb, sb, sc, zc)
+    if rows * inner:
+        s.a, s.b, s.y = &a[0], &b[0], &y[0]
+    if mid == 0:
+        s.n = 0
+    if into is not None:
+        into.s = s
         return
-    cdef const unsigned char* pa = &a[0]
-    cdef const unsigned char* pb = &b[0]
-    cdef unsigned char* py = &y[0]
-    cdef int t
-    if nt <= 1 or rows < nt:
-        with nogil:
-            _qbinary_rows(pa, pb, py, 0, rows, mid, inner, mul, signed_, za, sa, zb, sb, sc, zc)
-        return
-    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
-        _qbinary_rows(pa, pb, py, t * rows // nt, (t + 1) * rows // nt, mid, inner, mul,
-                      signed_, za, sa, zb, sb, sc, zc)
+    _qbin_run(&s)
 
 
 cdef void _qgap_rows(const unsigned char* x, unsigned char* y, idx n0, idx n1, idx HW, idx C,
