@@ -4,6 +4,7 @@
     python bench/kernels.py --int8 [--threads 1,2] [--seconds 0.1]
     python bench/kernels.py --int8-conv [--threads 1,2]
     python bench/kernels.py --dw-split [--threads 1,2]
+    python bench/kernels.py --overhead [--threads 1,2]
 
 Each case is one ONNX node (built with ``onnx.helper``) run by onnxruntime
 (``intra_op_num_threads=N``, ``inter_op_num_threads=1``, default optimizations) on NCHW data,
@@ -46,6 +47,11 @@ alternating in this process, outputs compared.
 text lines, 1-D and wide maps) with two slots, its rows cut into column segments
 (``conv.depthwise_split``) against rows kept whole with more channel tiles instead, the
 one-slot time beside them, outputs compared.
+
+``--overhead``: the run loop's cost (issue 15 part 4): ``Session.run`` against onnxruntime's
+``run`` on chains of 1 and 129 small ops (``OVERHEAD_OPS``: Relu, Add and MatMul on a row of 64
+floats, a 1x1 conv on a 4x4 map of 8 channels), alternating in this process: the time of a
+1-op chain (a run's fixed cost) and the time per op added ((129 - 1) ops), each engine's.
 
 ``--packed``: the GEMM over weights packed once (``compiled/packed.pxi``: AVX-512F or AVX2 + FMA) against
 the BLAS path (``gemm_blocks``) for M rows of 1..512 against K x N weights of 128..3072
@@ -922,6 +928,71 @@ def packed_main(threads, seconds):
         print(line, flush=True)
 
 
+#: the run loop's cost per op (``--overhead``): chains of one small op, (node, the tensor it
+#: runs on): a row of 64 floats (Relu, Add of a constant row, MatMul by a 64 x 64 constant)
+#: and a 1x1 conv of 8 channels on a 4x4 map
+OVERHEAD_OPS = ("Relu", "Add", "MatMul", "Conv")
+OVERHEAD_LENGTHS = (1, 129)
+
+
+def _chain(op, length):
+    """(model, feeds): ``length`` ``op`` nodes one after another."""
+    x = _randn(1, 8, 4, 4) if op == "Conv" else _randn(1, 64)
+    nodes, inits, cur = [], [], "x"
+    for i in range(length):
+        out = f"t{i}" if i < length - 1 else "y"
+        if op == "Relu":
+            nodes.append(helper.make_node("Relu", [cur], [out]))
+        else:
+            w = {"Add": _randn(1, 64), "MatMul": _randn(64, 64) / 8,
+                 "Conv": _randn(8, 8, 1, 1) / 3}[op]
+            inits.append(numpy_helper.from_array(w, f"w{i}"))
+            nodes.append(helper.make_node(op, [cur, f"w{i}"], [out]))
+        cur = out
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, list(x.shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), {"x": x}
+
+
+def overhead_main(threads, seconds):
+    """``--overhead``: sprat's Session.run against onnxruntime's on chains of 1 and 129 small
+    ops (``OVERHEAD_OPS``) at each thread count, alternating in this process (onnxruntime's
+    pool spins only with 2+ threads, between its own runs); per op = (time of 129 - time of
+    1) / 128, per run = time of 1 op."""
+    import sprat
+
+    print("microseconds (median of the timed calls, best of 3 alternating rounds): per run "
+          "(a 1-op chain) | per op (129 - 1 ops) / 128, sprat / onnxruntime")
+    for t in threads:
+        for op in OVERHEAD_OPS:
+            best = {}
+            for length in OVERHEAD_LENGTHS:
+                model, feeds = _chain(op, length)
+                sess = sprat.Interpreter.from_buffer(sprat.convert(model)).create_session(
+                    sprat.ScheduleConfig(num_threads=t))
+                so = ort.SessionOptions()
+                so.intra_op_num_threads, so.inter_op_num_threads = t, 1
+                o = ort.InferenceSession(model.SerializeToString(), so,
+                                         providers=["CPUExecutionProvider"])
+                got, want = sess.run(feeds)["y"], o.run(None, feeds)[0]
+                if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+                    raise AssertionError(f"{op} x{length}: sprat differs from onnxruntime")
+                calls = {"sprat": functools.partial(sess.run, feeds),
+                         "ort": functools.partial(o.run, None, feeds)}
+                b = {"sprat": math.inf, "ort": math.inf}
+                for _ in range(3):
+                    for e, fn in calls.items():
+                        b[e] = min(b[e], statistics.median(_time(fn, seconds / 3)))
+                best[length] = b
+            n0, n1 = OVERHEAD_LENGTHS
+            per = {e: (best[n1][e] - best[n0][e]) / (n1 - n0) * 1e6 for e in ("sprat", "ort")}
+            run = {e: best[n0][e] * 1e6 for e in ("sprat", "ort")}
+            print(f"{op:7s} @{t}: per run {run['sprat']:6.1f} / {run['ort']:6.1f} "
+                  f"({run['sprat'] / run['ort']:.2f}) | per op {per['sprat']:5.2f} / "
+                  f"{per['ort']:5.2f} ({per['sprat'] / per['ort']:.2f})", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated substrings of case names")
@@ -938,9 +1009,12 @@ def main(argv=None):
                     help="quantized convs reading their input in place against the im2col")
     ap.add_argument("--dw-split", action="store_true",
                     help="few-row depthwise convs: rows cut into column segments or kept whole")
+    ap.add_argument("--overhead", action="store_true",
+                    help="the run loop's cost per run and per op, against onnxruntime's")
     args = ap.parse_args(argv)
     # the in-process modes: (flag, function, its time per case unless --seconds is given)
-    for on, mode, seconds in ((args.dw_split, dw_split_main, 0.3),
+    for on, mode, seconds in ((args.overhead, overhead_main, 0.6),
+                              (args.dw_split, dw_split_main, 0.3),
                               (args.int8_conv, qconv_main, 0.3),
                               (args.packed, packed_main, 0.06), (args.int8, int8_main, 0.1)):
         if on:
