@@ -331,7 +331,8 @@ def test_bound_calls_check_once_and_run_as_the_entry():
     args = (2, ck.ADD, a, (0, 8, 1), b, (0, 0, 1), y1, (1, 6, 8), none, False, 0, 0.0, 0.0,
             tiles)
     call, rest = ck.bound(ck.binary, args)
-    assert rest == () and type(call).__name__ == "BinaryCall" and call.args is args
+    assert rest == () and type(call).__name__ == "BinaryCall" and call.args == args
+    assert type(ck.bound(ck.binary, list(args))[0]).__name__ == "BinaryCall"  # any sequence
     call()
     ck.binary(*args[:6], y2, *args[7:])
     np.testing.assert_array_equal(y1, y2)

@@ -52,9 +52,10 @@ BOUND_CALLS = {gemm_packed: GemmPackedCall, gemv_packed: GemvPackedCall,
                qlinear_binary: QBinaryCall, qlinear_binary_rows: _qbinary_rows_call}
 
 
-def bound(fn, tuple args):
+def bound(fn, args):
     """``(call, ())`` running ``fn(*args)`` with the arguments parsed once, for an entry of
-    ``BOUND_CALLS``; else ``(fn, args)`` unchanged. Raises as ``fn(*args)`` would when the
-    arguments are bad. The call holds ``args`` (and so their arrays) alive."""
+    ``BOUND_CALLS``; else ``(fn, args)`` unchanged. ``args``: any sequence. Raises as
+    ``fn(*args)`` would when the arguments are bad. The call holds ``args`` (and so their
+    arrays) alive."""
     cls = BOUND_CALLS.get(fn)
-    return (fn, args) if cls is None else (cls(args), ())
+    return (fn, args) if cls is None else (cls(tuple(args)), ())
