@@ -203,7 +203,7 @@ cdef _pointwise_run(const pw_call_t* s):
 
 cdef class PointwiseCall:
     """One ``conv_pointwise`` call with its arguments checked and bound once
-    (``bound_calls``). Raises as ``conv_pointwise``."""
+    (``BOUND_CALLS``). Raises as ``conv_pointwise``."""
     cdef pw_call_t s
     cdef readonly tuple args
 
@@ -320,7 +320,7 @@ cdef _grouped_pointwise_run(const gpw_call_t* s):
 
 cdef class GroupedPointwiseCall:
     """One ``conv_pointwise_grouped`` call with its arguments checked and bound once
-    (``bound_calls``). Raises as ``conv_pointwise_grouped``."""
+    (``BOUND_CALLS``). Raises as ``conv_pointwise_grouped``."""
     cdef gpw_call_t s
     cdef readonly tuple args
 
@@ -1113,7 +1113,7 @@ cdef _direct_run(const direct_call_t* s):
 
 
 cdef class DirectCall:
-    """One ``conv_direct`` call with its arguments checked and bound once (``bound_calls``).
+    """One ``conv_direct`` call with its arguments checked and bound once (``BOUND_CALLS``).
     Raises as ``conv_direct``."""
     cdef direct_call_t s
     cdef readonly tuple args
@@ -1611,7 +1611,7 @@ cdef _dw_blocked_run(const dwb_call_t* s):
 
 cdef class DepthwiseBlockedCall:
     """One ``conv_depthwise_blocked`` call with its arguments checked and bound once
-    (``bound_calls``). Raises as ``conv_depthwise_blocked``."""
+    (``BOUND_CALLS``). Raises as ``conv_depthwise_blocked``."""
     cdef dwb_call_t s
     cdef readonly tuple args
 

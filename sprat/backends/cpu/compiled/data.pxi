@@ -191,7 +191,7 @@ cdef _pool_run(const pool_call_t* s):
 
 
 cdef class PoolCall:
-    """One ``pool2d`` call with its arguments bound once (``bound_calls``)."""
+    """One ``pool2d`` call with its arguments bound once (``BOUND_CALLS``)."""
     cdef pool_call_t s
     cdef readonly tuple args
 
@@ -436,7 +436,7 @@ cdef struct reduce_call_t:
 
 
 cdef class ReduceCall:
-    """One ``reduce_ori`` call with its arguments bound once (``bound_calls``)."""
+    """One ``reduce_ori`` call with its arguments bound once (``BOUND_CALLS``)."""
     cdef reduce_call_t s
     cdef readonly tuple args
 
@@ -709,7 +709,7 @@ cdef _swap_run(const swap_call_t* s):
 
 cdef class SwapCall:
     """One ``swap_tiles`` / ``swap_small`` call with its arguments bound once
-    (``bound_calls``): ``SwapCall(args, tiles)``. Raises as the entry."""
+    (``BOUND_CALLS``): ``SwapCall(args, tiles)``. Raises as the entry."""
     cdef swap_call_t s
     cdef readonly tuple args
 
@@ -1034,7 +1034,7 @@ cdef _concat_bind(int nt, const size_t[::1] parts, const int64_t[::1] widths,
 
 cdef class ConcatCall:
     """One ``concat_bytes`` or ``split_bytes`` call with its arguments checked and bound once
-    (``bound_calls``): ``ConcatCall(args, split)``. Raises as the entry."""
+    (``BOUND_CALLS``): ``ConcatCall(args, split)``. Raises as the entry."""
     cdef concat_call_t s
     cdef readonly tuple args
 

@@ -581,7 +581,7 @@ cdef _gemm_packed_run(const pk_call_t* s):
 
 
 cdef class GemmPackedCall:
-    """One ``gemm_packed`` call with its arguments checked and bound once (``bound_calls``):
+    """One ``gemm_packed`` call with its arguments checked and bound once (``BOUND_CALLS``):
     ``GemmPackedCall(args)`` (the argument tuple, kept alive here), then ``call()`` runs it
     without parsing them again (~1.7 us a call). Raises as ``gemm_packed``."""
     cdef pk_call_t s
@@ -910,7 +910,7 @@ cdef _rows_run(const rows_call_t* s):
 
 cdef class RowsCall:
     """One ``softmax`` (``RowsCall(args, 0)``) or ``layernorm`` (``RowsCall(args, 1)``) call
-    with its arguments bound once (``bound_calls``)."""
+    with its arguments bound once (``BOUND_CALLS``)."""
     cdef rows_call_t s
     cdef readonly tuple args
 

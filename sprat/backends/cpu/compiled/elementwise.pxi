@@ -263,7 +263,7 @@ cdef _binary_run(const bin_call_t* s):
 
 
 cdef class BinaryCall:
-    """One ``binary`` call with its arguments checked and bound once (``bound_calls``)."""
+    """One ``binary`` call with its arguments checked and bound once (``BOUND_CALLS``)."""
     cdef bin_call_t s
     cdef readonly tuple args
 
@@ -377,7 +377,7 @@ cdef _unary_run(const un_call_t* s):
 
 
 cdef class UnaryCall:
-    """One ``unary`` call with its arguments bound once (``bound_calls``)."""
+    """One ``unary`` call with its arguments bound once (``BOUND_CALLS``)."""
     cdef un_call_t s
     cdef readonly tuple args
 

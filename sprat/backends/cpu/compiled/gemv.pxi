@@ -265,7 +265,7 @@ cdef _gemv_packed_run(gv_call_t* s):
 
 
 cdef class GemvPackedCall:
-    """One ``gemv_packed`` call with its arguments checked and bound once (``bound_calls``).
+    """One ``gemv_packed`` call with its arguments checked and bound once (``BOUND_CALLS``).
     Raises as ``gemv_packed``."""
     cdef gv_call_t s
     cdef readonly tuple args

@@ -289,7 +289,7 @@ cdef _q8_run(const q8_call_t* a):
 
 cdef class Q8Call:
     """One ``quantize8`` (``Q8Call(args, 0)``) or ``dequantize8`` (``Q8Call(args, 1)``) call
-    with its arguments checked and bound once (``bound_calls``). Raises as the entry."""
+    with its arguments checked and bound once (``BOUND_CALLS``). Raises as the entry."""
     cdef q8_call_t a
     cdef readonly tuple args
 
@@ -441,7 +441,7 @@ cdef _lookup_run(const lut_call_t* a):
 
 cdef class LookupCall:
     """One ``qlinear_lookup`` call with its arguments checked and bound once
-    (``bound_calls``). Raises as ``qlinear_lookup``."""
+    (``BOUND_CALLS``). Raises as ``qlinear_lookup``."""
     cdef lut_call_t a
     cdef readonly tuple args
 
@@ -584,7 +584,7 @@ cdef _qbin_run(const qbin_call_t* s):
 cdef class QBinaryCall:
     """One ``qlinear_binary`` (``QBinaryCall(args)``) or ``qlinear_binary_rows``
     (``QBinaryCall(args, True)``) call with its arguments checked and bound once
-    (``bound_calls``). Raises as the entry."""
+    (``BOUND_CALLS``). Raises as the entry."""
     cdef qbin_call_t s
     cdef readonly tuple args
 
