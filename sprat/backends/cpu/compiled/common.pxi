@@ -38,6 +38,18 @@ ACT_CODES = {"Relu": A_RELU, "Clip": A_CLIP, "Sigmoid": A_SIGMOID, "HardSigmoid"
              "Gelu": A_GELU, "PRelu": A_PRELU}
 
 
+cdef class _BoundCall:
+    """The base of the call objects of ``bound`` (``BOUND_CALLS``): ``Cls(args, entry)`` calls
+    ``entry(*args, into=self)``, which checks and parses the arguments and stores them in the
+    subclass's struct instead of running; calling the object runs them. ``args`` (a tuple) is
+    kept here, so the arrays its pointers read stay alive. Raises as ``entry(*args)``."""
+    cdef readonly tuple args
+
+    def __init__(self, args, entry):
+        self.args = tuple(args)
+        entry(*self.args, into=self)
+
+
 cdef inline const float* cptr(const float[::1] v) noexcept nogil:
     """The first element of ``v``, NULL when it is empty (an absent residual, bias or table)."""
     return &v[0] if v.shape[0] > 0 else NULL

@@ -201,15 +201,10 @@ cdef _pointwise_run(const pw_call_t* s):
                             s.M, s.G, s.blk, s.wt, s.split_m, s.code, s.a, s.b, s.slope)
 
 
-cdef class PointwiseCall:
+cdef class PointwiseCall(_BoundCall):
     """One ``conv_pointwise`` call with its arguments checked and bound once
     (``BOUND_CALLS``). Raises as ``conv_pointwise``."""
     cdef pw_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        conv_pointwise(*args, into=self)
 
     def __call__(self):
         _pointwise_run(&self.s)
@@ -318,15 +313,10 @@ cdef _grouped_pointwise_run(const gpw_call_t* s):
                            s.code, s.a, s.b, &slots, t)
 
 
-cdef class GroupedPointwiseCall:
+cdef class GroupedPointwiseCall(_BoundCall):
     """One ``conv_pointwise_grouped`` call with its arguments checked and bound once
     (``BOUND_CALLS``). Raises as ``conv_pointwise_grouped``."""
     cdef gpw_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        conv_pointwise_grouped(*args, into=self)
 
     def __call__(self):
         _grouped_pointwise_run(&self.s)
@@ -1112,15 +1102,10 @@ cdef _direct_run(const direct_call_t* s):
                          s.a, s.b, s.slope, &slots)
 
 
-cdef class DirectCall:
+cdef class DirectCall(_BoundCall):
     """One ``conv_direct`` call with its arguments checked and bound once (``BOUND_CALLS``).
     Raises as ``conv_direct``."""
     cdef direct_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        conv_direct(*args, into=self)
 
     def __call__(self):
         _direct_run(&self.s)
@@ -1609,15 +1594,10 @@ cdef _dw_blocked_run(const dwb_call_t* s):
             conv_means_strided(s.mean, s.psum, nt, s.sstride, s.N * s.C, s.OH * s.OW)
 
 
-cdef class DepthwiseBlockedCall:
+cdef class DepthwiseBlockedCall(_BoundCall):
     """One ``conv_depthwise_blocked`` call with its arguments checked and bound once
     (``BOUND_CALLS``). Raises as ``conv_depthwise_blocked``."""
     cdef dwb_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        conv_depthwise_blocked(*args, into=self)
 
     def __call__(self):
         _dw_blocked_run(&self.s)

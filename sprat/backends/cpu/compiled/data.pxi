@@ -190,14 +190,9 @@ cdef _pool_run(const pool_call_t* s):
                    s.include_pad, s.code, s.a, s.b)
 
 
-cdef class PoolCall:
+cdef class PoolCall(_BoundCall):
     """One ``pool2d`` call with its arguments bound once (``BOUND_CALLS``)."""
     cdef pool_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        pool2d(*args, into=self)
 
     def __call__(self):
         _pool_run(&self.s)
@@ -435,14 +430,9 @@ cdef struct reduce_call_t:
     idx astride, acap
 
 
-cdef class ReduceCall:
+cdef class ReduceCall(_BoundCall):
     """One ``reduce_ori`` call with its arguments bound once (``BOUND_CALLS``)."""
     cdef reduce_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        reduce_ori(*args, into=self)
 
     def __call__(self):
         _reduce_run(&self.s)
@@ -707,18 +697,10 @@ cdef _swap_run(const swap_call_t* s):
             _swap_small(s.x, s.y, t * total // nt, (t + 1) * total // nt, s.A, s.B)
 
 
-cdef class SwapCall:
-    """One ``swap_tiles`` / ``swap_small`` call with its arguments bound once
-    (``BOUND_CALLS``): ``SwapCall(args, tiles)``. Raises as the entry."""
+cdef class SwapCall(_BoundCall):
+    """One ``swap_tiles`` or ``swap_small`` call with its arguments bound once
+    (``BOUND_CALLS``). Raises as the entry."""
     cdef swap_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args, bint tiles=True):
-        self.args = args
-        if tiles:
-            swap_tiles(*args, into=self)
-        else:
-            swap_small(*args, into=self)
 
     def __call__(self):
         _swap_run(&self.s)
@@ -780,11 +762,6 @@ def swap_small(int nt, const unsigned int[::1] x, unsigned int[::1] y, idx N, id
         into.s = s
         return
     _swap_run(&s)
-
-
-def _swap_small_call(tuple args):
-    """``swap_small``'s bound call (``BOUND_CALLS``)."""
-    return SwapCall(args, False)
 
 
 cdef extern from *:
@@ -1022,9 +999,7 @@ cdef _concat_bind(int nt, const size_t[::1] parts, const int64_t[::1] widths,
     cdef idx total = _concat_total(parts, widths, whole.shape[0], outer)
     cdef concat_call_t s = concat_call_t(nt, NULL, NULL, parts.shape[0], NULL, outer, total,
                                          split)
-    if whole.shape[0] == 0 or outer * total == 0:
-        s.outer = 0
-    else:
+    if whole.shape[0]:  # NOTE: outer * total bytes (``_concat_total``)
         s.parts, s.widths, s.whole = &parts[0], &widths[0], <unsigned char*>&whole[0]
     if into is not None:
         into.s = s
@@ -1032,38 +1007,29 @@ cdef _concat_bind(int nt, const size_t[::1] parts, const int64_t[::1] widths,
     _concat_run(&s)
 
 
-cdef class ConcatCall:
+cdef class ConcatCall(_BoundCall):
     """One ``concat_bytes`` or ``split_bytes`` call with its arguments checked and bound once
-    (``BOUND_CALLS``): ``ConcatCall(args, split)``. Raises as the entry."""
+    (``BOUND_CALLS``). Raises as the entry."""
     cdef concat_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args, bint split=False):
-        self.args = args
-        nt, parts, widths, whole, outer = args
-        _concat_bind(nt, parts, widths, whole, outer, split, self)
 
     def __call__(self):
         _concat_run(&self.s)
 
 
 def concat_bytes(int nt, const size_t[::1] parts, const int64_t[::1] widths,
-                 unsigned char[::1] whole, idx outer):
+                 unsigned char[::1] whole, idx outer, ConcatCall into=None):
     """Concat of C-contiguous arrays as bytes: ``whole`` holds ``outer`` rows, each the rows
     of the parts one after another (part ``i`` at address ``parts[i]``, rows of ``widths[i]``
     bytes). Slot ``t`` of ``nt`` copies bytes ``[t*T//nt, (t+1)*T//nt)`` of ``whole``
     (``T = outer * sum(widths)``), so the split is even whatever the axis. Raises ValueError
-    when ``whole`` is not ``T`` bytes or a width is negative."""
-    _concat_bind(nt, parts, widths, whole, outer, False, None)
+    when ``whole`` is not ``T`` bytes or a width is negative. With ``into``: the checked
+    arguments bound into that call object, nothing run."""
+    _concat_bind(nt, parts, widths, whole, outer, False, into)
 
 
 def split_bytes(int nt, const size_t[::1] parts, const int64_t[::1] widths,
-                const unsigned char[::1] whole, idx outer):
+                const unsigned char[::1] whole, idx outer, ConcatCall into=None):
     """Split, the inverse of ``concat_bytes``: ``whole`` (read only) copied into the parts at
     the addresses ``parts`` (writable, C-contiguous). Raises ValueError as ``concat_bytes``."""
-    _concat_bind(nt, parts, widths, whole, outer, True, None)
+    _concat_bind(nt, parts, widths, whole, outer, True, into)
 
-
-def _split_call(tuple args):
-    """``split_bytes``'s bound call (``BOUND_CALLS``)."""
-    return ConcatCall(args, True)

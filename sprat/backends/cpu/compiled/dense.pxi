@@ -580,16 +580,11 @@ cdef _gemm_packed_run(const pk_call_t* s):
         dense_pk_taken(pp, gp, &slots, t)
 
 
-cdef class GemmPackedCall:
+cdef class GemmPackedCall(_BoundCall):
     """One ``gemm_packed`` call with its arguments checked and bound once (``BOUND_CALLS``):
-    ``GemmPackedCall(args)`` (the argument tuple, kept alive here), then ``call()`` runs it
-    without parsing them again (~1.7 us a call). Raises as ``gemm_packed``."""
+    calling it runs the product without parsing them again (~1.7 us a call). Raises as
+    ``gemm_packed``."""
     cdef pk_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        gemm_packed(*args, into=self)
 
     def __call__(self):
         _gemm_packed_run(&self.s)
@@ -908,26 +903,13 @@ cdef _rows_run(const rows_call_t* s):
                                 s.log)
 
 
-cdef class RowsCall:
-    """One ``softmax`` (``RowsCall(args, 0)``) or ``layernorm`` (``RowsCall(args, 1)``) call
-    with its arguments bound once (``BOUND_CALLS``)."""
+cdef class RowsCall(_BoundCall):
+    """One ``softmax`` or ``layernorm`` call with its arguments bound once
+    (``BOUND_CALLS``)."""
     cdef rows_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args, int kind=0):
-        self.args = args
-        if kind == 1:
-            layernorm(*args, into=self)
-        else:
-            softmax(*args, into=self)
 
     def __call__(self):
         _rows_run(&self.s)
-
-
-def _layernorm_call(tuple args):
-    """``layernorm``'s bound call (``BOUND_CALLS``)."""
-    return RowsCall(args, 1)
 
 
 def softmax(const float[::1] x, float[::1] y, idx O, idx L, idx I, bint log, int nt,

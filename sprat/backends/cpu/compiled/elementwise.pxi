@@ -262,14 +262,9 @@ cdef _binary_run(const bin_call_t* s):
                       s.d, s.res, s.has_res, s.code, s.pa, s.pb, s.tiles + t * s.tstride)
 
 
-cdef class BinaryCall:
+cdef class BinaryCall(_BoundCall):
     """One ``binary`` call with its arguments checked and bound once (``BOUND_CALLS``)."""
     cdef bin_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        binary(*args, into=self)
 
     def __call__(self):
         _binary_run(&self.s)
@@ -376,14 +371,9 @@ cdef _unary_run(const un_call_t* s):
                      s.pb, s.res, s.has_res, s.code, s.qa, s.qb)
 
 
-cdef class UnaryCall:
+cdef class UnaryCall(_BoundCall):
     """One ``unary`` call with its arguments bound once (``BOUND_CALLS``)."""
     cdef un_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        unary(*args, into=self)
 
     def __call__(self):
         _unary_run(&self.s)

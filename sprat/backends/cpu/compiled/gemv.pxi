@@ -264,15 +264,10 @@ cdef _gemv_packed_run(gv_call_t* s):
         gv_panels(gp, t * npan // nslots, (t + 1) * npan // nslots)
 
 
-cdef class GemvPackedCall:
+cdef class GemvPackedCall(_BoundCall):
     """One ``gemv_packed`` call with its arguments checked and bound once (``BOUND_CALLS``).
     Raises as ``gemv_packed``."""
     cdef gv_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        gemv_packed(*args, into=self)
 
     def __call__(self):
         _gemv_packed_run(&self.s)

@@ -45,11 +45,11 @@ BOUND_CALLS = {gemm_packed: GemmPackedCall, gemv_packed: GemvPackedCall,
                conv_depthwise_blocked: DepthwiseBlockedCall, binary: BinaryCall,
                unary: UnaryCall, pool2d: PoolCall, conv_direct: DirectCall,
                conv_pointwise_grouped: GroupedPointwiseCall, concat_bytes: ConcatCall,
-               split_bytes: _split_call, swap_tiles: SwapCall, swap_small: _swap_small_call,
-               reduce_ori: ReduceCall, softmax: RowsCall, layernorm: _layernorm_call,
-               conv_pointwise: PointwiseCall, quantize8: Q8Call,
-               dequantize8: _dequantize8_call, qlinear_lookup: LookupCall,
-               qlinear_binary: QBinaryCall, qlinear_binary_rows: _qbinary_rows_call}
+               split_bytes: ConcatCall, swap_tiles: SwapCall, swap_small: SwapCall,
+               reduce_ori: ReduceCall, softmax: RowsCall, layernorm: RowsCall,
+               conv_pointwise: PointwiseCall, quantize8: Q8Call, dequantize8: Q8Call,
+               qlinear_lookup: LookupCall, qlinear_binary: QBinaryCall,
+               qlinear_binary_rows: QBinaryCall}
 
 
 def bound(fn, args):
@@ -58,4 +58,4 @@ def bound(fn, args):
     ``fn(*args)`` would when the arguments are bad. The call holds ``args`` (and so their
     arrays) alive."""
     cls = BOUND_CALLS.get(fn)
-    return (fn, args) if cls is None else (cls(tuple(args)), ())
+    return (fn, args) if cls is None else (cls(args, fn), ())

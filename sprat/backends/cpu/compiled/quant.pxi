@@ -287,26 +287,13 @@ cdef _q8_run(const q8_call_t* a):
                          (t + 1) * n // nt - t * n // nt, a.zp, a.s)
 
 
-cdef class Q8Call:
-    """One ``quantize8`` (``Q8Call(args, 0)``) or ``dequantize8`` (``Q8Call(args, 1)``) call
-    with its arguments checked and bound once (``BOUND_CALLS``). Raises as the entry."""
+cdef class Q8Call(_BoundCall):
+    """One ``quantize8`` or ``dequantize8`` call with its arguments checked and bound once
+    (``BOUND_CALLS``). Raises as the entry."""
     cdef q8_call_t a
-    cdef readonly tuple args
-
-    def __init__(self, tuple args, int kind=0):
-        self.args = args
-        if kind == 0:
-            quantize8(*args, into=self)
-        else:
-            dequantize8(*args, into=self)
 
     def __call__(self):
         _q8_run(&self.a)
-
-
-def _dequantize8_call(tuple args):
-    """``dequantize8``'s bound call (``BOUND_CALLS``)."""
-    return Q8Call(args, 1)
 
 
 def quantize8(int nt, const float[::1] x, unsigned char[::1] y, idx n, float s, float zp,
@@ -439,15 +426,10 @@ cdef _lookup_run(const lut_call_t* a):
                      a.C, a.inner, a.flip)
 
 
-cdef class LookupCall:
+cdef class LookupCall(_BoundCall):
     """One ``qlinear_lookup`` call with its arguments checked and bound once
     (``BOUND_CALLS``). Raises as ``qlinear_lookup``."""
     cdef lut_call_t a
-    cdef readonly tuple args
-
-    def __init__(self, tuple args):
-        self.args = args
-        qlinear_lookup(*args, into=self)
 
     def __call__(self):
         _lookup_run(&self.a)
@@ -468,8 +450,6 @@ def qlinear_lookup(int nt, const unsigned char[::1] x, unsigned char[::1] y,
                                    C, inner, 0x80 if signed_ else 0)
     if n:
         a.x, a.y = &x[0], &y[0]
-    else:
-        a.outer = 0
     if into is not None:
         into.a = a
         return
@@ -581,27 +561,13 @@ cdef _qbin_run(const qbin_call_t* s):
                       s.mul, s.signed_, s.za, s.sa, s.zb, s.sb, s.sc, s.zc)
 
 
-cdef class QBinaryCall:
-    """One ``qlinear_binary`` (``QBinaryCall(args)``) or ``qlinear_binary_rows``
-    (``QBinaryCall(args, True)``) call with its arguments checked and bound once
-    (``BOUND_CALLS``). Raises as the entry."""
+cdef class QBinaryCall(_BoundCall):
+    """One ``qlinear_binary`` or ``qlinear_binary_rows`` call with its arguments checked and
+    bound once (``BOUND_CALLS``). Raises as the entry."""
     cdef qbin_call_t s
-    cdef readonly tuple args
-
-    def __init__(self, tuple args, bint rows=False):
-        self.args = args
-        if rows:
-            qlinear_binary_rows(*args, into=self)
-        else:
-            qlinear_binary(*args, into=self)
 
     def __call__(self):
         _qbin_run(&self.s)
-
-
-def _qbinary_rows_call(tuple args):
-    """``qlinear_binary_rows``' bound call (``BOUND_CALLS``)."""
-    return QBinaryCall(args, True)
 
 
 def qlinear_binary(int nt, bint mul, const unsigned char[::1] a, const unsigned char[::1] b,
@@ -661,8 +627,6 @@ def qlinear_binary_rows(int nt, bint mul, const unsigned char[::1] a,
                                      inner, signed_, za, sa, zb, sb, sc, zc)
     if rows * inner:
         s.a, s.b, s.y = &a[0], &b[0], &y[0]
-    if mid == 0:
-        s.n = 0
     if into is not None:
         into.s = s
         return
